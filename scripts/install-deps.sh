@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Installs every Debian package gradscope needs to build, test, fetch data and draw figures.
+# Idempotent: packages already present are skipped, so a second run costs a few seconds.
+set -euo pipefail
+
+packages=(
+  # toolchain
+  g++ cmake ninja-build make pkg-config git ca-certificates xz-utils
+  # LibTorch (CPU, 1.13) and a fast BLAS
+  libtorch-dev libopenblas0-pthread
+  # command line, configuration, JSON, formatting
+  libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libfmt-dev
+  # results database, tokenizer regexes, gzipped IDX files, emoji images
+  libsqlite3-dev sqlite3 libpcre2-dev zlib1g-dev libpng-dev
+  # tests and micro-benchmarks
+  libgtest-dev libgmock-dev libbenchmark-dev
+  # figures; plain gnuplot pulls in Qt
+  gnuplot-nox
+  # data sets shipped by Debian
+  dataset-fashion-mnist
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+
+# Node.js and npm fetch the npm data packages; they are preinstalled on these machines and
+# Debian's npm package conflicts with them, so only install Debian's when none is present.
+if ! command -v npm >/dev/null 2>&1; then
+  $SUDO apt-get install -y -qq --no-install-recommends nodejs npm
+fi
+echo "install-deps: done"

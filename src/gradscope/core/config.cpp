@@ -1,0 +1,59 @@
+#include "gradscope/core/config.h"
+
+#include "gradscope/core/rng.h"
+#include <torch/torch.h>
+
+namespace gradscope {
+
+nlohmann::json canonical_config_json(const RunConfig& c) {
+  nlohmann::json j;
+  j["model"] = c.model;
+  j["preset"] = c.preset;
+  j["dataset"] = c.dataset;
+  j["tokenizer"] = c.tokenizer;
+  j["dropout"] = c.dropout ? nlohmann::json(*c.dropout) : nlohmann::json(nullptr);
+  j["optimizer"] = c.optimizer;
+  j["lr"] = c.lr;
+  j["opt"] = c.opt;
+  j["weight_decay"] = c.weight_decay;
+  j["lr_schedule"] = c.lr_schedule;
+  j["lr_warmup_steps"] = c.lr_warmup_steps;
+  j["clip_grad_norm"] = c.clip_grad_norm;
+  j["strategy"] = c.strategy;
+  j["checkpoint_every"] = c.checkpoint_every;
+  j["accum_steps"] = c.accum_steps;
+  j["batch"] = c.batch;
+  j["seq_len"] = c.seq_len;
+  j["steps"] = c.steps;
+  j["warmup_steps"] = c.warmup_steps;
+  j["eval_every"] = c.eval_every;
+  j["eval_batches"] = c.eval_batches;
+  j["seed"] = c.seed;
+  // The device kind matters (cpu vs cuda), its index does not.
+  j["device"] = c.device.substr(0, c.device.find(':'));
+  j["dtype"] = c.dtype;
+  j["memory_cap_bytes"] = c.memory_cap_bytes;
+  return j;
+}
+
+nlohmann::json config_to_json(const RunConfig& c) {
+  nlohmann::json j = canonical_config_json(c);
+  j["device"] = c.device;
+  j["threads"] = c.threads;
+  j["timeout_s"] = c.timeout_s;
+  return j;
+}
+
+std::string run_id_of(const nlohmann::json& canonical) {
+  // nlohmann::json keeps object keys sorted, so dump() is canonical.
+  const std::string text = canonical.dump();
+  // FNV-1a over the text, then two mixed halves: a stable 64-bit digest.
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char ch : text) {
+    h ^= ch;
+    h *= 0x100000001b3ULL;
+  }
+  return fmt::format("{:016x}", mix64(h));
+}
+
+}  // namespace gradscope

@@ -1,0 +1,116 @@
+#include "gradscope/core/env.h"
+
+#include <unistd.h>
+
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+
+#include "gradscope/core/error.h"
+#include <torch/torch.h>
+
+#ifndef GRADSCOPE_GIT_COMMIT
+#define GRADSCOPE_GIT_COMMIT "unknown"
+#endif
+
+namespace gradscope {
+namespace {
+
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      auto colon = line.find(':');
+      if (colon != std::string::npos) {
+        auto name = line.substr(colon + 1);
+        name.erase(0, name.find_first_not_of(' '));
+        return name;
+      }
+    }
+  }
+  return "unknown CPU";
+}
+
+}  // namespace
+
+EnvInfo current_env(const std::string& device) {
+  EnvInfo env;
+  env.gradscope_version = GRADSCOPE_VERSION;
+  env.libtorch = TORCH_VERSION;
+  env.git_commit = GRADSCOPE_GIT_COMMIT;
+  env.threads = at::get_num_threads();
+  char host[256] = {0};
+  if (gethostname(host, sizeof(host) - 1) == 0) env.host = host;
+#ifdef NDEBUG
+  env.build_type = "release";
+#else
+  env.build_type = "debug";
+#endif
+  if (device.rfind("cuda", 0) == 0 && torch::cuda::is_available()) {
+    env.device_name = "cuda";  // refined by the CUDA-aware measure code when present
+  } else {
+    env.device_name = cpu_model_name();
+  }
+  return env;
+}
+
+std::string data_dir() {
+  if (const char* dir = std::getenv("GRADSCOPE_DATA"); dir && *dir) return dir;
+  const char* home = std::getenv("HOME");
+  return std::string(home && *home ? home : ".") + "/.cache/gradscope";
+}
+
+int64_t parse_bytes(const std::string& text) {
+  size_t pos = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &pos);
+  } catch (const std::exception&) {
+    fail_usage("cannot read '" + text + "' as a byte count",
+               "write a number with an optional unit: 1000000, 512MiB, 8GiB, 2GB");
+  }
+  std::string unit = text.substr(pos);
+  while (!unit.empty() && std::isspace(static_cast<unsigned char>(unit.front()))) unit.erase(0, 1);
+  double scale = 1;
+  if (unit.empty() || unit == "B") scale = 1;
+  else if (unit == "KiB" || unit == "K") scale = 1024.0;
+  else if (unit == "MiB" || unit == "M") scale = 1024.0 * 1024;
+  else if (unit == "GiB" || unit == "G") scale = 1024.0 * 1024 * 1024;
+  else if (unit == "TiB" || unit == "T") scale = 1024.0 * 1024 * 1024 * 1024;
+  else if (unit == "kB" || unit == "KB") scale = 1e3;
+  else if (unit == "MB") scale = 1e6;
+  else if (unit == "GB") scale = 1e9;
+  else if (unit == "TB") scale = 1e12;
+  else
+    fail_usage("unknown byte unit '" + unit + "' in '" + text + "'",
+               "use B, KiB, MiB, GiB, TiB (powers of 1024) or kB, MB, GB, TB (powers of 1000)");
+  double bytes = value * scale;
+  check_usage(std::isfinite(bytes) && bytes > 0, "byte count '" + text + "' must be positive");
+  return static_cast<int64_t>(std::llround(bytes));
+}
+
+std::string format_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  double v = bytes;
+  while (std::fabs(v) >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{:.0f} B", v) : fmt::format("{:.2f} {}", v, units[u]);
+}
+
+std::string format_si(double value) {
+  const char* units[] = {"", " k", " M", " G", " T", " P"};
+  int u = 0;
+  double v = value;
+  while (std::fabs(v) >= 1000 && u < 5) {
+    v /= 1000;
+    ++u;
+  }
+  return fmt::format("{:.3g}{}", v, units[u]);
+}
+
+}  // namespace gradscope

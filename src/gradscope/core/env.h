@@ -1,0 +1,32 @@
+// The environment a run happens in: versions, host, data directory. Every run records it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace gradscope {
+
+struct EnvInfo {
+  std::string gradscope_version;
+  std::string libtorch;     // e.g. "1.13.0"
+  std::string cuda;         // CUDA runtime LibTorch was built with, "" when CPU-only
+  std::string device_name;  // CPU model name or GPU name
+  int threads = 1;          // intra-op threads in use
+  std::string git_commit;
+  std::string host;
+  std::string build_type;   // warns when not an optimized build
+};
+
+EnvInfo current_env(const std::string& device);
+
+// $GRADSCOPE_DATA, else ~/.cache/gradscope.
+std::string data_dir();
+
+// "512MiB", "8GiB", "1.5GB", "1000000" -> bytes. Throws a usage error naming the text.
+int64_t parse_bytes(const std::string& text);
+// 1536 -> "1.50 KiB"
+std::string format_bytes(double bytes);
+// 1.2e9 -> "1.20 G"
+std::string format_si(double value);
+
+}  // namespace gradscope

@@ -1,0 +1,27 @@
+// Minimal logging to stderr. `--quiet` silences info; warnings and errors always print.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <string>
+
+namespace gradscope {
+
+enum class LogLevel { kLogLevelQuiet = 0, kLogLevelInfo = 1, kLogLevelDebug = 2 };
+
+LogLevel log_level();
+void set_log_level(LogLevel level);
+
+template <typename... Args>
+void log_info(fmt::format_string<Args...> format, Args&&... args) {
+  if (log_level() >= LogLevel::kLogLevelInfo)
+    fmt::print(stderr, "{}\n", fmt::format(format, std::forward<Args>(args)...));
+}
+
+template <typename... Args>
+void log_warn(fmt::format_string<Args...> format, Args&&... args) {
+  fmt::print(stderr, "warning: {}\n", fmt::format(format, std::forward<Args>(args)...));
+}
+
+}  // namespace gradscope

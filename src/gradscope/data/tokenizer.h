@@ -1,0 +1,40 @@
+// Tokenizers: byte-level BPE in the GPT-2 and Llama 3 formats, and raw UTF-8 bytes.
+// encode() adds no BOS/EOS; callers join documents with eot_id().
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gradscope/core/registry.h"
+
+namespace gradscope {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  virtual std::string name() const = 0;
+  virtual std::vector<int32_t> encode(std::string_view text) const = 0;
+  virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
+  // Ids are in [0, vocab_size()); models pad this up (see models/).
+  virtual int64_t vocab_size() const = 0;
+  // Separates documents in a stream (GPT-2 <|endoftext|>, Llama 3 <|end_of_text|>, bytes EOS).
+  virtual int32_t eot_id() const = 0;
+  // A stable fingerprint of the vocabulary and merges (for token caches).
+  virtual std::string fingerprint() const = 0;
+};
+
+// Creates a tokenizer by registry name ("bytes", "gpt2", "llama3") from files under
+// data_dir (see scripts/fetch-data.sh). Throws a usage error whose hint names the fetch
+// command when files are missing, or names the file when it is truncated or corrupt.
+std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name, const std::string& data_dir);
+
+struct TokenizerEntry {
+  std::unique_ptr<Tokenizer> (*make)(const std::string& data_dir);
+  int64_t vocab_size;  // known without loading files, so configs resolve without data
+};
+const Registry<TokenizerEntry>& tokenizer_registry();
+
+}  // namespace gradscope

@@ -1,0 +1,82 @@
+// What a model exposes to the rest of gradscope. Models know nothing of optimizers,
+// strategies or measurement: they turn a batch into a summed loss and a target count, and
+// they expose their blocks so that a strategy can wrap them (checkpointing).
+//
+// Dimension legend: B batch, T sequence positions, C hidden size, V vocabulary,
+// NH query heads, NKV key/value heads, HS head size, L layers.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+namespace gradscope {
+
+// One micro-batch. Unused tensors stay undefined.
+struct Batch {
+  torch::Tensor input_ids;  // (B, T) int64 token ids
+  torch::Tensor targets;    // (B, T) int64, kIgnoreIndex where no loss is taken
+  torch::Tensor images;     // (B, 3, H, W) float
+  torch::Tensor labels;     // (B) int64 class labels
+  int64_t samples = 0;      // B
+  int64_t tokens = 0;       // positions through the transformer (image tokens included)
+  int64_t targets_count = 0;  // positions in the loss
+
+  Batch to(const torch::Device& device) const;
+};
+
+constexpr int64_t kIgnoreIndex = -100;
+
+// The loss of a micro-batch as a SUM over its targets, and the number of targets, so that a
+// strategy can normalize by the count of the whole effective batch (exact accumulation).
+struct LossOutput {
+  torch::Tensor loss_sum;  // () float, requires grad
+  int64_t target_count = 0;
+};
+
+// Per-forward tensors a block needs besides its input: rotary tables and masks. A model
+// builds them once per forward; strategies pass them through untouched.
+struct BlockContext {
+  torch::Tensor rope_cos;        // (T, HS) rotary tables (global layers)
+  torch::Tensor rope_sin;
+  torch::Tensor rope_cos_local;  // (T, HS) rotary tables of local layers, if different
+  torch::Tensor rope_sin_local;
+  torch::Tensor mask;            // additive (T, T) or (B, 1, T, T) mask; undefined = causal/none
+  torch::Tensor mask_local;      // sliding-window mask of local layers
+};
+
+class Block : public torch::nn::Module {
+ public:
+  // (B, T, C) -> (B, T, C)
+  virtual torch::Tensor forward(const torch::Tensor& x, const BlockContext& ctx) = 0;
+};
+
+// How a model calls its blocks; the default calls block.forward directly. A strategy
+// installs another runner (e.g. one that recomputes the block in backward).
+using BlockRunner =
+    std::function<torch::Tensor(Block& block, const torch::Tensor& x, const BlockContext& ctx)>;
+
+class Model : public torch::nn::Module {
+ public:
+  // Summed loss over the batch's targets.
+  virtual LossOutput loss(const Batch& batch) = 0;
+  // The transformer blocks, in order.
+  virtual std::vector<std::shared_ptr<Block>> blocks() = 0;
+
+  void set_block_runner(BlockRunner runner) { runner_ = std::move(runner); }
+
+ protected:
+  torch::Tensor run_block(Block& block, const torch::Tensor& x, const BlockContext& ctx) {
+    return runner_ ? runner_(block, x, ctx) : block.forward(x, ctx);
+  }
+
+ private:
+  BlockRunner runner_;
+};
+
+}  // namespace gradscope
