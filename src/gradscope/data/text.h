@@ -9,15 +9,18 @@
 // - sample index i (global, counting from 0 over the whole run) maps to epoch e = i / W and
 //   window perm_e(i % W), where perm_e is a permutation that depends on (seed, e) alone;
 // so a sample depends on (seed, i) only, whatever the batch split.
+// Documents are the data set's files; the eot id stands between consecutive documents.
+// perm_e is a Fisher-Yates shuffle driven by hash3(seed, stream of e, position) (core/rng.h).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
-#include "gradscope/data/tokenizer.h"
 #include <torch/torch.h>
+#include "gradscope/data/tokenizer.h"
 
 namespace gradscope {
 
@@ -45,20 +48,36 @@ class TextCorpus {
   int64_t train_windows() const;
   int64_t val_windows() const;
   int64_t seq_len() const { return seq_len_; }
-  // Token ids of the whole training split (for unigram statistics).
+  // Token ids of the whole stream: the training split [0, split_index()), then validation
+  // (for unigram statistics use unigram_entropy_nats(tokens(), 0, split_index())).
   const std::vector<int32_t>& tokens() const { return tokens_; }
   int64_t split_index() const { return split_; }  // first validation token
+
+  // The training window sample i reads: perm_{i / W}(i % W). Throws a usage error if i < 0.
+  int64_t train_window(int64_t sample) const;
+  // Where the token cache lives, and whether this corpus was read from it (else tokenized).
+  const std::string& cache_path() const { return cache_path_; }
+  bool loaded_from_cache() const { return loaded_from_cache_; }
 
  private:
   std::vector<int32_t> tokens_;
   int64_t split_ = 0;
   int64_t seq_len_ = 0;
   uint64_t seed_ = 0;
+  std::string cache_path_;
+  bool loaded_from_cache_ = false;
+  // The permutation of one epoch is cached; the mutex (shared, so the corpus stays copyable)
+  // makes train_batch() safe to call from a prefetch thread.
+  std::shared_ptr<std::mutex> perm_mutex_ = std::make_shared<std::mutex>();
   mutable std::vector<int64_t> perm_;  // permutation of the current epoch
   mutable int64_t perm_epoch_ = -1;
 };
 
-// Data sets this family knows ("sotu", "moby-dick", "brown") and their source folders.
+// The permutation of [0, n) used for epoch `epoch` (Fisher-Yates driven by hash3).
+std::vector<int64_t> epoch_permutation(uint64_t seed, int64_t epoch, int64_t n);
+
+// Data sets this family knows ("sotu", "moby-dick", "brown") and their source folders,
+// relative to the data directory ("text/sotu", ...).
 const Registry<std::string>& text_dataset_registry();
 
 // Unigram entropy (nats per token) of the training split: the loss of the best model that

@@ -26,6 +26,13 @@ class Tokenizer {
   virtual std::string fingerprint() const = 0;
 };
 
+// Special ids of the `bytes` tokenizer: ids 0-255 are the UTF-8 bytes themselves.
+constexpr int32_t kBytesBosId = 256;
+constexpr int32_t kBytesEosId = 257;  // its eot_id()
+constexpr int32_t kBytesPadId = 258;
+constexpr int32_t kBytesMaskId = 259;
+constexpr int64_t kBytesVocabSize = 260;
+
 // Creates a tokenizer by registry name ("bytes", "gpt2", "llama3") from files under
 // data_dir (see scripts/fetch-data.sh). Throws a usage error whose hint names the fetch
 // command when files are missing, or names the file when it is truncated or corrupt.

@@ -1,0 +1,47 @@
+# gradscope: `make demo` and `make test` do all the set-up on a fresh Debian machine.
+BUILD ?= build
+BUILD_TYPE ?= Release
+JOBS ?= $(shell nproc)
+GS := $(BUILD)/gradscope
+DEMO_OUT ?= demo-out
+
+.PHONY: all deps data data-all configure build test demo clean format
+
+all: build
+
+deps:
+	bash scripts/install-deps.sh
+
+# The tokenizers and text corpora the tests and the demo use.
+data: deps
+	bash scripts/fetch-data.sh tokenizers text
+
+# Everything DESIGN.md lists, images and emoji included.
+data-all: deps
+	bash scripts/fetch-data.sh all
+
+$(BUILD)/build.ninja:
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE)
+
+configure: deps $(BUILD)/build.ninja
+
+build: configure
+	cmake --build $(BUILD) -j $(JOBS)
+
+test: data build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# The main job: the tiny Llama learns the State of the Union addresses; the summary shows
+# loss, time per phase, memory, throughput and FLOP/s; results land in $(DEMO_OUT)/.
+demo: data build
+	mkdir -p $(DEMO_OUT)
+	$(GS) run --model llama --preset tiny --optimizer adam --lr 3e-3 --batch 16 \
+	  --steps 300 --warmup-steps 5 --eval-every 100 \
+	  --db $(DEMO_OUT)/gradscope.db --json $(DEMO_OUT)/llama-tiny-adam.json
+	@echo "results: $(DEMO_OUT)/gradscope.db (sqlite3 $(DEMO_OUT)/gradscope.db 'select * from runs')"
+
+clean:
+	rm -rf $(BUILD)
+
+format:
+	clang-format -i $$(git ls-files '*.cpp' '*.h')

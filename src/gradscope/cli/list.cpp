@@ -1,0 +1,102 @@
+// `gradscope list`: every model, preset, optimizer, strategy, data set and tokenizer.
+#include "gradscope/cli/commands.h"
+#include "gradscope/core/env.h"
+#include "gradscope/data/text.h"
+#include "gradscope/data/tokenizer.h"
+#include "gradscope/models/registry.h"
+#include "gradscope/optim/factory.h"
+#include "gradscope/strategy/strategy.h"
+
+namespace gradscope {
+namespace {
+
+nlohmann::json catalogue() {
+  nlohmann::json j;
+  for (const auto& item : model_registry().items()) {
+    nlohmann::json presets = nlohmann::json::object();
+    for (const auto& preset : preset_names()) {
+      RunConfig c;
+      c.model = item.name;
+      c.preset = preset;
+      const nlohmann::json arch = resolve_arch(c);
+      presets[preset] = {{"params", item.entry.count_params(arch)}, {"arch", arch}};
+    }
+    j["models"][item.name] = {
+        {"description", item.description}, {"kind", item.entry.kind}, {"presets", presets}};
+  }
+  for (const auto& item : optimizer_registry().items())
+    j["optimizers"][item.name] = {{"description", item.description},
+                                  {"default_lr", item.entry.default_lr},
+                                  {"settings", item.entry.keys}};
+  for (const auto& item : strategy_registry().items())
+    j["strategies"][item.name] = {{"description", item.description}};
+  for (const auto& item : text_dataset_registry().items())
+    j["datasets"][item.name] = {{"description", item.description}, {"folder", item.entry}};
+  for (const auto& item : tokenizer_registry().items())
+    j["tokenizers"][item.name] = {{"description", item.description},
+                                  {"vocab_size", item.entry.vocab_size}};
+  j["data_dir"] = data_dir();
+  return j;
+}
+
+std::string with_commas(int64_t n) {
+  std::string digits = std::to_string(n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+void print_text(const nlohmann::json& j) {
+  fmt::print("models (presets with parameters counted from the configuration):\n");
+  for (const auto& [name, m] : j["models"].items()) {
+    fmt::print("  {:<12} {}\n", name, m["description"].get<std::string>());
+    for (const auto& [preset, p] : m["presets"].items()) {
+      const auto& a = p["arch"];
+      fmt::print("    {:<6} {:>15} params  {} layers, hidden {}, {} heads, seq {}, tokenizer {}\n",
+                 preset, with_commas(p["params"].get<int64_t>()),
+                 a.value("num_hidden_layers", 0), a.value("hidden_size", 0),
+                 a.value("num_attention_heads", 0), a.value("seq_len", 0),
+                 a.value("tokenizer", std::string("-")));
+    }
+  }
+  fmt::print("\noptimizers (--optimizer; settings with --opt NAME=VALUE):\n");
+  for (const auto& [name, o] : j["optimizers"].items()) {
+    std::string settings;
+    for (const auto& s : o["settings"]) settings += (settings.empty() ? "" : ", ") + s.get<std::string>();
+    fmt::print("  {:<12} {} (default lr {:g}; settings: {})\n", name,
+               o["description"].get<std::string>(), o["default_lr"].get<double>(),
+               settings.empty() ? "none" : settings);
+  }
+  fmt::print("\nstrategies (--strategy):\n");
+  for (const auto& [name, s] : j["strategies"].items())
+    fmt::print("  {:<12} {}\n", name, s["description"].get<std::string>());
+  fmt::print("\ndata sets (--dataset; fetched into {}):\n", j["data_dir"].get<std::string>());
+  for (const auto& [name, d] : j["datasets"].items())
+    fmt::print("  {:<12} {}\n", name, d["description"].get<std::string>());
+  fmt::print("\ntokenizers (--tokenizer):\n");
+  for (const auto& [name, t] : j["tokenizers"].items())
+    fmt::print("  {:<12} {} ({} ids)\n", name, t["description"].get<std::string>(),
+               with_commas(t["vocab_size"].get<int64_t>()));
+}
+
+}  // namespace
+
+void add_list_command(CLI::App& root, int& exit_code) {
+  auto as_json = std::make_shared<bool>(false);
+  CLI::App* cmd = root.add_subcommand(
+      "list", "List every model (with presets and parameter counts), optimizer, strategy, data "
+              "set and tokenizer");
+  cmd->add_flag("--json", *as_json, "Print the catalogue as JSON");
+  cmd->callback([as_json, &exit_code] {
+    const nlohmann::json j = catalogue();
+    if (*as_json)
+      fmt::print("{}\n", j.dump(2));
+    else
+      print_text(j);
+    exit_code = 0;
+  });
+}
+
+}  // namespace gradscope

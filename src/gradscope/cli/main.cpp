@@ -1,0 +1,58 @@
+// gradscope: train transformers under different optimizers and memory strategies, and
+// measure what each costs.
+#include <CLI/CLI.hpp>
+
+#include <iostream>
+
+#include "gradscope/cli/commands.h"
+#include "gradscope/core/error.h"
+#include "gradscope/measure/memory.h"
+
+namespace {
+
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Before any tensor exists, so that every CPU allocation is counted.
+  gradscope::CpuMemoryTracker::install();
+
+  CLI::App app{
+      "gradscope: a microscope for memory-efficient training.\n"
+      "Trains transformers with a choice of optimizer and memory strategy and measures\n"
+      "loss, time per phase, memory, utilization and FLOP/s. Start with `gradscope list`,\n"
+      "then `gradscope run --model llama --preset tiny --steps 200`."};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("gradscope ") + GRADSCOPE_VERSION);
+  int exit_code = 0;
+  gradscope::add_run_command(app, exit_code);
+  gradscope::add_list_command(app, exit_code);
+  gradscope::add_tokenize_command(app, exit_code);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "error: " << e.what() << "\n"
+              << "hint: see `gradscope --help` or `gradscope COMMAND --help`\n";
+    return 2;
+  } catch (const gradscope::Error& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    if (!e.hint().empty()) std::cerr << "hint: " << e.hint() << "\n";
+    return e.kind() == gradscope::ErrorKind::kErrorKindUsage ? 2 : 1;
+  } catch (const c10::Error& e) {
+    std::cerr << "error: " << first_line(e.what_without_backtrace()) << "\n"
+              << "hint: this is a LibTorch error; rerun with a smaller configuration or report it\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << first_line(e.what()) << "\n";
+    return 1;
+  }
+  return exit_code;
+}

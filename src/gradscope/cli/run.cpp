@@ -1,0 +1,163 @@
+// `gradscope run`: one training run, written to the database and optionally a JSON record.
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "gradscope/cli/commands.h"
+#include "gradscope/core/env.h"
+#include "gradscope/core/error.h"
+#include "gradscope/optim/factory.h"
+#include "gradscope/report/console.h"
+#include "gradscope/store/db.h"
+#include "gradscope/train/trainer.h"
+
+namespace gradscope {
+namespace {
+
+struct RunOptions {
+  RunConfig config;
+  std::string lr = "";
+  std::vector<std::string> opt;
+  double dropout = 0;
+  std::string memory_cap;
+};
+
+void check_output_path(const std::string& path) {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  check_usage(fs::is_directory(dir), "cannot write '" + path + "': folder '" + dir.string() +
+                                         "' does not exist",
+              "create the folder or choose another path");
+  check_usage(access(dir.c_str(), W_OK) == 0,
+              "cannot write '" + path + "': folder '" + dir.string() + "' is not writable",
+              "choose a path in a writable folder");
+}
+
+// Writes to a temporary file and renames it, so a reader never sees half a record.
+void write_json_atomically(const std::string& path, const nlohmann::json& j) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << j.dump(2) << "\n";
+    if (!out) fail_runtime("cannot write '" + tmp + "'", "check free disk space");
+  }
+  std::filesystem::rename(tmp, path);
+}
+
+int execute(RunOptions& o, CLI::App& cmd) {
+  RunConfig& c = o.config;
+  if (!o.lr.empty()) {
+    check_usage(o.lr != "auto", "--lr auto (learning-rate search) is not available in this build",
+                "pass a number, e.g. --lr 1e-3, or leave --lr out for the optimizer's default");
+    size_t pos = 0;
+    double lr = 0;
+    try {
+      lr = std::stod(o.lr, &pos);
+    } catch (const std::exception&) {
+      pos = 0;
+    }
+    check_usage(pos == o.lr.size() && pos > 0, "cannot read --lr '" + o.lr + "' as a number",
+                "write e.g. --lr 3e-4");
+    check_usage(lr > 0, fmt::format("--lr {} must be > 0", o.lr), "write e.g. --lr 3e-4");
+    c.lr = lr;
+  }
+  if (cmd.count("--seq"))
+    check_usage(c.seq_len > 0, fmt::format("--seq {} must be positive", c.seq_len),
+                "leave --seq out for the preset's sequence length");
+  for (const auto& s : o.opt) parse_opt_setting(s, c.opt);
+  if (cmd.count("--dropout")) c.dropout = o.dropout;
+  if (!o.memory_cap.empty()) c.memory_cap_bytes = parse_bytes(o.memory_cap);
+  if (!c.json_path.empty()) check_output_path(c.json_path);
+
+  Trainer trainer(c);
+  // Opened before training so that a bad database path fails now, not after the run.
+  Database db(c.db_path);
+  const std::string started_at = utc_now_iso8601();
+  std::unique_ptr<ProgressSink> progress;
+  if (!c.quiet) progress = make_console_progress(stderr, isatty(fileno(stderr)) != 0);
+  nlohmann::json record = trainer.run(progress.get());
+  const std::string finished_at = utc_now_iso8601();
+  const int64_t attempt = db.write_run(record, c.sweep, started_at, finished_at);
+  if (!c.json_path.empty()) write_json_atomically(c.json_path, record);
+  if (!c.quiet) {
+    fmt::print("\n{}", summary_table(record));
+    fmt::print("  {:<27}  {} (attempt {})\n", "database", c.db_path, attempt);
+    if (!c.json_path.empty()) fmt::print("  {:<27}  {}\n", "record", c.json_path);
+  }
+  return record.value("status", "error") == "ok" ? 0 : 1;
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& root, int& exit_code) {
+  auto o = std::make_shared<RunOptions>();
+  RunConfig& c = o->config;
+  CLI::App* cmd = root.add_subcommand(
+      "run",
+      "Train one configuration and measure it.\n"
+      "Every optimizer step is timed by phase (data, forward, backward, optimizer) after\n"
+      "untimed warm-up steps; memory is tracked per phase. The run is written to the\n"
+      "database (--db) and, with --json, to a run record file. Exit 0 when the run's\n"
+      "status is ok, 1 when it failed (oom, diverged, timeout, error), 2 for bad input.\n"
+      "Example: gradscope run --model llama --preset tiny --optimizer adam --steps 300");
+  cmd->add_option("--model", c.model, "Architecture (see `gradscope list`)")->capture_default_str();
+  cmd->add_option("--preset", c.preset, "tiny (tests), small (CPU) or paper (published size)")
+      ->capture_default_str();
+  cmd->add_option("--optimizer", c.optimizer, "Optimizer (see `gradscope list`)")
+      ->capture_default_str();
+  cmd->add_option("--strategy", c.strategy, "Memory strategy (see `gradscope list`)")
+      ->capture_default_str();
+  cmd->add_option("--batch", c.batch, "Micro-batch size (samples)")->capture_default_str();
+  cmd->add_option("--accum-steps", c.accum_steps,
+                  "Micro-batches per optimizer step (effective batch = batch x accum-steps)")
+      ->capture_default_str();
+  cmd->add_option("--seq", c.seq_len, "Sequence length (default: the preset's)");
+  cmd->add_option("--steps", c.steps, "Timed optimizer steps")->capture_default_str();
+  cmd->add_option("--warmup-steps", c.warmup_steps,
+                  "Untimed optimizer steps before the timed ones (they train too)")
+      ->capture_default_str();
+  cmd->add_option("--lr", o->lr, "Learning rate (default: the optimizer's, see `gradscope list`)");
+  cmd->add_option("--lr-schedule", c.lr_schedule,
+                  "constant, or cosine (linear warm-up over --lr-warmup-steps, then cosine to 0)")
+      ->capture_default_str();
+  cmd->add_option("--lr-warmup-steps", c.lr_warmup_steps, "Warm-up length of the cosine schedule")
+      ->capture_default_str();
+  cmd->add_option("--weight-decay", c.weight_decay, "Weight decay")->capture_default_str();
+  cmd->add_option("--clip-grad-norm", c.clip_grad_norm,
+                  "Clip the global gradient norm to this value (0 = off; the norm is recorded "
+                  "either way)")
+      ->capture_default_str();
+  cmd->add_option("--opt", o->opt,
+                  "Optimizer setting NAME=VALUE under PyTorch's name (repeatable), e.g. "
+                  "--opt momentum=0.9 --opt nesterov=true, --opt betas=0.9,0.95");
+  cmd->add_option("--seed", c.seed, "Seed of weights, data order and dropout")->capture_default_str();
+  cmd->add_option("--device", c.device, "cpu, cuda or cuda:N")->capture_default_str();
+  cmd->add_option("--dtype", c.dtype, "Compute dtype")->capture_default_str();
+  cmd->add_option("--threads", c.threads, "Intra-op and BLAS threads (0 = LibTorch's default)")
+      ->capture_default_str();
+  cmd->add_option("--dataset", c.dataset,
+                  "Data set: sotu, moby-dick, brown, or a .txt file or folder (default: the "
+                  "model's)");
+  cmd->add_option("--tokenizer", c.tokenizer, "bytes, gpt2 or llama3 (default: the preset's)");
+  cmd->add_option("--dropout", o->dropout, "Dropout probability (default: the published one)");
+  cmd->add_option("--memory-cap", o->memory_cap,
+                  "Refuse CPU allocations beyond this many bytes (e.g. 512MiB, 8GiB): the run "
+                  "behaves as on a smaller device and ends with status oom");
+  cmd->add_option("--eval-every", c.eval_every,
+                  "Evaluate on the validation split every N steps (0 = only at the end)")
+      ->capture_default_str();
+  cmd->add_option("--eval-batches", c.eval_batches, "Validation batches per evaluation")
+      ->capture_default_str();
+  cmd->add_option("--timeout", c.timeout_s, "Stop with status timeout after this many seconds")
+      ->capture_default_str();
+  cmd->add_option("--db", c.db_path, "SQLite results database")->capture_default_str();
+  cmd->add_option("--json", c.json_path, "Also write the run record to this JSON file");
+  cmd->add_flag("--quiet", c.quiet, "No progress and no summary");
+  cmd->callback([o, cmd, &exit_code] { exit_code = execute(*o, *cmd); });
+}
+
+}  // namespace gradscope

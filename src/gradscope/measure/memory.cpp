@@ -1,0 +1,338 @@
+#include "gradscope/measure/memory.h"
+
+#include <c10/core/CPUAllocator.h>
+#include <c10/util/Exception.h>
+#include <fmt/format.h>
+#include <sys/resource.h>
+#include <torch/version.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <typeinfo>
+#include <unordered_set>
+
+#include "gradscope/core/error.h"
+
+// The CUDA caching allocator's header is installed even by CPU-only LibTorch packages
+// (Debian's), which lack the library behind it. The CUDA macros header is generated only
+// when LibTorch is built with CUDA, and the caching allocator's header cannot compile
+// without it, so its presence is the test.
+#if __has_include(<c10/cuda/impl/cuda_cmake_macros.h>)
+#define GRADSCOPE_HAS_CUDA_STATS 1
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#else
+#define GRADSCOPE_HAS_CUDA_STATS 0
+#endif
+
+namespace gradscope {
+namespace {
+
+// LibTorch's CPU alignment (c10::gAlignment on x86-64); the header in front of each block
+// takes one alignment unit so the data pointer keeps it.
+constexpr size_t kAlignment = 64;
+static_assert(kAlignment >= sizeof(size_t), "the header must hold the block size");
+
+CpuMemoryTracker* g_tracker = nullptr;
+
+[[noreturn]] void throw_cpu_oom(size_t nbytes, const std::string& why) {
+  // The wording of LibTorch's own CPU allocator, so that code recognising an out-of-memory
+  // failure by type or by message treats a capped run like a real one.
+  TORCH_CHECK_WITH(OutOfMemoryError, false,
+                   "DefaultCPUAllocator: not enough memory: you tried to allocate ", nbytes,
+                   " bytes (out of memory: ", why, ")");
+  std::abort();  // unreachable: TORCH_CHECK_WITH(false) throws
+}
+
+// The raw deleter: the context is the data pointer (LibTorch's raw_allocate asserts it),
+// and the block size sits in the header just before it.
+void tracked_free(void* data) {
+  if (data == nullptr) return;
+  char* base = static_cast<char*>(data) - kAlignment;
+  size_t nbytes = 0;
+  std::memcpy(&nbytes, base, sizeof(nbytes));
+  g_tracker->release(static_cast<int64_t>(nbytes));
+  std::free(base);
+}
+
+c10::DataPtr tracked_allocate(size_t nbytes) {
+  const c10::Device cpu(c10::DeviceType::CPU);
+  if (nbytes == 0) return {nullptr, nullptr, &tracked_free, cpu};
+  g_tracker->reserve(static_cast<int64_t>(nbytes));
+  void* base = nullptr;
+  if (nbytes > SIZE_MAX - kAlignment ||
+      posix_memalign(&base, kAlignment, nbytes + kAlignment) != 0) {
+    g_tracker->release(static_cast<int64_t>(nbytes));
+    throw_cpu_oom(nbytes, "the system refused the allocation");
+  }
+  std::memcpy(base, &nbytes, sizeof(nbytes));
+  void* data = static_cast<char*>(base) + kAlignment;
+  return {data, data, &tracked_free, cpu};
+}
+
+// c10::Allocator changed shape between versions: 1.13 has `DataPtr allocate(size_t) const`
+// and nothing else pure virtual; 2.x made allocate non-const and added a pure virtual
+// `copy_data`. Both are detected from the header rather than keyed on version numbers, so
+// the class below compiles against whichever LibTorch the build finds.
+constexpr bool kAllocateIsConst = std::is_same_v<decltype(&c10::Allocator::allocate),
+                                                 c10::DataPtr (c10::Allocator::*)(size_t) const>;
+
+template <class T, class = void>
+struct HasCopyData : std::false_type {};
+template <class T>
+struct HasCopyData<T, std::void_t<decltype(&T::copy_data)>> : std::true_type {};
+
+// Only the chosen specialization is instantiated, so only its `override` is checked.
+template <bool kConst, class Base>
+struct AllocateAdapter;
+template <class Base>
+struct AllocateAdapter<true, Base> : Base {
+  c10::DataPtr allocate(size_t nbytes) const override { return tracked_allocate(nbytes); }
+};
+template <class Base>
+struct AllocateAdapter<false, Base> : Base {
+  c10::DataPtr allocate(size_t nbytes) override { return tracked_allocate(nbytes); }
+};
+
+template <bool kHasCopyData, class Base>
+struct CopyDataAdapter : Base {};
+template <class Base>
+struct CopyDataAdapter<true, Base> : Base {
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    std::memcpy(dest, src, count);
+  }
+};
+
+struct TrackingAllocator final
+    : CopyDataAdapter<HasCopyData<c10::Allocator>::value,
+                      AllocateAdapter<kAllocateIsConst, c10::Allocator>> {
+  c10::DeleterFnPtr raw_deleter() const override { return &tracked_free; }
+};
+
+// "VmHWM:    123456 kB" -> bytes; 0 when the field is missing.
+int64_t proc_status_bytes(const char* field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  const size_t field_len = std::strlen(field);
+  while (std::getline(in, line)) {
+    if (line.compare(0, field_len, field) == 0 && line.size() > field_len &&
+        line[field_len] == ':') {
+      std::istringstream values(line.substr(field_len + 1));
+      int64_t kib = 0;
+      if (values >> kib) return kib * 1024;
+    }
+  }
+  return 0;
+}
+
+class CpuMemoryMeter final : public MemoryMeter {
+ public:
+  CpuMemoryMeter() : tracker_(CpuMemoryTracker::install()) { tracker_.reset_peak(); }
+  int64_t current_bytes() const override { return tracker_.current_bytes(); }
+  int64_t peak_bytes() const override { return tracker_.peak_bytes(); }
+  void reset_peak() override { tracker_.reset_peak(); }
+  std::optional<int64_t> reserved_peak_bytes() const override { return std::nullopt; }
+
+ private:
+  CpuMemoryTracker& tracker_;
+};
+
+#if GRADSCOPE_HAS_CUDA_STATS
+// Index 0 of each stat array is the aggregate over the small and large pools
+// (StatType::AGGREGATE), in 1.13 and 2.x alike; the enum itself moved namespaces in 2.x.
+constexpr size_t kAggregate = 0;
+
+class CudaMemoryMeter final : public MemoryMeter {
+ public:
+  explicit CudaMemoryMeter(c10::DeviceIndex index) : index_(index) { reset_peak(); }
+  int64_t current_bytes() const override { return stats().allocated_bytes[kAggregate].current; }
+  int64_t peak_bytes() const override { return stats().allocated_bytes[kAggregate].peak; }
+  void reset_peak() override { c10::cuda::CUDACachingAllocator::resetPeakStats(index_); }
+  std::optional<int64_t> reserved_peak_bytes() const override {
+    return stats().reserved_bytes[kAggregate].peak;
+  }
+
+ private:
+  // Its type moved from c10::cuda::CUDACachingAllocator to c10::CachingDeviceAllocator in
+  // 2.x; the function that returns it did not.
+  using DeviceStats = decltype(c10::cuda::CUDACachingAllocator::getDeviceStats(0));
+  DeviceStats stats() const { return c10::cuda::CUDACachingAllocator::getDeviceStats(index_); }
+  c10::DeviceIndex index_;
+};
+#endif
+
+}  // namespace
+
+CpuMemoryTracker& CpuMemoryTracker::install() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // Both live for the rest of the process: LibTorch keeps the allocator pointer, and
+    // blocks it made may be freed during static destruction.
+    g_tracker = new CpuMemoryTracker();
+    auto* allocator = new TrackingAllocator();
+    // Highest priority: a later SetCPUAllocator of default priority must not displace it.
+    c10::SetCPUAllocator(allocator, /*priority=*/UINT8_MAX);
+    if (c10::GetCPUAllocator() != allocator) {
+      fail_runtime("the CPU tracking allocator could not be installed",
+                   "another CPU allocator was installed with top priority; CPU memory cannot be "
+                   "measured in this process");
+    }
+  });
+  return *g_tracker;
+}
+
+bool CpuMemoryTracker::installed() { return g_tracker != nullptr; }
+
+void CpuMemoryTracker::reset_peak() {
+  peak_bytes_.store(current_bytes_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+}
+
+void CpuMemoryTracker::set_cap(int64_t cap_bytes) {
+  check_usage(cap_bytes >= 0, fmt::format("memory cap of {} bytes is negative", cap_bytes),
+              "give a size such as 512MiB, or 0 for no cap");
+  cap_bytes_.store(cap_bytes, std::memory_order_relaxed);
+}
+
+void CpuMemoryTracker::reserve(int64_t n) {
+  // A compare-exchange loop rather than add-then-undo, so that a refused allocation never
+  // shows up in current or peak, even for a moment seen by another thread.
+  int64_t current = current_bytes_.load(std::memory_order_relaxed);
+  int64_t next = 0;
+  do {
+    const int64_t cap = cap_bytes_.load(std::memory_order_relaxed);
+    next = current + n;
+    if (cap > 0 && next > cap) {
+      throw_cpu_oom(static_cast<size_t>(n),
+                    fmt::format("the memory cap of {} bytes would be exceeded; {} bytes in use",
+                                cap, current));
+    }
+  } while (!current_bytes_.compare_exchange_weak(current, next, std::memory_order_relaxed));
+  int64_t peak = peak_bytes_.load(std::memory_order_relaxed);
+  while (next > peak && !peak_bytes_.compare_exchange_weak(peak, next, std::memory_order_relaxed)) {
+  }
+}
+
+std::unique_ptr<MemoryMeter> make_memory_meter(const torch::Device& device) {
+  if (device.is_cpu()) return std::make_unique<CpuMemoryMeter>();
+  if (device.is_cuda()) {
+#if GRADSCOPE_HAS_CUDA_STATS
+    check_usage(torch::cuda::is_available(), "device cuda was asked for, but no GPU is visible",
+                "check nvidia-smi and CUDA_VISIBLE_DEVICES, or use --device cpu");
+    const c10::DeviceIndex index =
+        device.has_index() ? device.index() : c10::cuda::current_device();
+    check_usage(index >= 0 && index < static_cast<c10::DeviceIndex>(torch::cuda::device_count()),
+                fmt::format("device {} does not exist: {} GPU(s) visible", device.str(),
+                            torch::cuda::device_count()),
+                "use --device cuda:0 .. cuda:N-1");
+    return std::make_unique<CudaMemoryMeter>(index);
+#else
+    fail_usage(fmt::format("device {} was asked for, but this gradscope is built against a "
+                           "LibTorch without CUDA ({})",
+                           device.str(), TORCH_VERSION),
+               "rebuild with a CUDA LibTorch (-DCMAKE_PREFIX_PATH=...), or use --device cpu");
+#endif
+  }
+  fail_usage(fmt::format("memory cannot be measured on device {}", device.str()),
+             "use --device cpu or cuda");
+}
+
+int64_t peak_rss_bytes() {
+  if (const int64_t hwm = proc_status_bytes("VmHWM"); hwm > 0) return hwm;
+  struct rusage usage {};
+  if (getrusage(RUSAGE_SELF, &usage) != 0) return 0;
+  return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // kilobytes on Linux
+}
+
+int64_t current_rss_bytes() {
+  if (const int64_t rss = proc_status_bytes("VmRSS"); rss > 0) return rss;
+  std::ifstream statm("/proc/self/statm");
+  int64_t size_pages = 0;
+  int64_t resident_pages = 0;
+  if (statm >> size_pages >> resident_pages) return resident_pages * sysconf(_SC_PAGESIZE);
+  return 0;
+}
+
+int64_t tensors_bytes(const std::vector<torch::Tensor>& tensors) {
+  std::unordered_set<const void*> seen;
+  int64_t total_bytes = 0;
+  for (const auto& t : tensors) {
+    if (!t.defined()) continue;
+    if (!t.has_storage()) {
+      // Sparse and other storage-less layouts: what the tensor reports for itself.
+      total_bytes += static_cast<int64_t>(t.nbytes());
+      continue;
+    }
+    const c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
+    if (seen.insert(storage).second) total_bytes += static_cast<int64_t>(t.storage().nbytes());
+  }
+  return total_bytes;
+}
+
+int64_t grads_bytes(const std::vector<torch::Tensor>& params) {
+  std::vector<torch::Tensor> grads;
+  grads.reserve(params.size());
+  for (const auto& p : params) {
+    if (p.defined() && p.grad().defined()) grads.push_back(p.grad());
+  }
+  return tensors_bytes(grads);
+}
+
+namespace {
+
+// Appends the tensors of one of LibTorch's built-in param states; false if the type is not
+// one of them.
+bool append_builtin_state(const torch::optim::OptimizerParamState& state,
+                          std::vector<torch::Tensor>& out) {
+  namespace optim = torch::optim;
+  if (const auto* s = dynamic_cast<const optim::SGDParamState*>(&state)) {
+    out.push_back(s->momentum_buffer());
+  } else if (const auto* s = dynamic_cast<const optim::AdamParamState*>(&state)) {
+    out.insert(out.end(), {s->exp_avg(), s->exp_avg_sq(), s->max_exp_avg_sq()});
+  } else if (const auto* s = dynamic_cast<const optim::AdamWParamState*>(&state)) {
+    out.insert(out.end(), {s->exp_avg(), s->exp_avg_sq(), s->max_exp_avg_sq()});
+  } else if (const auto* s = dynamic_cast<const optim::AdagradParamState*>(&state)) {
+    out.push_back(s->sum());
+  } else if (const auto* s = dynamic_cast<const optim::RMSpropParamState*>(&state)) {
+    out.insert(out.end(), {s->square_avg(), s->momentum_buffer(), s->grad_avg()});
+  } else if (const auto* s = dynamic_cast<const optim::LBFGSParamState*>(&state)) {
+    out.insert(out.end(), {s->d(), s->H_diag(), s->prev_flat_grad()});
+    out.insert(out.end(), s->old_dirs().begin(), s->old_dirs().end());
+    out.insert(out.end(), s->old_stps().begin(), s->old_stps().end());
+    out.insert(out.end(), s->ro().begin(), s->ro().end());
+    if (s->al()) out.insert(out.end(), s->al()->begin(), s->al()->end());
+  } else {
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer) {
+  if (const auto* own = dynamic_cast<const StateBytes*>(&optimizer)) {
+    return tensors_bytes(own->state_tensors());
+  }
+  std::vector<torch::Tensor> tensors;
+  for (const auto& entry : optimizer.state()) {
+    const torch::optim::OptimizerParamState* state = entry.second.get();
+    if (state == nullptr) continue;
+    if (const auto* custom = dynamic_cast<const StateBytes*>(state)) {
+      const auto more = custom->state_tensors();
+      tensors.insert(tensors.end(), more.begin(), more.end());
+    } else if (!append_builtin_state(*state, tensors)) {
+      fail_runtime(
+          fmt::format("cannot count the optimizer state of type {}", typeid(*state).name()),
+          "make the optimizer's param state implement gradscope::StateBytes "
+          "(measure/memory.h)");
+    }
+  }
+  return tensors_bytes(tensors);
+}
+
+}  // namespace gradscope

@@ -1,0 +1,109 @@
+// Memory measurement: what the allocator hands out (current and peak), what the process
+// holds (RSS), and what parameters, gradients and optimizer state take.
+//
+// CPU: LibTorch's allocator keeps no statistics, so gradscope installs its own tracking
+// allocator with c10::SetCPUAllocator. It counts the bytes LibTorch asks for (not the
+// 64-byte header it keeps in front of each block, nor malloc's own overhead), exactly,
+// from every thread. CUDA: the caching allocator's own statistics (allocated bytes, and the
+// reserved bytes it holds from the driver).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+namespace gradscope {
+
+// The process-wide CPU tracking allocator. Blocks LibTorch allocated before install() are
+// neither counted nor disturbed: each DataPtr carries the deleter of the allocator that made
+// it, so they go back to LibTorch's default allocator when freed.
+class CpuMemoryTracker {
+ public:
+  // Installs the tracking allocator as LibTorch's CPU allocator; later calls return the same
+  // tracker and change nothing. Throws a runtime error if LibTorch keeps another allocator.
+  static CpuMemoryTracker& install();
+  // Whether install() has run in this process.
+  static bool installed();
+
+  // Bytes of CPU tensor storage allocated through the tracker and not yet freed.
+  int64_t current_bytes() const { return current_bytes_.load(std::memory_order_relaxed); }
+  // The highest current_bytes() since install() or the last reset_peak().
+  int64_t peak_bytes() const { return peak_bytes_.load(std::memory_order_relaxed); }
+  // Starts a new peak window: peak := current.
+  void reset_peak();
+
+  // Allocations that would take current_bytes() above cap_bytes throw LibTorch's CPU
+  // out-of-memory c10::OutOfMemoryError (a c10::Error) and count nothing; 0 means no cap.
+  // This is how --memory-cap makes a CPU run fail the way a GPU run out of memory does.
+  void set_cap(int64_t cap_bytes);
+  int64_t cap_bytes() const { return cap_bytes_.load(std::memory_order_relaxed); }
+
+  // Used by the allocator itself: reserve n bytes (throws past the cap), give them back.
+  void reserve(int64_t n);
+  void release(int64_t n) { current_bytes_.fetch_sub(n, std::memory_order_relaxed); }
+
+ private:
+  CpuMemoryTracker() = default;
+
+  std::atomic<int64_t> current_bytes_{0};
+  std::atomic<int64_t> peak_bytes_{0};
+  std::atomic<int64_t> cap_bytes_{0};
+};
+
+// The allocator-level view of one device's memory, for one run.
+class MemoryMeter {
+ public:
+  virtual ~MemoryMeter() = default;
+  // Bytes of tensor storage allocated now.
+  virtual int64_t current_bytes() const = 0;
+  // The most allocated at once since the meter was made or the last reset_peak().
+  virtual int64_t peak_bytes() const = 0;
+  // Starts a new peak window (peak := current), e.g. after warm-up or per phase.
+  virtual void reset_peak() = 0;
+  // The most the allocator held from the system, cached blocks included (CUDA's reserved
+  // bytes); nullopt where the allocator keeps no cache (CPU), so the record says null.
+  virtual std::optional<int64_t> reserved_peak_bytes() const = 0;
+};
+
+// CPU: installs the tracking allocator if needed; make the meter before building the model,
+// or the parameters (allocated by LibTorch's default allocator) are not counted. CUDA: the caching
+// allocator's statistics for that device, with its peaks reset here so each run starts its own.
+// Asking for CUDA from a build without CUDA, or with no GPU visible, is a usage error. Either way
+// the peak starts at the current value.
+std::unique_ptr<MemoryMeter> make_memory_meter(const torch::Device& device);
+
+// Peak resident set size of this process (VmHWM), in bytes; 0 when the system says nothing.
+int64_t peak_rss_bytes();
+// Resident set size now (VmRSS), in bytes; 0 when the system says nothing.
+int64_t current_rss_bytes();
+
+// Bytes of the storages behind the defined tensors, each storage counted once: views and
+// tensors sharing memory are not counted twice, and a view counts its whole storage, since
+// that is the memory it keeps alive.
+int64_t tensors_bytes(const std::vector<torch::Tensor>& tensors);
+// tensors_bytes of the parameters' defined gradients.
+int64_t grads_bytes(const std::vector<torch::Tensor>& params);
+
+// Implemented by optimizer parameter states (and optimizers) that gradscope adds, so that
+// optimizer_state_bytes can count them without knowing their type. An optimizer that holds
+// state outside its per-parameter states (projection matrices, a search direction)
+// implements it on the optimizer itself; its answer is then taken as the whole total.
+class StateBytes {
+ public:
+  virtual ~StateBytes() = default;
+  // The tensors this state holds (undefined ones are skipped by the caller).
+  virtual std::vector<torch::Tensor> state_tensors() const = 0;
+};
+
+// Bytes of every tensor in the optimizer's state, shared storage counted once. LibTorch's
+// own param states (SGD, Adam, AdamW, Adagrad, RMSprop, LBFGS) are recognised by type,
+// since they have no common accessor for their tensors (serializing them would copy every
+// byte); states of any other type must implement StateBytes, and a state that does neither
+// throws a runtime error naming the gap rather than being counted as 0.
+int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer);
+
+}  // namespace gradscope

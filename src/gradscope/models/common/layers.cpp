@@ -1,0 +1,298 @@
+#include "gradscope/models/common/layers.h"
+
+#include <atomic>
+#include <cmath>
+#include <limits>
+
+#include <torch/version.h>
+
+namespace gradscope {
+
+namespace F = torch::nn::functional;
+
+// ---------------------------------------------------------------------------------------
+// RMSNorm
+
+RMSNormImpl::RMSNormImpl(const RMSNormOptions& options_) : options(options_) { reset(); }
+
+void RMSNormImpl::reset() {
+  TORCH_CHECK(options.dim() > 0, "RMSNorm dim must be positive, got ", options.dim());
+  TORCH_CHECK(options.eps() >= 0, "RMSNorm eps must be >= 0, got ", options.eps());
+  weight = register_parameter("weight", torch::empty({options.dim()}));
+  reset_parameters();
+}
+
+void RMSNormImpl::reset_parameters() {
+  torch::NoGradGuard no_grad;
+  weight.fill_(1.0);
+}
+
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  // float32 statistics: bf16 has too few mantissa bits for a mean of squares over C.
+  auto x32 = x.to(torch::kFloat);                              // (..., C)
+  auto variance = x32.pow(2).mean(-1, /*keepdim=*/true);       // (..., 1)
+  auto normed = x32 * torch::rsqrt(variance + options.eps());  // (..., C)
+  return weight * normed.to(x.scalar_type());
+}
+
+// ---------------------------------------------------------------------------------------
+// Rotary embeddings
+
+torch::Tensor rope_inv_freq(const RotaryOptions& options) {
+  const int64_t hs = options.head_size();
+  TORCH_CHECK(hs > 0 && hs % 2 == 0, "rotary head size must be positive and even, got ", hs);
+  TORCH_CHECK(options.theta() > 0, "rope theta must be positive, got ", options.theta());
+  // Each line mirrors one Python expression of transformers' modeling_rope_utils; where
+  // Python writes `scalar / tensor` PyTorch computes tensor.reciprocal() * scalar, and so
+  // do we, so that the float32 roundings are the same.
+  // inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+  auto exponent = torch::arange(0, hs, 2, torch::kLong).to(torch::kFloat) / hs;  // (HS/2)
+  auto inv_freq = torch::pow(options.theta(), exponent).reciprocal();            // (HS/2)
+  if (!options.llama3_scaling()) return inv_freq;
+
+  const Llama3RopeScaling& s = *options.llama3_scaling();
+  TORCH_CHECK(s.factor > 0, "llama3 rope scaling factor must be positive, got ", s.factor);
+  TORCH_CHECK(s.high_freq_factor > s.low_freq_factor,
+              "llama3 rope scaling needs high_freq_factor > low_freq_factor, got ",
+              s.high_freq_factor, " and ", s.low_freq_factor);
+  const double old_context_len = s.original_max_position_embeddings;
+  const double low_freq_wavelen = old_context_len / s.low_freq_factor;
+  const double high_freq_wavelen = old_context_len / s.high_freq_factor;
+
+  // wavelen = 2 * math.pi / inv_freq
+  constexpr double kPi = 3.141592653589793;  // Python's math.pi
+  auto wavelen = inv_freq.reciprocal() * (2 * kPi);
+  // wavelen > low_freq_wavelen: divide by factor; wavelen < high_freq_wavelen: keep
+  auto inv_freq_llama = torch::where(wavelen > low_freq_wavelen, inv_freq / s.factor, inv_freq);
+  // smooth_factor = (old_context_len / wavelen - low_freq_factor)
+  //                 / (high_freq_factor - low_freq_factor)
+  auto smooth_factor = (wavelen.reciprocal() * old_context_len - s.low_freq_factor) /
+                       (s.high_freq_factor - s.low_freq_factor);
+  // smoothed = (1 - smooth_factor) * inv_freq_llama / factor + smooth_factor * inv_freq_llama
+  auto smoothed = (1 - smooth_factor) * inv_freq_llama / s.factor + smooth_factor * inv_freq_llama;
+  auto is_medium =
+      (wavelen < high_freq_wavelen).logical_not() * (wavelen > low_freq_wavelen).logical_not();
+  return torch::where(is_medium, smoothed, inv_freq_llama);
+}
+
+RopeTables rope_tables(const RotaryOptions& options, int64_t seq_len, const torch::Device& device) {
+  TORCH_CHECK(seq_len > 0, "rotary tables need a positive sequence length, got ", seq_len);
+  auto inv_freq = rope_inv_freq(options);                                   // (HS/2)
+  auto positions = torch::arange(seq_len, torch::kLong).to(torch::kFloat);  // (T)
+  auto freqs = torch::outer(positions, inv_freq);                           // (T, HS/2)
+  auto emb = torch::cat({freqs, freqs}, -1);                                // (T, HS)
+  // Llama 3 scaling has attention_factor 1, so the tables are not rescaled.
+  return {emb.cos().to(device), emb.sin().to(device)};
+}
+
+static torch::Tensor rotate_half(const torch::Tensor& x) {
+  const int64_t half = x.size(-1) / 2;
+  auto x1 = x.narrow(-1, 0, half);
+  auto x2 = x.narrow(-1, half, x.size(-1) - half);
+  return torch::cat({-x2, x1}, -1);
+}
+
+torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos,
+                           const torch::Tensor& sin) {
+  TORCH_CHECK(cos.dim() == 2 && cos.sizes() == sin.sizes(),
+              "rotary tables must be (T, HS) and alike, got ", cos.sizes(), " and ", sin.sizes());
+  TORCH_CHECK(x.size(-1) == cos.size(-1) && x.size(-2) == cos.size(0), "apply_rotary: input ",
+              x.sizes(), " does not match tables ", cos.sizes());
+  auto c = cos.to(x.scalar_type());  // (T, HS), broadcast over (B, NH)
+  auto s = sin.to(x.scalar_type());
+  return x * c + rotate_half(x) * s;  // (B, NH, T, HS)
+}
+
+const RopeTables& RotaryCache::get(int64_t seq_len, const torch::Device& device) {
+  if (seq_len != seq_len_ || !device_ || *device_ != device) {
+    tables_ = rope_tables(options_, seq_len, device);
+    seq_len_ = seq_len;
+    device_ = device;
+  }
+  return tables_;
+}
+
+// ---------------------------------------------------------------------------------------
+// Attention
+
+namespace {
+std::atomic<AttentionPath> g_attention_path{AttentionPath::kAttentionPathAuto};
+}  // namespace
+
+void set_attention_path(AttentionPath path) {
+  if (path == AttentionPath::kAttentionPathSdpa) {
+    TORCH_CHECK(sdpa_available(), "fused attention (at::scaled_dot_product_attention) needs ",
+                "LibTorch >= 2.0; this is ", TORCH_VERSION);
+  }
+  g_attention_path.store(path);
+}
+
+AttentionPath attention_path() { return g_attention_path.load(); }
+
+bool sdpa_available() {
+#if TORCH_VERSION_MAJOR >= 2
+  return true;
+#else
+  return false;
+#endif
+}
+
+torch::Tensor repeat_kv(const torch::Tensor& x, int64_t n_rep) {
+  if (n_rep == 1) return x;
+  const int64_t b = x.size(0), nkv = x.size(1), s = x.size(2), hs = x.size(3);
+  // (B, NKV, S, HS) -> (B, NKV, n_rep, S, HS) -> (B, NKV * n_rep, S, HS)
+  return x.unsqueeze(2).expand({b, nkv, n_rep, s, hs}).reshape({b, nkv * n_rep, s, hs});
+}
+
+// The causal constraint as a bool mask, true where query t may attend key s (s <= t),
+// top-left aligned like SDPA's is_causal.
+static torch::Tensor causal_keep_mask(int64_t t, int64_t s, const torch::Device& device) {
+  return torch::ones({t, s}, torch::TensorOptions().dtype(torch::kBool).device(device)).tril();
+}
+
+// One mask for SDPA (which rejects attn_mask together with is_causal) and the math path:
+// bool stays bool, a floating mask is cast to the scores' dtype.
+static torch::Tensor merged_mask(const torch::Tensor& mask, bool is_causal, int64_t t, int64_t s,
+                                 const torch::TensorOptions& scores_options) {
+  torch::Tensor out;
+  if (mask.defined()) {
+    out = mask.scalar_type() == torch::kBool ? mask : mask.to(scores_options.dtype());
+  }
+  if (!is_causal) return out;
+  auto keep = causal_keep_mask(t, s, scores_options.device());  // (T, S)
+  if (!out.defined()) return keep;
+  if (out.scalar_type() == torch::kBool) return out.logical_and(keep);
+  return out.masked_fill(keep.logical_not(), -std::numeric_limits<double>::infinity());
+}
+
+static torch::Tensor math_attention(const torch::Tensor& q, const torch::Tensor& k,
+                                    const torch::Tensor& v, const torch::Tensor& mask,
+                                    double dropout_p) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  auto scores = torch::matmul(q, k.transpose(-2, -1)) * scale;  // (B, NH, T, S)
+  if (mask.defined()) {
+    if (mask.scalar_type() == torch::kBool) {
+      scores = scores.masked_fill(mask.logical_not(), -std::numeric_limits<double>::infinity());
+    } else {
+      scores = scores + mask;
+    }
+  }
+  auto weights = torch::softmax(scores, -1);  // (B, NH, T, S)
+  if (dropout_p > 0) weights = torch::dropout(weights, dropout_p, /*train=*/true);
+  return torch::matmul(weights, v);  // (B, NH, T, HS)
+}
+
+torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                        const torch::Tensor& mask, bool is_causal, double dropout_p,
+                        bool training) {
+  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4,
+              "attention expects (B, heads, T, HS) tensors, got ", q.sizes(), ", ", k.sizes(), ", ",
+              v.sizes());
+  TORCH_CHECK(k.sizes() == v.sizes(), "attention: k ", k.sizes(), " and v ", v.sizes(), " differ");
+  TORCH_CHECK(q.size(0) == k.size(0) && q.size(3) == k.size(3), "attention: q ", q.sizes(),
+              " and k ", k.sizes(), " differ in batch or head size");
+  const int64_t nh = q.size(1), nkv = k.size(1);
+  TORCH_CHECK(nkv > 0 && nh % nkv == 0, "attention: ", nh, " query heads are not a multiple of ",
+              nkv, " key/value heads");
+  TORCH_CHECK(dropout_p >= 0 && dropout_p < 1, "attention dropout must lie in [0, 1), got ",
+              dropout_p);
+  auto k_full = repeat_kv(k, nh / nkv);  // (B, NH, S, HS)
+  auto v_full = repeat_kv(v, nh / nkv);  // (B, NH, S, HS)
+  const double p = training ? dropout_p : 0.0;
+  const int64_t t = q.size(2), s = k.size(2);
+
+  AttentionPath path = attention_path();
+  if (path == AttentionPath::kAttentionPathAuto) {
+    path = sdpa_available() ? AttentionPath::kAttentionPathSdpa : AttentionPath::kAttentionPathMath;
+  }
+#if TORCH_VERSION_MAJOR >= 2
+  if (path == AttentionPath::kAttentionPathSdpa) {
+    if (!mask.defined()) {
+      // is_causal lets SDPA pick its fused causal kernels instead of reading a mask.
+      return at::scaled_dot_product_attention(q, k_full, v_full, c10::nullopt, p, is_causal);
+    }
+    c10::optional<at::Tensor> m = merged_mask(mask, is_causal, t, s, q.options());
+    return at::scaled_dot_product_attention(q, k_full, v_full, m, p, /*is_causal=*/false);
+  }
+#endif
+  TORCH_CHECK(path == AttentionPath::kAttentionPathMath,
+              "fused attention is not available in LibTorch ", TORCH_VERSION);
+  return math_attention(q, k_full, v_full, merged_mask(mask, is_causal, t, s, q.options()), p);
+}
+
+// ---------------------------------------------------------------------------------------
+// SelfAttention
+
+SelfAttentionImpl::SelfAttentionImpl(const SelfAttentionOptions& options_) : options(options_) {
+  reset();
+}
+
+int64_t SelfAttentionImpl::num_kv_heads() const {
+  return options.num_kv_heads() > 0 ? options.num_kv_heads() : options.num_heads();
+}
+
+int64_t SelfAttentionImpl::head_size() const {
+  return options.head_size() > 0 ? options.head_size()
+                                 : options.hidden_size() / options.num_heads();
+}
+
+void SelfAttentionImpl::reset() {
+  const int64_t c = options.hidden_size(), nh = options.num_heads();
+  TORCH_CHECK(c > 0 && nh > 0, "self-attention needs positive hidden size and heads, got ", c,
+              " and ", nh);
+  TORCH_CHECK(options.head_size() > 0 || c % nh == 0, "hidden size ", c,
+              " is not a multiple of the ", nh, " heads");
+  TORCH_CHECK(nh % num_kv_heads() == 0, nh, " query heads are not a multiple of ", num_kv_heads(),
+              " key/value heads");
+  const int64_t hs = head_size(), nkv = num_kv_heads();
+  const bool bias = options.bias();
+  q_proj =
+      register_module("q_proj", torch::nn::Linear(torch::nn::LinearOptions(c, nh * hs).bias(bias)));
+  k_proj = register_module("k_proj",
+                           torch::nn::Linear(torch::nn::LinearOptions(c, nkv * hs).bias(bias)));
+  v_proj = register_module("v_proj",
+                           torch::nn::Linear(torch::nn::LinearOptions(c, nkv * hs).bias(bias)));
+  o_proj =
+      register_module("o_proj", torch::nn::Linear(torch::nn::LinearOptions(nh * hs, c).bias(bias)));
+}
+
+torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
+                                         const torch::Tensor& sin, const torch::Tensor& mask,
+                                         bool is_causal) {
+  const int64_t b = x.size(0), t = x.size(1);
+  const int64_t nh = options.num_heads(), nkv = num_kv_heads(), hs = head_size();
+  auto q = q_proj(x).view({b, t, nh, hs}).transpose(1, 2);   // (B, NH, T, HS)
+  auto k = k_proj(x).view({b, t, nkv, hs}).transpose(1, 2);  // (B, NKV, T, HS)
+  auto v = v_proj(x).view({b, t, nkv, hs}).transpose(1, 2);  // (B, NKV, T, HS)
+  if (cos.defined()) {
+    q = apply_rotary(q, cos, sin);
+    k = apply_rotary(k, cos, sin);
+  }
+  auto y = attention(q, k, v, mask, is_causal, options.dropout(), is_training());  // (B, NH, T, HS)
+  y = y.transpose(1, 2).reshape({b, t, nh * hs});  // (B, T, NH * HS)
+  return o_proj(y);                                // (B, T, C)
+}
+
+// ---------------------------------------------------------------------------------------
+// SwiGLU
+
+SwiGLUImpl::SwiGLUImpl(const SwiGLUOptions& options_) : options(options_) { reset(); }
+
+void SwiGLUImpl::reset() {
+  const int64_t c = options.hidden_size(), i = options.intermediate_size();
+  TORCH_CHECK(c > 0 && i > 0, "SwiGLU needs positive sizes, got ", c, " and ", i);
+  const bool bias = options.bias();
+  gate_proj =
+      register_module("gate_proj", torch::nn::Linear(torch::nn::LinearOptions(c, i).bias(bias)));
+  up_proj =
+      register_module("up_proj", torch::nn::Linear(torch::nn::LinearOptions(c, i).bias(bias)));
+  down_proj =
+      register_module("down_proj", torch::nn::Linear(torch::nn::LinearOptions(i, c).bias(bias)));
+}
+
+torch::Tensor SwiGLUImpl::forward(const torch::Tensor& x) {
+  auto h = F::silu(gate_proj(x)) * up_proj(x);  // (B, T, I)
+  return down_proj(h);                          // (B, T, C)
+}
+
+}  // namespace gradscope

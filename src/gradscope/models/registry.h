@@ -1,0 +1,40 @@
+// The model registry: every architecture gradscope trains, with its presets.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "gradscope/core/config.h"
+#include "gradscope/core/registry.h"
+#include "gradscope/models/model.h"
+
+namespace gradscope {
+
+struct ModelFamily {
+  std::string kind;  // "causal-lm" (more kinds arrive with more models)
+  // The architecture of a preset: Hugging Face config names plus gradscope's "tokenizer",
+  // "seq_len" and "dataset" defaults. Throws a usage error for an unknown preset.
+  nlohmann::json (*preset)(const std::string& preset);
+  // Parameters counted from the architecture alone (no allocation).
+  int64_t (*count_params)(const nlohmann::json& arch);
+  // Builds the model with weights initialised from `seed`.
+  std::shared_ptr<Model> (*build)(const nlohmann::json& arch, uint64_t seed);
+  // Analytical forward FLOPs per token at sequence length seq_len.
+  double (*forward_flops_per_token)(const nlohmann::json& arch, int64_t seq_len);
+};
+
+const Registry<ModelFamily>& model_registry();
+const std::vector<std::string>& preset_names();
+
+// The architecture of the run: the preset, with the run's tokenizer, sequence length and
+// dropout applied, and the vocabulary padded from the tokenizer's size up to a multiple of 64.
+nlohmann::json resolve_arch(const RunConfig& config);
+
+// Rounds a tokenizer's vocabulary size up to a multiple of 64 (tensor-core friendly).
+int64_t padded_vocab(int64_t tokenizer_vocab);
+
+}  // namespace gradscope

@@ -1,0 +1,65 @@
+// The results database: one SQLite file (WAL mode) that sweeps append to and reports read.
+// Each finished attempt of a run is one `runs` row (its whole record as JSON, plus flat
+// columns for the headline metrics so sqlite3 and pandas can query it directly), written in
+// one transaction with its `steps` and `evals` rows. Schema version and owner live in `meta`.
+//
+// Opening refuses, as a usage error and before any change to the file, a path whose
+// directory is missing or not writable, a file that is not SQLite, an SQLite database that
+// gradscope did not create, and one written by a newer gradscope.
+//
+// Not thread-safe: one Database per thread. Several processes may share the file; writers
+// wait for each other (busy timeout) rather than fail.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+struct sqlite3;
+
+namespace gradscope {
+
+class Database {
+ public:
+  // The schema this build writes and the newest it reads.
+  static constexpr int kSchemaVersion = 1;
+
+  // Opens path, or creates it with the gradscope schema. Throws usage errors (see above).
+  explicit Database(const std::string& path);
+  ~Database();
+  Database(const Database&) = delete;
+  Database& operator=(const Database&) = delete;
+
+  const std::string& path() const { return path_; }
+
+  // Inserts one attempt: the runs row and all of the record's steps and evals rows, all or
+  // nothing. Flat columns come from the record's fields (DESIGN.md, "Run record"); a missing
+  // or null field is SQL NULL. final_val_loss is the record's "final_val_loss" if it has
+  // one, else the val_loss of its last eval entry. Returns the new attempt_id. Throws a
+  // runtime error (and writes nothing) on a malformed record or a database failure.
+  int64_t write_run(const nlohmann::json& record, const std::string& sweep,
+                    const std::string& started_at, const std::string& finished_at);
+
+  // The record_json of every attempt, in attempt order.
+  std::vector<nlohmann::json> records();
+  int64_t count_runs();
+  // The steps rows of one attempt in step order, as {step, loss, lr, grad_norm, time_s,
+  // samples, tokens, targets} with SQL NULL as JSON null.
+  std::vector<nlohmann::json> steps_of(int64_t attempt_id);
+  // The evals rows of one attempt in step order, as {step, val_loss, accuracy}.
+  std::vector<nlohmann::json> evals_of(int64_t attempt_id);
+
+ private:
+  void exec(const std::string& sql);
+  void check(int rc, const std::string& what) const;
+
+  std::string path_;
+  sqlite3* db_ = nullptr;
+};
+
+// Now, in UTC, as "2024-05-01T12:34:56Z" (sorts as text in time order).
+std::string utc_now_iso8601();
+
+}  // namespace gradscope

@@ -1,0 +1,58 @@
+#include "gradscope/strategy/strategy.h"
+
+#include "gradscope/core/error.h"
+
+namespace gradscope {
+
+const char* phase_name(Phase phase) {
+  switch (phase) {
+    case Phase::kPhaseData: return "data";
+    case Phase::kPhaseForward: return "forward";
+    case Phase::kPhaseBackward: return "backward";
+    case Phase::kPhaseOptimizer: return "optimizer";
+    default: return "unknown";
+  }
+}
+
+namespace {
+
+// Standard training: the whole effective batch in one forward and one backward.
+class StandardStrategy : public Strategy {
+ public:
+  StepOutput compute_gradients(Model& model, int64_t micro_batches, const MicroBatchSource& next,
+                               PhaseObserver& observer) override {
+    check_usage(micro_batches == 1,
+                "strategy 'standard' computes a step in one batch, got --accum-steps " +
+                    std::to_string(micro_batches),
+                "use --accum-steps 1, or a strategy that accumulates micro-batches");
+    observer.enter(Phase::kPhaseData);
+    Batch batch = next(0);
+    observer.enter(Phase::kPhaseForward);
+    LossOutput out = model.loss(batch);
+    // Mean per target over the effective batch.
+    torch::Tensor loss = out.loss_sum / static_cast<double>(std::max<int64_t>(out.target_count, 1));
+    observer.enter(Phase::kPhaseBackward);
+    loss.backward();
+    StepOutput step;
+    step.loss_sum = out.loss_sum.detach();
+    step.target_count = out.target_count;
+    step.samples = batch.samples;
+    step.tokens = batch.tokens;
+    return step;
+  }
+};
+
+std::unique_ptr<Strategy> make_standard() { return std::make_unique<StandardStrategy>(); }
+
+}  // namespace
+
+const Registry<StrategyEntry>& strategy_registry() {
+  static const Registry<StrategyEntry> registry = [] {
+    Registry<StrategyEntry> r("strategy");
+    r.add("standard", "one forward and one backward over the whole batch", {make_standard, false});
+    return r;
+  }();
+  return registry;
+}
+
+}  // namespace gradscope

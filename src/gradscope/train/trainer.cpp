@@ -1,0 +1,429 @@
+#include "gradscope/train/trainer.h"
+
+#include <dlfcn.h>
+
+#include <cmath>
+#include <limits>
+
+#include "gradscope/core/env.h"
+#include "gradscope/core/error.h"
+#include "gradscope/core/rng.h"
+#include "gradscope/measure/clock.h"
+#include "gradscope/measure/cpu.h"
+#include "gradscope/measure/memory.h"
+#include "gradscope/optim/factory.h"
+
+namespace gradscope {
+namespace {
+
+constexpr uint64_t kDropoutStream = 0xd50;
+constexpr int kPhases = static_cast<int>(Phase::kPhaseCount);
+
+// OpenBLAS keeps its own thread pool beside LibTorch's; set both so --threads means one thing.
+void set_blas_threads(int threads) {
+  using SetThreads = void (*)(int);
+  if (auto fn = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads")))
+    fn(threads);
+}
+
+torch::Device parse_device(const std::string& text) {
+  if (text == "cpu") return torch::Device(torch::kCPU);
+  if (text.rfind("cuda", 0) == 0) {
+    check_usage(torch::cuda::is_available(), "device '" + text + "' asked for, but no CUDA device",
+                "use --device cpu, or build against a CUDA LibTorch (README, 'Running on a GPU')");
+    try {
+      torch::Device device(text);
+      check_usage(device.index() < static_cast<int>(torch::cuda::device_count()),
+                  "device '" + text + "' does not exist",
+                  fmt::format("this machine has {} CUDA device(s)", torch::cuda::device_count()));
+      return device;
+    } catch (const c10::Error&) {
+      fail_usage("cannot read device '" + text + "'", "write cpu, cuda or cuda:N");
+    }
+  }
+  fail_usage("unknown device '" + text + "'", "write cpu, cuda or cuda:N");
+}
+
+void validate(const RunConfig& c) {
+  check_usage(c.steps > 0, fmt::format("--steps {} must be positive", c.steps));
+  check_usage(c.batch > 0, fmt::format("--batch {} must be positive", c.batch));
+  check_usage(c.accum_steps > 0, fmt::format("--accum-steps {} must be positive", c.accum_steps));
+  check_usage(c.warmup_steps >= 0, fmt::format("--warmup-steps {} must be >= 0", c.warmup_steps));
+  check_usage(c.seq_len >= 0, fmt::format("--seq {} must be positive", c.seq_len));
+  check_usage(c.lr >= 0 && std::isfinite(c.lr), fmt::format("--lr {} must be > 0", c.lr));
+  check_usage(c.eval_every >= 0, fmt::format("--eval-every {} must be >= 0", c.eval_every));
+  check_usage(c.eval_batches > 0, fmt::format("--eval-batches {} must be positive", c.eval_batches));
+  check_usage(c.clip_grad_norm >= 0,
+              fmt::format("--clip-grad-norm {} must be >= 0 (0 = off)", c.clip_grad_norm));
+  check_usage(c.lr_schedule == "constant" || c.lr_schedule == "cosine",
+              "unknown learning-rate schedule '" + c.lr_schedule + "'",
+              "valid schedules: constant, cosine");
+  check_usage(c.lr_warmup_steps >= 0, "--lr-warmup-steps must be >= 0");
+  check_usage(c.dtype == "fp32", "dtype '" + c.dtype + "' is not supported by this build",
+              "use --dtype fp32");
+  check_usage(c.threads >= 0, fmt::format("--threads {} must be >= 0", c.threads));
+  check_usage(c.timeout_s >= 0, "--timeout must be >= 0 (0 = none)");
+  check_usage(c.memory_cap_bytes >= 0, "--memory-cap must be positive");
+}
+
+bool is_oom(const std::string& message) {
+  return message.find("out of memory") != std::string::npos ||
+         message.find("DefaultCPUAllocator: can't allocate") != std::string::npos;
+}
+
+// Times phases and tracks the memory peak of each; the strategy announces phase changes.
+class PhaseTimer : public PhaseObserver {
+ public:
+  PhaseTimer(const Clock& clock, MemoryMeter& meter, const torch::Device& device)
+      : clock_(clock), meter_(meter), device_(device) {}
+
+  void begin_step() {
+    seconds_.fill(0);
+    current_ = -1;
+    forward_start_bytes_ = -1;
+  }
+  void enter(Phase phase) override {
+    close();
+    current_ = static_cast<int>(phase);
+    meter_.reset_peak();
+    if (phase == Phase::kPhaseForward && forward_start_bytes_ < 0)
+      forward_start_bytes_ = meter_.current_bytes();
+    started_ = clock_.now_s();
+  }
+  // Ends the running phase (with a device synchronize before the clock read).
+  void close() {
+    if (current_ < 0) return;
+    sync(device_);
+    seconds_[current_] += clock_.now_s() - started_;
+    phase_peak_[current_] = std::max(phase_peak_[current_], meter_.peak_bytes());
+    if (current_ == static_cast<int>(Phase::kPhaseForward) && forward_start_bytes_ >= 0)
+      activations_peak_ =
+          std::max(activations_peak_, meter_.peak_bytes() - forward_start_bytes_);
+    current_ = -1;
+  }
+  Phase current() const { return current_ < 0 ? Phase::kPhaseData : static_cast<Phase>(current_); }
+  double seconds(int phase) const { return seconds_[phase]; }
+  int64_t phase_peak(int phase) const { return phase_peak_[phase]; }
+  int64_t run_peak() const { return *std::max_element(phase_peak_.begin(), phase_peak_.end()); }
+  int64_t activations_peak() const { return activations_peak_; }
+
+ private:
+  const Clock& clock_;
+  MemoryMeter& meter_;
+  torch::Device device_;
+  std::array<double, kPhases> seconds_{};
+  std::array<int64_t, kPhases> phase_peak_{};
+  int current_ = -1;
+  double started_ = 0;
+  int64_t forward_start_bytes_ = -1;
+  int64_t activations_peak_ = 0;
+};
+
+double grad_norm(const std::vector<torch::Tensor>& params) {
+  std::vector<torch::Tensor> norms;
+  for (const auto& p : params)
+    if (p.grad().defined()) norms.push_back(p.grad().norm());
+  if (norms.empty()) return 0;
+  return torch::stack(norms).norm().item<double>();
+}
+
+nlohmann::json null_if_nan(double v) {
+  return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
+}
+
+}  // namespace
+
+double median(std::vector<double> values) { return percentile(std::move(values), 50); }
+
+double percentile(std::vector<double> values, double pct) {
+  if (values.empty()) return std::numeric_limits<double>::quiet_NaN();
+  std::sort(values.begin(), values.end());
+  // Linear interpolation between closest ranks.
+  const double rank = pct / 100.0 * static_cast<double>(values.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(rank));
+  const size_t hi = std::min(values.size() - 1, lo + 1);
+  return values[lo] + (values[hi] - values[lo]) * (rank - static_cast<double>(lo));
+}
+
+Trainer::Trainer(RunConfig config) : config_(std::move(config)), device_(torch::kCPU) {
+  validate(config_);
+  family_ = &model_registry().get(config_.model);
+  const auto& strategy_entry = strategy_registry().get(config_.strategy);
+  const auto& optimizer_entry = optimizer_registry().get(config_.optimizer);
+  device_ = parse_device(config_.device);
+  arch_ = resolve_arch(config_);
+  check_usage(arch_.at("seq_len").get<int64_t>() > 0, "sequence length must be positive");
+  if (config_.threads > 0) {
+    at::set_num_threads(config_.threads);
+    set_blas_threads(config_.threads);
+  }
+  lr_ = config_.lr > 0 ? config_.lr : optimizer_entry.default_lr;
+
+  data_ = make_data_source(family_->kind, arch_, config_);
+
+  meter_ = make_memory_meter(device_);
+  if (config_.memory_cap_bytes > 0) {
+    check_usage(device_.is_cpu(), "--memory-cap is only supported on the CPU in this build",
+                "leave --memory-cap out on CUDA");
+    CpuMemoryTracker::install().set_cap(config_.memory_cap_bytes);
+  }
+  model_ = family_->build(arch_, config_.seed);
+  model_->to(device_);
+  model_->train();
+  parameters_ = model_->parameters();
+  for (const auto& p : parameters_) params_ += p.numel();
+  strategy_ = strategy_entry.make();
+  strategy_->attach(*model_);
+  optimizer_ = make_optimizer(config_.optimizer, parameters_, lr_, config_.weight_decay, config_.opt);
+}
+
+Trainer::~Trainer() {
+  if (config_.memory_cap_bytes > 0 && device_.is_cpu()) CpuMemoryTracker::install().set_cap(0);
+}
+
+double Trainer::lr_at(int64_t step) const {
+  if (config_.lr_schedule == "constant") return lr_;
+  const int64_t total = config_.warmup_steps + config_.steps;
+  const int64_t warm = config_.lr_warmup_steps;
+  if (step < warm) return lr_ * static_cast<double>(step + 1) / static_cast<double>(warm);
+  const double progress =
+      static_cast<double>(step - warm) / static_cast<double>(std::max<int64_t>(1, total - warm));
+  return lr_ * 0.5 * (1.0 + std::cos(M_PI * std::min(1.0, progress)));
+}
+
+double Trainer::evaluate() {
+  torch::NoGradGuard no_grad;
+  model_->eval();
+  const int64_t b = config_.batch;
+  const int64_t n = std::min<int64_t>(config_.eval_batches, std::max<int64_t>(1, data_->val_samples() / b));
+  torch::Tensor sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
+  int64_t count = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    Batch batch = data_->val_batch(i * b, b).to(device_);
+    LossOutput out = model_->loss(batch);
+    sum += out.loss_sum.to(torch::kFloat64);
+    count += out.target_count;
+  }
+  model_->train();
+  return sum.item<double>() / static_cast<double>(std::max<int64_t>(count, 1));
+}
+
+nlohmann::json Trainer::run(ProgressSink* progress) {
+  SteadyClock clock;
+  const double run_started = clock.now_s();
+  const int64_t total_steps = config_.warmup_steps + config_.steps;
+  const int64_t effective = config_.effective_batch();
+  const int threads = at::get_num_threads();
+  const int64_t seq_len = arch_.at("seq_len").get<int64_t>();
+
+  nlohmann::json record;
+  record["schema"] = "gradscope.run/1";
+  nlohmann::json canonical = canonical_config_json(config_);
+  canonical["arch"] = arch_;
+  record["run_id"] = run_id_of(canonical);
+  record["config"] = config_to_json(config_);
+  record["config"]["lr"] = lr_;
+  record["config"]["seq_len"] = seq_len;
+  record["config"]["dataset"] = arch_.value("dataset", "");
+  record["config"]["tokenizer"] = arch_.value("tokenizer", "");
+  record["config"]["arch"] = arch_;
+  record["params"] = params_;
+  record["data"] = data_->describe();
+  if (progress) progress->on_start(record["config"], total_steps);
+
+  // Dropout draws from the default generator, seeded per run.
+  torch::manual_seed(hash3(config_.seed, kDropoutStream, 0));
+
+  PhaseTimer timer(clock, *meter_, device_);
+  meter_->reset_peak();
+  nlohmann::json steps = nlohmann::json::array();
+  nlohmann::json evals = nlohmann::json::array();
+  nlohmann::json timeline = nlohmann::json::array();
+  std::vector<double> step_times, step_utils;
+  std::array<double, kPhases> phase_totals{};
+  double timed_s = 0, timed_samples = 0, timed_tokens = 0;
+  int64_t grads_bytes_max = 0, state_bytes = 0;
+  double final_loss = std::numeric_limits<double>::quiet_NaN();
+  double timed_cpu_start = 0, timed_wall_start = 0;
+  std::string status = "ok";
+  nlohmann::json failure = nullptr;
+  int64_t step = 0;
+
+  auto maybe_eval = [&](int64_t done) {
+    const double val = evaluate();
+    evals.push_back({{"step", done}, {"val_loss", null_if_nan(val)}, {"accuracy", nullptr}});
+    if (progress) progress->on_eval(done, val);
+  };
+
+  try {
+    for (step = 0; step < total_steps; ++step) {
+      const bool timed = step >= config_.warmup_steps;
+      if (step == config_.warmup_steps) {
+        timed_cpu_start = process_cpu_seconds();
+        timed_wall_start = clock.now_s();
+      }
+      const double lr = lr_at(step);
+      set_learning_rate(*optimizer_, lr);
+      const double step_cpu0 = process_cpu_seconds();
+      sync(device_);
+      const double step_t0 = clock.now_s();
+      timer.begin_step();
+
+      const int64_t first = step * effective;
+      MicroBatchSource next = [&](int64_t micro) {
+        return data_->train_batch(first + micro * config_.batch, config_.batch).to(device_);
+      };
+      StepOutput out = strategy_->compute_gradients(*model_, config_.accum_steps, next, timer);
+
+      timer.enter(Phase::kPhaseOptimizer);
+      grads_bytes_max = std::max(grads_bytes_max, grads_bytes(parameters_));
+      double norm = 0;
+      if (config_.clip_grad_norm > 0)
+        norm = torch::nn::utils::clip_grad_norm_(parameters_, config_.clip_grad_norm);
+      else
+        norm = grad_norm(parameters_);
+      optimizer_->step();
+      // Free the gradients (zero_grad zeroes in place on LibTorch 1.13): memory figures then
+      // agree across versions and no step carries a gradient buffer into the next.
+      for (auto& p : parameters_) p.mutable_grad() = torch::Tensor();
+      const double loss =
+          out.loss_sum.item<double>() / static_cast<double>(std::max<int64_t>(out.target_count, 1));
+      timer.close();
+      const double step_s = clock.now_s() - step_t0;
+      const double step_cpu = process_cpu_seconds() - step_cpu0;
+      if (step == 0) state_bytes = optimizer_state_bytes(*optimizer_);
+
+      steps.push_back({{"step", step + 1},
+                       {"loss", null_if_nan(loss)},
+                       {"lr", lr},
+                       {"grad_norm", null_if_nan(norm)},
+                       {"time_s", step_s},
+                       {"samples", out.samples},
+                       {"tokens", out.tokens},
+                       {"targets", out.target_count},
+                       {"warmup", !timed}});
+      final_loss = loss;
+      if (timed) {
+        step_times.push_back(step_s);
+        const double util = step_s > 0 ? 100.0 * step_cpu / (step_s * threads) : 0;
+        step_utils.push_back(util);
+        timed_s += step_s;
+        timed_samples += static_cast<double>(out.samples);
+        timed_tokens += static_cast<double>(out.tokens);
+        for (int p = 0; p < kPhases; ++p) phase_totals[p] += timer.seconds(p);
+        timeline.push_back({{"t_s", clock.now_s() - timed_wall_start},
+                            {"allocated_bytes", meter_->current_bytes()},
+                            {"util_pct", util},
+                            {"power_w", nullptr}});
+      }
+      if (progress)
+        progress->on_step(step + 1, total_steps, loss, timed_s > 0 ? timed_tokens / timed_s : 0,
+                          clock.now_s() - run_started);
+      if (!std::isfinite(loss)) {
+        status = "diverged";
+        failure = {{"step", step + 1}, {"phase", "forward"},
+                   {"message", fmt::format("loss is {} at step {}", loss, step + 1)}};
+        ++step;
+        break;
+      }
+      if (config_.eval_every > 0 && (step + 1) % config_.eval_every == 0 && step + 1 < total_steps)
+        maybe_eval(step + 1);
+      if (config_.timeout_s > 0 && clock.now_s() - run_started > config_.timeout_s) {
+        status = "timeout";
+        failure = {{"step", step + 1}, {"phase", "optimizer"},
+                   {"message", fmt::format("time limit of {} s reached", config_.timeout_s)}};
+        ++step;
+        break;
+      }
+    }
+    if (status == "ok") maybe_eval(total_steps);
+  } catch (const std::exception& e) {
+    timer.close();
+    const std::string message = e.what();
+    const std::string first_line = message.substr(0, message.find('\n'));
+    status = is_oom(message) ? "oom" : "error";
+    failure = {{"step", step + 1}, {"phase", phase_name(timer.current())}, {"message", first_line}};
+    for (auto& p : parameters_) p.mutable_grad() = torch::Tensor();
+  }
+
+  const double timed_cpu = process_cpu_seconds() - timed_cpu_start;
+  const double timed_wall = timed_wall_start > 0 ? clock.now_s() - timed_wall_start : 0;
+  record["status"] = status;
+  record["failure"] = failure;
+  record["steps"] = steps;
+  record["eval"] = evals;
+  record["final_loss"] = null_if_nan(final_loss);
+  record["final_val_loss"] =
+      evals.empty() ? nlohmann::json(nullptr) : evals.back()["val_loss"];
+  record["lr_search"] = nullptr;
+  record["estimate"] = nullptr;
+
+  auto per_s = [&](double amount) {
+    return timed_s > 0 ? nlohmann::json(amount / timed_s) : nlohmann::json(nullptr);
+  };
+  const bool any_timed = !step_times.empty();
+  record["time"] = {
+      {"total_s", any_timed ? nlohmann::json(timed_s) : nlohmann::json(nullptr)},
+      {"wall_s", clock.now_s() - run_started},
+      {"step_median_s", null_if_nan(median(step_times))},
+      {"data_s", any_timed ? nlohmann::json(phase_totals[0]) : nlohmann::json(nullptr)},
+      {"forward_s", any_timed ? nlohmann::json(phase_totals[1]) : nlohmann::json(nullptr)},
+      {"backward_s", any_timed ? nlohmann::json(phase_totals[2]) : nlohmann::json(nullptr)},
+      {"optimizer_s", any_timed ? nlohmann::json(phase_totals[3]) : nlohmann::json(nullptr)},
+      {"timed_steps", static_cast<int64_t>(step_times.size())}};
+  record["throughput"] = {{"samples_per_s", per_s(timed_samples)},
+                          {"tokens_per_s", per_s(timed_tokens)}};
+
+  const int64_t params_bytes = tensors_bytes(parameters_);
+  auto reserved = meter_->reserved_peak_bytes();
+  record["memory"] = {
+      {"peak_bytes", std::max(timer.run_peak(), meter_->peak_bytes())},
+      {"params_bytes", params_bytes},
+      {"grads_bytes", grads_bytes_max},
+      {"optimizer_state_bytes", state_bytes},
+      {"activations_peak_bytes", timer.activations_peak()},
+      {"phase_peak_bytes",
+       {{"data", timer.phase_peak(0)},
+        {"forward", timer.phase_peak(1)},
+        {"backward", timer.phase_peak(2)},
+        {"optimizer", timer.phase_peak(3)}}},
+      {"reserved_peak_bytes", reserved ? nlohmann::json(*reserved) : nlohmann::json(nullptr)},
+      {"peak_rss_bytes", peak_rss_bytes()}};
+
+  const bool on_cpu = device_.is_cpu();
+  record["utilization"] = {
+      {"device", on_cpu ? "cpu" : "gpu"},
+      {"mean_pct", on_cpu && timed_wall > 0
+                       ? nlohmann::json(100.0 * timed_cpu / (timed_wall * threads))
+                       : nlohmann::json(nullptr)},
+      {"p50_pct", on_cpu ? null_if_nan(percentile(step_utils, 50)) : nlohmann::json(nullptr)},
+      {"p95_pct", on_cpu ? null_if_nan(percentile(step_utils, 95)) : nlohmann::json(nullptr)},
+      {"samples", on_cpu ? static_cast<int64_t>(step_utils.size()) : 0},
+      {"source", on_cpu ? "process cpu time / (wall x threads)" : "not available"}};
+  record["timeline"] = timeline;
+  record["energy"] = {{"joules", nullptr}, {"source", nullptr}, {"co2_g", nullptr}};
+
+  const double tokens_per_step = static_cast<double>(effective * seq_len);
+  const double per_step = 3.0 * family_->forward_flops_per_token(arch_, seq_len) * tokens_per_step;
+  record["flops"] = {{"per_step", per_step},
+                     {"achieved_per_s", any_timed ? nlohmann::json(per_step * step_times.size() / timed_s)
+                                                  : nlohmann::json(nullptr)},
+                     {"mfu", nullptr},
+                     {"peak_per_s", nullptr},
+                     {"peak_source", nullptr},
+                     {"formula", "3 x analytical forward FLOPs per token x tokens per step"}};
+
+  const EnvInfo env = current_env(config_.device);
+  record["env"] = {{"gradscope", env.gradscope_version},
+                   {"libtorch", env.libtorch},
+                   {"cuda", env.cuda.empty() ? nlohmann::json(nullptr) : nlohmann::json(env.cuda)},
+                   {"device_name", env.device_name},
+                   {"threads", threads},
+                   {"git_commit", env.git_commit},
+                   {"host", env.host},
+                   {"build", env.build_type}};
+  if (progress) progress->on_finish(record);
+  return record;
+}
+
+}  // namespace gradscope

@@ -1,0 +1,74 @@
+// One training run, measured end to end. The trainer owns the clock: it times every phase of
+// every optimizer step (with a device synchronize before each read), tracks memory per phase
+// and writes the run record. Strategies compute gradients; optimizers update; models and data
+// know nothing of either.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "gradscope/core/config.h"
+#include "gradscope/models/registry.h"
+#include "gradscope/strategy/strategy.h"
+#include "gradscope/train/data_source.h"
+
+namespace gradscope {
+
+class MemoryMeter;
+
+// Told about progress as the run goes; the console implements it.
+class ProgressSink {
+ public:
+  virtual ~ProgressSink() = default;
+  virtual void on_start(const nlohmann::json& config, int64_t total_steps) {}
+  // `step` counts from 1 over all steps (warm-up included).
+  virtual void on_step(int64_t step, int64_t total_steps, double loss, double tokens_per_s,
+                       double elapsed_s) {}
+  virtual void on_eval(int64_t step, double val_loss) {}
+  virtual void on_finish(const nlohmann::json& record) {}
+};
+
+class Trainer {
+ public:
+  // Resolves the configuration, loads data, builds the model, strategy and optimizer.
+  // Bad usage or input throws a usage error here, before anything is written.
+  explicit Trainer(RunConfig config);
+  ~Trainer();
+
+  // Trains and returns the run record. A failure during training (oom, divergence, timeout,
+  // an error) does not throw: it is the record's status, with the step and phase it hit.
+  nlohmann::json run(ProgressSink* progress = nullptr);
+
+  const nlohmann::json& arch() const { return arch_; }
+  const RunConfig& config() const { return config_; }
+  int64_t params() const { return params_; }
+  Model& model() { return *model_; }
+
+ private:
+  double lr_at(int64_t step) const;  // step counts from 0 over all steps
+  double evaluate();
+
+  RunConfig config_;
+  nlohmann::json arch_;
+  const ModelFamily* family_ = nullptr;
+  torch::Device device_;
+  std::unique_ptr<DataSource> data_;
+  std::shared_ptr<Model> model_;
+  std::vector<torch::Tensor> parameters_;
+  std::unique_ptr<Strategy> strategy_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::unique_ptr<MemoryMeter> meter_;
+  int64_t params_ = 0;
+  double lr_ = 0;
+};
+
+// Loss-curve helpers the record uses.
+double median(std::vector<double> values);
+double percentile(std::vector<double> values, double pct);
+
+}  // namespace gradscope

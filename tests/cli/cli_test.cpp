@@ -1,0 +1,204 @@
+// The command line as a user meets it: exit codes, error and hint lines, nothing written on
+// bad input. Runs the real binary.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "test_util.h"
+
+namespace gradscope {
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Runs `gradscope ARGS` with optional environment assignments, capturing both streams.
+Result gradscope(const std::string& args, const std::string& env = "") {
+  testing::TempDir tmp("gradscope-cli");
+  const std::string cmd = env + " " + GRADSCOPE_BINARY + " " + args + " >" + tmp.file("out") +
+                          " 2>" + tmp.file("err") + " </dev/null";
+  const int status = std::system(cmd.c_str());
+  Result r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = slurp(tmp.file("out"));
+  r.err = slurp(tmp.file("err"));
+  return r;
+}
+
+const std::string kFixtureRun = std::string("run --model llama --preset tiny --seq 32 --batch 2 ") +
+                                "--steps 2 --warmup-steps 0 --eval-batches 1 --quiet --dataset " +
+                                GRADSCOPE_FIXTURES + "/text/sotu-excerpt.txt";
+
+// Bad usage: exit 2, an error line and a hint line, no stack trace, no database written.
+void expect_usage_error(const std::string& args, const std::string& needle,
+                        const std::string& env = "") {
+  testing::TempDir tmp("gradscope-cli-db");
+  const std::string db = tmp.file("runs.db");
+  const Result r = gradscope(args + " --db " + db, env);
+  EXPECT_EQ(r.code, 2) << args << "\n" << r.err;
+  EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find("\nhint: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(needle), std::string::npos) << "expected '" << needle << "' in:\n" << r.err;
+  EXPECT_EQ(r.err.find("terminate"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("Exception raised from"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(db)) << "a database was written for: " << args;
+}
+
+TEST(Cli, HelpTeachesEachCommand) {
+  for (const std::string sub : {"", "run ", "list ", "tokenize "}) {
+    const Result r = gradscope(sub + "--help");
+    EXPECT_EQ(r.code, 0) << sub;
+    EXPECT_NE(r.out.find("Usage"), std::string::npos) << sub << r.out;
+  }
+  EXPECT_NE(gradscope("run --help").out.find("--accum-steps"), std::string::npos);
+}
+
+TEST(Cli, UnknownNamesListTheValidOnes) {
+  expect_usage_error(kFixtureRun + " --model gpt5", "llama");
+  expect_usage_error(kFixtureRun + " --preset huge", "tiny, small, paper");
+  expect_usage_error(kFixtureRun + " --optimizer adamax", "sgd, adam, adagrad");
+  expect_usage_error(kFixtureRun + " --strategy magic", "standard");
+  expect_usage_error(kFixtureRun + " --tokenizer morse", "bytes");
+  expect_usage_error(kFixtureRun + " --opt wobble=1", "betas");
+}
+
+TEST(Cli, NonPositiveNumbersAreRefused) {
+  expect_usage_error(kFixtureRun + " --steps 0", "--steps");
+  expect_usage_error(kFixtureRun + " --steps -3", "--steps");
+  expect_usage_error(kFixtureRun + " --batch 0", "--batch");
+  expect_usage_error(kFixtureRun + " --seq 0", "--seq");
+  expect_usage_error(kFixtureRun + " --lr 0", "--lr");
+  expect_usage_error(kFixtureRun + " --lr -1e-3", "--lr");
+  expect_usage_error(kFixtureRun + " --lr fast", "--lr");
+  expect_usage_error(kFixtureRun + " --memory-cap 12parsecs", "parsecs");
+}
+
+TEST(Cli, ParseErrorsExitTwo) {
+  const Result r = gradscope("run --no-such-flag");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << r.err;
+  EXPECT_EQ(gradscope("").code, 2);
+  EXPECT_EQ(gradscope("frobnicate").code, 2);
+}
+
+TEST(Cli, MissingDataNamesTheFetchCommand) {
+  testing::TempDir empty("gradscope-nodata");
+  expect_usage_error("run --model llama --preset tiny --steps 1 --quiet", "fetch-data.sh",
+                     "GRADSCOPE_DATA=" + empty.path());
+  // The hint names the fetch; the error says what is missing.
+  expect_usage_error("run --model llama --preset small --steps 1 --quiet", "gpt2",
+                     "GRADSCOPE_DATA=" + empty.path());
+}
+
+TEST(Cli, CorruptTokenizerIsRefused) {
+  testing::TempDir data("gradscope-baddata");
+  std::filesystem::create_directories(data.path() + "/tokenizers/llama3");
+  std::ofstream(data.path() + "/tokenizers/llama3/tokenizer.json") << "{\"model\": {\"vocab\": {\"a\"";
+  const Result r = gradscope("tokenize --tokenizer llama3", "GRADSCOPE_DATA=" + data.path());
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("tokenizer.json"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("hint: "), std::string::npos) << r.err;
+}
+
+TEST(Cli, BadDatabasePathsAreRefusedAndLeftAlone) {
+  testing::TempDir tmp("gradscope-baddb");
+  // A folder that does not exist.
+  Result r = gradscope(kFixtureRun + " --db " + tmp.path() + "/missing/runs.db");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("hint: "), std::string::npos) << r.err;
+  // A file that is not a gradscope database is refused and left byte-identical.
+  const std::string foreign = tmp.file("notes.db");
+  std::ofstream(foreign) << "these are my notes, not a database\n";
+  const std::string before = slurp(foreign);
+  r = gradscope(kFixtureRun + " --db " + foreign);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << r.err;
+  EXPECT_EQ(slurp(foreign), before);
+  // A read-only folder (root ignores permissions, so only check where they apply).
+  if (geteuid() != 0) {
+    const std::string ro = tmp.path() + "/ro";
+    std::filesystem::create_directory(ro);
+    std::filesystem::permissions(ro, std::filesystem::perms::owner_read |
+                                         std::filesystem::perms::owner_exec);
+    r = gradscope(kFixtureRun + " --db " + ro + "/runs.db");
+    EXPECT_EQ(r.code, 2) << r.err;
+  }
+}
+
+TEST(Cli, RunWritesDatabaseJsonAndSummary) {
+  testing::TempDir tmp("gradscope-run");
+  const std::string args = std::string("run --model llama --preset tiny --seq 32 --batch 2 ") +
+                           "--steps 3 --warmup-steps 1 --eval-batches 1 --dataset " +
+                           GRADSCOPE_FIXTURES + "/text/sotu-excerpt.txt --db " +
+                           tmp.file("runs.db") + " --json " + tmp.file("run.json");
+  const Result r = gradscope(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("tokens/s"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("peak memory"), std::string::npos) << r.out;
+  const auto record = nlohmann::json::parse(slurp(tmp.file("run.json")));
+  EXPECT_EQ(record["status"], "ok");
+  EXPECT_EQ(record["steps"].size(), 4u);
+  // The database holds the same run.
+  const Result q = gradscope(args + " --quiet");  // a second attempt appends
+  EXPECT_EQ(q.code, 0) << q.err;
+  EXPECT_TRUE(q.out.empty()) << q.out;
+}
+
+TEST(Cli, FailedRunExitsOneAndIsRecorded) {
+  testing::TempDir tmp("gradscope-oom");
+  const Result r = gradscope(kFixtureRun + " --batch 16 --seq 64 --memory-cap 3MiB --db " +
+                             tmp.file("runs.db") + " --json " + tmp.file("run.json"));
+  EXPECT_EQ(r.code, 1) << r.err;
+  const auto record = nlohmann::json::parse(slurp(tmp.file("run.json")));
+  EXPECT_EQ(record["status"], "oom");
+  EXPECT_TRUE(std::filesystem::exists(tmp.file("runs.db")));
+}
+
+TEST(Cli, ListShowsEveryFamilyAndThePaperCount) {
+  const Result r = gradscope("list");
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* word : {"llama", "tiny", "small", "paper", "sgd", "adam", "adagrad", "standard",
+                           "sotu", "moby-dick", "brown", "bytes", "gpt2", "llama3",
+                           "1,235,814,400"})
+    EXPECT_NE(r.out.find(word), std::string::npos) << word;
+  const Result j = gradscope("list --json");
+  ASSERT_EQ(j.code, 0);
+  const auto cat = nlohmann::json::parse(j.out);
+  EXPECT_EQ(cat["models"]["llama"]["presets"]["paper"]["params"], 1235814400);
+}
+
+TEST(Cli, TokenizePrintsIdsPerLine) {
+  const Result r = gradscope(std::string("tokenize --tokenizer bytes ") + GRADSCOPE_FIXTURES +
+                             "/text/two-lines.txt");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "72 105\n\n195 169\n");
+}
+
+TEST(Cli, TokenizeKnownIds) {
+  if (!testing::have_data("tokenizers/llama3/tokenizer.json") ||
+      !testing::have_data("tokenizers/gpt2/encoder.json"))
+    GTEST_SKIP() << "run scripts/fetch-data.sh tokenizers";
+  testing::TempDir tmp("gradscope-tok");
+  std::ofstream(tmp.file("in.txt")) << "Hello\n world\nHello world\n";
+  Result r = gradscope("tokenize --tokenizer llama3 " + tmp.file("in.txt"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "9906\n1917\n9906 1917\n");
+  r = gradscope("tokenize --tokenizer gpt2 " + tmp.file("in.txt"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.substr(0, 6), "15496\n");
+}
+
+}  // namespace
+}  // namespace gradscope
