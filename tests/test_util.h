@@ -24,8 +24,7 @@ inline bool have_data(const std::string& relative) {
 class TempDir {
  public:
   explicit TempDir(const std::string& tag = "gradscope-test") {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / (tag + "-XXXXXX")).string();
+    std::string pattern = (std::filesystem::temp_directory_path() / (tag + "-XXXXXX")).string();
     char* made = mkdtemp(pattern.data());
     path_ = made ? made : "";
   }

@@ -105,7 +105,8 @@ TEST(Cli, MissingDataNamesTheFetchCommand) {
 TEST(Cli, CorruptTokenizerIsRefused) {
   testing::TempDir data("gradscope-baddata");
   std::filesystem::create_directories(data.path() + "/tokenizers/llama3");
-  std::ofstream(data.path() + "/tokenizers/llama3/tokenizer.json") << "{\"model\": {\"vocab\": {\"a\"";
+  std::ofstream(data.path() + "/tokenizers/llama3/tokenizer.json")
+      << "{\"model\": {\"vocab\": {\"a\"";
   const Result r = gradscope("tokenize --tokenizer llama3", "GRADSCOPE_DATA=" + data.path());
   EXPECT_EQ(r.code, 2) << r.err;
   EXPECT_NE(r.err.find("tokenizer.json"), std::string::npos) << r.err;
@@ -130,8 +131,8 @@ TEST(Cli, BadDatabasePathsAreRefusedAndLeftAlone) {
   if (geteuid() != 0) {
     const std::string ro = tmp.path() + "/ro";
     std::filesystem::create_directory(ro);
-    std::filesystem::permissions(ro, std::filesystem::perms::owner_read |
-                                         std::filesystem::perms::owner_exec);
+    std::filesystem::permissions(
+        ro, std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
     r = gradscope(kFixtureRun + " --db " + ro + "/runs.db");
     EXPECT_EQ(r.code, 2) << r.err;
   }
@@ -169,9 +170,9 @@ TEST(Cli, FailedRunExitsOneAndIsRecorded) {
 TEST(Cli, ListShowsEveryFamilyAndThePaperCount) {
   const Result r = gradscope("list");
   ASSERT_EQ(r.code, 0) << r.err;
-  for (const char* word : {"llama", "tiny", "small", "paper", "sgd", "adam", "adagrad", "standard",
-                           "sotu", "moby-dick", "brown", "bytes", "gpt2", "llama3",
-                           "1,235,814,400"})
+  for (const char* word :
+       {"llama", "tiny", "small", "paper", "sgd", "adam", "adagrad", "standard", "sotu",
+        "moby-dick", "brown", "bytes", "gpt2", "llama3", "1,235,814,400"})
     EXPECT_NE(r.out.find(word), std::string::npos) << word;
   const Result j = gradscope("list --json");
   ASSERT_EQ(j.code, 0);

@@ -38,8 +38,9 @@ TEST(OptimizerFactory, RefusesBadSettingsNamingTheValue) {
               make_optimizer("sgd", one_param(), 1e-3, 0, {{"momentum", "lots"}});
             }).find("lots"),
             std::string::npos);
-  const auto unknown =
-      usage_message([] { make_optimizer("sgd", one_param(), 1e-3, 0, {{"beta", "1"}}); });
+  const auto unknown = usage_message([] {
+    make_optimizer("sgd", one_param(), 1e-3, 0, {{"beta", "1"}});
+  });
   EXPECT_NE(unknown.find("momentum, dampening, nesterov"), std::string::npos);
   EXPECT_NE(usage_message([] {
               make_optimizer("sgd", one_param(), 1e-3, 0, {{"nesterov", "true"}});
@@ -48,8 +49,8 @@ TEST(OptimizerFactory, RefusesBadSettingsNamingTheValue) {
 }
 
 TEST(OptimizerFactory, SettingsReachTheOptimizer) {
-  auto sgd = make_optimizer("sgd", one_param(), 0.5, 0.01,
-                            {{"momentum", "0.9"}, {"nesterov", "true"}});
+  auto sgd =
+      make_optimizer("sgd", one_param(), 0.5, 0.01, {{"momentum", "0.9"}, {"nesterov", "true"}});
   const auto& o = static_cast<const torch::optim::SGDOptions&>(sgd->param_groups()[0].options());
   EXPECT_DOUBLE_EQ(o.lr(), 0.5);
   EXPECT_DOUBLE_EQ(o.momentum(), 0.9);

@@ -180,7 +180,8 @@ TEST(Trainer, GradientClippingBoundsTheUpdate) {
   EXPECT_GT(r["steps"][0]["grad_norm"].get<double>(), 1e-3);
   std::vector<torch::Tensor> moves;
   const auto params = clipped.model().parameters();
-  for (size_t i = 0; i < params.size(); ++i) moves.push_back((params[i].detach() - before[i]).flatten());
+  for (size_t i = 0; i < params.size(); ++i)
+    moves.push_back((params[i].detach() - before[i]).flatten());
   EXPECT_NEAR(torch::cat(moves).norm().item<double>(), 0.1 * 1e-3, 1e-7);
 }
 

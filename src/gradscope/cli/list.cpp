@@ -55,16 +55,16 @@ void print_text(const nlohmann::json& j) {
     for (const auto& [preset, p] : m["presets"].items()) {
       const auto& a = p["arch"];
       fmt::print("    {:<6} {:>15} params  {} layers, hidden {}, {} heads, seq {}, tokenizer {}\n",
-                 preset, with_commas(p["params"].get<int64_t>()),
-                 a.value("num_hidden_layers", 0), a.value("hidden_size", 0),
-                 a.value("num_attention_heads", 0), a.value("seq_len", 0),
-                 a.value("tokenizer", std::string("-")));
+                 preset, with_commas(p["params"].get<int64_t>()), a.value("num_hidden_layers", 0),
+                 a.value("hidden_size", 0), a.value("num_attention_heads", 0),
+                 a.value("seq_len", 0), a.value("tokenizer", std::string("-")));
     }
   }
   fmt::print("\noptimizers (--optimizer; settings with --opt NAME=VALUE):\n");
   for (const auto& [name, o] : j["optimizers"].items()) {
     std::string settings;
-    for (const auto& s : o["settings"]) settings += (settings.empty() ? "" : ", ") + s.get<std::string>();
+    for (const auto& s : o["settings"])
+      settings += (settings.empty() ? "" : ", ") + s.get<std::string>();
     fmt::print("  {:<12} {} (default lr {:g}; settings: {})\n", name,
                o["description"].get<std::string>(), o["default_lr"].get<double>(),
                settings.empty() ? "none" : settings);
@@ -86,8 +86,9 @@ void print_text(const nlohmann::json& j) {
 void add_list_command(CLI::App& root, int& exit_code) {
   auto as_json = std::make_shared<bool>(false);
   CLI::App* cmd = root.add_subcommand(
-      "list", "List every model (with presets and parameter counts), optimizer, strategy, data "
-              "set and tokenizer");
+      "list",
+      "List every model (with presets and parameter counts), optimizer, strategy, data "
+      "set and tokenizer");
   cmd->add_flag("--json", *as_json, "Print the catalogue as JSON");
   cmd->callback([as_json, &exit_code] {
     const nlohmann::json j = catalogue();

@@ -44,11 +44,13 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const gradscope::Error& e) {
     std::cerr << "error: " << e.what() << "\n";
-    if (!e.hint().empty()) std::cerr << "hint: " << e.hint() << "\n";
+    std::cerr << "hint: " << (e.hint().empty() ? "see `gradscope COMMAND --help`" : e.hint())
+              << "\n";
     return e.kind() == gradscope::ErrorKind::kErrorKindUsage ? 2 : 1;
   } catch (const c10::Error& e) {
-    std::cerr << "error: " << first_line(e.what_without_backtrace()) << "\n"
-              << "hint: this is a LibTorch error; rerun with a smaller configuration or report it\n";
+    std::cerr
+        << "error: " << first_line(e.what_without_backtrace()) << "\n"
+        << "hint: this is a LibTorch error; rerun with a smaller configuration or report it\n";
     return 1;
   } catch (const std::exception& e) {
     std::cerr << "error: " << first_line(e.what()) << "\n";

@@ -29,8 +29,8 @@ void check_output_path(const std::string& path) {
   namespace fs = std::filesystem;
   fs::path dir = fs::path(path).parent_path();
   if (dir.empty()) dir = ".";
-  check_usage(fs::is_directory(dir), "cannot write '" + path + "': folder '" + dir.string() +
-                                         "' does not exist",
+  check_usage(fs::is_directory(dir),
+              "cannot write '" + path + "': folder '" + dir.string() + "' does not exist",
               "create the folder or choose another path");
   check_usage(access(dir.c_str(), W_OK) == 0,
               "cannot write '" + path + "': folder '" + dir.string() + "' is not writable",
@@ -104,6 +104,8 @@ void add_run_command(CLI::App& root, int& exit_code) {
       "database (--db) and, with --json, to a run record file. Exit 0 when the run's\n"
       "status is ok, 1 when it failed (oom, diverged, timeout, error), 2 for bad input.\n"
       "Example: gradscope run --model llama --preset tiny --optimizer adam --steps 300");
+  // A repeated option takes its last value, so a script can append overrides.
+  cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   cmd->add_option("--model", c.model, "Architecture (see `gradscope list`)")->capture_default_str();
   cmd->add_option("--preset", c.preset, "tiny (tests), small (CPU) or paper (published size)")
       ->capture_default_str();
@@ -133,8 +135,10 @@ void add_run_command(CLI::App& root, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--opt", o->opt,
                   "Optimizer setting NAME=VALUE under PyTorch's name (repeatable), e.g. "
-                  "--opt momentum=0.9 --opt nesterov=true, --opt betas=0.9,0.95");
-  cmd->add_option("--seed", c.seed, "Seed of weights, data order and dropout")->capture_default_str();
+                  "--opt momentum=0.9 --opt nesterov=true, --opt betas=0.9,0.95")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_option("--seed", c.seed, "Seed of weights, data order and dropout")
+      ->capture_default_str();
   cmd->add_option("--device", c.device, "cpu, cuda or cuda:N")->capture_default_str();
   cmd->add_option("--dtype", c.dtype, "Compute dtype")->capture_default_str();
   cmd->add_option("--threads", c.threads, "Intra-op and BLAS threads (0 = LibTorch's default)")

@@ -1,7 +1,7 @@
 #include "gradscope/core/config.h"
 
-#include "gradscope/core/rng.h"
 #include <torch/torch.h>
+#include "gradscope/core/rng.h"
 
 namespace gradscope {
 

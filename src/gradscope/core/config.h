@@ -13,20 +13,20 @@ namespace gradscope {
 
 struct RunConfig {
   // --- what is trained ---
-  std::string model = "llama";   // registry name: see `gradscope list`
-  std::string preset = "tiny";   // tiny (tests), small (CPU), paper (published size)
-  std::string dataset;           // "" = the model's default data set
-  std::string tokenizer;         // "" = the preset's tokenizer
+  std::string model = "llama";    // registry name: see `gradscope list`
+  std::string preset = "tiny";    // tiny (tests), small (CPU), paper (published size)
+  std::string dataset;            // "" = the model's default data set
+  std::string tokenizer;          // "" = the preset's tokenizer
   std::optional<double> dropout;  // unset = the model's published dropout
 
   // --- how it is optimized ---
   std::string optimizer = "adam";
-  double lr = 0;                 // 0 = the optimizer's default for this model family
+  double lr = 0;                           // 0 = the optimizer's default for this model family
   std::map<std::string, std::string> opt;  // --opt NAME=VALUE, PyTorch's names
-  double weight_decay = 0;       // decoupled for AdamW, L2 in the gradient otherwise
-  std::string lr_schedule = "constant";  // constant | cosine (linear warm-up, then cosine)
-  int64_t lr_warmup_steps = 0;   // linear warm-up length of the cosine schedule
-  double clip_grad_norm = 0;     // 0 = off; the norm is recorded every step either way
+  double weight_decay = 0;                 // decoupled for AdamW, L2 in the gradient otherwise
+  std::string lr_schedule = "constant";    // constant | cosine (linear warm-up, then cosine)
+  int64_t lr_warmup_steps = 0;             // linear warm-up length of the cosine schedule
+  double clip_grad_norm = 0;               // 0 = off; the norm is recorded every step either way
 
   // --- memory strategy ---
   std::string strategy = "standard";
@@ -34,12 +34,12 @@ struct RunConfig {
   int64_t accum_steps = 1;       // micro-batches per optimizer step
 
   // --- shape of the work ---
-  int64_t batch = 8;             // micro-batch size; effective batch = batch * accum_steps
-  int64_t seq_len = 0;           // 0 = the preset's sequence length
-  int64_t steps = 100;           // timed optimizer steps
-  int64_t warmup_steps = 2;      // untimed steps before the timed ones (they train too)
-  int64_t eval_every = 0;        // 0 = evaluate only at the end
-  int64_t eval_batches = 8;      // validation batches per evaluation
+  int64_t batch = 8;         // micro-batch size; effective batch = batch * accum_steps
+  int64_t seq_len = 0;       // 0 = the preset's sequence length
+  int64_t steps = 100;       // timed optimizer steps
+  int64_t warmup_steps = 2;  // untimed steps before the timed ones (they train too)
+  int64_t eval_every = 0;    // 0 = evaluate only at the end
+  int64_t eval_batches = 8;  // validation batches per evaluation
   uint64_t seed = 0;
 
   // --- where it runs ---
@@ -51,8 +51,8 @@ struct RunConfig {
 
   // --- outputs (not part of the run id) ---
   std::string db_path = "gradscope.db";
-  std::string json_path;         // "" = no JSON record
-  std::string sweep;             // sweep name the run belongs to, "" for a single run
+  std::string json_path;  // "" = no JSON record
+  std::string sweep;      // sweep name the run belongs to, "" for a single run
   bool quiet = false;
 
   // The effective batch of one optimizer step.

@@ -7,8 +7,8 @@
 #include <cstdlib>
 #include <fstream>
 
-#include "gradscope/core/error.h"
 #include <torch/torch.h>
+#include "gradscope/core/error.h"
 
 #ifndef GRADSCOPE_GIT_COMMIT
 #define GRADSCOPE_GIT_COMMIT "unknown"
@@ -74,20 +74,30 @@ int64_t parse_bytes(const std::string& text) {
   std::string unit = text.substr(pos);
   while (!unit.empty() && std::isspace(static_cast<unsigned char>(unit.front()))) unit.erase(0, 1);
   double scale = 1;
-  if (unit.empty() || unit == "B") scale = 1;
-  else if (unit == "KiB" || unit == "K") scale = 1024.0;
-  else if (unit == "MiB" || unit == "M") scale = 1024.0 * 1024;
-  else if (unit == "GiB" || unit == "G") scale = 1024.0 * 1024 * 1024;
-  else if (unit == "TiB" || unit == "T") scale = 1024.0 * 1024 * 1024 * 1024;
-  else if (unit == "kB" || unit == "KB") scale = 1e3;
-  else if (unit == "MB") scale = 1e6;
-  else if (unit == "GB") scale = 1e9;
-  else if (unit == "TB") scale = 1e12;
+  if (unit.empty() || unit == "B")
+    scale = 1;
+  else if (unit == "KiB" || unit == "K")
+    scale = 1024.0;
+  else if (unit == "MiB" || unit == "M")
+    scale = 1024.0 * 1024;
+  else if (unit == "GiB" || unit == "G")
+    scale = 1024.0 * 1024 * 1024;
+  else if (unit == "TiB" || unit == "T")
+    scale = 1024.0 * 1024 * 1024 * 1024;
+  else if (unit == "kB" || unit == "KB")
+    scale = 1e3;
+  else if (unit == "MB")
+    scale = 1e6;
+  else if (unit == "GB")
+    scale = 1e9;
+  else if (unit == "TB")
+    scale = 1e12;
   else
     fail_usage("unknown byte unit '" + unit + "' in '" + text + "'",
                "use B, KiB, MiB, GiB, TiB (powers of 1024) or kB, MB, GB, TB (powers of 1000)");
   double bytes = value * scale;
-  check_usage(std::isfinite(bytes) && bytes > 0, "byte count '" + text + "' must be positive");
+  check_usage(std::isfinite(bytes) && bytes > 0, "byte count '" + text + "' must be positive",
+              "write a positive size such as 512MiB or 8GiB");
   return static_cast<int64_t>(std::llround(bytes));
 }
 

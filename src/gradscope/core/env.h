@@ -14,7 +14,7 @@ struct EnvInfo {
   int threads = 1;          // intra-op threads in use
   std::string git_commit;
   std::string host;
-  std::string build_type;   // warns when not an optimized build
+  std::string build_type;  // warns when not an optimized build
 };
 
 EnvInfo current_env(const std::string& device);

@@ -26,7 +26,8 @@ class Registry {
   // Throws a usage error that lists the valid names when `name` is unknown.
   const Entry& get(const std::string& name) const {
     if (const auto* item = find(name)) return item->entry;
-    fail_usage("unknown " + family_ + " '" + name + "'", "valid " + family_ + "s: " + names_joined());
+    fail_usage("unknown " + family_ + " '" + name + "'",
+               "valid " + family_ + "s: " + names_joined());
   }
 
   std::vector<std::string> names() const {

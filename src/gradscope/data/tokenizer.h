@@ -1,5 +1,7 @@
 // Tokenizers: byte-level BPE in the GPT-2 and Llama 3 formats, and raw UTF-8 bytes.
-// encode() adds no BOS/EOS; callers join documents with eot_id().
+// encode() adds no BOS/EOS; callers join documents with eot_id(). encode() treats its input as
+// plain text: a special token written literally ("<|endoftext|>") is encoded as its characters,
+// so no document can forge a boundary; decode() writes special tokens as their text.
 #pragma once
 
 #include <cstdint>

@@ -12,19 +12,19 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
 namespace gradscope {
 
 // One micro-batch. Unused tensors stay undefined.
 struct Batch {
-  torch::Tensor input_ids;  // (B, T) int64 token ids
-  torch::Tensor targets;    // (B, T) int64, kIgnoreIndex where no loss is taken
-  torch::Tensor images;     // (B, 3, H, W) float
-  torch::Tensor labels;     // (B) int64 class labels
-  int64_t samples = 0;      // B
-  int64_t tokens = 0;       // positions through the transformer (image tokens included)
+  torch::Tensor input_ids;    // (B, T) int64 token ids
+  torch::Tensor targets;      // (B, T) int64, kIgnoreIndex where no loss is taken
+  torch::Tensor images;       // (B, 3, H, W) float
+  torch::Tensor labels;       // (B) int64 class labels
+  int64_t samples = 0;        // B
+  int64_t tokens = 0;         // positions through the transformer (image tokens included)
   int64_t targets_count = 0;  // positions in the loss
 
   Batch to(const torch::Device& device) const;
@@ -42,12 +42,12 @@ struct LossOutput {
 // Per-forward tensors a block needs besides its input: rotary tables and masks. A model
 // builds them once per forward; strategies pass them through untouched.
 struct BlockContext {
-  torch::Tensor rope_cos;        // (T, HS) rotary tables (global layers)
+  torch::Tensor rope_cos;  // (T, HS) rotary tables (global layers)
   torch::Tensor rope_sin;
   torch::Tensor rope_cos_local;  // (T, HS) rotary tables of local layers, if different
   torch::Tensor rope_sin_local;
-  torch::Tensor mask;            // additive (T, T) or (B, 1, T, T) mask; undefined = causal/none
-  torch::Tensor mask_local;      // sliding-window mask of local layers
+  torch::Tensor mask;        // additive (T, T) or (B, 1, T, T) mask; undefined = causal/none
+  torch::Tensor mask_local;  // sliding-window mask of local layers
 };
 
 class Block : public torch::nn::Module {

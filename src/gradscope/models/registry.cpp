@@ -19,9 +19,9 @@ Batch Batch::to(const torch::Device& device) const {
 const Registry<ModelFamily>& model_registry() {
   static const Registry<ModelFamily> registry = [] {
     Registry<ModelFamily> r("model");
-    r.add("llama", "Llama 3 decoder (paper: Llama 3.2 1B), causal language modelling",
-          {"causal-lm", llama_preset, llama_count_params, make_llama,
-           llama_forward_flops_per_token});
+    r.add(
+        "llama", "Llama 3 decoder (paper: Llama 3.2 1B), causal language modelling",
+        {"causal-lm", llama_preset, llama_count_params, make_llama, llama_forward_flops_per_token});
     return r;
   }();
   return registry;
@@ -49,7 +49,8 @@ nlohmann::json resolve_arch(const RunConfig& config) {
   if (!config.dataset.empty()) arch["dataset"] = config.dataset;
   if (config.dropout) {
     check_usage(*config.dropout >= 0 && *config.dropout < 1,
-                fmt::format("dropout {} must lie in [0, 1)", *config.dropout));
+                fmt::format("dropout {} must lie in [0, 1)", *config.dropout),
+                "pass --dropout 0 to turn dropout off, or a probability below 1");
     arch["hidden_dropout"] = *config.dropout;
     arch["attention_dropout"] = *config.dropout;
   }

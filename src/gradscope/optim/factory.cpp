@@ -41,7 +41,8 @@ class OptReader {
                "write " + name + "=true or " + name + "=false");
   }
 
-  std::pair<double, double> pair(const std::string& name, std::pair<double, double> fallback) const {
+  std::pair<double, double> pair(const std::string& name,
+                                 std::pair<double, double> fallback) const {
     auto it = opt_.find(name);
     if (it == opt_.end()) return fallback;
     auto comma = it->second.find(',');
@@ -71,7 +72,8 @@ class OptReader {
 };
 
 void check_range(bool ok, const std::string& what) {
-  check_usage(ok, "invalid optimizer setting: " + what, "see `gradscope list` and docs/optimizers.md");
+  check_usage(ok, "invalid optimizer setting: " + what,
+              "see `gradscope list` for each optimizer's settings");
 }
 
 const std::vector<std::string> kSgdKeys = {"momentum", "dampening", "nesterov"};
@@ -112,8 +114,7 @@ std::unique_ptr<torch::optim::Optimizer> make_adam(std::vector<torch::Tensor> pa
 }
 
 std::unique_ptr<torch::optim::Optimizer> make_adagrad(std::vector<torch::Tensor> params, double lr,
-                                                      double weight_decay,
-                                                      const OptSettings& opt) {
+                                                      double weight_decay, const OptSettings& opt) {
   OptReader r("adagrad", opt, kAdagradKeys);
   const double lr_decay = r.number("lr_decay", 0.0);
   const double eps = r.number("eps", 1e-10);
@@ -150,7 +151,8 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::string& name,
   check_usage(std::isfinite(lr) && lr > 0, fmt::format("learning rate {} must be > 0", lr),
               "pass --lr with a positive value, e.g. --lr 1e-3");
   check_usage(std::isfinite(weight_decay) && weight_decay >= 0,
-              fmt::format("weight decay {} must be >= 0", weight_decay));
+              fmt::format("weight decay {} must be >= 0", weight_decay),
+              "pass --weight-decay 0 for none");
   return entry.make(std::move(params), lr, weight_decay, opt);
 }
 

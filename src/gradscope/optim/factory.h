@@ -19,8 +19,8 @@ struct OptimizerEntry {
   // Builds the optimizer; throws a usage error naming a bad or unknown setting.
   std::unique_ptr<torch::optim::Optimizer> (*make)(std::vector<torch::Tensor> params, double lr,
                                                    double weight_decay, const OptSettings& opt);
-  double default_lr;                // used when --lr is not given
-  std::vector<std::string> keys;    // the --opt names it accepts
+  double default_lr;              // used when --lr is not given
+  std::vector<std::string> keys;  // the --opt names it accepts
 };
 
 const Registry<OptimizerEntry>& optimizer_registry();

@@ -20,10 +20,9 @@ class ConsoleProgress : public ProgressSink {
 
   void on_start(const nlohmann::json& config, int64_t total_steps) override {
     fmt::print(out_, "training {} ({}) with {} / {}: {} steps, batch {} x {}, seq {}\n",
-               config.value("model", ""), config.value("preset", ""),
-               config.value("optimizer", ""), config.value("strategy", ""), total_steps,
-               config.value("batch", 0), config.value("accum_steps", 1),
-               config.value("seq_len", 0));
+               config.value("model", ""), config.value("preset", ""), config.value("optimizer", ""),
+               config.value("strategy", ""), total_steps, config.value("batch", 0),
+               config.value("accum_steps", 1), config.value("seq_len", 0));
     std::fflush(out_);
     last_print_ = wall_now_s();
   }
@@ -43,9 +42,8 @@ class ConsoleProgress : public ProgressSink {
     }
     const double now = wall_now_s();
     if (step == 1 || step == total || now - last_print_ >= interval_s_) {
-      fmt::print(out_, "step {}/{} loss {:.4f} tokens/s {} elapsed {} eta {}\n", step, total,
-                 loss, format_si(tokens_per_s), format_duration(elapsed_s),
-                 format_duration(eta));
+      fmt::print(out_, "step {}/{} loss {:.4f} tokens/s {} elapsed {} eta {}\n", step, total, loss,
+                 format_si(tokens_per_s), format_duration(elapsed_s), format_duration(eta));
       std::fflush(out_);
       last_print_ = now;
     }
@@ -82,7 +80,7 @@ std::string or_na(std::optional<double> v, const std::function<std::string(doubl
 }  // namespace
 
 std::unique_ptr<ProgressSink> make_console_progress(FILE* out, bool is_terminal,
-                                                   double interval_s) {
+                                                    double interval_s) {
   return std::make_unique<ConsoleProgress>(out, is_terminal, interval_s);
 }
 
@@ -90,7 +88,8 @@ std::string format_duration(double s) {
   if (!std::isfinite(s) || s < 0) return "n/a";
   if (s < 1) return fmt::format("{:.0f}ms", s * 1000);
   if (s < 60) return fmt::format("{:.1f}s", s);
-  if (s < 3600) return fmt::format("{}m{:02d}s", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
+  if (s < 3600)
+    return fmt::format("{}m{:02d}s", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
   return fmt::format("{}h{:02d}m", static_cast<int>(s) / 3600, static_cast<int>(s) % 3600 / 60);
 }
 
@@ -104,16 +103,14 @@ std::string summary_table(const nlohmann::json& r) {
       {"status", r.value("status", "")},
       {"model", fmt::format("{} ({}), {} parameters", c.value("model", ""), c.value("preset", ""),
                             format_si(r.value("params", 0.0)))},
-      {"optimizer / strategy",
-       fmt::format("{} (lr {:g}) / {}", c.value("optimizer", ""), c.value("lr", 0.0),
-                   c.value("strategy", ""))},
+      {"optimizer / strategy", fmt::format("{} (lr {:g}) / {}", c.value("optimizer", ""),
+                                           c.value("lr", 0.0), c.value("strategy", ""))},
       {"batch x accum x seq", fmt::format("{} x {} x {}", c.value("batch", 0),
                                           c.value("accum_steps", 1), c.value("seq_len", 0))},
       {"final train loss", or_na(num(r, {"final_loss"}), fixed4)},
       {"final val loss", or_na(num(r, {"final_val_loss"}), fixed4)},
-      {"timed steps", or_na(num(r, {"time", "timed_steps"}), [](double v) {
-         return fmt::format("{:.0f}", v);
-       })},
+      {"timed steps",
+       or_na(num(r, {"time", "timed_steps"}), [](double v) { return fmt::format("{:.0f}", v); })},
       {"step time (median)", or_na(num(r, {"time", "step_median_s"}), format_duration)},
       {"  data / fwd / bwd / opt",
        fmt::format("{} / {} / {} / {}", or_na(num(r, {"time", "data_s"}), format_duration),
@@ -133,9 +130,8 @@ std::string summary_table(const nlohmann::json& r) {
       {"peak RSS", or_na(num(r, {"memory", "peak_rss_bytes"}), bytes)},
       {"utilization (mean)", fmt::format("{} ({})", or_na(num(r, {"utilization", "mean_pct"}), pct),
                                          r.at("utilization").value("device", ""))},
-      {"threads", or_na(num(r, {"env", "threads"}), [](double v) {
-         return fmt::format("{:.0f}", v);
-       })},
+      {"threads",
+       or_na(num(r, {"env", "threads"}), [](double v) { return fmt::format("{:.0f}", v); })},
   };
   if (r.contains("failure") && r["failure"].is_object())
     rows.push_back({"failure", fmt::format("step {} ({}): {}", r["failure"].value("step", 0),

@@ -14,7 +14,7 @@ namespace gradscope {
 // A progress bar with ETA, loss and tokens/s on a terminal; plain periodic lines otherwise
 // (logs, CI), at most one every `interval_s` seconds plus the first and last step.
 std::unique_ptr<ProgressSink> make_console_progress(FILE* out, bool is_terminal,
-                                                   double interval_s = 10.0);
+                                                    double interval_s = 10.0);
 
 // The end-of-run summary table of a record.
 std::string summary_table(const nlohmann::json& record);

@@ -6,11 +6,16 @@ namespace gradscope {
 
 const char* phase_name(Phase phase) {
   switch (phase) {
-    case Phase::kPhaseData: return "data";
-    case Phase::kPhaseForward: return "forward";
-    case Phase::kPhaseBackward: return "backward";
-    case Phase::kPhaseOptimizer: return "optimizer";
-    default: return "unknown";
+    case Phase::kPhaseData:
+      return "data";
+    case Phase::kPhaseForward:
+      return "forward";
+    case Phase::kPhaseBackward:
+      return "backward";
+    case Phase::kPhaseOptimizer:
+      return "optimizer";
+    default:
+      return "unknown";
   }
 }
 

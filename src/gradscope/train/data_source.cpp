@@ -14,8 +14,7 @@ class CausalLmSource : public DataSource {
   CausalLmSource(const nlohmann::json& arch, const RunConfig& config)
       : dataset_(arch.at("dataset").get<std::string>()),
         tokenizer_(make_tokenizer(arch.at("tokenizer").get<std::string>(), data_dir())),
-        corpus_(dataset_, *tokenizer_, data_dir(), arch.at("seq_len").get<int64_t>(),
-                config.seed) {
+        corpus_(dataset_, *tokenizer_, data_dir(), arch.at("seq_len").get<int64_t>(), config.seed) {
     const int64_t vocab = arch.at("vocab_size").get<int64_t>();
     check_usage(tokenizer_->vocab_size() <= vocab,
                 fmt::format("tokenizer '{}' has {} ids but the model's vocabulary is {}",
@@ -32,13 +31,13 @@ class CausalLmSource : public DataSource {
   int64_t val_samples() const override { return corpus_.val_windows(); }
 
   nlohmann::json describe() const override {
-    return {{"dataset", dataset_},
-            {"tokenizer", tokenizer_->name()},
-            {"train_tokens", corpus_.train_tokens()},
-            {"val_tokens", corpus_.val_tokens()},
-            {"train_windows", corpus_.train_windows()},
-            {"unigram_entropy_nats",
-             unigram_entropy_nats(corpus_.tokens(), 0, corpus_.split_index())}};
+    return {
+        {"dataset", dataset_},
+        {"tokenizer", tokenizer_->name()},
+        {"train_tokens", corpus_.train_tokens()},
+        {"val_tokens", corpus_.val_tokens()},
+        {"train_windows", corpus_.train_windows()},
+        {"unigram_entropy_nats", unigram_entropy_nats(corpus_.tokens(), 0, corpus_.split_index())}};
   }
 
  private:

@@ -45,25 +45,39 @@ torch::Device parse_device(const std::string& text) {
 }
 
 void validate(const RunConfig& c) {
-  check_usage(c.steps > 0, fmt::format("--steps {} must be positive", c.steps));
-  check_usage(c.batch > 0, fmt::format("--batch {} must be positive", c.batch));
-  check_usage(c.accum_steps > 0, fmt::format("--accum-steps {} must be positive", c.accum_steps));
-  check_usage(c.warmup_steps >= 0, fmt::format("--warmup-steps {} must be >= 0", c.warmup_steps));
-  check_usage(c.seq_len >= 0, fmt::format("--seq {} must be positive", c.seq_len));
-  check_usage(c.lr >= 0 && std::isfinite(c.lr), fmt::format("--lr {} must be > 0", c.lr));
-  check_usage(c.eval_every >= 0, fmt::format("--eval-every {} must be >= 0", c.eval_every));
-  check_usage(c.eval_batches > 0, fmt::format("--eval-batches {} must be positive", c.eval_batches));
+  auto positive = [](int64_t v, const char* flag) {
+    check_usage(v > 0, fmt::format("{} {} must be positive", flag, v),
+                fmt::format("pass {} with a value of at least 1", flag));
+  };
+  positive(c.steps, "--steps");
+  positive(c.batch, "--batch");
+  positive(c.accum_steps, "--accum-steps");
+  positive(c.eval_batches, "--eval-batches");
+  check_usage(c.seq_len >= 0, fmt::format("--seq {} must be positive", c.seq_len),
+              "pass --seq with a value of at least 1, or leave it out for the preset's");
+  check_usage(c.warmup_steps >= 0, fmt::format("--warmup-steps {} must be >= 0", c.warmup_steps),
+              "pass 0 for no untimed warm-up steps");
+  check_usage(c.eval_every >= 0, fmt::format("--eval-every {} must be >= 0", c.eval_every),
+              "pass 0 to evaluate only at the end");
+  check_usage(c.lr >= 0 && std::isfinite(c.lr), fmt::format("--lr {} must be > 0", c.lr),
+              "pass a positive learning rate, e.g. --lr 1e-3");
   check_usage(c.clip_grad_norm >= 0,
-              fmt::format("--clip-grad-norm {} must be >= 0 (0 = off)", c.clip_grad_norm));
+              fmt::format("--clip-grad-norm {} must be >= 0", c.clip_grad_norm),
+              "pass 0 to turn clipping off");
   check_usage(c.lr_schedule == "constant" || c.lr_schedule == "cosine",
               "unknown learning-rate schedule '" + c.lr_schedule + "'",
               "valid schedules: constant, cosine");
-  check_usage(c.lr_warmup_steps >= 0, "--lr-warmup-steps must be >= 0");
+  check_usage(c.lr_warmup_steps >= 0,
+              fmt::format("--lr-warmup-steps {} must be >= 0", c.lr_warmup_steps),
+              "pass 0 for no learning-rate warm-up");
   check_usage(c.dtype == "fp32", "dtype '" + c.dtype + "' is not supported by this build",
               "use --dtype fp32");
-  check_usage(c.threads >= 0, fmt::format("--threads {} must be >= 0", c.threads));
-  check_usage(c.timeout_s >= 0, "--timeout must be >= 0 (0 = none)");
-  check_usage(c.memory_cap_bytes >= 0, "--memory-cap must be positive");
+  check_usage(c.threads >= 0, fmt::format("--threads {} must be >= 0", c.threads),
+              "pass 0 for LibTorch's default");
+  check_usage(c.timeout_s >= 0, fmt::format("--timeout {} must be >= 0", c.timeout_s),
+              "pass 0 for no time limit");
+  check_usage(c.memory_cap_bytes >= 0, "--memory-cap must be positive",
+              "write a size such as 512MiB or 8GiB");
 }
 
 bool is_oom(const std::string& message) {
@@ -97,8 +111,7 @@ class PhaseTimer : public PhaseObserver {
     seconds_[current_] += clock_.now_s() - started_;
     phase_peak_[current_] = std::max(phase_peak_[current_], meter_.peak_bytes());
     if (current_ == static_cast<int>(Phase::kPhaseForward) && forward_start_bytes_ >= 0)
-      activations_peak_ =
-          std::max(activations_peak_, meter_.peak_bytes() - forward_start_bytes_);
+      activations_peak_ = std::max(activations_peak_, meter_.peak_bytes() - forward_start_bytes_);
     current_ = -1;
   }
   Phase current() const { return current_ < 0 ? Phase::kPhaseData : static_cast<Phase>(current_); }
@@ -150,9 +163,14 @@ Trainer::Trainer(RunConfig config) : config_(std::move(config)), device_(torch::
   family_ = &model_registry().get(config_.model);
   const auto& strategy_entry = strategy_registry().get(config_.strategy);
   const auto& optimizer_entry = optimizer_registry().get(config_.optimizer);
+  check_usage(config_.accum_steps == 1 || strategy_entry.uses_micro_batches,
+              fmt::format("strategy '{}' computes a step in one batch, got --accum-steps {}",
+                          config_.strategy, config_.accum_steps),
+              "use --accum-steps 1, or a strategy that accumulates micro-batches");
   device_ = parse_device(config_.device);
   arch_ = resolve_arch(config_);
-  check_usage(arch_.at("seq_len").get<int64_t>() > 0, "sequence length must be positive");
+  check_usage(arch_.at("seq_len").get<int64_t>() > 0, "sequence length must be positive",
+              "pass --seq with a value of at least 1");
   if (config_.threads > 0) {
     at::set_num_threads(config_.threads);
     set_blas_threads(config_.threads);
@@ -174,7 +192,8 @@ Trainer::Trainer(RunConfig config) : config_(std::move(config)), device_(torch::
   for (const auto& p : parameters_) params_ += p.numel();
   strategy_ = strategy_entry.make();
   strategy_->attach(*model_);
-  optimizer_ = make_optimizer(config_.optimizer, parameters_, lr_, config_.weight_decay, config_.opt);
+  optimizer_ =
+      make_optimizer(config_.optimizer, parameters_, lr_, config_.weight_decay, config_.opt);
 }
 
 Trainer::~Trainer() {
@@ -195,8 +214,10 @@ double Trainer::evaluate() {
   torch::NoGradGuard no_grad;
   model_->eval();
   const int64_t b = config_.batch;
-  const int64_t n = std::min<int64_t>(config_.eval_batches, std::max<int64_t>(1, data_->val_samples() / b));
-  torch::Tensor sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
+  const int64_t n =
+      std::min<int64_t>(config_.eval_batches, std::max<int64_t>(1, data_->val_samples() / b));
+  torch::Tensor sum =
+      torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
   int64_t count = 0;
   for (int64_t i = 0; i < n; ++i) {
     Batch batch = data_->val_batch(i * b, b).to(device_);
@@ -321,7 +342,8 @@ nlohmann::json Trainer::run(ProgressSink* progress) {
                           clock.now_s() - run_started);
       if (!std::isfinite(loss)) {
         status = "diverged";
-        failure = {{"step", step + 1}, {"phase", "forward"},
+        failure = {{"step", step + 1},
+                   {"phase", "forward"},
                    {"message", fmt::format("loss is {} at step {}", loss, step + 1)}};
         ++step;
         break;
@@ -330,7 +352,8 @@ nlohmann::json Trainer::run(ProgressSink* progress) {
         maybe_eval(step + 1);
       if (config_.timeout_s > 0 && clock.now_s() - run_started > config_.timeout_s) {
         status = "timeout";
-        failure = {{"step", step + 1}, {"phase", "optimizer"},
+        failure = {{"step", step + 1},
+                   {"phase", "optimizer"},
                    {"message", fmt::format("time limit of {} s reached", config_.timeout_s)}};
         ++step;
         break;
@@ -338,11 +361,12 @@ nlohmann::json Trainer::run(ProgressSink* progress) {
     }
     if (status == "ok") maybe_eval(total_steps);
   } catch (const std::exception& e) {
+    const Phase failed_in = timer.current();
     timer.close();
     const std::string message = e.what();
     const std::string first_line = message.substr(0, message.find('\n'));
     status = is_oom(message) ? "oom" : "error";
-    failure = {{"step", step + 1}, {"phase", phase_name(timer.current())}, {"message", first_line}};
+    failure = {{"step", step + 1}, {"phase", phase_name(failed_in)}, {"message", first_line}};
     for (auto& p : parameters_) p.mutable_grad() = torch::Tensor();
   }
 
@@ -353,8 +377,7 @@ nlohmann::json Trainer::run(ProgressSink* progress) {
   record["steps"] = steps;
   record["eval"] = evals;
   record["final_loss"] = null_if_nan(final_loss);
-  record["final_val_loss"] =
-      evals.empty() ? nlohmann::json(nullptr) : evals.back()["val_loss"];
+  record["final_val_loss"] = evals.empty() ? nlohmann::json(nullptr) : evals.back()["val_loss"];
   record["lr_search"] = nullptr;
   record["estimate"] = nullptr;
 
@@ -405,13 +428,14 @@ nlohmann::json Trainer::run(ProgressSink* progress) {
 
   const double tokens_per_step = static_cast<double>(effective * seq_len);
   const double per_step = 3.0 * family_->forward_flops_per_token(arch_, seq_len) * tokens_per_step;
-  record["flops"] = {{"per_step", per_step},
-                     {"achieved_per_s", any_timed ? nlohmann::json(per_step * step_times.size() / timed_s)
-                                                  : nlohmann::json(nullptr)},
-                     {"mfu", nullptr},
-                     {"peak_per_s", nullptr},
-                     {"peak_source", nullptr},
-                     {"formula", "3 x analytical forward FLOPs per token x tokens per step"}};
+  record["flops"] = {
+      {"per_step", per_step},
+      {"achieved_per_s", any_timed ? nlohmann::json(per_step * step_times.size() / timed_s)
+                                   : nlohmann::json(nullptr)},
+      {"mfu", nullptr},
+      {"peak_per_s", nullptr},
+      {"peak_source", nullptr},
+      {"formula", "3 x analytical forward FLOPs per token x tokens per step"}};
 
   const EnvInfo env = current_env(config_.device);
   record["env"] = {{"gradscope", env.gradscope_version},

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
 #include "gradscope/core/config.h"
 #include "gradscope/models/registry.h"
