@@ -37,8 +37,10 @@ demo: data build
 	mkdir -p $(DEMO_OUT)
 	$(GS) run --model llama --preset tiny --optimizer adam --lr 3e-3 --batch 16 \
 	  --steps 300 --warmup-steps 5 --eval-every 100 \
-	  --db $(DEMO_OUT)/gradscope.db --json $(DEMO_OUT)/llama-tiny-adam.json
-	@echo "results: $(DEMO_OUT)/gradscope.db (sqlite3 $(DEMO_OUT)/gradscope.db 'select * from runs')"
+	  --db $(DEMO_OUT)/gradscope.db --json $(DEMO_OUT)/llama-tiny-adam.json \
+	  > $(DEMO_OUT)/summary.txt
+	@cat $(DEMO_OUT)/summary.txt
+	@echo "results: $(DEMO_OUT)/ (summary.txt, the run record llama-tiny-adam.json, gradscope.db)"
 
 clean:
 	rm -rf $(BUILD)

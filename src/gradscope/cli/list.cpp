@@ -52,7 +52,8 @@ void print_text(const nlohmann::json& j) {
   fmt::print("models (presets with parameters counted from the configuration):\n");
   for (const auto& [name, m] : j["models"].items()) {
     fmt::print("  {:<12} {}\n", name, m["description"].get<std::string>());
-    for (const auto& [preset, p] : m["presets"].items()) {
+    for (const auto& preset : preset_names()) {
+      const auto& p = m["presets"][preset];
       const auto& a = p["arch"];
       fmt::print("    {:<6} {:>15} params  {} layers, hidden {}, {} heads, seq {}, tokenizer {}\n",
                  preset, with_commas(p["params"].get<int64_t>()), a.value("num_hidden_layers", 0),

@@ -84,9 +84,10 @@ int execute(RunOptions& o, CLI::App& cmd) {
   const int64_t attempt = db.write_run(record, c.sweep, started_at, finished_at);
   if (!c.json_path.empty()) write_json_atomically(c.json_path, record);
   if (!c.quiet) {
-    fmt::print("\n{}", summary_table(record));
-    fmt::print("  {:<27}  {} (attempt {})\n", "database", c.db_path, attempt);
-    if (!c.json_path.empty()) fmt::print("  {:<27}  {}\n", "record", c.json_path);
+    std::vector<std::pair<std::string, std::string>> where = {
+        {"database", fmt::format("{} (attempt {})", c.db_path, attempt)}};
+    if (!c.json_path.empty()) where.push_back({"record", c.json_path});
+    fmt::print("\n{}", summary_table(record, where));
   }
   return record.value("status", "error") == "ok" ? 0 : 1;
 }

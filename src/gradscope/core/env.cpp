@@ -1,5 +1,6 @@
 #include "gradscope/core/env.h"
 
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -41,6 +42,7 @@ EnvInfo current_env(const std::string& device) {
   env.libtorch = TORCH_VERSION;
   env.git_commit = GRADSCOPE_GIT_COMMIT;
   env.threads = at::get_num_threads();
+  env.blas_threads = blas_threads();
   char host[256] = {0};
   if (gethostname(host, sizeof(host) - 1) == 0) env.host = host;
 #ifdef NDEBUG
@@ -54,6 +56,19 @@ EnvInfo current_env(const std::string& device) {
     env.device_name = cpu_model_name();
   }
   return env;
+}
+
+int blas_threads() {
+  using GetThreads = int (*)();
+  if (auto fn = reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads")))
+    return fn();
+  return 0;
+}
+
+void set_blas_threads(int threads) {
+  using SetThreads = void (*)(int);
+  if (auto fn = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads")))
+    fn(threads);
 }
 
 std::string data_dir() {

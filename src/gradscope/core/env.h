@@ -11,13 +11,19 @@ struct EnvInfo {
   std::string libtorch;     // e.g. "1.13.0"
   std::string cuda;         // CUDA runtime LibTorch was built with, "" when CPU-only
   std::string device_name;  // CPU model name or GPU name
-  int threads = 1;          // intra-op threads in use
+  int threads = 1;          // LibTorch intra-op threads in use
+  int blas_threads = 0;     // OpenBLAS's own pool; 0 when the BLAS is not OpenBLAS
   std::string git_commit;
   std::string host;
   std::string build_type;  // warns when not an optimized build
 };
 
 EnvInfo current_env(const std::string& device);
+
+// OpenBLAS keeps its own thread pool beside LibTorch's intra-op pool. These reach it through
+// the dynamic linker (no build dependency); 0 / no-op when the BLAS is not OpenBLAS.
+int blas_threads();
+void set_blas_threads(int threads);
 
 // $GRADSCOPE_DATA, else ~/.cache/gradscope.
 std::string data_dir();

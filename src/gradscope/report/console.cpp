@@ -29,13 +29,16 @@ class ConsoleProgress : public ProgressSink {
 
   void on_step(int64_t step, int64_t total, double loss, double tokens_per_s,
                double elapsed_s) override {
-    const double eta = step > 0 ? elapsed_s / step * (total - step) : 0;
+    if (step == 1) first_step_done_s_ = elapsed_s;
+    const double pace = step > 1 ? (elapsed_s - first_step_done_s_) / (step - 1) : elapsed_s;
+    const double eta = pace * static_cast<double>(total - step);
+    const std::string speed = tokens_per_s > 0 ? format_si(tokens_per_s) : "-";
     if (tty_) {
       constexpr int kWidth = 30;
       const int filled = static_cast<int>(kWidth * step / std::max<int64_t>(total, 1));
       fmt::print(out_, "\r[{}{}] {}/{} loss {:.4f} | {} tok/s | ETA {}   ",
                  std::string(filled, '#'), std::string(kWidth - filled, '.'), step, total, loss,
-                 format_si(tokens_per_s), format_duration(eta));
+                 speed, format_duration(eta));
       if (step == total) fmt::print(out_, "\n");
       std::fflush(out_);
       return;
@@ -43,7 +46,7 @@ class ConsoleProgress : public ProgressSink {
     const double now = wall_now_s();
     if (step == 1 || step == total || now - last_print_ >= interval_s_) {
       fmt::print(out_, "step {}/{} loss {:.4f} tokens/s {} elapsed {} eta {}\n", step, total, loss,
-                 format_si(tokens_per_s), format_duration(elapsed_s), format_duration(eta));
+                 speed, format_duration(elapsed_s), format_duration(eta));
       std::fflush(out_);
       last_print_ = now;
     }
@@ -60,6 +63,7 @@ class ConsoleProgress : public ProgressSink {
   bool tty_;
   double interval_s_;
   double last_print_ = 0;
+  double first_step_done_s_ = 0;
 };
 
 // Reads a number at a JSON path, or nullopt when it is absent or null.
@@ -93,11 +97,13 @@ std::string format_duration(double s) {
   return fmt::format("{}h{:02d}m", static_cast<int>(s) / 3600, static_cast<int>(s) % 3600 / 60);
 }
 
-std::string summary_table(const nlohmann::json& r) {
+std::string summary_table(const nlohmann::json& r,
+                          const std::vector<std::pair<std::string, std::string>>& extra) {
   const auto& c = r.at("config");
   auto bytes = [](double v) { return format_bytes(v); };
   auto fixed4 = [](double v) { return fmt::format("{:.4f}", v); };
   auto pct = [](double v) { return fmt::format("{:.0f}%", v); };
+  auto count = [](double v) { return fmt::format("{:.0f}", v); };
   std::vector<std::pair<std::string, std::string>> rows = {
       {"run", r.value("run_id", "")},
       {"status", r.value("status", "")},
@@ -109,8 +115,7 @@ std::string summary_table(const nlohmann::json& r) {
                                           c.value("accum_steps", 1), c.value("seq_len", 0))},
       {"final train loss", or_na(num(r, {"final_loss"}), fixed4)},
       {"final val loss", or_na(num(r, {"final_val_loss"}), fixed4)},
-      {"timed steps",
-       or_na(num(r, {"time", "timed_steps"}), [](double v) { return fmt::format("{:.0f}", v); })},
+      {"timed steps", or_na(num(r, {"time", "timed_steps"}), count)},
       {"step time (median)", or_na(num(r, {"time", "step_median_s"}), format_duration)},
       {"  data / fwd / bwd / opt",
        fmt::format("{} / {} / {} / {}", or_na(num(r, {"time", "data_s"}), format_duration),
@@ -130,9 +135,10 @@ std::string summary_table(const nlohmann::json& r) {
       {"peak RSS", or_na(num(r, {"memory", "peak_rss_bytes"}), bytes)},
       {"utilization (mean)", fmt::format("{} ({})", or_na(num(r, {"utilization", "mean_pct"}), pct),
                                          r.at("utilization").value("device", ""))},
-      {"threads",
-       or_na(num(r, {"env", "threads"}), [](double v) { return fmt::format("{:.0f}", v); })},
+      {"threads", fmt::format("{} intra-op, {} BLAS", or_na(num(r, {"env", "threads"}), count),
+                              or_na(num(r, {"env", "blas_threads"}), count))},
   };
+  rows.insert(rows.end(), extra.begin(), extra.end());
   if (r.contains("failure") && r["failure"].is_object())
     rows.push_back({"failure", fmt::format("step {} ({}): {}", r["failure"].value("step", 0),
                                            r["failure"].value("phase", ""),

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -16,8 +18,9 @@ namespace gradscope {
 std::unique_ptr<ProgressSink> make_console_progress(FILE* out, bool is_terminal,
                                                     double interval_s = 10.0);
 
-// The end-of-run summary table of a record.
-std::string summary_table(const nlohmann::json& record);
+// The end-of-run summary table of a record, with extra (label, value) rows at the end.
+std::string summary_table(const nlohmann::json& record,
+                          const std::vector<std::pair<std::string, std::string>>& extra = {});
 
 // "1m23s", "4.2s", "850ms"
 std::string format_duration(double seconds);

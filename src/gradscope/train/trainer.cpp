@@ -1,7 +1,5 @@
 #include "gradscope/train/trainer.h"
 
-#include <dlfcn.h>
-
 #include <cmath>
 #include <limits>
 
@@ -18,13 +16,6 @@ namespace {
 
 constexpr uint64_t kDropoutStream = 0xd50;
 constexpr int kPhases = static_cast<int>(Phase::kPhaseCount);
-
-// OpenBLAS keeps its own thread pool beside LibTorch's; set both so --threads means one thing.
-void set_blas_threads(int threads) {
-  using SetThreads = void (*)(int);
-  if (auto fn = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads")))
-    fn(threads);
-}
 
 torch::Device parse_device(const std::string& text) {
   if (text == "cpu") return torch::Device(torch::kCPU);
@@ -234,7 +225,8 @@ nlohmann::json Trainer::run(ProgressSink* progress) {
   const double run_started = clock.now_s();
   const int64_t total_steps = config_.warmup_steps + config_.steps;
   const int64_t effective = config_.effective_batch();
-  const int threads = at::get_num_threads();
+  // Threads that compute: LibTorch's intra-op pool or OpenBLAS's, whichever is larger.
+  const int threads = std::max(at::get_num_threads(), blas_threads());
   const int64_t seq_len = arch_.at("seq_len").get<int64_t>();
 
   nlohmann::json record;
@@ -442,7 +434,8 @@ nlohmann::json Trainer::run(ProgressSink* progress) {
                    {"libtorch", env.libtorch},
                    {"cuda", env.cuda.empty() ? nlohmann::json(nullptr) : nlohmann::json(env.cuda)},
                    {"device_name", env.device_name},
-                   {"threads", threads},
+                   {"threads", env.threads},
+                   {"blas_threads", env.blas_threads},
                    {"git_commit", env.git_commit},
                    {"host", env.host},
                    {"build", env.build_type}};
