@@ -1,12 +1,17 @@
 // Helpers shared by the tests.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "gradscope/core/env.h"
+#include "gradscope/core/error.h"
 
 namespace gradscope::testing {
 
@@ -28,6 +33,8 @@ class TempDir {
     char* made = mkdtemp(pattern.data());
     path_ = made ? made : "";
   }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
   ~TempDir() {
     std::error_code ec;
     std::filesystem::permissions(path_, std::filesystem::perms::owner_all,
@@ -35,10 +42,36 @@ class TempDir {
     std::filesystem::remove_all(path_, ec);
   }
   const std::string& path() const { return path_; }
+  std::filesystem::path fs_path() const { return path_; }
   std::string file(const std::string& name) const { return path_ + "/" + name; }
 
  private:
   std::string path_;
 };
+
+// The whole contents of the file at `path` (empty when it cannot be read).
+inline std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+inline bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+// Runs `fn`, expects a gradscope::Error of kind usage, and returns it.
+template <typename Fn>
+Error expect_usage_error(Fn fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kErrorKindUsage) << e.what();
+    return e;
+  }
+  ADD_FAILURE() << "expected a gradscope::Error";
+  return Error(ErrorKind::kErrorKindRuntime, "", "");
+}
 
 }  // namespace gradscope::testing

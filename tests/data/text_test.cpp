@@ -3,8 +3,6 @@
 // tests/fixtures/text/tiny (two short documents, non-ASCII included), bytes tokenizer.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -12,12 +10,12 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
-#include <sstream>
 
 #include "gradscope/core/env.h"
 #include "gradscope/core/error.h"
 #include "gradscope/data/text.h"
 #include "gradscope/data/tokenizer.h"
+#include "test_util.h"
 
 namespace gradscope {
 namespace {
@@ -27,54 +25,18 @@ namespace fs = std::filesystem;
 const std::string kTiny = std::string(GRADSCOPE_FIXTURES) + "/text/tiny";
 constexpr int64_t kSeq = 8;
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// A fresh data directory (token caches land in its cache/ folder), removed after the test.
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() /
-            ("gradscope-text-" + std::string(info->name()) + "-" + std::to_string(::getpid()));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string str() const { return path_.string(); }
-  fs::path path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
-template <typename Fn>
-Error expect_usage_error(Fn fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kErrorKindUsage) << e.what();
-    return e;
-  }
-  ADD_FAILURE() << "expected a gradscope::Error";
-  return Error(ErrorKind::kErrorKindRuntime, "", "");
-}
-
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
+using testing::contains;
+using testing::expect_usage_error;
+using testing::slurp;
+using testing::TempDir;
 
 class TextCorpusTest : public ::testing::Test {
  protected:
   TextCorpus corpus(uint64_t seed, int64_t seq = kSeq) {
-    return TextCorpus(kTiny, *bytes_, dir_.str(), seq, seed);
+    return TextCorpus(kTiny, *bytes_, dir_.path(), seq, seed);
   }
   std::unique_ptr<Tokenizer> bytes_ = make_tokenizer("bytes", "");
-  TempDir dir_;
+  TempDir dir_{"gradscope-text"};  // a fresh data directory; token caches land in cache/
 };
 
 TEST_F(TextCorpusTest, DocumentsJoinedWithEotInNameOrder) {
@@ -170,7 +132,7 @@ TEST_F(TextCorpusTest, ValidationIsTheLastTwoPercent) {
 }
 
 TEST_F(TextCorpusTest, SingleFileDatasetAndRegistry) {
-  const TextCorpus c(kTiny + "/a.txt", *bytes_, dir_.str(), kSeq, 1);
+  const TextCorpus c(kTiny + "/a.txt", *bytes_, dir_.path(), kSeq, 1);
   EXPECT_EQ(c.tokens(), bytes_->encode(slurp(kTiny + "/a.txt")));
   const auto& reg = text_dataset_registry();
   EXPECT_EQ(reg.names(), (std::vector<std::string>{"sotu", "moby-dick", "brown"}));
@@ -181,7 +143,7 @@ TEST_F(TextCorpusTest, CacheIsReusedAndADamagedCacheIsRebuilt) {
   const TextCorpus first = corpus(1);
   EXPECT_FALSE(first.loaded_from_cache());
   ASSERT_TRUE(fs::exists(first.cache_path())) << first.cache_path();
-  EXPECT_EQ(fs::path(first.cache_path()).parent_path(), dir_.path() / "cache");
+  EXPECT_EQ(fs::path(first.cache_path()).parent_path(), dir_.fs_path() / "cache");
   const TextCorpus second = corpus(2);
   EXPECT_TRUE(second.loaded_from_cache());
   EXPECT_EQ(second.cache_path(), first.cache_path());
@@ -204,10 +166,10 @@ TEST_F(TextCorpusTest, CacheIsReusedAndADamagedCacheIsRebuilt) {
   EXPECT_TRUE(corpus(5).loaded_from_cache());  // rebuilt whole
 
   // Another tokenizer or other contents use another cache file.
-  auto other = std::make_unique<TempDir>();
-  fs::copy(kTiny, other->path() / "tiny");
-  { std::ofstream(other->path() / "tiny" / "b.txt", std::ios::app) << "one more line\n"; }
-  const TextCorpus changed((other->path() / "tiny").string(), *bytes_, dir_.str(), kSeq, 1);
+  auto other = std::make_unique<TempDir>("gradscope-text");
+  fs::copy(kTiny, other->fs_path() / "tiny");
+  { std::ofstream(other->fs_path() / "tiny" / "b.txt", std::ios::app) << "one more line\n"; }
+  const TextCorpus changed((other->fs_path() / "tiny").string(), *bytes_, dir_.path(), kSeq, 1);
   EXPECT_FALSE(changed.loaded_from_cache());
   EXPECT_NE(changed.cache_path(), first.cache_path());
   EXPECT_EQ(changed.tokens().size(), first.tokens().size() + 14);
@@ -215,7 +177,7 @@ TEST_F(TextCorpusTest, CacheIsReusedAndADamagedCacheIsRebuilt) {
 
 TEST_F(TextCorpusTest, MissingDataGivesTheFetchHint) {
   for (const char* name : {"sotu", "moby-dick", "brown"}) {
-    const Error e = expect_usage_error([&] { TextCorpus(name, *bytes_, dir_.str(), kSeq, 1); });
+    const Error e = expect_usage_error([&] { TextCorpus(name, *bytes_, dir_.path(), kSeq, 1); });
     EXPECT_TRUE(contains(e.what(), name)) << e.what();
     EXPECT_TRUE(contains(e.hint(), "scripts/fetch-data.sh text")) << e.hint();
   }
@@ -223,7 +185,7 @@ TEST_F(TextCorpusTest, MissingDataGivesTheFetchHint) {
 
 TEST_F(TextCorpusTest, UnknownDatasetListsTheValidOnes) {
   const Error e =
-      expect_usage_error([&] { TextCorpus("wikipedia", *bytes_, dir_.str(), kSeq, 1); });
+      expect_usage_error([&] { TextCorpus("wikipedia", *bytes_, dir_.path(), kSeq, 1); });
   EXPECT_TRUE(contains(e.what(), "wikipedia")) << e.what();
   EXPECT_TRUE(contains(e.hint(), "sotu, moby-dick, brown")) << e.hint();
 }
@@ -274,8 +236,8 @@ TEST(RealTextCorpus, SotuColdAndWarm) {
   if (!fs::is_directory(text / "sotu"))
     GTEST_SKIP() << "SOTU not fetched into " << data_dir() << " (run scripts/fetch-data.sh text)";
   // A scratch data directory that sees the real text but has its own (empty) cache.
-  TempDir scratch;
-  fs::create_directory_symlink(fs::absolute(text), scratch.path() / "text");
+  TempDir scratch("gradscope-text");
+  fs::create_directory_symlink(fs::absolute(text), scratch.fs_path() / "text");
   std::vector<std::string> names{"bytes"};
   if (fs::exists(data_dir() + "/tokenizers/gpt2/vocab.bpe")) names.push_back("gpt2");
   if (fs::exists(data_dir() + "/tokenizers/llama3/tokenizer.json")) names.push_back("llama3");
@@ -285,7 +247,7 @@ TEST(RealTextCorpus, SotuColdAndWarm) {
     size_t count = 0;
     for (int pass = 0; pass < 2; ++pass) {
       const auto start = std::chrono::steady_clock::now();
-      const TextCorpus c("sotu", *tok, scratch.str(), 128, 1);
+      const TextCorpus c("sotu", *tok, scratch.path(), 128, 1);
       seconds[pass] =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       EXPECT_EQ(c.loaded_from_cache(), pass == 1) << name;

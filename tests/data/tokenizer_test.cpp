@@ -10,19 +10,17 @@
 //   GPT-2: the same merges with a+b ranked before b+c, so ids 262 ab 263 bc; 272 <|endoftext|>.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "gradscope/core/env.h"
 #include "gradscope/core/error.h"
 #include "gradscope/data/bpe.h"
 #include "gradscope/data/tokenizer.h"
+#include "test_util.h"
 
 namespace gradscope {
 namespace {
@@ -30,63 +28,26 @@ namespace {
 namespace fs = std::filesystem;
 using Ids = std::vector<int32_t>;
 
+using testing::contains;
+using testing::expect_usage_error;
+using testing::slurp;
+using testing::TempDir;
+
 const std::string kFixtures = std::string(GRADSCOPE_FIXTURES) + "/tokenizer";
 const std::string kHfPath = kFixtures + "/tiny_hf_tokenizer.json";
 const std::string kGpt2Encoder = kFixtures + "/tiny_gpt2_encoder.json";
 const std::string kGpt2Merges = kFixtures + "/tiny_gpt2_vocab.bpe";
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 void spit(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << text;
 }
 
-// A fresh folder under the system's temporary directory, removed at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() /
-            ("gradscope-tok-" + std::string(info->name()) + "-" + std::to_string(::getpid()));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  std::string str() const { return path_.string(); }
-
- private:
-  fs::path path_;
-};
-
 std::unique_ptr<BpeTokenizer> hf_fixture() {
   return load_hf_tokenizer(kHfPath, "tiny-hf", "<|end_of_text|>");
 }
 std::unique_ptr<BpeTokenizer> gpt2_fixture() {
   return load_gpt2_tokenizer(kGpt2Encoder, kGpt2Merges, "tiny-gpt2", "<|endoftext|>");
-}
-
-// Runs `fn`, expects a usage error, and returns it.
-template <typename Fn>
-Error expect_usage_error(Fn fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kErrorKindUsage) << e.what();
-    return e;
-  }
-  ADD_FAILURE() << "expected a gradscope::Error";
-  return Error(ErrorKind::kErrorKindRuntime, "", "");
-}
-
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
 }
 
 // Non-ASCII, CRLF, tabs, runs of spaces and newlines, and bytes that are not valid UTF-8.
@@ -164,7 +125,7 @@ TEST(BpeFixture, HfRegexSplitsLikeLlama3) {
 TEST(BpeFixture, MergesAppliedInRankOrder) {
   // The same bytes "abc" under two rank orders: HF ranks b+c (6) before a+b (7), GPT-2 the
   // other way round. Merging by rank gives a|bc in one and ab -> abc in the other.
-  TempDir dir;
+  TempDir dir("gradscope-tok");
   std::string text = slurp(kHfPath);
   const std::string flag = "\"ignore_merges\": true";
   ASSERT_TRUE(contains(text, flag));
@@ -221,7 +182,7 @@ TEST(BpeFixture, SpecialTokenTextIsPlainText) {
 }
 
 TEST(BpeFixture, FingerprintFollowsContent) {
-  TempDir dir;
+  TempDir dir("gradscope-tok");
   std::string merges = slurp(kGpt2Merges);
   spit(dir.file("vocab.bpe"), merges);
   auto a = gpt2_fixture();
@@ -242,7 +203,7 @@ TEST(BpeFixture, FingerprintFollowsContent) {
 // errors
 
 TEST(BpeErrors, TruncatedJsonNamesTheFile) {
-  TempDir dir;
+  TempDir dir("gradscope-tok");
   const std::string text = slurp(kHfPath);
   spit(dir.file("tokenizer.json"), text.substr(0, text.size() / 2));
   const Error e = expect_usage_error(
@@ -258,7 +219,7 @@ TEST(BpeErrors, TruncatedJsonNamesTheFile) {
 }
 
 TEST(BpeErrors, CorruptMergesNameFileAndEntry) {
-  TempDir dir;
+  TempDir dir("gradscope-tok");
   std::string text = slurp(kHfPath);
   const std::string merge = "\"l l\"";
   ASSERT_TRUE(contains(text, merge));
@@ -278,7 +239,7 @@ TEST(BpeErrors, CorruptMergesNameFileAndEntry) {
 
 TEST(BpeErrors, TruncatedMergesAreDetected) {
   // A vocab.bpe cut short still parses; the tokens no merge makes give it away.
-  TempDir dir;
+  TempDir dir("gradscope-tok");
   const std::string merges = slurp(kGpt2Merges);
   spit(dir.file("vocab.bpe"), merges.substr(0, merges.find("Ġ w")));
   const Error e = expect_usage_error(
@@ -288,7 +249,7 @@ TEST(BpeErrors, TruncatedMergesAreDetected) {
 }
 
 TEST(BpeErrors, MissingEotAndBadRegex) {
-  TempDir dir;
+  TempDir dir("gradscope-tok");
   expect_usage_error([&] { load_hf_tokenizer(kHfPath, "t", "<|no_such_token|>"); });
   std::string text = slurp(kHfPath);
   const std::string regex = "\"Regex\": \"";
@@ -300,10 +261,10 @@ TEST(BpeErrors, MissingEotAndBadRegex) {
 }
 
 TEST(MakeTokenizer, MissingFilesGiveTheFetchHint) {
-  TempDir dir;
+  TempDir dir("gradscope-tok");
   for (const char* name : {"gpt2", "llama3"}) {
-    const Error e = expect_usage_error([&] { make_tokenizer(name, dir.str()); });
-    EXPECT_TRUE(contains(e.what(), dir.str())) << e.what();
+    const Error e = expect_usage_error([&] { make_tokenizer(name, dir.path()); });
+    EXPECT_TRUE(contains(e.what(), dir.path())) << e.what();
     EXPECT_TRUE(contains(e.hint(), "scripts/fetch-data.sh tokenizers")) << e.hint();
   }
 }

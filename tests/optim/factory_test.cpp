@@ -2,21 +2,17 @@
 
 #include "gradscope/core/error.h"
 #include "gradscope/optim/factory.h"
+#include "test_util.h"
 
 namespace gradscope {
 namespace {
 
 std::vector<torch::Tensor> one_param() { return {torch::ones({3}, torch::requires_grad())}; }
 
+// A usage error's message and hint, joined.
 std::string usage_message(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kErrorKindUsage);
-    return std::string(e.what()) + " | " + e.hint();
-  }
-  ADD_FAILURE() << "expected a usage error";
-  return "";
+  const Error e = testing::expect_usage_error(f);
+  return std::string(e.what()) + " | " + e.hint();
 }
 
 TEST(OptimizerFactory, UnknownOptimizerListsValidOnes) {
