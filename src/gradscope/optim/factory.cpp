@@ -4,6 +4,9 @@
 #include <set>
 
 #include "gradscope/core/error.h"
+#include "gradscope/optim/adadelta.h"
+#include "gradscope/optim/adafactor.h"
+#include "gradscope/optim/lion.h"
 
 namespace gradscope {
 namespace {
@@ -39,6 +42,13 @@ class OptReader {
     if (v == "false" || v == "0" || v == "no") return false;
     fail_usage(optimizer_ + " setting " + name + "=" + v + " is not a boolean",
                "write " + name + "=true or " + name + "=false");
+  }
+
+  // A number, or nullopt when the setting is absent (an optional hyperparameter).
+  std::optional<double> maybe_number(const std::string& name) const {
+    auto it = opt_.find(name);
+    if (it == opt_.end()) return std::nullopt;
+    return parse(name, it->second);
   }
 
   std::pair<double, double> pair(const std::string& name,
@@ -79,6 +89,33 @@ void check_range(bool ok, const std::string& what) {
 const std::vector<std::string> kSgdKeys = {"momentum", "dampening", "nesterov"};
 const std::vector<std::string> kAdamKeys = {"betas", "eps", "amsgrad"};
 const std::vector<std::string> kAdagradKeys = {"lr_decay", "eps", "initial_accumulator_value"};
+const std::vector<std::string> kAdadeltaKeys = {"rho", "eps", "maximize"};
+const std::vector<std::string> kLionKeys = {"betas"};
+const std::vector<std::string> kAdafactorKeys = {"beta1",      "decay_rate",    "clip_threshold",
+                                                 "eps",        "relative_step", "scale_parameter",
+                                                 "warmup_init"};
+
+// Builds an optimizer whose constructor checks its hyperparameters with TORCH_CHECK: a value
+// the factory let through but the constructor refuses is still the user's to fix (exit 2).
+template <typename Optimizer, typename Options>
+std::unique_ptr<torch::optim::Optimizer> construct(const std::string& name,
+                                                   std::vector<torch::Tensor> params,
+                                                   const Options& options) {
+  try {
+    return std::make_unique<Optimizer>(std::move(params), options);
+  } catch (const c10::Error& e) {
+    std::string what = e.what_without_backtrace();
+    what = what.substr(0, what.find('\n'));
+    fail_usage("invalid optimizer setting: " + name + ": " + what,
+               "see `gradscope list` for each optimizer's settings");
+  }
+}
+
+void check_betas(const std::string& optimizer, std::pair<double, double> betas) {
+  check_range(
+      betas.first >= 0 && betas.first < 1 && betas.second >= 0 && betas.second < 1,
+      fmt::format("{} betas={},{} must lie in [0, 1)", optimizer, betas.first, betas.second));
+}
 
 std::unique_ptr<torch::optim::Optimizer> make_sgd(std::vector<torch::Tensor> params, double lr,
                                                   double weight_decay, const OptSettings& opt) {
@@ -94,7 +131,7 @@ std::unique_ptr<torch::optim::Optimizer> make_sgd(std::vector<torch::Tensor> par
                      .dampening(dampening)
                      .nesterov(nesterov)
                      .weight_decay(weight_decay);
-  return std::make_unique<torch::optim::SGD>(std::move(params), options);
+  return construct<torch::optim::SGD>("sgd", std::move(params), options);
 }
 
 std::unique_ptr<torch::optim::Optimizer> make_adam(std::vector<torch::Tensor> params, double lr,
@@ -102,15 +139,14 @@ std::unique_ptr<torch::optim::Optimizer> make_adam(std::vector<torch::Tensor> pa
   OptReader r("adam", opt, kAdamKeys);
   const auto betas = r.pair("betas", {0.9, 0.999});
   const double eps = r.number("eps", 1e-8);
-  check_range(betas.first >= 0 && betas.first < 1 && betas.second >= 0 && betas.second < 1,
-              fmt::format("adam betas={},{} must lie in [0, 1)", betas.first, betas.second));
+  check_betas("adam", betas);
   check_range(eps >= 0, fmt::format("adam eps={} must be >= 0", eps));
   auto options = torch::optim::AdamOptions(lr)
                      .betas(std::make_tuple(betas.first, betas.second))
                      .eps(eps)
                      .amsgrad(r.flag("amsgrad", false))
                      .weight_decay(weight_decay);
-  return std::make_unique<torch::optim::Adam>(std::move(params), options);
+  return construct<torch::optim::Adam>("adam", std::move(params), options);
 }
 
 std::unique_ptr<torch::optim::Optimizer> make_adagrad(std::vector<torch::Tensor> params, double lr,
@@ -127,7 +163,80 @@ std::unique_ptr<torch::optim::Optimizer> make_adagrad(std::vector<torch::Tensor>
                      .eps(eps)
                      .initial_accumulator_value(init)
                      .weight_decay(weight_decay);
-  return std::make_unique<torch::optim::Adagrad>(std::move(params), options);
+  return construct<torch::optim::Adagrad>("adagrad", std::move(params), options);
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_adamw(std::vector<torch::Tensor> params, double lr,
+                                                    double weight_decay, const OptSettings& opt) {
+  OptReader r("adamw", opt, kAdamKeys);
+  const auto betas = r.pair("betas", {0.9, 0.999});
+  const double eps = r.number("eps", 1e-8);
+  check_betas("adamw", betas);
+  check_range(eps >= 0, fmt::format("adamw eps={} must be >= 0", eps));
+  auto options = torch::optim::AdamWOptions(lr)
+                     .betas(std::make_tuple(betas.first, betas.second))
+                     .eps(eps)
+                     .amsgrad(r.flag("amsgrad", false))
+                     .weight_decay(weight_decay);
+  return construct<torch::optim::AdamW>("adamw", std::move(params), options);
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_adadelta(std::vector<torch::Tensor> params, double lr,
+                                                       double weight_decay,
+                                                       const OptSettings& opt) {
+  OptReader r("adadelta", opt, kAdadeltaKeys);
+  const double rho = r.number("rho", 0.9);
+  const double eps = r.number("eps", 1e-6);
+  check_range(rho >= 0 && rho <= 1, fmt::format("adadelta rho={} must lie in [0, 1]", rho));
+  check_range(eps >= 0, fmt::format("adadelta eps={} must be >= 0", eps));
+  auto options = AdadeltaOptions(lr)
+                     .rho(rho)
+                     .eps(eps)
+                     .weight_decay(weight_decay)
+                     .maximize(r.flag("maximize", false));
+  return construct<Adadelta>("adadelta", std::move(params), options);
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_lion(std::vector<torch::Tensor> params, double lr,
+                                                   double weight_decay, const OptSettings& opt) {
+  OptReader r("lion", opt, kLionKeys);
+  const auto betas = r.pair("betas", {0.9, 0.99});
+  check_betas("lion", betas);
+  auto options =
+      LionOptions(lr).betas(std::make_tuple(betas.first, betas.second)).weight_decay(weight_decay);
+  return construct<Lion>("lion", std::move(params), options);
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_adafactor(std::vector<torch::Tensor> params,
+                                                        double lr, double weight_decay,
+                                                        const OptSettings& opt) {
+  OptReader r("adafactor", opt, kAdafactorKeys);
+  const auto beta1 = r.maybe_number("beta1");
+  const double decay_rate = r.number("decay_rate", -0.8);
+  const double clip_threshold = r.number("clip_threshold", 1.0);
+  const auto eps = r.pair("eps", {1e-30, 1e-3});
+  const bool relative_step = r.flag("relative_step", true);
+  const bool warmup_init = r.flag("warmup_init", false);
+  check_range(!beta1 || (*beta1 >= 0 && *beta1 < 1),
+              fmt::format("adafactor beta1={} must lie in [0, 1)", beta1.value_or(0)));
+  check_range(decay_rate >= -1 && decay_rate < 0,
+              fmt::format("adafactor decay_rate={} must lie in [-1, 0)", decay_rate));
+  check_range(clip_threshold > 0,
+              fmt::format("adafactor clip_threshold={} must be > 0", clip_threshold));
+  check_range(eps.first >= 0 && eps.second >= 0,
+              fmt::format("adafactor eps={},{} must be >= 0", eps.first, eps.second));
+  check_range(!warmup_init || relative_step, "adafactor warmup_init=true needs relative_step=true");
+  auto options = AdafactorOptions(lr)
+                     .eps1(eps.first)
+                     .eps2(eps.second)
+                     .clip_threshold(clip_threshold)
+                     .decay_rate(decay_rate)
+                     .beta1(beta1 ? c10::optional<double>(*beta1) : c10::nullopt)
+                     .weight_decay(weight_decay)
+                     .scale_parameter(r.flag("scale_parameter", true))
+                     .relative_step(relative_step)
+                     .warmup_init(warmup_init);
+  return construct<Adafactor>("adafactor", std::move(params), options);
 }
 
 }  // namespace
@@ -138,6 +247,12 @@ const Registry<OptimizerEntry>& optimizer_registry() {
     r.add("sgd", "stochastic gradient descent (momentum, nesterov)", {make_sgd, 1e-2, kSgdKeys});
     r.add("adam", "Adam (Kingma & Ba 2015)", {make_adam, 1e-3, kAdamKeys});
     r.add("adagrad", "Adagrad (Duchi et al. 2011)", {make_adagrad, 1e-2, kAdagradKeys});
+    r.add("adamw", "AdamW, decoupled weight decay (Loshchilov & Hutter 2019)",
+          {make_adamw, 1e-3, kAdamKeys});
+    r.add("adadelta", "Adadelta (Zeiler 2012)", {make_adadelta, 1.0, kAdadeltaKeys});
+    r.add("lion", "Lion, sign momentum (Chen et al. 2023)", {make_lion, 1e-4, kLionKeys});
+    r.add("adafactor", "Adafactor, factored second moment (Shazeer & Stern 2018)",
+          {make_adafactor, 1e-2, kAdafactorKeys});
     return r;
   }();
   return registry;

@@ -1,0 +1,93 @@
+#include "gradscope/optim/adadelta.h"
+
+#include <torch/optim/serialize.h>
+
+#include "gradscope/optim/state_key.h"
+
+namespace gradscope {
+
+void AdadeltaOptions::serialize(torch::serialize::OutputArchive& archive) const {
+  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(lr);
+  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(rho);
+  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(eps);
+  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(weight_decay);
+  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(maximize);
+}
+
+void AdadeltaOptions::serialize(torch::serialize::InputArchive& archive) {
+  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(double, lr);
+  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(double, rho);
+  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(double, eps);
+  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(double, weight_decay);
+  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(bool, maximize);
+}
+
+void AdadeltaParamState::serialize(torch::serialize::OutputArchive& archive) const {
+  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(step);
+  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(square_avg);
+  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(acc_delta);
+}
+
+void AdadeltaParamState::serialize(torch::serialize::InputArchive& archive) {
+  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(int64_t, step);
+  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(torch::Tensor, square_avg);
+  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(torch::Tensor, acc_delta);
+}
+
+Adadelta::Adadelta(std::vector<torch::optim::OptimizerParamGroup> param_groups,
+                   AdadeltaOptions defaults)
+    : Optimizer(std::move(param_groups), std::make_unique<AdadeltaOptions>(defaults)) {
+  TORCH_CHECK(defaults.lr() >= 0, "Invalid learning rate: ", defaults.lr());
+  TORCH_CHECK(defaults.rho() >= 0 && defaults.rho() <= 1, "Invalid rho value: ", defaults.rho(),
+              " (must lie in [0, 1])");
+  TORCH_CHECK(defaults.eps() >= 0, "Invalid epsilon value: ", defaults.eps());
+  TORCH_CHECK(defaults.weight_decay() >= 0,
+              "Invalid weight_decay value: ", defaults.weight_decay());
+}
+
+torch::Tensor Adadelta::step(LossClosure closure) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor loss = {};
+  if (closure != nullptr) {
+    at::AutoGradMode enable_grad(true);
+    loss = closure();
+  }
+  for (auto& group : param_groups_) {
+    const auto& options = static_cast<const AdadeltaOptions&>(group.options());
+    for (auto& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      TORCH_CHECK(!p.grad().is_sparse(), "Adadelta does not support sparse gradients");
+      auto grad = options.maximize() ? -p.grad() : p.grad();
+      auto& slot = state_[param_state_key(p)];
+      if (!slot) {
+        auto state = std::make_unique<AdadeltaParamState>();
+        state->square_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+        state->acc_delta(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+        slot = std::move(state);
+      }
+      auto& state = static_cast<AdadeltaParamState&>(*slot);
+      state.step(state.step() + 1);
+      if (options.weight_decay() != 0) grad = grad.add(p, options.weight_decay());
+
+      const double rho = options.rho();
+      auto& square_avg = state.square_avg();
+      auto& acc_delta = state.acc_delta();
+      square_avg.mul_(rho).addcmul_(grad, grad, 1 - rho);
+      auto std = square_avg.add(options.eps()).sqrt_();
+      auto delta = acc_delta.add(options.eps()).sqrt_().div_(std).mul_(grad);
+      acc_delta.mul_(rho).addcmul_(delta, delta, 1 - rho);
+      p.add_(delta, -options.lr());
+    }
+  }
+  return loss;
+}
+
+void Adadelta::save(torch::serialize::OutputArchive& archive) const {
+  torch::optim::serialize<AdadeltaParamState, AdadeltaOptions>(archive, *this);
+}
+
+void Adadelta::load(torch::serialize::InputArchive& archive) {
+  torch::optim::serialize<AdadeltaParamState, AdadeltaOptions>(archive, *this);
+}
+
+}  // namespace gradscope
