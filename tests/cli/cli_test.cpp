@@ -4,7 +4,6 @@
 #include <sys/wait.h>
 
 #include <fstream>
-#include <sstream>
 
 #include "test_util.h"
 
@@ -17,12 +16,7 @@ struct Result {
   std::string err;
 };
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testing::slurp;
 
 // Runs `gradscope ARGS` with optional environment assignments, capturing both streams.
 Result gradscope(const std::string& args, const std::string& env = "") {
@@ -199,6 +193,23 @@ TEST(Cli, TokenizeKnownIds) {
   r = gradscope("tokenize --tokenizer gpt2 " + tmp.file("in.txt"));
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out.substr(0, 6), "15496\n");
+}
+
+}  // namespace
+}  // namespace gradscope
+
+namespace gradscope {
+namespace {
+
+TEST(Cli, VerifyExitsZeroWhenEveryCheckHolds) {
+  const std::string fixture =
+      std::string(" --seq 32 --dataset ") + GRADSCOPE_FIXTURES + "/text/sotu-excerpt.txt";
+  const Result ok = gradscope("verify --model llama" + fixture);
+  EXPECT_EQ(ok.code, 0) << ok.out << ok.err;
+  EXPECT_NE(ok.out.find("3 of 3 checks hold"), std::string::npos) << ok.out;
+  const Result bad = gradscope("verify --model llama --strategy teleport" + fixture);
+  EXPECT_EQ(bad.code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("checkpoint+accumulation"), std::string::npos) << bad.err;
 }
 
 }  // namespace

@@ -9,5 +9,6 @@ namespace gradscope {
 void add_run_command(CLI::App& root, int& exit_code);
 void add_list_command(CLI::App& root, int& exit_code);
 void add_tokenize_command(CLI::App& root, int& exit_code);
+void add_verify_command(CLI::App& root, int& exit_code);
 
 }  // namespace gradscope

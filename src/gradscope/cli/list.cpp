@@ -72,7 +72,7 @@ void print_text(const nlohmann::json& j) {
   }
   fmt::print("\nstrategies (--strategy):\n");
   for (const auto& [name, s] : j["strategies"].items())
-    fmt::print("  {:<12} {}\n", name, s["description"].get<std::string>());
+    fmt::print("  {:<24} {}\n", name, s["description"].get<std::string>());
   fmt::print("\ndata sets (--dataset; fetched into {}):\n", j["data_dir"].get<std::string>());
   for (const auto& [name, d] : j["datasets"].items())
     fmt::print("  {:<12} {}\n", name, d["description"].get<std::string>());

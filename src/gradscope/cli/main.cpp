@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("gradscope ") + GRADSCOPE_VERSION);
   int exit_code = 0;
   gradscope::add_run_command(app, exit_code);
+  gradscope::add_verify_command(app, exit_code);
   gradscope::add_list_command(app, exit_code);
   gradscope::add_tokenize_command(app, exit_code);
 

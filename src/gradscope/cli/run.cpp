@@ -114,9 +114,17 @@ void add_run_command(CLI::App& root, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--strategy", c.strategy, "Memory strategy (see `gradscope list`)")
       ->capture_default_str();
+  cmd->add_option("--checkpoint-every", c.checkpoint_every,
+                  "With checkpointing: recompute every K-th block (1 = every block)")
+      ->capture_default_str();
   cmd->add_option("--batch", c.batch, "Micro-batch size (samples)")->capture_default_str();
   cmd->add_option("--accum-steps", c.accum_steps,
                   "Micro-batches per optimizer step (effective batch = batch x accum-steps)")
+      ->capture_default_str();
+  cmd->add_option("--checkpoint-policy", c.checkpoint_policy,
+                  "With checkpointing, what a wrapped block recomputes in backward: full, "
+                  "attention or mlp")
+      ->check(CLI::IsMember({"full", "attention", "mlp"}))
       ->capture_default_str();
   cmd->add_option("--seq", c.seq_len, "Sequence length (default: the preset's)");
   cmd->add_option("--steps", c.steps, "Timed optimizer steps")->capture_default_str();

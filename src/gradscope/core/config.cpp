@@ -21,6 +21,7 @@ nlohmann::json canonical_config_json(const RunConfig& c) {
   j["clip_grad_norm"] = c.clip_grad_norm;
   j["strategy"] = c.strategy;
   j["checkpoint_every"] = c.checkpoint_every;
+  j["checkpoint_policy"] = c.checkpoint_policy;
   j["accum_steps"] = c.accum_steps;
   j["batch"] = c.batch;
   j["seq_len"] = c.seq_len;

@@ -23,15 +23,20 @@ struct RunConfig {
   std::string optimizer = "adam";
   double lr = 0;                           // 0 = the optimizer's default for this model family
   std::map<std::string, std::string> opt;  // --opt NAME=VALUE, PyTorch's names
-  double weight_decay = 0;                 // decoupled for AdamW, L2 in the gradient otherwise
-  std::string lr_schedule = "constant";    // constant | cosine (linear warm-up, then cosine)
-  int64_t lr_warmup_steps = 0;             // linear warm-up length of the cosine schedule
-  double clip_grad_norm = 0;               // 0 = off; the norm is recorded every step either way
+  double weight_decay = 0;  // decoupled for AdamW, Lion, Adafactor; L2 in the gradient otherwise
+  std::string lr_schedule = "constant";  // constant | cosine (linear warm-up, then cosine)
+  int64_t lr_warmup_steps = 0;           // linear warm-up length of the cosine schedule
+  double clip_grad_norm = 0;             // 0 = off; the norm is recorded every step either way
 
   // --- memory strategy ---
   std::string strategy = "standard";
   int64_t checkpoint_every = 1;  // with checkpointing: every k-th block
   int64_t accum_steps = 1;       // micro-batches per optimizer step
+  // With checkpointing: what a wrapped block recomputes in backward. full (the whole block:
+  // least memory, one extra forward of it), attention or mlp (only that sub-layer: keeps more
+  // activations, recomputes less). Blocks do not expose sub-layers yet, so only full is
+  // implemented; the others are refused as bad usage.
+  std::string checkpoint_policy = "full";
 
   // --- shape of the work ---
   int64_t batch = 8;         // micro-batch size; effective batch = batch * accum_steps

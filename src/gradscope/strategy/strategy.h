@@ -10,6 +10,7 @@
 
 #include <torch/torch.h>
 
+#include "gradscope/core/config.h"
 #include "gradscope/core/registry.h"
 #include "gradscope/models/model.h"
 
@@ -48,7 +49,8 @@ class Strategy {
 };
 
 struct StrategyEntry {
-  std::unique_ptr<Strategy> (*make)();
+  // Builds the strategy for a run; refuses settings it cannot honour (a usage error).
+  std::unique_ptr<Strategy> (*make)(const RunConfig& config);
   bool uses_micro_batches;  // whether --accum-steps > 1 is meaningful
 };
 const Registry<StrategyEntry>& strategy_registry();

@@ -91,8 +91,9 @@ class PhaseTimer : public PhaseObserver {
     close();
     current_ = static_cast<int>(phase);
     meter_.reset_peak();
-    if (phase == Phase::kPhaseForward && forward_start_bytes_ < 0)
-      forward_start_bytes_ = meter_.current_bytes();
+    // Each forward (one per micro-batch) is measured from its own start, so gradients that
+    // an earlier micro-batch's backward left behind are not counted as activations.
+    if (phase == Phase::kPhaseForward) forward_start_bytes_ = meter_.current_bytes();
     started_ = clock_.now_s();
   }
   // Ends the running phase (with a device synchronize before the clock read).
@@ -181,7 +182,7 @@ Trainer::Trainer(RunConfig config) : config_(std::move(config)), device_(torch::
   model_->train();
   parameters_ = model_->parameters();
   for (const auto& p : parameters_) params_ += p.numel();
-  strategy_ = strategy_entry.make();
+  strategy_ = strategy_entry.make(config_);
   strategy_->attach(*model_);
   optimizer_ =
       make_optimizer(config_.optimizer, parameters_, lr_, config_.weight_decay, config_.opt);

@@ -1,0 +1,210 @@
+#include "gradscope/strategy/checkpoint.h"
+
+#include <mutex>
+#include <optional>
+#include <utility>
+
+#include <ATen/core/ivalue.h>
+
+#include "gradscope/core/error.h"
+
+namespace gradscope {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+const char* policy_name(CheckpointPolicy policy) {
+  switch (policy) {
+    case CheckpointPolicy::kCheckpointPolicyFull:
+      return "full";
+    case CheckpointPolicy::kCheckpointPolicyAttention:
+      return "attention";
+    case CheckpointPolicy::kCheckpointPolicyMlp:
+      return "mlp";
+  }
+  return "unknown";
+}
+
+// ---------------------------------------------------------------------------------------
+// Generator states
+
+torch::Tensor generator_state(at::Generator generator) {
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  return generator.get_state();
+}
+
+void set_generator_state(at::Generator generator, const torch::Tensor& state) {
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  generator.set_state(state);
+}
+
+// The states of the generators a block's dropout can draw from: the default CPU generator
+// always, and the default generator of the input's CUDA device when it runs there.
+// at::globalContext().defaultGenerator exists in CPU-only builds too; it is only reached for
+// a CUDA tensor, which such a build cannot make.
+struct RngState {
+  torch::Tensor cpu;
+  torch::Tensor cuda;  // undefined unless the block runs on a CUDA device
+  torch::Device cuda_device = torch::kCPU;
+
+  static RngState capture(const torch::Device& device) {
+    RngState s;
+    s.cpu = generator_state(at::detail::getDefaultCPUGenerator());
+    if (device.is_cuda()) {
+      s.cuda_device = device;
+      s.cuda = generator_state(at::globalContext().defaultGenerator(device));
+    }
+    return s;
+  }
+
+  void restore() const {
+    set_generator_state(at::detail::getDefaultCPUGenerator(), cpu);
+    if (cuda.defined())
+      set_generator_state(at::globalContext().defaultGenerator(cuda_device), cuda);
+  }
+};
+
+// Sets the generators to `saved` for its lifetime, then puts back the states it found.
+class RngScope {
+ public:
+  explicit RngScope(const RngState& saved, const torch::Device& device)
+      : found_(RngState::capture(device)) {
+    saved.restore();
+  }
+  ~RngScope() { found_.restore(); }
+  RngScope(const RngScope&) = delete;
+  RngScope& operator=(const RngScope&) = delete;
+
+ private:
+  RngState found_;
+};
+
+// ---------------------------------------------------------------------------------------
+// The checkpoint function
+
+// What the backward needs besides the saved input; kept in the autograd context.
+struct CheckpointState : torch::CustomClassHolder {
+  Block* block = nullptr;
+  BlockContext ctx;         // the block's rope tables and masks, shared
+  bool restore_rng = true;  // whether `rng` was captured and is set for the recompute
+  bool input_grad = true;   // whether the caller's input requires grad
+  RngState rng;             // generator states before the forward
+  std::shared_ptr<CheckpointCounters> counters;
+};
+
+class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> {
+ public:
+  // Autograd is off here (Function::apply runs forward without recording).
+  // x (B, T, C) -> (B, T, C)
+  static torch::Tensor forward(AutogradContext* actx, const torch::Tensor& x,
+                               c10::intrusive_ptr<CheckpointState> state) {
+    if (state->restore_rng) state->rng = RngState::capture(x.device());
+    torch::Tensor y;
+    {
+      torch::NoGradGuard no_grad;
+      y = state->block->forward(x, state->ctx);
+    }
+    actx->save_for_backward({x});
+    actx->saved_data["state"] = c10::IValue::make_capsule(std::move(state));
+    return y;
+  }
+
+  // Recomputes the block with the graph recorded, back-propagates grad_y through it (the
+  // block's parameters accumulate their gradients there) and returns the input's gradient.
+  static variable_list backward(AutogradContext* actx, variable_list grad_outputs) {
+    auto state =
+        c10::static_intrusive_pointer_cast<CheckpointState>(actx->saved_data["state"].toCapsule());
+    const variable_list saved = actx->get_saved_variables();
+    const bool input_grad = state->input_grad && actx->needs_input_grad(0);
+    torch::Tensor x = saved[0].detach();  // a leaf sharing the saved input's storage
+    x.requires_grad_(input_grad);
+    torch::Tensor y;
+    {
+      std::optional<RngScope> rng;
+      if (state->restore_rng) rng.emplace(state->rng, x.device());
+      torch::AutoGradMode grad_mode(true);
+      y = state->block->forward(x, state->ctx);
+    }  // the generators are back where backward found them
+    if (state->counters) ++state->counters->recomputed;
+    if (y.requires_grad()) torch::autograd::backward({y}, {grad_outputs[0]});
+    // One entry per forward argument: x, then the state (no gradient).
+    return {input_grad ? x.grad() : torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+CheckpointPolicy parse_checkpoint_policy(const std::string& name) {
+  if (name == "full") return CheckpointPolicy::kCheckpointPolicyFull;
+  if (name == "attention") return CheckpointPolicy::kCheckpointPolicyAttention;
+  if (name == "mlp") return CheckpointPolicy::kCheckpointPolicyMlp;
+  fail_usage("unknown checkpoint policy '" + name + "'",
+             "valid checkpoint policies: full, attention, mlp");
+}
+
+torch::Tensor checkpoint_block(Block& block, const torch::Tensor& x, const BlockContext& ctx,
+                               bool restore_rng,
+                               const std::shared_ptr<CheckpointCounters>& counters) {
+  if (!torch::GradMode::is_enabled()) {
+    if (counters) ++counters->plain;
+    return block.forward(x, ctx);
+  }
+  auto state = c10::make_intrusive<CheckpointState>();
+  state->block = &block;
+  state->ctx = ctx;
+  state->restore_rng = restore_rng;
+  state->input_grad = x.requires_grad();
+  state->counters = counters;
+  if (counters) ++counters->checkpointed;
+  // Autograd records a Function only if one of its inputs requires grad; without that the
+  // block's parameters would silently get no gradient.
+  const torch::Tensor input = x.requires_grad() ? x : x.detach().requires_grad_(true);
+  return CheckpointFunction::apply(input, std::move(state));
+}
+
+void check_checkpoint_options(const CheckpointOptions& options) {
+  check_usage(options.every >= 1,
+              "--checkpoint-every " + std::to_string(options.every) + " must be at least 1",
+              "pass 1 to checkpoint every block, k to checkpoint every k-th block");
+  check_usage(options.policy == CheckpointPolicy::kCheckpointPolicyFull,
+              std::string("checkpoint policy '") + policy_name(options.policy) +
+                  "' is not available: blocks do not expose their sub-layers, so only whole "
+                  "blocks can be recomputed",
+              "use --checkpoint-policy full");
+}
+
+CheckpointOptions checkpoint_options(const RunConfig& config) {
+  CheckpointOptions options;
+  options.every = config.checkpoint_every;
+  options.policy = parse_checkpoint_policy(config.checkpoint_policy);
+  check_checkpoint_options(options);
+  return options;
+}
+
+CheckpointRunner::CheckpointRunner(const std::vector<std::shared_ptr<Block>>& blocks,
+                                   CheckpointOptions options)
+    : options_(options), counters_(std::make_shared<CheckpointCounters>()) {
+  check_checkpoint_options(options_);
+  for (size_t i = 0; i < blocks.size(); ++i)
+    if (wraps(static_cast<int64_t>(i))) wrapped_.insert(blocks[i].get());
+}
+
+torch::Tensor CheckpointRunner::operator()(Block& block, const torch::Tensor& x,
+                                           const BlockContext& ctx) {
+  if (wrapped_.count(&block) == 0) {
+    ++counters_->plain;
+    return block.forward(x, ctx);
+  }
+  return checkpoint_block(block, x, ctx, options_.restore_rng, counters_);
+}
+
+std::shared_ptr<CheckpointRunner> install_checkpointing(Model& model, CheckpointOptions options) {
+  auto runner = std::make_shared<CheckpointRunner>(model.blocks(), options);
+  model.set_block_runner([runner](Block& block, const torch::Tensor& x, const BlockContext& ctx) {
+    return (*runner)(block, x, ctx);
+  });
+  return runner;
+}
+
+}  // namespace gradscope

@@ -1,0 +1,97 @@
+// Gradient checkpointing (activation recomputation, Chen et al. 2016, "Training Deep Nets
+// with Sublinear Memory Cost"), reentrant form: a wrapped block runs its forward without
+// recording a graph, keeping only its input; in backward it is run again with the graph
+// recorded and back-propagated through, so its activations live only while its own
+// gradient is computed.
+//
+// Exactness: the recompute must see the same random numbers as the forward, or dropout
+// draws other masks and the gradient is of another function. The forward saves the state
+// of the default CPU generator (and of the default CUDA generator of the input's device);
+// the backward sets it before recomputing and puts back the state it found afterwards, so
+// the recompute draws the same masks and the rest of the run sees the same random stream as
+// without checkpointing. On the CPU in fp32 the gradients are then bitwise equal to plain
+// backward.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "gradscope/core/config.h"
+#include "gradscope/models/model.h"
+
+namespace gradscope {
+
+// What a wrapped block recomputes in backward (--checkpoint-policy).
+enum class CheckpointPolicy {
+  kCheckpointPolicyFull,       // the whole block
+  kCheckpointPolicyAttention,  // only its attention sub-layer
+  kCheckpointPolicyMlp,        // only its MLP sub-layer
+};
+
+// "full", "attention" or "mlp"; any other name is a usage error listing them.
+CheckpointPolicy parse_checkpoint_policy(const std::string& name);
+
+// Counts kept by a checkpoint runner (shared with the backward nodes it creates).
+struct CheckpointCounters {
+  int64_t checkpointed = 0;  // block forwards run without a graph (wrapped)
+  int64_t plain = 0;         // block forwards run as usual (not wrapped, or no grad needed)
+  int64_t recomputed = 0;    // block forwards run again in backward
+};
+
+struct CheckpointOptions {
+  int64_t every = 1;  // wrap blocks 0, k, 2k, ... (every k-th block, the first included)
+  CheckpointPolicy policy = CheckpointPolicy::kCheckpointPolicyFull;
+  // Test switch: false skips saving and restoring the generator state, so the recompute
+  // draws fresh dropout masks. Only tests turn it off, to show that the restore matters.
+  bool restore_rng = true;
+};
+
+// Runs block.forward(x, ctx) through the checkpoint function: no activations are kept but x
+// (and ctx's tensors, which are shared, not copied); backward recomputes the block and
+// accumulates its parameters' gradients. When x does not require grad, the function is
+// still recorded (otherwise autograd would skip it and the block's parameters would get no
+// gradient), and no gradient is computed for x. The block must outlive the backward pass.
+// Under NoGradGuard (evaluation) the block simply runs.
+// (B, T, C) -> (B, T, C)
+torch::Tensor checkpoint_block(Block& block, const torch::Tensor& x, const BlockContext& ctx,
+                               bool restore_rng = true,
+                               const std::shared_ptr<CheckpointCounters>& counters = nullptr);
+
+// A BlockRunner that checkpoints every k-th block of a model, chosen by position in
+// model.blocks(). Blocks it does not know run as usual.
+class CheckpointRunner {
+ public:
+  CheckpointRunner(const std::vector<std::shared_ptr<Block>>& blocks, CheckpointOptions options);
+
+  torch::Tensor operator()(Block& block, const torch::Tensor& x, const BlockContext& ctx);
+
+  const CheckpointOptions& options() const { return options_; }
+  const CheckpointCounters& counters() const { return *counters_; }
+  void reset_counters() { *counters_ = CheckpointCounters{}; }
+  // Whether block `index` of model.blocks() is wrapped.
+  bool wraps(int64_t index) const { return index % options_.every == 0; }
+
+ private:
+  CheckpointOptions options_;
+  std::unordered_set<const Block*> wrapped_;
+  std::shared_ptr<CheckpointCounters> counters_;
+};
+
+// The checkpoint settings of a run (--checkpoint-every, --checkpoint-policy), checked: `every`
+// must be at least 1 and the policy must be one this build implements (full; the Block
+// interface does not expose sub-layers, so attention and mlp are refused with a usage error).
+CheckpointOptions checkpoint_options(const RunConfig& config);
+// Throws the usage error checkpoint_options would for these options.
+void check_checkpoint_options(const CheckpointOptions& options);
+
+// Builds a runner for `model`'s blocks and installs it with model.set_block_runner. The
+// returned runner is shared with the model (for its counters). The options are checked as
+// by check_checkpoint_options.
+std::shared_ptr<CheckpointRunner> install_checkpointing(Model& model, CheckpointOptions options);
+
+}  // namespace gradscope

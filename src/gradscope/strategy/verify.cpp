@@ -1,0 +1,132 @@
+#include "gradscope/strategy/verify.h"
+
+#include <cmath>
+
+#include "gradscope/core/error.h"
+#include "gradscope/core/rng.h"
+#include "gradscope/models/registry.h"
+#include "gradscope/strategy/strategy.h"
+#include "gradscope/train/data_source.h"
+
+namespace gradscope {
+namespace {
+
+constexpr double kAccumulationTolerance = 1e-5;
+constexpr double kDropoutForCheckpointCheck = 0.1;
+
+class NullObserver : public PhaseObserver {
+ public:
+  void enter(Phase) override {}
+};
+
+struct StepResult {
+  double loss = 0;
+  std::vector<std::pair<std::string, torch::Tensor>> grads;
+};
+
+// One gradient computation of `strategy` from freshly built (identical) weights.
+StepResult one_step(const RunConfig& base, const nlohmann::json& arch, const DataSource& data,
+                    const std::string& strategy, int64_t micro_batches, int64_t micro_batch,
+                    const torch::Device& device) {
+  RunConfig c = base;
+  c.strategy = strategy;
+  c.accum_steps = micro_batches;
+  c.batch = micro_batch;
+  const ModelFamily& family = model_registry().get(c.model);
+  std::shared_ptr<Model> model = family.build(arch, c.seed);
+  model->to(device);
+  model->train();
+  std::unique_ptr<Strategy> s = strategy_registry().get(strategy).make(c);
+  s->attach(*model);
+  // The same dropout stream for the reference and the candidate.
+  torch::manual_seed(hash3(c.seed, 0xd50, 0));
+  NullObserver observer;
+  MicroBatchSource next = [&](int64_t i) {
+    return data.train_batch(i * micro_batch, micro_batch).to(device);
+  };
+  StepOutput out = s->compute_gradients(*model, micro_batches, next, observer);
+  StepResult r;
+  r.loss =
+      out.loss_sum.item<double>() / static_cast<double>(std::max<int64_t>(out.target_count, 1));
+  for (const auto& p : model->named_parameters()) {
+    check_usage(p.value().grad().defined(),
+                "strategy '" + strategy + "' left no gradient in parameter '" + p.key() + "'",
+                "every parameter must receive a gradient");
+    r.grads.emplace_back(p.key(), p.value().grad().detach().to(torch::kCPU).to(torch::kFloat64));
+  }
+  return r;
+}
+
+VerifyCheck compare(const std::string& strategy, const StepResult& got, const StepResult& ref,
+                    bool bitwise, double tolerance) {
+  VerifyCheck check;
+  check.strategy = strategy;
+  check.criterion = bitwise ? "bitwise" : fmt::format("relative <= {:g}", tolerance);
+  check.loss_abs_diff = std::fabs(got.loss - ref.loss);
+  check.loss_rel_diff = check.loss_abs_diff / std::max(std::fabs(ref.loss), 1e-30);
+  check.tensors = static_cast<int64_t>(ref.grads.size());
+  for (size_t i = 0; i < ref.grads.size(); ++i) {
+    const torch::Tensor diff = got.grads[i].second - ref.grads[i].second;
+    const double max_abs = diff.abs().max().item<double>();
+    const double ref_norm = ref.grads[i].second.norm().item<double>();
+    const double rel =
+        ref_norm > 0 ? diff.norm().item<double>() / ref_norm : (max_abs > 0 ? INFINITY : 0.0);
+    check.grad_max_abs_diff = std::max(check.grad_max_abs_diff, max_abs);
+    if (rel >= check.grad_max_rel_diff) {
+      check.grad_max_rel_diff = rel;
+      check.worst_tensor = ref.grads[i].first;
+    }
+  }
+  check.passed = bitwise
+                     ? (check.grad_max_abs_diff == 0 && check.loss_abs_diff == 0)
+                     : (check.grad_max_rel_diff <= tolerance && check.loss_rel_diff <= tolerance);
+  return check;
+}
+
+}  // namespace
+
+std::vector<VerifyCheck> verify_strategies(const RunConfig& config,
+                                           const std::vector<std::string>& strategies) {
+  std::vector<std::string> names = strategies;
+  if (names.empty())
+    for (const auto& n : strategy_registry().names())
+      if (n != "standard") names.push_back(n);
+  for (const auto& n : names) strategy_registry().get(n);  // unknown names fail before work
+
+  const torch::Device device(config.device);
+  const int64_t micro = config.batch;
+  const int64_t k = std::max<int64_t>(config.accum_steps, 2);
+  const ModelFamily& family = model_registry().get(config.model);
+
+  // Dropout forced on for the checkpoint checks, off for the accumulation checks.
+  RunConfig with_dropout = config;
+  with_dropout.dropout = kDropoutForCheckpointCheck;
+  RunConfig without_dropout = config;
+  without_dropout.dropout = 0.0;
+  const nlohmann::json arch_dropout = resolve_arch(with_dropout);
+  const nlohmann::json arch_plain = resolve_arch(without_dropout);
+  auto data = make_data_source(family.kind, arch_plain, config);
+
+  std::vector<VerifyCheck> checks;
+  std::optional<StepResult> ref_dropout, ref_plain;
+  for (const auto& name : names) {
+    const bool accumulates = strategy_registry().get(name).uses_micro_batches;
+    if (!accumulates) {
+      if (!ref_dropout)
+        ref_dropout = one_step(with_dropout, arch_dropout, *data, "standard", 1, micro * k, device);
+      const StepResult got =
+          one_step(with_dropout, arch_dropout, *data, name, 1, micro * k, device);
+      // Bitwise on the CPU; CUDA kernels may pick other reduction orders on a recompute.
+      const bool bitwise = device.is_cpu();
+      checks.push_back(compare(name, got, *ref_dropout, bitwise, 1e-6));
+    } else {
+      if (!ref_plain)
+        ref_plain = one_step(without_dropout, arch_plain, *data, "standard", 1, micro * k, device);
+      const StepResult got = one_step(without_dropout, arch_plain, *data, name, k, micro, device);
+      checks.push_back(compare(name, got, *ref_plain, false, kAccumulationTolerance));
+    }
+  }
+  return checks;
+}
+
+}  // namespace gradscope

@@ -1,0 +1,42 @@
+#include <gtest/gtest.h>
+
+#include "gradscope/core/error.h"
+#include "gradscope/strategy/verify.h"
+#include "test_util.h"
+
+namespace gradscope {
+namespace {
+
+RunConfig verify_config() {
+  RunConfig c;
+  c.model = "llama";
+  c.preset = "tiny";
+  c.batch = 2;
+  c.accum_steps = 3;
+  c.seq_len = 32;
+  c.dataset = testing::fixture("text/sotu-excerpt.txt");
+  return c;
+}
+
+TEST(Verify, EveryStrategyHoldsOnTinyLlama) {
+  const auto checks = verify_strategies(verify_config(), {});
+  ASSERT_EQ(checks.size(), 3u);  // every strategy but standard
+  for (const auto& k : checks) {
+    EXPECT_TRUE(k.passed) << k.strategy << " worst " << k.worst_tensor << " rel "
+                          << k.grad_max_rel_diff;
+    EXPECT_GT(k.tensors, 0);
+    if (k.strategy == "checkpoint") {
+      EXPECT_EQ(k.criterion, "bitwise");
+      EXPECT_EQ(k.grad_max_abs_diff, 0.0);
+    } else {
+      EXPECT_LE(k.grad_max_rel_diff, 1e-5);
+    }
+  }
+}
+
+TEST(Verify, UnknownStrategyIsAUsageError) {
+  EXPECT_THROW(verify_strategies(verify_config(), {"teleport"}), Error);
+}
+
+}  // namespace
+}  // namespace gradscope
