@@ -134,19 +134,29 @@ std::unique_ptr<torch::optim::Optimizer> make_sgd(std::vector<torch::Tensor> par
   return construct<torch::optim::SGD>("sgd", std::move(params), options);
 }
 
-std::unique_ptr<torch::optim::Optimizer> make_adam(std::vector<torch::Tensor> params, double lr,
-                                                   double weight_decay, const OptSettings& opt) {
-  OptReader r("adam", opt, kAdamKeys);
+// Adam and AdamW read the same settings; they differ in how weight decay enters the update.
+template <typename Opt, typename Options>
+std::unique_ptr<torch::optim::Optimizer> make_adam_like(const std::string& name,
+                                                        std::vector<torch::Tensor> params,
+                                                        double lr, double weight_decay,
+                                                        const OptSettings& opt) {
+  OptReader r(name, opt, kAdamKeys);
   const auto betas = r.pair("betas", {0.9, 0.999});
   const double eps = r.number("eps", 1e-8);
-  check_betas("adam", betas);
-  check_range(eps >= 0, fmt::format("adam eps={} must be >= 0", eps));
-  auto options = torch::optim::AdamOptions(lr)
+  check_betas(name, betas);
+  check_range(eps >= 0, fmt::format("{} eps={} must be >= 0", name, eps));
+  auto options = Options(lr)
                      .betas(std::make_tuple(betas.first, betas.second))
                      .eps(eps)
                      .amsgrad(r.flag("amsgrad", false))
                      .weight_decay(weight_decay);
-  return construct<torch::optim::Adam>("adam", std::move(params), options);
+  return construct<Opt>(name, std::move(params), options);
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_adam(std::vector<torch::Tensor> params, double lr,
+                                                   double weight_decay, const OptSettings& opt) {
+  return make_adam_like<torch::optim::Adam, torch::optim::AdamOptions>("adam", std::move(params),
+                                                                       lr, weight_decay, opt);
 }
 
 std::unique_ptr<torch::optim::Optimizer> make_adagrad(std::vector<torch::Tensor> params, double lr,
@@ -168,17 +178,8 @@ std::unique_ptr<torch::optim::Optimizer> make_adagrad(std::vector<torch::Tensor>
 
 std::unique_ptr<torch::optim::Optimizer> make_adamw(std::vector<torch::Tensor> params, double lr,
                                                     double weight_decay, const OptSettings& opt) {
-  OptReader r("adamw", opt, kAdamKeys);
-  const auto betas = r.pair("betas", {0.9, 0.999});
-  const double eps = r.number("eps", 1e-8);
-  check_betas("adamw", betas);
-  check_range(eps >= 0, fmt::format("adamw eps={} must be >= 0", eps));
-  auto options = torch::optim::AdamWOptions(lr)
-                     .betas(std::make_tuple(betas.first, betas.second))
-                     .eps(eps)
-                     .amsgrad(r.flag("amsgrad", false))
-                     .weight_decay(weight_decay);
-  return construct<torch::optim::AdamW>("adamw", std::move(params), options);
+  return make_adam_like<torch::optim::AdamW, torch::optim::AdamWOptions>("adamw", std::move(params),
+                                                                         lr, weight_decay, opt);
 }
 
 std::unique_ptr<torch::optim::Optimizer> make_adadelta(std::vector<torch::Tensor> params, double lr,
