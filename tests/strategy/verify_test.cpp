@@ -20,7 +20,7 @@ RunConfig verify_config() {
 
 TEST(Verify, EveryStrategyHoldsOnTinyLlama) {
   const auto checks = verify_strategies(verify_config(), {});
-  ASSERT_EQ(checks.size(), 3u);  // every strategy but standard
+  ASSERT_EQ(checks.size(), 4u);  // every strategy but standard
   for (const auto& k : checks) {
     EXPECT_TRUE(k.passed) << k.strategy << " worst " << k.worst_tensor << " rel "
                           << k.grad_max_rel_diff;
@@ -28,10 +28,24 @@ TEST(Verify, EveryStrategyHoldsOnTinyLlama) {
     if (k.strategy == "checkpoint") {
       EXPECT_EQ(k.criterion, "bitwise");
       EXPECT_EQ(k.grad_max_abs_diff, 0.0);
+    } else if (k.strategy == "fused") {
+      // Parameters after one Adam step (the config's optimizer) against the unfused step.
+      EXPECT_EQ(k.criterion, "params relative <= 1e-06");
+      EXPECT_LE(k.grad_max_rel_diff, 1e-6);
     } else {
       EXPECT_LE(k.grad_max_rel_diff, 1e-5);
     }
   }
+}
+
+TEST(Verify, FusedSgdIsBitwise) {
+  RunConfig c = verify_config();
+  c.optimizer = "sgd";
+  const auto checks = verify_strategies(c, {"fused"});
+  ASSERT_EQ(checks.size(), 1u);
+  EXPECT_EQ(checks[0].criterion, "params bitwise");
+  EXPECT_TRUE(checks[0].passed);
+  EXPECT_EQ(checks[0].grad_max_abs_diff, 0.0);
 }
 
 TEST(Verify, UnknownStrategyIsAUsageError) {

@@ -25,7 +25,9 @@ void add_verify_command(CLI::App& root, int& exit_code) {
       "and data against standard training on the whole effective batch (batch x accum-steps).\n"
       "Checkpointing must give bitwise-equal gradients on the CPU with dropout 0.1 forced on;\n"
       "accumulating strategies must agree within ||a-b||/||b|| <= 1e-5 per gradient tensor\n"
-      "with dropout off. Prints the differences; exit 0 iff every check holds, 1 otherwise.\n"
+      "with dropout off. The fused optimizer step must leave the parameters of standard\n"
+      "training + the unfused optimizer after one step: bitwise for SGD on the CPU, within\n"
+      "1e-6 per tensor otherwise. Prints the differences; exit 0 iff every check holds.\n"
       "Example: gradscope verify --model llama --strategy checkpoint");
   cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   cmd->add_option("--model", c.model, "Architecture (see `gradscope list`)")->capture_default_str();
@@ -51,11 +53,11 @@ void add_verify_command(CLI::App& root, int& exit_code) {
     check_usage(c.seq_len >= 0, fmt::format("--seq {} must be positive", c.seq_len),
                 "leave --seq out for the preset's sequence length");
     const auto checks = verify_strategies(c, o->strategies);
-    fmt::print("{:<26} {:<18} {:>11} {:>11} {:>11}  {:<6} {}\n", "strategy", "criterion",
+    fmt::print("{:<26} {:<24} {:>11} {:>11} {:>11}  {:<6} {}\n", "strategy", "criterion",
                "loss |d|", "grad max|d|", "grad rel", "result", "worst tensor");
     bool all = true;
     for (const auto& k : checks) {
-      fmt::print("{:<26} {:<18} {:>11.3e} {:>11.3e} {:>11.3e}  {:<6} {}\n", k.strategy, k.criterion,
+      fmt::print("{:<26} {:<24} {:>11.3e} {:>11.3e} {:>11.3e}  {:<6} {}\n", k.strategy, k.criterion,
                  k.loss_abs_diff, k.grad_max_abs_diff, k.grad_max_rel_diff,
                  k.passed ? "ok" : "FAIL", k.worst_tensor);
       all = all && k.passed;

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "gradscope/core/config.h"
 #include "gradscope/strategy/strategy.h"
@@ -17,5 +19,10 @@ std::unique_ptr<Strategy> make_checkpoint(const RunConfig& config);
 std::unique_ptr<Strategy> make_accumulation(const RunConfig& config);
 // Accumulation with checkpointed blocks.
 std::unique_ptr<Strategy> make_checkpoint_accumulation(const RunConfig& config);
+// Standard, with each parameter's optimizer step run in backward as soon as its gradient has
+// been accumulated, and the gradient then freed. Refuses clipping and other optimizers.
+std::unique_ptr<Strategy> make_fused(const RunConfig& config);
+// The optimizers the fused step supports (their updates are elementwise per parameter).
+const std::vector<std::string>& fused_optimizers();
 
 }  // namespace gradscope

@@ -86,6 +86,8 @@ const Registry<StrategyEntry>& strategy_registry() {
           {make_accumulation, true});
     r.add("checkpoint+accumulation", "accumulation with every k-th block recomputed in backward",
           {make_checkpoint_accumulation, true});
+    r.add("fused", "standard, each parameter updated in backward and its gradient freed at once",
+          {make_fused, false, true});
     return r;
   }();
   return registry;

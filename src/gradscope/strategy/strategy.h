@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <torch/torch.h>
 
@@ -46,12 +47,26 @@ class Strategy {
   // .grad. The loss is never divided by the number of micro-batches.
   virtual StepOutput compute_gradients(Model& model, int64_t micro_batches,
                                        const MicroBatchSource& next, PhaseObserver& observer) = 0;
+
+  // A strategy that steps the optimizer itself (the fused step) updates the parameters during
+  // compute_gradients and leaves no gradient behind; the training loop then builds no
+  // optimizer of its own and calls none of optimizer.step(), clipping or the gradient norm.
+  virtual bool steps_optimizer() const { return false; }
+  // Builds the optimizer it steps, from the run's --optimizer, --weight-decay and --opt
+  // settings (a usage error when they are bad). Called once, after attach.
+  virtual void attach_optimizer(const std::vector<torch::Tensor>& params, const RunConfig& config,
+                                double lr) {}
+  // The learning rate of the optimizer it steps (the schedule's value for the coming step).
+  virtual void set_learning_rate(double lr) {}
+  // Bytes of the state of the optimizer it steps (momentum, moments, accumulators).
+  virtual int64_t optimizer_state_bytes() const { return 0; }
 };
 
 struct StrategyEntry {
   // Builds the strategy for a run; refuses settings it cannot honour (a usage error).
   std::unique_ptr<Strategy> (*make)(const RunConfig& config);
-  bool uses_micro_batches;  // whether --accum-steps > 1 is meaningful
+  bool uses_micro_batches;       // whether --accum-steps > 1 is meaningful
+  bool steps_optimizer = false;  // whether it updates the parameters itself (Strategy above)
 };
 const Registry<StrategyEntry>& strategy_registry();
 

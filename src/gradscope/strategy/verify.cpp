@@ -1,10 +1,13 @@
 #include "gradscope/strategy/verify.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "gradscope/core/error.h"
 #include "gradscope/core/rng.h"
 #include "gradscope/models/registry.h"
+#include "gradscope/optim/factory.h"
+#include "gradscope/strategy/builtin.h"
 #include "gradscope/strategy/strategy.h"
 #include "gradscope/train/data_source.h"
 
@@ -13,6 +16,7 @@ namespace {
 
 constexpr double kAccumulationTolerance = 1e-5;
 constexpr double kDropoutForCheckpointCheck = 0.1;
+constexpr double kFusedTolerance = 1e-6;
 
 class NullObserver : public PhaseObserver {
  public:
@@ -21,13 +25,16 @@ class NullObserver : public PhaseObserver {
 
 struct StepResult {
   double loss = 0;
-  std::vector<std::pair<std::string, torch::Tensor>> grads;
+  // The gradients, or the parameters after the optimizer step when one was taken.
+  std::vector<std::pair<std::string, torch::Tensor>> tensors;
 };
 
-// One gradient computation of `strategy` from freshly built (identical) weights.
+// One gradient computation of `strategy` from freshly built (identical) weights. With
+// `optimizer_step`, also one step of config.optimizer (fused into the backward when the
+// strategy steps the optimizer itself); the result then holds the updated parameters.
 StepResult one_step(const RunConfig& base, const nlohmann::json& arch, const DataSource& data,
                     const std::string& strategy, int64_t micro_batches, int64_t micro_batch,
-                    const torch::Device& device) {
+                    const torch::Device& device, bool optimizer_step = false) {
   RunConfig c = base;
   c.strategy = strategy;
   c.accum_steps = micro_batches;
@@ -38,6 +45,14 @@ StepResult one_step(const RunConfig& base, const nlohmann::json& arch, const Dat
   model->train();
   std::unique_ptr<Strategy> s = strategy_registry().get(strategy).make(c);
   s->attach(*model);
+  const double lr = c.lr > 0 ? c.lr : optimizer_registry().get(c.optimizer).default_lr;
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  if (optimizer_step) {
+    if (s->steps_optimizer())
+      s->attach_optimizer(model->parameters(), c, lr);
+    else
+      optimizer = make_optimizer(c.optimizer, model->parameters(), lr, c.weight_decay, c.opt);
+  }
   // The same dropout stream for the reference and the candidate.
   torch::manual_seed(hash3(c.seed, 0xd50, 0));
   NullObserver observer;
@@ -48,33 +63,40 @@ StepResult one_step(const RunConfig& base, const nlohmann::json& arch, const Dat
   StepResult r;
   r.loss =
       out.loss_sum.item<double>() / static_cast<double>(std::max<int64_t>(out.target_count, 1));
+  if (optimizer_step) {
+    if (optimizer) optimizer->step();
+    for (const auto& p : model->named_parameters())
+      r.tensors.emplace_back(p.key(), p.value().detach().to(torch::kCPU).to(torch::kFloat64));
+    return r;
+  }
   for (const auto& p : model->named_parameters()) {
     check_usage(p.value().grad().defined(),
                 "strategy '" + strategy + "' left no gradient in parameter '" + p.key() + "'",
                 "every parameter must receive a gradient");
-    r.grads.emplace_back(p.key(), p.value().grad().detach().to(torch::kCPU).to(torch::kFloat64));
+    r.tensors.emplace_back(p.key(), p.value().grad().detach().to(torch::kCPU).to(torch::kFloat64));
   }
   return r;
 }
 
 VerifyCheck compare(const std::string& strategy, const StepResult& got, const StepResult& ref,
-                    bool bitwise, double tolerance) {
+                    bool bitwise, double tolerance, bool parameters = false) {
   VerifyCheck check;
   check.strategy = strategy;
   check.criterion = bitwise ? "bitwise" : fmt::format("relative <= {:g}", tolerance);
+  if (parameters) check.criterion = "params " + check.criterion;
   check.loss_abs_diff = std::fabs(got.loss - ref.loss);
   check.loss_rel_diff = check.loss_abs_diff / std::max(std::fabs(ref.loss), 1e-30);
-  check.tensors = static_cast<int64_t>(ref.grads.size());
-  for (size_t i = 0; i < ref.grads.size(); ++i) {
-    const torch::Tensor diff = got.grads[i].second - ref.grads[i].second;
+  check.tensors = static_cast<int64_t>(ref.tensors.size());
+  for (size_t i = 0; i < ref.tensors.size(); ++i) {
+    const torch::Tensor diff = got.tensors[i].second - ref.tensors[i].second;
     const double max_abs = diff.abs().max().item<double>();
-    const double ref_norm = ref.grads[i].second.norm().item<double>();
+    const double ref_norm = ref.tensors[i].second.norm().item<double>();
     const double rel =
         ref_norm > 0 ? diff.norm().item<double>() / ref_norm : (max_abs > 0 ? INFINITY : 0.0);
     check.grad_max_abs_diff = std::max(check.grad_max_abs_diff, max_abs);
     if (rel >= check.grad_max_rel_diff) {
       check.grad_max_rel_diff = rel;
-      check.worst_tensor = ref.grads[i].first;
+      check.worst_tensor = ref.tensors[i].first;
     }
   }
   check.passed = bitwise
@@ -108,10 +130,26 @@ std::vector<VerifyCheck> verify_strategies(const RunConfig& config,
   auto data = make_data_source(family.kind, arch_plain, config);
 
   std::vector<VerifyCheck> checks;
-  std::optional<StepResult> ref_dropout, ref_plain;
+  std::optional<StepResult> ref_dropout, ref_plain, ref_step;
+  // The fused step runs the run's optimizer when it supports it, SGD otherwise.
+  const auto& fused = fused_optimizers();
+  RunConfig stepped = with_dropout;
+  if (std::find(fused.begin(), fused.end(), stepped.optimizer) == fused.end())
+    stepped.optimizer = "sgd";
+  stepped.clip_grad_norm = 0;
   for (const auto& name : names) {
-    const bool accumulates = strategy_registry().get(name).uses_micro_batches;
-    if (!accumulates) {
+    const StrategyEntry& entry = strategy_registry().get(name);
+    const bool accumulates = entry.uses_micro_batches;
+    if (entry.steps_optimizer) {
+      // Parameters after one step against standard + the unfused optimizer. SGD's update is
+      // the same arithmetic in either order, bitwise; the others within 1e-6 per tensor.
+      if (!ref_step)
+        ref_step = one_step(stepped, arch_dropout, *data, "standard", 1, micro * k, device, true);
+      const StepResult got =
+          one_step(stepped, arch_dropout, *data, name, 1, micro * k, device, true);
+      const bool bitwise = device.is_cpu() && stepped.optimizer == "sgd";
+      checks.push_back(compare(name, got, *ref_step, bitwise, kFusedTolerance, true));
+    } else if (!accumulates) {
       if (!ref_dropout)
         ref_dropout = one_step(with_dropout, arch_dropout, *data, "standard", 1, micro * k, device);
       const StepResult got =

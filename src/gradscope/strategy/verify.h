@@ -5,6 +5,10 @@
 //   must draw the same dropout masks);
 // - accumulation, checkpoint+accumulation: norm-wise ||a - b|| / ||b|| <= 1e-5 per tensor,
 //   dropout off (micro-batches draw masks in a different order by construction).
+// - fused (strategies that step the optimizer in backward): the parameters after one step
+//   against standard + the unfused optimizer (the run's optimizer if the fused step supports
+//   it, else SGD), dropout 0.1: bitwise for SGD on CPU, else relative <= 1e-6 per tensor.
+//   The grad_* fields then describe parameter differences.
 #pragma once
 
 #include <string>
@@ -16,7 +20,7 @@ namespace gradscope {
 
 struct VerifyCheck {
   std::string strategy;
-  std::string criterion;     // "bitwise" or "relative <= 1e-05"
+  std::string criterion;     // "bitwise" or "relative <= 1e-05"; "params ..." for fused
   double loss_abs_diff = 0;  // |loss - reference loss|
   double loss_rel_diff = 0;
   double grad_max_abs_diff = 0;  // over every element of every gradient

@@ -184,8 +184,12 @@ Trainer::Trainer(RunConfig config) : config_(std::move(config)), device_(torch::
   for (const auto& p : parameters_) params_ += p.numel();
   strategy_ = strategy_entry.make(config_);
   strategy_->attach(*model_);
-  optimizer_ =
-      make_optimizer(config_.optimizer, parameters_, lr_, config_.weight_decay, config_.opt);
+  // A strategy that steps the optimizer itself (fused) builds it; the loop then has none.
+  if (strategy_->steps_optimizer())
+    strategy_->attach_optimizer(parameters_, config_, lr_);
+  else
+    optimizer_ =
+        make_optimizer(config_.optimizer, parameters_, lr_, config_.weight_decay, config_.opt);
 }
 
 Trainer::~Trainer() {
@@ -277,7 +281,10 @@ nlohmann::json Trainer::run(ProgressSink* progress) {
         timed_wall_start = clock.now_s();
       }
       const double lr = lr_at(step);
-      set_learning_rate(*optimizer_, lr);
+      if (optimizer_)
+        set_learning_rate(*optimizer_, lr);
+      else
+        strategy_->set_learning_rate(lr);
       const double step_cpu0 = process_cpu_seconds();
       sync(device_);
       const double step_t0 = clock.now_s();
@@ -290,13 +297,17 @@ nlohmann::json Trainer::run(ProgressSink* progress) {
       StepOutput out = strategy_->compute_gradients(*model_, config_.accum_steps, next, timer);
 
       timer.enter(Phase::kPhaseOptimizer);
-      grads_bytes_max = std::max(grads_bytes_max, grads_bytes(parameters_));
-      double norm = 0;
-      if (config_.clip_grad_norm > 0)
-        norm = torch::nn::utils::clip_grad_norm_(parameters_, config_.clip_grad_norm);
-      else
-        norm = grad_norm(parameters_);
-      optimizer_->step();
+      // With a fused step the parameters were updated in backward and the gradients freed
+      // there: no norm can be taken (recorded as null) and nothing is left to do here.
+      double norm = std::numeric_limits<double>::quiet_NaN();
+      if (optimizer_) {
+        grads_bytes_max = std::max(grads_bytes_max, grads_bytes(parameters_));
+        if (config_.clip_grad_norm > 0)
+          norm = torch::nn::utils::clip_grad_norm_(parameters_, config_.clip_grad_norm);
+        else
+          norm = grad_norm(parameters_);
+        optimizer_->step();
+      }
       // Free the gradients (zero_grad zeroes in place on LibTorch 1.13): memory figures then
       // agree across versions and no step carries a gradient buffer into the next.
       for (auto& p : parameters_) p.mutable_grad() = torch::Tensor();
@@ -305,7 +316,9 @@ nlohmann::json Trainer::run(ProgressSink* progress) {
       timer.close();
       const double step_s = clock.now_s() - step_t0;
       const double step_cpu = process_cpu_seconds() - step_cpu0;
-      if (step == 0) state_bytes = optimizer_state_bytes(*optimizer_);
+      if (step == 0)
+        state_bytes =
+            optimizer_ ? optimizer_state_bytes(*optimizer_) : strategy_->optimizer_state_bytes();
 
       steps.push_back({{"step", step + 1},
                        {"loss", null_if_nan(loss)},
@@ -395,7 +408,8 @@ nlohmann::json Trainer::run(ProgressSink* progress) {
   record["memory"] = {
       {"peak_bytes", std::max(timer.run_peak(), meter_->peak_bytes())},
       {"params_bytes", params_bytes},
-      {"grads_bytes", grads_bytes_max},
+      // Not measured with a fused step: each gradient lives only until its parameter's update.
+      {"grads_bytes", optimizer_ ? nlohmann::json(grads_bytes_max) : nlohmann::json(nullptr)},
       {"optimizer_state_bytes", state_bytes},
       {"activations_peak_bytes", timer.activations_peak()},
       {"phase_peak_bytes",
