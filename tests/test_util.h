@@ -10,6 +10,7 @@
 #include <sstream>
 #include <string>
 
+#include "gradscope/core/config.h"
 #include "gradscope/core/env.h"
 #include "gradscope/core/error.h"
 
@@ -23,6 +24,19 @@ inline std::string fixture(const std::string& name) {
 // fetches it; a bare `ctest` without the fetch skips the tests that need it).
 inline bool have_data(const std::string& relative) {
   return std::filesystem::exists(std::filesystem::path(data_dir()) / relative);
+}
+
+// The tiny Llama on the committed State of the Union excerpt (sequences of 32 bytes), quiet:
+// a run configuration that needs no fetched data. Tests set what they exercise on top.
+inline RunConfig tiny_llama_config() {
+  RunConfig c;
+  c.model = "llama";
+  c.preset = "tiny";
+  c.seq_len = 32;
+  c.eval_batches = 1;
+  c.dataset = fixture("text/sotu-excerpt.txt");
+  c.quiet = true;
+  return c;
 }
 
 // A fresh empty folder under the system temp folder, removed by the destructor.

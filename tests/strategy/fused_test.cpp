@@ -181,19 +181,13 @@ TEST(Fused, BackwardPeakIsLowerThanStandards) {
 }
 
 RunConfig trainer_config() {
-  RunConfig c;
-  c.model = "llama";
-  c.preset = "tiny";
+  RunConfig c = testing::tiny_llama_config();
   c.strategy = "fused";
   c.optimizer = "sgd";
   c.lr = 1e-2;
   c.batch = 2;
-  c.seq_len = 32;
   c.steps = 2;
   c.warmup_steps = 0;
-  c.eval_batches = 1;
-  c.dataset = testing::fixture("text/sotu-excerpt.txt");
-  c.quiet = true;
   return c;
 }
 

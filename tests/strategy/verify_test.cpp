@@ -8,13 +8,9 @@ namespace gradscope {
 namespace {
 
 RunConfig verify_config() {
-  RunConfig c;
-  c.model = "llama";
-  c.preset = "tiny";
+  RunConfig c = testing::tiny_llama_config();
   c.batch = 2;
   c.accum_steps = 3;
-  c.seq_len = 32;
-  c.dataset = testing::fixture("text/sotu-excerpt.txt");
   return c;
 }
 

@@ -15,18 +15,13 @@ namespace {
 
 // The tiny Llama on a committed excerpt of the State of the Union addresses: no fetch needed.
 RunConfig fixture_config() {
-  RunConfig c;
-  c.model = "llama";
-  c.preset = "tiny";
+  RunConfig c = testing::tiny_llama_config();
   c.optimizer = "adam";
   c.lr = 3e-3;
   c.batch = 4;
-  c.seq_len = 32;
   c.steps = 6;
   c.warmup_steps = 1;
   c.eval_batches = 2;
-  c.dataset = testing::fixture("text/sotu-excerpt.txt");
-  c.quiet = true;
   return c;
 }
 
