@@ -69,6 +69,8 @@ OptSettings stateful_settings(const std::string& name) {
   if (name == "sgd") return {{"momentum", "0.9"}};
   if (name == "adafactor") return {{"beta1", "0.9"}};
   if (name == "adam" || name == "adamw") return {{"amsgrad", "true"}};
+  // The gradients here come from no function a line search could evaluate: a fixed step.
+  if (name == "cg") return {{"line_search", "none"}};
   return {};
 }
 
@@ -142,6 +144,15 @@ TEST_P(OptimizerDescent, LowersALeastSquaresLoss) {
   auto loss_fn = [&] { return (torch::addmm(b, x, w) - y).pow(2).mean(); };
   const double before = loss_fn().item<double>();
   for (int i = 0; i < 300; ++i) {
+    if (entry.steps_with_closure) {  // it evaluates the loss itself (a line search)
+      optimizer->step([&] {
+        optimizer->zero_grad();
+        auto loss = loss_fn();
+        loss.backward();
+        return loss.detach();
+      });
+      continue;
+    }
     optimizer->zero_grad();
     loss_fn().backward();
     optimizer->step();

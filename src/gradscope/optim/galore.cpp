@@ -1,0 +1,174 @@
+#include "gradscope/optim/galore.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <torch/optim/serialize.h>
+
+#include "gradscope/optim/state_key.h"
+
+namespace gradscope {
+namespace {
+
+// The hyperparameters that do not depend on the parameters.
+void check_hyperparameters(const GaloreOptions& o) {
+  const auto [beta1, beta2] = o.betas();
+  TORCH_CHECK(o.lr() >= 0, "Invalid learning rate: ", o.lr());
+  TORCH_CHECK(beta1 >= 0 && beta1 < 1, "Invalid beta parameter at index 0: ", beta1,
+              " (must lie in [0, 1))");
+  TORCH_CHECK(beta2 >= 0 && beta2 < 1, "Invalid beta parameter at index 1: ", beta2,
+              " (must lie in [0, 1))");
+  TORCH_CHECK(o.eps() >= 0, "Invalid epsilon value: ", o.eps());
+  TORCH_CHECK(o.weight_decay() >= 0, "Invalid weight_decay value: ", o.weight_decay());
+  TORCH_CHECK(o.update_gap() >= 1, "Invalid update_gap value: ", o.update_gap(), " (must be >= 1)");
+  TORCH_CHECK(o.scale() > 0, "Invalid scale value: ", o.scale(), " (must be > 0)");
+  if (o.rank()) {
+    TORCH_CHECK(*o.rank() >= 1, "Invalid rank value: ", *o.rank(), " (must be >= 1)");
+  }
+}
+
+// The first r singular vectors of G (m, n) on its shorter side: (m, r) left ones when
+// m <= n, else (n, r) right ones. The SVD runs in float32 (float64 for float64 gradients)
+// and the projector is returned in the gradient's dtype.
+torch::Tensor projector_of(const torch::Tensor& grad, int64_t r) {
+  const auto svd_dtype = grad.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+  const auto [u, s, vh] = torch::linalg_svd(grad.to(svd_dtype), /*full_matrices=*/false);
+  // u: (m, k), vh: (k, n), k = min(m, n)
+  const auto p = grad.size(0) <= grad.size(1) ? u.narrow(1, 0, r) : vh.narrow(0, 0, r).t();
+  // A copy in any case: a view would keep all of U or V^T alive (k x k values, not r x k).
+  return p.to(grad.options(), /*non_blocking=*/false, /*copy=*/true,
+              torch::MemoryFormat::Contiguous);
+}
+
+}  // namespace
+
+void GaloreOptions::serialize(torch::serialize::OutputArchive& archive) const {
+  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(lr);
+  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(betas);
+  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(eps);
+  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(weight_decay);
+  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(rank);
+  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(update_gap);
+  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(scale);
+}
+
+void GaloreOptions::serialize(torch::serialize::InputArchive& archive) {
+  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(double, lr);
+  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(betas_t, betas);
+  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(double, eps);
+  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(double, weight_decay);
+  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG_OPTIONAL(int64_t, rank);
+  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(int64_t, update_gap);
+  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(double, scale);
+}
+
+void GaloreParamState::serialize(torch::serialize::OutputArchive& archive) const {
+  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(step);
+  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(projector);
+  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(exp_avg);
+  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(exp_avg_sq);
+}
+
+void GaloreParamState::serialize(torch::serialize::InputArchive& archive) {
+  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(int64_t, step);
+  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(torch::Tensor, projector);
+  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(torch::Tensor, exp_avg);
+  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(torch::Tensor, exp_avg_sq);
+}
+
+int64_t Galore::rank_for(const GaloreOptions& options, int64_t rows, int64_t cols) {
+  if (options.rank()) return *options.rank();
+  return std::max<int64_t>(1, std::min(rows, cols) / 4);
+}
+
+Galore::Galore(std::vector<torch::optim::OptimizerParamGroup> param_groups, GaloreOptions defaults)
+    : Optimizer(std::move(param_groups), std::make_unique<GaloreOptions>(defaults)) {
+  check_hyperparameters(defaults);
+  // A rank is only wrong for a given matrix, so every group's rank meets its own matrices.
+  for (const auto& group : param_groups_) {
+    const auto& options = static_cast<const GaloreOptions&>(group.options());
+    check_hyperparameters(options);
+    if (!options.rank()) continue;
+    const int64_t rank = *options.rank();
+    for (const auto& p : group.params()) {
+      if (p.dim() != 2) continue;
+      TORCH_CHECK(rank <= std::min(p.size(0), p.size(1)), "Invalid rank value: ", rank,
+                  " exceeds min(m, n) = ", std::min(p.size(0), p.size(1)), " of a (", p.size(0),
+                  ", ", p.size(1), ") parameter");
+    }
+  }
+}
+
+torch::Tensor Galore::step(LossClosure closure) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor loss = {};
+  if (closure != nullptr) {
+    at::AutoGradMode enable_grad(true);
+    loss = closure();
+  }
+  for (auto& group : param_groups_) {
+    const auto& options = static_cast<const GaloreOptions&>(group.options());
+    const auto [beta1, beta2] = options.betas();
+    for (auto& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      TORCH_CHECK(!p.grad().is_sparse(), "GaLore does not support sparse gradients");
+      const auto& grad = p.grad();
+      const bool projected = p.dim() == 2;
+      const bool left = projected && p.size(0) <= p.size(1);  // P (m, r) on the left
+      auto& slot = state_[param_state_key(p)];
+      if (!slot) {
+        auto state = std::make_unique<GaloreParamState>();
+        if (projected) {
+          const int64_t r = rank_for(options, p.size(0), p.size(1));
+          const auto shape = left ? std::vector<int64_t>{r, p.size(1)}   // (r, n)
+                                  : std::vector<int64_t>{p.size(0), r};  // (m, r)
+          state->exp_avg(torch::zeros(shape, p.options()));
+          state->exp_avg_sq(torch::zeros(shape, p.options()));
+        } else {
+          state->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+          state->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+        }
+        slot = std::move(state);
+      }
+      auto& state = static_cast<GaloreParamState&>(*slot);
+      auto& exp_avg = state.exp_avg();
+      auto& exp_avg_sq = state.exp_avg_sq();
+      state.step(state.step() + 1);
+      const double bias_correction1 = 1 - std::pow(beta1, state.step());
+      const double bias_correction2 = 1 - std::pow(beta2, state.step());
+
+      if (options.weight_decay() != 0) p.mul_(1 - options.lr() * options.weight_decay());
+      if (!projected) {  // AdamW, in torch::optim::AdamW's order of operations
+        exp_avg.mul_(beta1).add_(grad, 1 - beta1);
+        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1 - beta2);
+        auto denom = (exp_avg_sq.sqrt() / std::sqrt(bias_correction2)).add_(options.eps());
+        p.addcdiv_(exp_avg, denom, -options.lr() / bias_correction1);
+        continue;
+      }
+      // The rank comes from the moments, so a loaded state keeps the rank it was saved with.
+      const int64_t r = left ? exp_avg.size(0) : exp_avg.size(1);
+      if ((state.step() - 1) % options.update_gap() == 0) {
+        state.projector(projector_of(grad, r));
+      }
+      const auto& proj = state.projector();                       // (m, r) if left, else (n, r)
+      const auto low = left ? proj.t().mm(grad) : grad.mm(proj);  // R: (r, n) or (m, r)
+      exp_avg.mul_(beta1).add_(low, 1 - beta1);
+      exp_avg_sq.mul_(beta2).addcmul_(low, low, 1 - beta2);
+      auto denom = (exp_avg_sq.sqrt() / std::sqrt(bias_correction2)).add_(options.eps());
+      const auto normalized = exp_avg.div(denom).div_(bias_correction1);         // N: R's shape
+      const auto update = left ? proj.mm(normalized) : normalized.mm(proj.t());  // (m, n)
+      p.add_(update, -options.lr() * options.scale());
+    }
+  }
+  return loss;
+}
+
+void Galore::save(torch::serialize::OutputArchive& archive) const {
+  torch::optim::serialize<GaloreParamState, GaloreOptions>(archive, *this);
+}
+
+void Galore::load(torch::serialize::InputArchive& archive) {
+  torch::optim::serialize<GaloreParamState, GaloreOptions>(archive, *this);
+}
+
+}  // namespace gradscope

@@ -1,0 +1,92 @@
+// GaLore, Gradient Low-Rank Projection (Zhao et al. 2024, "GaLore: Memory-Efficient LLM
+// Training by Gradient Low-Rank Projection", arXiv:2403.03507, Algorithm 2, the GaLore-AdamW
+// variant). Every 2-D parameter W (m, n) with gradient G is updated in a rank-r subspace; all
+// other parameters (vectors, higher-dim tensors) get plain AdamW, exactly torch.optim.AdamW.
+// At step t (from 1), for a 2-D W:
+//
+//   if (t - 1) % update_gap == 0:                   (steps 1, 1 + T, 1 + 2T, ...; T = update_gap)
+//     U, S, V^T <- SVD(G)                          (full_matrices=false, in float32 or wider)
+//     P <- U[:, :r]        (m, r)   if m <= n      (first r left singular vectors)
+//     P <- V[:, :r]        (n, r)   if m >  n      (first r right singular vectors)
+//   R <- P^T G  (r, n)   if m <= n;   R <- G P  (m, r)   if m > n
+//   M <- beta1 M + (1 - beta1) R                   (M, V in R's shape; kept across refreshes,
+//   V <- beta2 V + (1 - beta2) R^2                  as in the paper)
+//   N <- (M / (1 - beta1^t)) / (sqrt(V / (1 - beta2^t)) + eps)
+//   W <- W (1 - lr wd)                              (decoupled weight decay, as in AdamW)
+//   W <- W - lr * scale * (P N  if m <= n,  N P^T  if m > n)
+//
+// scale is the paper's alpha (default 0.25); the paper's T is update_gap (default 200). The
+// rank r applies to every matrix when set; unset, each matrix gets r = max(1, min(m, n) / 4),
+// the paper's choice for its pretraining runs (rank 128 of d_model 512, 256 of 1024, 512 of
+// 2048), so the default fits a model of any size. An explicit rank < 1 or above min(m, n) of
+// any 2-D parameter is refused by the constructor.
+//
+// State per 2-D (m, n) parameter with m <= n: P (m r) + M and V (2 r n) values, against Adam's
+// 2 m n (for m > n swap m and n); per other parameter 2x its size, as AdamW. The projector and
+// the moments are kept in the parameter's dtype; the SVD runs in float32 (float64 for a
+// float64 parameter), since half-precision SVD is not available.
+#pragma once
+
+#include <tuple>
+
+#include <torch/torch.h>
+
+#include "gradscope/measure/memory.h"
+
+namespace gradscope {
+
+struct GaloreOptions : public torch::optim::OptimizerCloneableOptions<GaloreOptions> {
+  GaloreOptions(double lr = 1e-3) : lr_(lr) {}  // NOLINT: implicit, like LibTorch's options
+  typedef std::tuple<double, double> betas_t;
+  TORCH_ARG(double, lr) = 1e-3;
+  TORCH_ARG(betas_t, betas) = std::make_tuple(0.9, 0.999);  // Adam's, each in [0, 1)
+  TORCH_ARG(double, eps) = 1e-8;
+  TORCH_ARG(double, weight_decay) = 0;  // decoupled, scaled by lr, on every parameter
+  // r for every 2-D parameter, in [1, min(m, n)]; unset (nullopt): max(1, min(m, n) / 4) per
+  // matrix. A smaller rank saves memory and loses more of each gradient.
+  TORCH_ARG(c10::optional<int64_t>, rank);
+  // T: steps between two SVDs of the gradient (>= 1). Each SVD costs O(m n min(m, n)); a
+  // long gap saves that cost and keeps the subspace stale for longer.
+  TORCH_ARG(int64_t, update_gap) = 200;
+  TORCH_ARG(double, scale) = 0.25;  // alpha (> 0): multiplies the projected update
+
+ public:
+  void serialize(torch::serialize::InputArchive& archive) override;
+  void serialize(torch::serialize::OutputArchive& archive) const override;
+  double get_lr() const override { return lr(); }
+  void set_lr(const double lr) override { this->lr(lr); }
+};
+
+struct GaloreParamState : public torch::optim::OptimizerCloneableParamState<GaloreParamState>,
+                          public StateBytes {
+  TORCH_ARG(int64_t, step) = 0;
+  TORCH_ARG(torch::Tensor, projector);   // P: (m, r) or (n, r); undefined unless 2-D
+  TORCH_ARG(torch::Tensor, exp_avg);     // M: R's shape (2-D), else the parameter's
+  TORCH_ARG(torch::Tensor, exp_avg_sq);  // V: R's shape (2-D), else the parameter's
+
+ public:
+  void serialize(torch::serialize::InputArchive& archive) override;
+  void serialize(torch::serialize::OutputArchive& archive) const override;
+  std::vector<torch::Tensor> state_tensors() const override {
+    return {projector_, exp_avg_, exp_avg_sq_};
+  }
+};
+
+class Galore : public torch::optim::Optimizer {
+ public:
+  explicit Galore(std::vector<torch::optim::OptimizerParamGroup> param_groups,
+                  GaloreOptions defaults = {});
+  explicit Galore(std::vector<torch::Tensor> params, GaloreOptions defaults = {})
+      : Galore({torch::optim::OptimizerParamGroup(std::move(params))}, defaults) {}
+
+  torch::Tensor step(LossClosure closure = nullptr) override;
+  // LibTorch's Optimizer::save and load are empty: without these, torch::save would write
+  // none of the state and torch::load would silently restore nothing.
+  void save(torch::serialize::OutputArchive& archive) const override;
+  void load(torch::serialize::InputArchive& archive) override;
+
+  // The rank a 2-D parameter of this shape gets under `options` (explicit, or min(m, n) / 4).
+  static int64_t rank_for(const GaloreOptions& options, int64_t rows, int64_t cols);
+};
+
+}  // namespace gradscope

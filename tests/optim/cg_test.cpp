@@ -1,0 +1,282 @@
+// Nonlinear conjugate gradient: finite termination on quadratics with an exact line search,
+// Rosenbrock's minimum, each beta rule against its formula, restarts and both line searches.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "gradscope/optim/conjugate_gradient.h"
+#include "gradscope/optim/factory.h"
+#include "test_util.h"
+
+namespace gradscope {
+namespace {
+
+const auto kF64 = torch::TensorOptions().dtype(torch::kFloat64);
+
+// f(x) = 1/2 x^T A x - b^T x with A = Q diag(lambda) Q^T, lambda log-spaced over [1, kappa].
+struct Quadratic {
+  torch::Tensor a, b, x_star;
+  Quadratic(int64_t n, double kappa, uint64_t seed) {
+    torch::manual_seed(seed);
+    auto q = std::get<0>(at::linalg_qr(torch::randn({n, n}, kF64)));
+    auto lambda = torch::logspace(0, std::log10(kappa), n, 10.0, kF64);
+    a = q.mm(torch::diag(lambda)).mm(q.t());
+    a = (a + a.t()) / 2;
+    b = torch::randn({n}, kF64);
+    x_star = at::linalg_solve(a, b);
+  }
+  torch::Tensor loss(const torch::Tensor& x) const { return 0.5 * x.dot(a.mv(x)) - b.dot(x); }
+};
+
+torch::Tensor rosenbrock(const torch::Tensor& x) {
+  const int64_t n = x.size(0);
+  auto head = x.narrow(0, 0, n - 1), tail = x.narrow(0, 1, n - 1);
+  return (100.0 * (tail - head * head).pow(2) + (1.0 - head).pow(2)).sum();
+}
+
+// A full-batch closure over one parameter vector.
+template <typename F>
+torch::optim::Optimizer::LossClosure closure_of(torch::Tensor& x, F f) {
+  return [&x, f] {
+    x.mutable_grad() = torch::Tensor();
+    auto loss = f(x);
+    loss.backward();
+    return loss.detach();
+  };
+}
+
+ConjugateGradientOptions exact_search(const std::string& rule) {
+  // Tight tolerances: the search finds the exact minimizer along the line, as CG's finite
+  // termination assumes (on a quadratic the cubic interpolation is exact).
+  return ConjugateGradientOptions(1.0)
+      .beta_rule(rule)
+      .line_search("strong_wolfe")
+      .c1(1e-8)
+      .c2(1e-6)
+      .max_evals(50)
+      .tolerance_change(0);
+}
+
+class CgQuadratic : public ::testing::TestWithParam<std::tuple<int64_t, std::string>> {};
+
+// Theory: with exact line searches CG minimizes an n-dimensional quadratic in n iterations.
+// The test allows n + 2 (rounding) and asks for the minimizer to 1e-8.
+TEST_P(CgQuadratic, ReachesTheMinimumWithinNPlusTwoIterations) {
+  const auto [n, rule] = GetParam();
+  const Quadratic q(n, 100.0, 11 + n);
+  auto x = torch::zeros({n}, kF64).requires_grad_(true);
+  ConjugateGradient cg({x}, exact_search(rule));
+  auto closure = closure_of(x, [&](const torch::Tensor& v) { return q.loss(v); });
+  int64_t iterations = 0;
+  double distance = (x.detach() - q.x_star).norm().item<double>();
+  while (iterations < n + 2 && distance > 1e-8) {
+    cg.step(closure);
+    ++iterations;
+    distance = (x.detach() - q.x_star).norm().item<double>();
+  }
+  EXPECT_LE(distance, 1e-8) << rule << " n=" << n << " after " << iterations << " iterations";
+  EXPECT_LE(iterations, n + 2);
+  std::printf("CG %s n=%lld: |x - x*| = %.2e after %lld iterations\n", rule.c_str(),
+              static_cast<long long>(n), distance, static_cast<long long>(iterations));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Rules, CgQuadratic,
+    ::testing::Combine(::testing::Values(2, 10), ::testing::Values("fr", "pr+", "hs", "dy")),
+    [](const auto& info) {
+      std::string rule = std::get<1>(info.param);
+      if (rule == "pr+") rule = "prplus";
+      return rule + "_n" + std::to_string(std::get<0>(info.param));
+    });
+
+TEST(CgRosenbrock, StrongWolfeTakesTheStartToTheMinimum) {
+  auto x = torch::tensor({-1.2, 1.0}, kF64).requires_grad_(true);
+  ConjugateGradient cg({x}, ConjugateGradientOptions(1.0).line_search("strong_wolfe"));
+  auto closure = closure_of(x, rosenbrock);
+  int64_t steps = 0;
+  const auto one = torch::ones({2}, kF64);
+  while (steps < 500 && (x.detach() - one).norm().item<double>() > 1e-6) {
+    cg.step(closure);
+    ++steps;
+  }
+  const double distance = (x.detach() - one).norm().item<double>();
+  EXPECT_LE(distance, 1e-6) << "after " << steps << " steps, x = " << x;
+  std::printf("CG pr+ strong Wolfe on Rosenbrock: |x - (1, 1)| = %.2e after %lld steps, %lld "
+              "restarts\n",
+              distance, static_cast<long long>(steps), static_cast<long long>(cg.restarts()));
+}
+
+// f(x) = sum x_i^4 / 4 + x_i^2 / 2 + c.x, not quadratic: the rules give different betas.
+torch::Tensor quartic(const torch::Tensor& x) {
+  const auto c = torch::tensor({0.3, -0.7, 0.5}, kF64);
+  return (x.pow(4) / 4 + x.pow(2) / 2).sum() + c.dot(x);
+}
+torch::Tensor quartic_grad(const torch::Tensor& x) {
+  return x.pow(3) + x + torch::tensor({0.3, -0.7, 0.5}, kF64);
+}
+
+// Two fixed steps: the second beta is checked against each rule's formula computed here, and
+// the four rules must give four different betas and points (else the test tells them apart
+// from nothing).
+TEST(CgBetaRules, EachRuleMatchesItsFormulaAndDiffersFromTheOthers) {
+  // Chosen so that every rule's direction is a descent direction (no restart) and
+  // Polak-Ribiere's beta is positive (pr+ does not clip): betas 0.050, 0.233, 0.197, 0.042.
+  const double lr = 0.3;
+  const auto x0 = torch::tensor({1.0, -2.0, 0.5}, kF64);
+  const auto g0 = quartic_grad(x0);
+  const auto d0 = -g0;
+  const auto x1 = x0 + lr * d0;
+  const auto g1 = quartic_grad(x1);
+  const auto y = g1 - g0;
+  const double gg = g1.dot(g1).item<double>(), g0g0 = g0.dot(g0).item<double>();
+  const double gy = g1.dot(y).item<double>(), dy = d0.dot(y).item<double>();
+  const std::map<std::string, double> expected = {
+      {"fr", gg / g0g0}, {"pr+", std::max(0.0, gy / g0g0)}, {"hs", gy / dy}, {"dy", gg / dy}};
+
+  std::vector<double> betas;
+  std::vector<torch::Tensor> points;
+  for (const auto& [rule, beta] : expected) {
+    auto x = x0.clone().requires_grad_(true);
+    ConjugateGradient cg({x}, ConjugateGradientOptions(lr).beta_rule(rule).line_search("none"));
+    auto closure = closure_of(x, quartic);
+    cg.step(closure);
+    cg.step(closure);
+    EXPECT_NEAR(cg.last_beta(), beta, 1e-12 * std::abs(beta)) << rule;
+    const auto d1 = -g1 + beta * d0;
+    EXPECT_TRUE(torch::allclose(x.detach(), x1 + lr * d1, 1e-12, 1e-14)) << rule;
+    EXPECT_EQ(cg.restarts(), 0) << rule;
+    betas.push_back(cg.last_beta());
+    points.push_back(x.detach().clone());
+  }
+  for (size_t i = 0; i < betas.size(); ++i)
+    for (size_t j = i + 1; j < betas.size(); ++j) {
+      EXPECT_GT(std::abs(betas[i] - betas[j]), 1e-3) << "rules " << i << " and " << j;
+      EXPECT_FALSE(torch::allclose(points[i], points[j])) << "rules " << i << " and " << j;
+    }
+}
+
+// Polak-Ribiere's beta is negative when the gradient turns back on itself; pr+ clips it to 0.
+TEST(CgBetaRules, PolakRibierePlusClipsNegativeBetaToZero) {
+  // f = x^2 / 2 on one coordinate, lr 1.5: g0 = 1, x1 = -0.5, g1 = -0.5, g1.(g1 - g0) = 0.75 > 0;
+  // lr 0.5: x1 = 0.5, g1 = 0.5, g1.(g1 - g0) = -0.25 < 0: beta = 0 for pr+, 0.25 for fr.
+  for (const auto& [rule, beta] : std::vector<std::pair<std::string, double>>{{"pr+", 0.0},
+                                                                              {"fr", 0.25}}) {
+    auto x = torch::tensor({1.0}, kF64).requires_grad_(true);
+    ConjugateGradient cg({x}, ConjugateGradientOptions(0.5).beta_rule(rule).line_search("none"));
+    auto closure = closure_of(x, [](const torch::Tensor& v) { return 0.5 * v.dot(v); });
+    cg.step(closure);
+    cg.step(closure);
+    EXPECT_DOUBLE_EQ(cg.last_beta(), beta) << rule;
+  }
+}
+
+// On f = x^2 / 2 from 1 with lr 3, the step overshoots to -2; Fletcher-Reeves then gives
+// beta 4 and d = 2 - 4 = -2, an ascent direction (g.d = 4): CG must restart with d = -g = 2.
+TEST(CgRestart, AnAscentDirectionIsReplacedBySteepestDescent) {
+  auto x = torch::tensor({1.0}, kF64).requires_grad_(true);
+  ConjugateGradient cg({x}, ConjugateGradientOptions(3.0).beta_rule("fr").line_search("none"));
+  auto closure = closure_of(x, [](const torch::Tensor& v) { return 0.5 * v.dot(v); });
+  cg.step(closure);
+  EXPECT_DOUBLE_EQ(x.item<double>(), -2.0);
+  cg.step(closure);
+  EXPECT_DOUBLE_EQ(x.item<double>(), 4.0);  // -2 + 3 * 2, not -2 + 3 * (-2)
+  EXPECT_EQ(cg.restarts(), 1);
+  EXPECT_EQ(cg.last_beta(), 0.0);
+}
+
+TEST(CgRestart, RestartsOnScheduleEveryNSteps) {
+  auto x = torch::tensor({1.0, -2.0, 0.5}, kF64).requires_grad_(true);
+  ConjugateGradient cg({x}, ConjugateGradientOptions(0.1).beta_rule("fr").line_search("none").restart_every(3));
+  auto closure = closure_of(x, quartic);
+  std::vector<double> betas;
+  for (int i = 0; i < 7; ++i) {
+    cg.step(closure);
+    betas.push_back(cg.last_beta());
+  }
+  for (int i = 0; i < 7; ++i) {
+    if (i % 3 == 0)
+      EXPECT_EQ(betas[i], 0.0) << "step " << i + 1;
+    else
+      EXPECT_GT(betas[i], 0.0) << "step " << i + 1;
+  }
+  EXPECT_EQ(cg.restarts(), 2);  // steps 4 and 7 (step 1 starts, it does not restart)
+}
+
+// Backtracking on f = x^2 / 2 from 1 with lr 4: t = 4 (f = 4.5) and t = 2 (f = 0.5) fail the
+// Armijo condition, t = 1 (f = 0) holds: four evaluations (the first is at x itself).
+TEST(CgLineSearch, ArmijoBacktracksToTheFirstSufficientDecrease) {
+  auto x = torch::tensor({1.0}, kF64).requires_grad_(true);
+  ConjugateGradient cg({x}, ConjugateGradientOptions(4.0).line_search("armijo"));
+  auto closure = closure_of(x, [](const torch::Tensor& v) { return 0.5 * v.dot(v); });
+  cg.step(closure);
+  EXPECT_NEAR(x.item<double>(), 0.0, 1e-15);
+  EXPECT_EQ(cg.last_evaluations(), 4);
+}
+
+// The strong Wolfe step on a quadratic line is its exact minimizer, whichever side of it the
+// first trial lands: extrapolation from a short step, zoom from a long one.
+TEST(CgLineSearch, StrongWolfeFindsTheExactStepOnAQuadratic) {
+  const Quadratic q(5, 30.0, 5);
+  for (double first_trial : {1e-3, 0.1, 10.0}) {
+    auto x = torch::zeros({5}, kF64).requires_grad_(true);
+    ConjugateGradient cg({x}, exact_search("pr+").lr(first_trial));
+    auto closure = closure_of(x, [&](const torch::Tensor& v) { return q.loss(v); });
+    const auto g0 = -q.b;  // gradient at 0
+    cg.step(closure);
+    // Exact step along -g0: t* = g0.g0 / g0.A g0.
+    const double t_star = (g0.dot(g0) / g0.dot(q.a.mv(g0))).item<double>();
+    EXPECT_TRUE(torch::allclose(x.detach(), -t_star * g0, 1e-9, 1e-12))
+        << "first trial " << first_trial;
+    EXPECT_LE(cg.last_evaluations(), 8) << "first trial " << first_trial;
+  }
+}
+
+TEST(CgLineSearch, NeedsAClosure) {
+  auto x = torch::ones({2}, kF64).requires_grad_(true);
+  ConjugateGradient cg({x}, ConjugateGradientOptions(1.0).line_search("strong_wolfe"));
+  x.mutable_grad() = torch::ones({2}, kF64);
+  EXPECT_THROW(cg.step(), c10::Error);
+}
+
+TEST(CgLineSearch, StochasticMiniBatchesLowerALeastSquaresLoss) {
+  torch::manual_seed(5);
+  const auto data = torch::randn({256, 6});
+  const auto w_true = torch::randn({6, 1});
+  const auto target = data.mm(w_true) + 0.1 * torch::randn({256, 1});
+  auto w = torch::zeros({6, 1}).requires_grad_(true);
+  for (const std::string search : {"none", "armijo", "strong_wolfe"}) {
+    w.detach().zero_();
+    auto optimizer = make_optimizer("cg", {w}, 0.05, 0, {{"line_search", search}});
+    auto full = [&] { return (data.mm(w) - target).pow(2).mean().item<double>(); };
+    const double before = full();
+    for (int step = 0; step < 64; ++step) {
+      const auto rows = torch::arange(step % 8 * 32, step % 8 * 32 + 32);
+      optimizer->step([&] {
+        w.mutable_grad() = torch::Tensor();
+        auto loss = (data.index_select(0, rows).mm(w) - target.index_select(0, rows)).pow(2).mean();
+        loss.backward();
+        return loss.detach();
+      });
+    }
+    EXPECT_LT(full(), 0.1 * before) << search;
+  }
+}
+
+TEST(CgSettings, BadValuesAreRefusedByName) {
+  auto refusal = [](const OptSettings& opt) {
+    const Error e = testing::expect_usage_error(
+        [&] { make_optimizer("cg", {torch::ones({2}, torch::requires_grad())}, 0.1, 0, opt); });
+    return std::string(e.what()) + " | " + e.hint();
+  };
+  EXPECT_NE(refusal({{"beta_rule", "pr"}}).find("'pr'"), std::string::npos);
+  EXPECT_NE(refusal({{"beta_rule", "pr"}}).find("fr, pr+, hs, dy"), std::string::npos);
+  EXPECT_NE(refusal({{"line_search", "wolfe"}}).find("'wolfe'"), std::string::npos);
+  EXPECT_NE(refusal({{"c1", "0.5"}, {"c2", "0.1"}}).find("c1=0.5"), std::string::npos);
+  EXPECT_NE(refusal({{"restart_every", "-1"}}).find("restart_every=-1"), std::string::npos);
+  EXPECT_NE(refusal({{"restart_every", "2.5"}}).find("restart_every=2.5"), std::string::npos);
+  EXPECT_NE(refusal({{"backtrack", "1"}}).find("backtrack=1"), std::string::npos);
+  EXPECT_NE(refusal({{"max_evals", "0"}}).find("max_evals=0"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gradscope
