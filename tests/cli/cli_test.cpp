@@ -174,6 +174,60 @@ TEST(Cli, ListShowsEveryFamilyAndThePaperCount) {
   EXPECT_EQ(cat["models"]["llama"]["presets"]["paper"]["params"], 1235814400);
 }
 
+TEST(Cli, ListShowsToyProblemsAndDefaultLearningRatesPerModel) {
+  const Result r = gradscope("list");
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* word : {"quadratic", "rosenbrock", "100-dimensional", "cg", "galore",
+                           "adam8bit", "beta_rule"})
+    EXPECT_NE(r.out.find(word), std::string::npos) << word;
+  const auto cat = nlohmann::json::parse(gradscope("list --json").out);
+  EXPECT_EQ(cat["models"]["rosenbrock"]["presets"]["small"]["params"], 100);
+  EXPECT_FALSE(cat["models"]["rosenbrock"]["presets"].contains("paper"));
+  EXPECT_TRUE(cat["optimizers"]["sgd"]["default_lr_by_model"]["llama"].is_number());
+}
+
+// The documented example: CG on Rosenbrock writes the per-step loss and the final point.
+TEST(Cli, ToyRunRecordsFinalParams) {
+  testing::TempDir tmp("gradscope-cli-toy");
+  const Result r = gradscope("run --model rosenbrock --optimizer cg --steps 60 --quiet --db " +
+                             tmp.file("r.db") + " --json " + tmp.file("out.json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto record = nlohmann::json::parse(slurp(tmp.file("out.json")));
+  ASSERT_EQ(record["final_params"].size(), 2u);
+  EXPECT_NEAR(record["final_params"][0].get<double>(), 1.0, 1e-6);
+  EXPECT_NEAR(record["final_params"][1].get<double>(), 1.0, 1e-6);
+  EXPECT_EQ(record["steps"].size(), 62u);  // 2 warm-up steps and 60 timed ones
+}
+
+TEST(Cli, LrAutoRecordsEveryTrial) {
+  testing::TempDir tmp("gradscope-cli-lr");
+  const Result r = gradscope(
+      "run --model quadratic --optimizer adam --steps 20 --lr auto --lr-search-trials 3 "
+      "--lr-search-steps 10 --db " + tmp.file("r.db") + " --json " + tmp.file("out.json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("lr search 3/3"), std::string::npos) << r.err;
+  const auto record = nlohmann::json::parse(slurp(tmp.file("out.json")));
+  ASSERT_EQ(record["lr_search"].size(), 3u);
+  bool chosen_is_a_trial = false;
+  for (const auto& t : record["lr_search"]) {
+    EXPECT_EQ(t["steps"], 10);
+    chosen_is_a_trial = chosen_is_a_trial || t["lr"] == record["config"]["lr"];
+  }
+  EXPECT_TRUE(chosen_is_a_trial) << record["config"]["lr"];
+  EXPECT_TRUE(record["config"]["lr_auto"].get<bool>());
+}
+
+TEST(Cli, BadOptimizerAndArchitectureSettingsExitTwo) {
+  expect_usage_error("run --model rosenbrock --optimizer cg --opt beta_rule=pr", "'pr'");
+  expect_usage_error("run --model rosenbrock --optimizer galore --opt rank=0", "rank=0");
+  expect_usage_error("run --model rosenbrock --optimizer adam8bit --opt block_size=0",
+                     "block_size=0");
+  expect_usage_error("run --model quadratic --arch dim=0", "dim=0");
+  expect_usage_error("run --model quadratic --arch size=3", "'size'");
+  expect_usage_error("run --model quadratic --lr-search-trials 3", "--lr auto");
+  expect_usage_error("run --model quadratic --lr auto --lr-search-trials 0", "trials 0");
+}
+
 TEST(Cli, TokenizePrintsIdsPerLine) {
   const Result r = gradscope(std::string("tokenize --tokenizer bytes ") + GRADSCOPE_FIXTURES +
                              "/text/two-lines.txt");

@@ -216,3 +216,96 @@ TEST(Trainer, TinyLlamaLearnsContextOnSotu) {
 
 }  // namespace
 }  // namespace gradscope
+
+namespace gradscope {
+namespace {
+
+RunConfig toy_config(const std::string& model, const std::string& optimizer) {
+  RunConfig c;
+  c.model = model;
+  c.optimizer = optimizer;
+  c.batch = 1;
+  c.warmup_steps = 0;
+  c.eval_batches = 1;
+  c.quiet = true;
+  return c;
+}
+
+// The example: CG with its default strong-Wolfe search takes Rosenbrock's classic
+// start to (1, 1); the record holds the final point and how far it is from the known minimum.
+TEST(TrainerToy, CgTakesRosenbrockToItsMinimumAndRecordsThePoint) {
+  RunConfig c = toy_config("rosenbrock", "cg");
+  c.steps = 60;
+  Trainer trainer(c);
+  const auto record = trainer.run();
+  ASSERT_EQ(record["status"], "ok") << record["failure"];
+  const auto x = record["final_params"].get<std::vector<double>>();
+  ASSERT_EQ(x.size(), 2u);
+  EXPECT_NEAR(x[0], 1.0, 1e-6);
+  EXPECT_NEAR(x[1], 1.0, 1e-6);
+  EXPECT_LE(record["known_minimum"]["distance"].get<double>(), 1e-6);
+  EXPECT_EQ(record["known_minimum"]["params"], nlohmann::json({1.0, 1.0}));
+  EXPECT_DOUBLE_EQ(record["steps"][0]["loss"].get<double>(), 24.2);
+  int64_t evaluations = 0;
+  for (const auto& s : record["steps"]) evaluations += s["evaluations"].get<int64_t>();
+  EXPECT_GT(evaluations, c.steps) << "a line search evaluates more than once per step";
+  // One evaluation of f per step for the formula: 3 x 8 (n - 1) FLOPs.
+  EXPECT_DOUBLE_EQ(record["flops"]["per_step"].get<double>(), 24.0);
+}
+
+TEST(TrainerToy, PlainOptimizersEvaluateOncePerStepAndRecordNoExtraPasses) {
+  RunConfig c = toy_config("quadratic", "sgd");
+  c.steps = 5;
+  Trainer trainer(c);
+  const auto record = trainer.run();
+  for (const auto& s : record["steps"]) EXPECT_EQ(s["evaluations"], 1);
+  EXPECT_EQ(record["final_params"].size(), 2u);
+  EXPECT_FALSE(record.contains("final_params") && record["config"]["model"] == "llama");
+}
+
+TEST(TrainerToy, LanguageModelRecordsHaveNoFinalParams) {
+  RunConfig c = fixture_config();
+  c.steps = 1;
+  const auto record = Trainer(c).run();
+  EXPECT_FALSE(record.contains("final_params"));
+  EXPECT_FALSE(record.contains("known_minimum"));
+}
+
+TEST(TrainerToy, ToyProblemsRefuseDataSettings) {
+  RunConfig c = toy_config("quadratic", "adam");
+  c.dataset = "sotu";
+  testing::expect_usage_error([&] { Trainer t(c); });
+  c.dataset.clear();
+  c.seq_len = 8;
+  testing::expect_usage_error([&] { Trainer t(c); });
+}
+
+// CG on the tiny Llama: the step's batch is evaluated first where the step starts (that loss
+// is the step's), then along the line; each step's first evaluation is also timed as forward
+// and backward. Clipping cannot apply to gradients the optimizer evaluates itself.
+TEST(TrainerCg, LineSearchEvaluatesTheStepsBatchAndLowersTheLoss) {
+  RunConfig c = fixture_config();
+  c.optimizer = "cg";
+  c.lr = 0;  // its default
+  c.steps = 8;
+  c.warmup_steps = 0;
+  const auto record = Trainer(c).run();
+  ASSERT_EQ(record["status"], "ok") << record["failure"];
+  int64_t evaluations = 0;
+  for (const auto& s : record["steps"]) {
+    EXPECT_GE(s["evaluations"].get<int64_t>(), 2) << "strong Wolfe needs a trial point";
+    EXPECT_TRUE(s["grad_norm"].is_number());
+    evaluations += s["evaluations"].get<int64_t>();
+  }
+  const auto l = losses(record);
+  EXPECT_LT(l.back(), l.front());
+  EXPECT_GT(record["time"]["forward_s"].get<double>(), 0);
+  EXPECT_EQ(record["memory"]["optimizer_state_bytes"].get<int64_t>(),
+            2 * record["memory"]["params_bytes"].get<int64_t>());
+  RunConfig clipped = c;
+  clipped.clip_grad_norm = 1.0;
+  testing::expect_usage_error([&] { Trainer t(clipped); });
+}
+
+}  // namespace
+}  // namespace gradscope

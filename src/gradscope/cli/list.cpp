@@ -14,20 +14,27 @@ nlohmann::json catalogue() {
   nlohmann::json j;
   for (const auto& item : model_registry().items()) {
     nlohmann::json presets = nlohmann::json::object();
-    for (const auto& preset : preset_names()) {
+    for (const auto& preset : item.entry.presets) {
       RunConfig c;
       c.model = item.name;
       c.preset = preset;
       const nlohmann::json arch = resolve_arch(c);
       presets[preset] = {{"params", item.entry.count_params(arch)}, {"arch", arch}};
     }
-    j["models"][item.name] = {
-        {"description", item.description}, {"kind", item.entry.kind}, {"presets", presets}};
+    j["models"][item.name] = {{"description", item.description},
+                              {"kind", item.entry.kind},
+                              {"preset_order", item.entry.presets},
+                              {"presets", presets}};
   }
-  for (const auto& item : optimizer_registry().items())
+  for (const auto& item : optimizer_registry().items()) {
+    nlohmann::json by_model = nlohmann::json::object();
+    for (const auto& model : model_registry().names())
+      by_model[model] = default_lr(item.name, model);
     j["optimizers"][item.name] = {{"description", item.description},
                                   {"default_lr", item.entry.default_lr},
+                                  {"default_lr_by_model", by_model},
                                   {"settings", item.entry.keys}};
+  }
   for (const auto& item : strategy_registry().items())
     j["strategies"][item.name] = {{"description", item.description}};
   for (const auto& item : text_dataset_registry().items())
@@ -52,11 +59,20 @@ void print_text(const nlohmann::json& j) {
   fmt::print("models (presets with parameters counted from the configuration):\n");
   for (const auto& [name, m] : j["models"].items()) {
     fmt::print("  {:<12} {}\n", name, m["description"].get<std::string>());
-    for (const auto& preset : preset_names()) {
-      const auto& p = m["presets"][preset];
+    for (const auto& preset : m["preset_order"]) {
+      const auto& p = m["presets"][preset.get<std::string>()];
       const auto& a = p["arch"];
+      if (m["kind"] == "toy") {
+        fmt::print("    {:<6} {:>15} params  {}-dimensional{}\n", preset.get<std::string>(),
+                   with_commas(p["params"].get<int64_t>()), a["dim"].get<int64_t>(),
+                   a.contains("condition")
+                       ? fmt::format(", condition number {:g}", a["condition"].get<double>())
+                       : "");
+        continue;
+      }
       fmt::print("    {:<6} {:>15} params  {} layers, hidden {}, {} heads, seq {}, tokenizer {}\n",
-                 preset, with_commas(p["params"].get<int64_t>()), a.value("num_hidden_layers", 0),
+                 preset.get<std::string>(), with_commas(p["params"].get<int64_t>()),
+                 a.value("num_hidden_layers", 0),
                  a.value("hidden_size", 0), a.value("num_attention_heads", 0),
                  a.value("seq_len", 0), a.value("tokenizer", std::string("-")));
     }
@@ -66,8 +82,12 @@ void print_text(const nlohmann::json& j) {
     std::string settings;
     for (const auto& s : o["settings"])
       settings += (settings.empty() ? "" : ", ") + s.get<std::string>();
-    fmt::print("  {:<12} {} (default lr {:g}; settings: {})\n", name,
-               o["description"].get<std::string>(), o["default_lr"].get<double>(),
+    std::string other_lrs;  // models whose default differs from the general one
+    for (const auto& [model, lr] : o["default_lr_by_model"].items())
+      if (lr.get<double>() != o["default_lr"].get<double>())
+        other_lrs += fmt::format(", {} {:g}", model, lr.get<double>());
+    fmt::print("  {:<12} {} (default lr {:g}{}; settings: {})\n", name,
+               o["description"].get<std::string>(), o["default_lr"].get<double>(), other_lrs,
                settings.empty() ? "none" : settings);
   }
   fmt::print("\nstrategies (--strategy):\n");

@@ -12,6 +12,7 @@
 #include "gradscope/optim/factory.h"
 #include "gradscope/report/console.h"
 #include "gradscope/store/db.h"
+#include "gradscope/train/lr_search.h"
 #include "gradscope/train/trainer.h"
 
 namespace gradscope {
@@ -21,6 +22,7 @@ struct RunOptions {
   RunConfig config;
   std::string lr = "";
   std::vector<std::string> opt;
+  std::vector<std::string> arch;
   double dropout = 0;
   std::string memory_cap;
 };
@@ -50,9 +52,9 @@ void write_json_atomically(const std::string& path, const nlohmann::json& j) {
 
 int execute(RunOptions& o, CLI::App& cmd) {
   RunConfig& c = o.config;
-  if (!o.lr.empty()) {
-    check_usage(o.lr != "auto", "--lr auto (learning-rate search) is not available in this build",
-                "pass a number, e.g. --lr 1e-3, or leave --lr out for the optimizer's default");
+  if (o.lr == "auto") {
+    c.lr_auto = true;
+  } else if (!o.lr.empty()) {
     size_t pos = 0;
     double lr = 0;
     try {
@@ -69,17 +71,44 @@ int execute(RunOptions& o, CLI::App& cmd) {
     check_usage(c.seq_len > 0, fmt::format("--seq {} must be positive", c.seq_len),
                 "leave --seq out for the preset's sequence length");
   for (const auto& s : o.opt) parse_opt_setting(s, c.opt);
+  for (const auto& s : o.arch) {
+    auto eq = s.find('=');
+    check_usage(eq != std::string::npos && eq > 0 && eq + 1 < s.size(),
+                "cannot read architecture setting '" + s + "'",
+                "write --arch NAME=VALUE, e.g. --arch num_hidden_layers=4 or --arch dim=10");
+    c.arch_overrides[s.substr(0, eq)] = s.substr(eq + 1);
+  }
+  if (!c.lr_auto)
+    check_usage(!cmd.count("--lr-search-trials") && !cmd.count("--lr-search-steps") &&
+                    !cmd.count("--lr-search-span"),
+                "the --lr-search-* options only apply with --lr auto",
+                "add --lr auto, or leave them out");
   if (cmd.count("--dropout")) c.dropout = o.dropout;
   if (!o.memory_cap.empty()) c.memory_cap_bytes = parse_bytes(o.memory_cap);
   if (!c.json_path.empty()) check_output_path(c.json_path);
 
+  if (c.lr_auto) check_lr_search(c);
   Trainer trainer(c);
   // Opened before training so that a bad database path fails now, not after the run.
   Database db(c.db_path);
+  LrSearchResult search;
+  if (c.lr_auto) {
+    search = search_learning_rate(c, [&](const nlohmann::json& t, int64_t i, int64_t n) {
+      if (c.quiet) return;
+      const auto& v = t["val_loss"];
+      fmt::print(stderr, "lr search {}/{}: lr {:.3g} -> {} after {} steps ({})\n", i, n,
+                 t["lr"].get<double>(),
+                 v.is_number() ? fmt::format("val loss {:.4f}", v.get<double>()) : "no val loss",
+                 t["steps"].get<int64_t>(), t["status"].get<std::string>());
+    });
+    trainer.use_learning_rate(search.best_lr);
+    if (!c.quiet) fmt::print(stderr, "lr search: training with lr {:.3g}\n", search.best_lr);
+  }
   const std::string started_at = utc_now_iso8601();
   std::unique_ptr<ProgressSink> progress;
   if (!c.quiet) progress = make_console_progress(stderr, isatty(fileno(stderr)) != 0);
   nlohmann::json record = trainer.run(progress.get());
+  if (c.lr_auto) record["lr_search"] = search.trials;
   const std::string finished_at = utc_now_iso8601();
   const int64_t attempt = db.write_run(record, c.sweep, started_at, finished_at);
   if (!c.json_path.empty()) write_json_atomically(c.json_path, record);
@@ -131,7 +160,18 @@ void add_run_command(CLI::App& root, int& exit_code) {
   cmd->add_option("--warmup-steps", c.warmup_steps,
                   "Untimed optimizer steps before the timed ones (they train too)")
       ->capture_default_str();
-  cmd->add_option("--lr", o->lr, "Learning rate (default: the optimizer's, see `gradscope list`)");
+  cmd->add_option("--lr", o->lr,
+                  "Learning rate, or auto: a short search first (default: the optimizer's for "
+                  "the model, see `gradscope list`)");
+  cmd->add_option("--lr-search-trials", c.lr_search_trials,
+                  "With --lr auto: learning rates tried, log-spaced around the default")
+      ->capture_default_str();
+  cmd->add_option("--lr-search-steps", c.lr_search_steps,
+                  "With --lr auto: steps of each trial (0 = a tenth of --steps, at least 10)")
+      ->capture_default_str();
+  cmd->add_option("--lr-search-span", c.lr_search_span,
+                  "With --lr auto: decades searched either side of the default")
+      ->capture_default_str();
   cmd->add_option("--lr-schedule", c.lr_schedule,
                   "constant, or cosine (linear warm-up over --lr-warmup-steps, then cosine to 0)")
       ->capture_default_str();
@@ -145,6 +185,10 @@ void add_run_command(CLI::App& root, int& exit_code) {
   cmd->add_option("--opt", o->opt,
                   "Optimizer setting NAME=VALUE under PyTorch's name (repeatable), e.g. "
                   "--opt momentum=0.9 --opt nesterov=true, --opt betas=0.9,0.95")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_option("--arch", o->arch,
+                  "Override an architecture key NAME=VALUE (repeatable; Hugging Face names, "
+                  "e.g. --arch num_hidden_layers=4; toy problems: dim, condition)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("--seed", c.seed, "Seed of weights, data order and dropout")
       ->capture_default_str();

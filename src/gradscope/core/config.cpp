@@ -12,8 +12,14 @@ nlohmann::json canonical_config_json(const RunConfig& c) {
   j["dataset"] = c.dataset;
   j["tokenizer"] = c.tokenizer;
   j["dropout"] = c.dropout ? nlohmann::json(*c.dropout) : nlohmann::json(nullptr);
+  // Keys that are new since the first runs appear only when set, so old run ids still hold.
+  if (!c.arch_overrides.empty()) j["arch_overrides"] = c.arch_overrides;
   j["optimizer"] = c.optimizer;
   j["lr"] = c.lr;
+  if (c.lr_auto)
+    j["lr_search"] = {{"trials", c.lr_search_trials},
+                      {"steps", c.lr_search_steps},
+                      {"span_decades", c.lr_search_span}};
   j["opt"] = c.opt;
   j["weight_decay"] = c.weight_decay;
   j["lr_schedule"] = c.lr_schedule;
@@ -40,6 +46,7 @@ nlohmann::json canonical_config_json(const RunConfig& c) {
 nlohmann::json config_to_json(const RunConfig& c) {
   nlohmann::json j = canonical_config_json(c);
   j["device"] = c.device;
+  j["lr_auto"] = c.lr_auto;
   j["threads"] = c.threads;
   j["timeout_s"] = c.timeout_s;
   return j;

@@ -18,10 +18,20 @@ struct RunConfig {
   std::string dataset;            // "" = the model's default data set
   std::string tokenizer;          // "" = the preset's tokenizer
   std::optional<double> dropout;  // unset = the model's published dropout
+  // --arch NAME=VALUE: overrides of the preset's architecture keys (Hugging Face names, or a
+  // toy problem's dim/condition), e.g. num_hidden_layers=4.
+  std::map<std::string, std::string> arch_overrides;
 
   // --- how it is optimized ---
   std::string optimizer = "adam";
   double lr = 0;                           // 0 = the optimizer's default for this model family
+  // --lr auto: train `lr_search_trials` short runs of `lr_search_steps` steps each (0 = a tenth
+  // of --steps, at least 10) at learning rates log-spaced over `lr_search_span` decades either
+  // side of the default, then the run itself with the one of lowest validation loss.
+  bool lr_auto = false;
+  int64_t lr_search_trials = 5;
+  int64_t lr_search_steps = 0;
+  double lr_search_span = 1.0;
   std::map<std::string, std::string> opt;  // --opt NAME=VALUE, PyTorch's names
   double weight_decay = 0;  // decoupled for AdamW, Lion, Adafactor; L2 in the gradient otherwise
   std::string lr_schedule = "constant";  // constant | cosine (linear warm-up, then cosine)

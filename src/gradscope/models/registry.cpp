@@ -3,6 +3,7 @@
 #include "gradscope/core/error.h"
 #include "gradscope/data/tokenizer.h"
 #include "gradscope/models/llama.h"
+#include "gradscope/models/toy.h"
 
 namespace gradscope {
 
@@ -22,14 +23,55 @@ const Registry<ModelFamily>& model_registry() {
     r.add(
         "llama", "Llama 3 decoder (paper: Llama 3.2 1B), causal language modelling",
         {"causal-lm", llama_preset, llama_count_params, make_llama, llama_forward_flops_per_token});
+    r.add("quadratic", "toy: n-dimensional quadratic with a set condition number, known minimum",
+          {"toy", quadratic_preset, toy_count_params, make_quadratic, quadratic_forward_flops,
+           {"tiny", "small"}});
+    r.add("rosenbrock", "toy: n-dimensional Rosenbrock function, minimum at (1, ..., 1)",
+          {"toy", rosenbrock_preset, toy_count_params, make_rosenbrock, rosenbrock_forward_flops,
+           {"tiny", "small"}});
     return r;
   }();
   return registry;
 }
 
-const std::vector<std::string>& preset_names() {
-  static const std::vector<std::string> names = {"tiny", "small", "paper"};
-  return names;
+void apply_arch_overrides(const std::string& model,
+                          const std::map<std::string, std::string>& overrides,
+                          nlohmann::json& arch) {
+  static const std::map<std::string, std::string> dedicated = {
+      {"tokenizer", "--tokenizer"},
+      {"dataset", "--dataset"},
+      {"seq_len", "--seq"},
+      {"vocab_size", "--tokenizer (the vocabulary follows the tokenizer)"},
+      {"hidden_dropout", "--dropout"},
+      {"attention_dropout", "--dropout"}};
+  for (const auto& [key, text] : overrides) {
+    if (auto it = dedicated.find(key); it != dedicated.end())
+      fail_usage("--arch " + key + " is not an architecture override", "use " + it->second);
+    if (!arch.contains(key)) {
+      std::string keys;
+      for (const auto& [k, v] : arch.items())
+        if (!dedicated.count(k) && !v.is_object()) keys += (keys.empty() ? "" : ", ") + k;
+      fail_usage("model '" + model + "' has no architecture key '" + key + "'",
+                 "keys that --arch can set: " + keys);
+    }
+    nlohmann::json& slot = arch[key];
+    nlohmann::json value = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    const bool fits = !value.is_discarded() &&
+                      ((slot.is_number_integer() && value.is_number_integer()) ||
+                       (slot.is_number_float() && value.is_number()) ||
+                       (slot.is_boolean() && value.is_boolean()) || slot.is_null());
+    if (slot.is_string()) {
+      slot = text;
+      continue;
+    }
+    const char* expected = slot.is_number_integer() ? "a whole number"
+                           : slot.is_number()       ? "a number"
+                           : slot.is_boolean()      ? "true or false"
+                                                    : "a JSON value";
+    check_usage(fits, "--arch " + key + "=" + text + " is not " + expected,
+                fmt::format("the preset has {}={}", key, slot.dump()));
+    slot = slot.is_number_float() ? nlohmann::json(value.get<double>()) : value;
+  }
 }
 
 int64_t padded_vocab(int64_t tokenizer_vocab) { return (tokenizer_vocab + 63) / 64 * 64; }
@@ -37,6 +79,13 @@ int64_t padded_vocab(int64_t tokenizer_vocab) { return (tokenizer_vocab + 63) / 
 nlohmann::json resolve_arch(const RunConfig& config) {
   const ModelFamily& family = model_registry().get(config.model);
   nlohmann::json arch = family.preset(config.preset);
+  if (family.kind == "toy")
+    check_usage(config.tokenizer.empty() && config.dataset.empty() && !config.dropout &&
+                    config.seq_len <= 0,
+                "toy problem '" + config.model + "' takes no --tokenizer, --dataset, --dropout "
+                "or --seq",
+                "set its size with --arch dim=N (and --arch condition=K for the quadratic)");
+  apply_arch_overrides(config.model, config.arch_overrides, arch);
   if (!config.tokenizer.empty()) {
     tokenizer_registry().get(config.tokenizer);  // validates the name
     arch["tokenizer"] = config.tokenizer;

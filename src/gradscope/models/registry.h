@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,7 +16,7 @@
 namespace gradscope {
 
 struct ModelFamily {
-  std::string kind;  // "causal-lm" (more kinds arrive with more models)
+  std::string kind;  // "causal-lm", or "toy" (a function with a known minimum, no data)
   // The architecture of a preset: Hugging Face config names plus gradscope's "tokenizer",
   // "seq_len" and "dataset" defaults. Throws a usage error for an unknown preset.
   nlohmann::json (*preset)(const std::string& preset);
@@ -25,14 +26,21 @@ struct ModelFamily {
   std::shared_ptr<Model> (*build)(const nlohmann::json& arch, uint64_t seed);
   // Analytical forward FLOPs per token at sequence length seq_len.
   double (*forward_flops_per_token)(const nlohmann::json& arch, int64_t seq_len);
+  // The presets it has, smallest first.
+  std::vector<std::string> presets = {"tiny", "small", "paper"};
 };
 
 const Registry<ModelFamily>& model_registry();
-const std::vector<std::string>& preset_names();
 
 // The architecture of the run: the preset, with the run's tokenizer, sequence length and
 // dropout applied, and the vocabulary padded from the tokenizer's size up to a multiple of 64.
 nlohmann::json resolve_arch(const RunConfig& config);
+
+// Applies --arch NAME=VALUE overrides to a preset's architecture: the key must exist (else a
+// usage error listing those that do) and the value must have the preset value's type.
+void apply_arch_overrides(const std::string& model,
+                          const std::map<std::string, std::string>& overrides,
+                          nlohmann::json& arch);
 
 // Rounds a tokenizer's vocabulary size up to a multiple of 64 (tensor-core friendly).
 int64_t padded_vocab(int64_t tokenizer_vocab);

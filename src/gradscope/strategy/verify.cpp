@@ -45,7 +45,7 @@ StepResult one_step(const RunConfig& base, const nlohmann::json& arch, const Dat
   model->train();
   std::unique_ptr<Strategy> s = strategy_registry().get(strategy).make(c);
   s->attach(*model);
-  const double lr = c.lr > 0 ? c.lr : optimizer_registry().get(c.optimizer).default_lr;
+  const double lr = c.lr > 0 ? c.lr : default_lr(c.optimizer, c.model);
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   if (optimizer_step) {
     if (s->steps_optimizer())

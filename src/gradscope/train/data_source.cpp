@@ -56,11 +56,30 @@ class CausalLmSource : public DataSource {
   TextCorpus corpus_;
 };
 
+// A toy problem has no data: every batch is one evaluation of its function (a "token").
+class ToySource : public DataSource {
+ public:
+  Batch train_batch(int64_t first, int64_t count) const override { return batch(count); }
+  Batch val_batch(int64_t first, int64_t count) const override { return batch(1); }
+  int64_t val_samples() const override { return 1; }
+  nlohmann::json describe() const override { return {{"dataset", "none (toy problem)"}}; }
+
+ private:
+  static Batch batch(int64_t count) {
+    Batch b;
+    b.samples = count;
+    b.tokens = 1;
+    b.targets_count = 1;
+    return b;
+  }
+};
+
 }  // namespace
 
 std::unique_ptr<DataSource> make_data_source(const std::string& kind, const nlohmann::json& arch,
                                              const RunConfig& config) {
   if (kind == "causal-lm") return std::make_unique<CausalLmSource>(arch, config);
+  if (kind == "toy") return std::make_unique<ToySource>();
   fail_usage("no data source for model kind '" + kind + "'");
 }
 

@@ -9,6 +9,7 @@
 #include "gradscope/measure/clock.h"
 #include "gradscope/measure/cpu.h"
 #include "gradscope/measure/memory.h"
+#include "gradscope/models/toy.h"
 #include "gradscope/optim/factory.h"
 
 namespace gradscope {
@@ -167,7 +168,7 @@ Trainer::Trainer(RunConfig config) : config_(std::move(config)), device_(torch::
     at::set_num_threads(config_.threads);
     set_blas_threads(config_.threads);
   }
-  lr_ = config_.lr > 0 ? config_.lr : optimizer_entry.default_lr;
+  lr_ = config_.lr > 0 ? config_.lr : default_lr(config_.optimizer, config_.model);
 
   data_ = make_data_source(family_->kind, arch_, config_);
 
@@ -177,7 +178,14 @@ Trainer::Trainer(RunConfig config) : config_(std::move(config)), device_(torch::
                 "leave --memory-cap out on CUDA");
     CpuMemoryTracker::install().set_cap(config_.memory_cap_bytes);
   }
-  model_ = family_->build(arch_, config_.seed);
+  try {
+    model_ = family_->build(arch_, config_.seed);
+  } catch (const c10::Error& e) {
+    std::string what = e.what_without_backtrace();
+    fail_usage("cannot build " + config_.model + " from its architecture: " +
+                   what.substr(0, what.find('\n')),
+               "check the --arch overrides against the preset (`gradscope list --json`)");
+  }
   model_->to(device_);
   model_->train();
   parameters_ = model_->parameters();
@@ -190,6 +198,17 @@ Trainer::Trainer(RunConfig config) : config_(std::move(config)), device_(torch::
   else
     optimizer_ =
         make_optimizer(config_.optimizer, parameters_, lr_, config_.weight_decay, config_.opt);
+  steps_with_closure_ = optimizer_ && optimizer_entry.steps_with_closure;
+  check_usage(!steps_with_closure_ || config_.clip_grad_norm == 0,
+              "optimizer '" + config_.optimizer + "' evaluates its own gradients along its line "
+              "search; --clip-grad-norm cannot apply to them",
+              "leave --clip-grad-norm out with " + config_.optimizer);
+}
+
+void Trainer::use_learning_rate(double lr) {
+  check_usage(std::isfinite(lr) && lr > 0, fmt::format("learning rate {} must be > 0", lr),
+              "pass a positive --lr");
+  lr_ = lr;
 }
 
 Trainer::~Trainer() {
@@ -261,6 +280,7 @@ nlohmann::json Trainer::run(ProgressSink* progress) {
   std::array<double, kPhases> phase_totals{};
   double timed_s = 0, timed_samples = 0, timed_tokens = 0;
   int64_t grads_bytes_max = 0, state_bytes = 0;
+  int64_t tokens_per_step = 0, timed_evaluations = 0;
   double final_loss = std::numeric_limits<double>::quiet_NaN();
   double timed_cpu_start = 0, timed_wall_start = 0;
   std::string status = "ok";
@@ -294,20 +314,40 @@ nlohmann::json Trainer::run(ProgressSink* progress) {
       MicroBatchSource next = [&](int64_t micro) {
         return data_->train_batch(first + micro * config_.batch, config_.batch).to(device_);
       };
-      StepOutput out = strategy_->compute_gradients(*model_, config_.accum_steps, next, timer);
-
-      timer.enter(Phase::kPhaseOptimizer);
+      StepOutput out;
       // With a fused step the parameters were updated in backward and the gradients freed
       // there: no norm can be taken (recorded as null) and nothing is left to do here.
       double norm = std::numeric_limits<double>::quiet_NaN();
-      if (optimizer_) {
-        grads_bytes_max = std::max(grads_bytes_max, grads_bytes(parameters_));
-        if (config_.clip_grad_norm > 0)
-          norm = torch::nn::utils::clip_grad_norm_(parameters_, config_.clip_grad_norm);
-        else
-          norm = grad_norm(parameters_);
-        optimizer_->step();
+      int64_t evaluations = 0;  // forward and backward passes over the step's batch
+      if (steps_with_closure_) {
+        // The optimizer evaluates the step's batch itself, first where the step starts (the
+        // loss and gradient recorded), then at each trial point of its line search.
+        auto closure = [&]() -> torch::Tensor {
+          for (auto& p : parameters_) p.mutable_grad() = torch::Tensor();
+          StepOutput o = strategy_->compute_gradients(*model_, config_.accum_steps, next, timer);
+          timer.enter(Phase::kPhaseOptimizer);
+          if (evaluations++ == 0) {
+            out = o;
+            grads_bytes_max = std::max(grads_bytes_max, grads_bytes(parameters_));
+            norm = grad_norm(parameters_);
+          }
+          return o.loss_sum / static_cast<double>(std::max<int64_t>(o.target_count, 1));
+        };
+        optimizer_->step(closure);
+      } else {
+        out = strategy_->compute_gradients(*model_, config_.accum_steps, next, timer);
+        evaluations = 1;
+        timer.enter(Phase::kPhaseOptimizer);
+        if (optimizer_) {
+          grads_bytes_max = std::max(grads_bytes_max, grads_bytes(parameters_));
+          if (config_.clip_grad_norm > 0)
+            norm = torch::nn::utils::clip_grad_norm_(parameters_, config_.clip_grad_norm);
+          else
+            norm = grad_norm(parameters_);
+          optimizer_->step();
+        }
       }
+      if (tokens_per_step == 0) tokens_per_step = out.tokens;
       // Free the gradients (zero_grad zeroes in place on LibTorch 1.13): memory figures then
       // agree across versions and no step carries a gradient buffer into the next.
       for (auto& p : parameters_) p.mutable_grad() = torch::Tensor();
@@ -328,6 +368,7 @@ nlohmann::json Trainer::run(ProgressSink* progress) {
                        {"samples", out.samples},
                        {"tokens", out.tokens},
                        {"targets", out.target_count},
+                       {"evaluations", evaluations},
                        {"warmup", !timed}});
       final_loss = loss;
       if (timed) {
@@ -337,6 +378,7 @@ nlohmann::json Trainer::run(ProgressSink* progress) {
         timed_s += step_s;
         timed_samples += static_cast<double>(out.samples);
         timed_tokens += static_cast<double>(out.tokens);
+        timed_evaluations += evaluations;
         for (int p = 0; p < kPhases; ++p) phase_totals[p] += timer.seconds(p);
         timeline.push_back({{"t_s", clock.now_s() - timed_wall_start},
                             {"allocated_bytes", meter_->current_bytes()},
@@ -385,6 +427,15 @@ nlohmann::json Trainer::run(ProgressSink* progress) {
   record["final_loss"] = null_if_nan(final_loss);
   record["final_val_loss"] = evals.empty() ? nlohmann::json(nullptr) : evals.back()["val_loss"];
   record["lr_search"] = nullptr;
+  if (auto* toy = dynamic_cast<ToyModel*>(model_.get())) {
+    const auto x = toy->point().detach().cpu().contiguous();
+    const auto best = toy->minimizer().cpu().contiguous();
+    record["final_params"] = std::vector<double>(x.data_ptr<double>(), x.data_ptr<double>() + x.numel());
+    record["known_minimum"] = {
+        {"loss", toy->min_loss()},
+        {"params", std::vector<double>(best.data_ptr<double>(), best.data_ptr<double>() + best.numel())},
+        {"distance", (x - best).norm().item<double>()}};
+  }
   record["estimate"] = nullptr;
 
   auto per_s = [&](double amount) {
@@ -433,16 +484,23 @@ nlohmann::json Trainer::run(ProgressSink* progress) {
   record["timeline"] = timeline;
   record["energy"] = {{"joules", nullptr}, {"source", nullptr}, {"co2_g", nullptr}};
 
-  const double tokens_per_step = static_cast<double>(effective * seq_len);
-  const double per_step = 3.0 * family_->forward_flops_per_token(arch_, seq_len) * tokens_per_step;
+  // Tokens as they went through the model (effective batch x sequence length for a language
+  // model, evaluations of the function for a toy problem).
+  if (tokens_per_step == 0) tokens_per_step = effective * seq_len;
+  const double per_step = 3.0 * family_->forward_flops_per_token(arch_, seq_len) *
+                          static_cast<double>(tokens_per_step);
   record["flops"] = {
       {"per_step", per_step},
-      {"achieved_per_s", any_timed ? nlohmann::json(per_step * step_times.size() / timed_s)
-                                   : nlohmann::json(nullptr)},
+      // A step whose optimizer searches along a line evaluates the batch several times.
+      {"achieved_per_s", any_timed && timed_s > 0
+                             ? nlohmann::json(per_step * static_cast<double>(timed_evaluations) /
+                                              timed_s)
+                             : nlohmann::json(nullptr)},
       {"mfu", nullptr},
       {"peak_per_s", nullptr},
       {"peak_source", nullptr},
-      {"formula", "3 x analytical forward FLOPs per token x tokens per step"}};
+      {"formula", "3 x analytical forward FLOPs per token x tokens per step (x evaluations "
+                  "per step for achieved_per_s)"}};
 
   const EnvInfo env = current_env(config_.device);
   record["env"] = {{"gradscope", env.gradscope_version},

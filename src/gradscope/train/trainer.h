@@ -44,6 +44,10 @@ class Trainer {
   // an error) does not throw: it is the record's status, with the step and phase it hit.
   nlohmann::json run(ProgressSink* progress = nullptr);
 
+  // Trains with this learning rate instead of the configured one (what --lr auto found); the
+  // schedule scales it as usual. A usage error unless it is positive.
+  void use_learning_rate(double lr);
+
   const nlohmann::json& arch() const { return arch_; }
   const RunConfig& config() const { return config_; }
   int64_t params() const { return params_; }
@@ -65,6 +69,7 @@ class Trainer {
   std::unique_ptr<MemoryMeter> meter_;
   int64_t params_ = 0;
   double lr_ = 0;
+  bool steps_with_closure_ = false;  // the optimizer evaluates the step's batch itself
 };
 
 // Loss-curve helpers the record uses.

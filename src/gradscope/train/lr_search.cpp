@@ -1,0 +1,84 @@
+#include "gradscope/train/lr_search.h"
+
+#include <cmath>
+#include <limits>
+
+#include "gradscope/core/error.h"
+#include "gradscope/optim/factory.h"
+#include "gradscope/train/trainer.h"
+
+namespace gradscope {
+
+std::vector<double> lr_search_grid(double center, int64_t trials, double span_decades) {
+  check_usage(trials >= 1, fmt::format("--lr-search-trials {} must be at least 1", trials),
+              "pass e.g. --lr-search-trials 5");
+  check_usage(std::isfinite(span_decades) && span_decades >= 0,
+              fmt::format("--lr-search-span {} must be >= 0", span_decades),
+              "pass the decades either side of the default, e.g. --lr-search-span 1");
+  check_usage(std::isfinite(center) && center > 0,
+              fmt::format("the search's centre learning rate {} must be > 0", center),
+              "pass a positive learning rate");
+  std::vector<double> grid;
+  for (int64_t i = 0; i < trials; ++i) {
+    const double position =
+        trials == 1 ? 0.0 : -span_decades + 2.0 * span_decades * static_cast<double>(i) /
+                                                static_cast<double>(trials - 1);
+    grid.push_back(center * std::pow(10.0, position));
+  }
+  return grid;
+}
+
+void check_lr_search(const RunConfig& config) {
+  check_usage(config.lr_search_steps >= 0,
+              fmt::format("--lr-search-steps {} must be >= 0", config.lr_search_steps),
+              "pass 0 for a tenth of --steps");
+  lr_search_grid(default_lr(config.optimizer, config.model), config.lr_search_trials,
+                 config.lr_search_span);
+}
+
+LrSearchResult search_learning_rate(
+    const RunConfig& config,
+    const std::function<void(const nlohmann::json&, int64_t, int64_t)>& on_trial) {
+  check_lr_search(config);
+  const int64_t steps = config.lr_search_steps > 0
+                            ? config.lr_search_steps
+                            : std::max<int64_t>(10, config.steps / 10);
+  const auto grid = lr_search_grid(default_lr(config.optimizer, config.model),
+                                   config.lr_search_trials, config.lr_search_span);
+  LrSearchResult result;
+  double best_val = std::numeric_limits<double>::infinity();
+  for (size_t i = 0; i < grid.size(); ++i) {
+    RunConfig trial = config;
+    trial.lr_auto = false;
+    trial.lr = grid[i];
+    trial.steps = steps;
+    trial.warmup_steps = 0;
+    trial.eval_every = 0;
+    trial.json_path.clear();
+    trial.quiet = true;
+    Trainer trainer(trial);
+    const nlohmann::json record = trainer.run();
+    const std::string status = record.value("status", "error");
+    const nlohmann::json& val = record["final_val_loss"];
+    nlohmann::json entry = {{"lr", grid[i]},
+                            {"steps", steps},
+                            {"final_loss", record["final_loss"]},
+                            {"val_loss", val},
+                            {"status", status},
+                            {"time_s", record["time"]["wall_s"]}};
+    if (status == "ok" && val.is_number() && val.get<double>() < best_val) {
+      best_val = val.get<double>();
+      result.best_lr = grid[i];
+    }
+    result.trials.push_back(entry);
+    if (on_trial) on_trial(entry, static_cast<int64_t>(i) + 1, static_cast<int64_t>(grid.size()));
+  }
+  if (result.best_lr == 0)
+    fail_runtime(fmt::format("no trial of the learning-rate search ended ok ({} tried from {:.3g} "
+                             "to {:.3g})",
+                             grid.size(), grid.front(), grid.back()),
+                 "pass --lr explicitly, or widen the search with --lr-search-span");
+  return result;
+}
+
+}  // namespace gradscope

@@ -1,0 +1,38 @@
+// --lr auto: a short learning-rate search before the run, so that optimizers are compared at
+// a learning rate each has been given a fair chance to find, not at one guess.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "gradscope/core/config.h"
+
+namespace gradscope {
+
+struct LrSearchResult {
+  double best_lr = 0;
+  // One entry per trial, in order: {"lr", "final_loss", "val_loss", "status", "time_s"}.
+  nlohmann::json trials = nlohmann::json::array();
+};
+
+// The learning rates tried: `trials` values log-spaced over [center / 10^span,
+// center * 10^span] (center alone when trials = 1). Throws a usage error for bad settings.
+std::vector<double> lr_search_grid(double center, int64_t trials, double span_decades);
+
+// Refuses bad --lr-search-* settings (a usage error), before anything runs.
+void check_lr_search(const RunConfig& config);
+
+// Trains the configuration once per learning rate of the grid around the optimizer's default
+// for the model, for config.lr_search_steps steps (0: a tenth of config.steps, at least 10)
+// with no warm-up, and picks the lowest final validation loss among the trials that ended ok
+// (ties go to the smaller rate). Trials are not written anywhere; `on_trial` sees each one.
+// A runtime error when every trial failed.
+LrSearchResult search_learning_rate(
+    const RunConfig& config,
+    const std::function<void(const nlohmann::json& trial, int64_t index, int64_t total)>&
+        on_trial = nullptr);
+
+}  // namespace gradscope
