@@ -309,3 +309,32 @@ TEST(TrainerCg, LineSearchEvaluatesTheStepsBatchAndLowersTheLoss) {
 
 }  // namespace
 }  // namespace gradscope
+
+namespace gradscope {
+namespace {
+
+// bf16 autocast: the matrix products round to bfloat16, so the losses move off fp32's by
+// bf16's precision (not bitwise equal, within a few percent), the parameters stay float32,
+// and training still lowers the loss.
+TEST(TrainerDtype, Bf16AutocastTrainsCloseToFp32) {
+  RunConfig c = fixture_config();
+  c.steps = 8;
+  const auto fp32 = Trainer(c).run();
+  c.dtype = "bf16";
+  Trainer trainer(c);
+  const auto bf16 = trainer.run();
+  ASSERT_EQ(bf16["status"], "ok") << bf16["failure"];
+  EXPECT_EQ(bf16["config"]["dtype"], "bf16");
+  const auto a = losses(fp32), b = losses(bf16);
+  EXPECT_NE(a.front(), b.front()) << "autocast changed nothing";
+  EXPECT_NEAR(b.front(), a.front(), 0.02 * a.front());
+  EXPECT_LT(b.back(), b.front());
+  for (const auto& p : trainer.model().parameters()) EXPECT_EQ(p.scalar_type(), torch::kFloat);
+  EXPECT_NE(bf16["run_id"], fp32["run_id"]);
+  RunConfig bad = c;
+  bad.dtype = "fp16";
+  testing::expect_usage_error([&] { Trainer t(bad); });
+}
+
+}  // namespace
+}  // namespace gradscope

@@ -193,7 +193,10 @@ void add_run_command(CLI::App& root, int& exit_code) {
   cmd->add_option("--seed", c.seed, "Seed of weights, data order and dropout")
       ->capture_default_str();
   cmd->add_option("--device", c.device, "cpu, cuda or cuda:N")->capture_default_str();
-  cmd->add_option("--dtype", c.dtype, "Compute dtype")->capture_default_str();
+  cmd->add_option("--dtype", c.dtype,
+                  "fp32, or bf16: bfloat16 autocast (matrix products in bfloat16; parameters, "
+                  "gradients and optimizer state stay float32)")
+      ->capture_default_str();
   cmd->add_option("--threads", c.threads, "Intra-op and BLAS threads (0 = LibTorch's default)")
       ->capture_default_str();
   cmd->add_option("--dataset", c.dataset,

@@ -43,9 +43,8 @@ struct RunConfig {
   int64_t checkpoint_every = 1;  // with checkpointing: every k-th block
   int64_t accum_steps = 1;       // micro-batches per optimizer step
   // With checkpointing: what a wrapped block recomputes in backward. full (the whole block:
-  // least memory, one extra forward of it), attention or mlp (only that sub-layer: keeps more
-  // activations, recomputes less). Blocks do not expose sub-layers yet, so only full is
-  // implemented; the others are refused as bad usage.
+  // least memory, one extra forward of it), attention or mlp (only that residual branch:
+  // keeps the other's activations, recomputes less).
   std::string checkpoint_policy = "full";
 
   // --- shape of the work ---

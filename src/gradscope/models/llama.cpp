@@ -278,15 +278,22 @@ LlamaBlock::LlamaBlock(const LlamaConfig& config) : hidden_dropout_(config.hidde
 }
 
 torch::Tensor LlamaBlock::forward(const torch::Tensor& x, const BlockContext& ctx) {
-  auto drop = [&](const torch::Tensor& t) {
-    if (hidden_dropout_ <= 0 || !is_training()) return t;
-    return F::dropout(t, F::DropoutFuncOptions().p(hidden_dropout_).training(true));
+  // Each residual sub-layer, dropout and the residual sum included, is one function: a
+  // recompute of it draws its dropout masks again under the generator state the checkpoint
+  // restores, and sums its input's gradient in the order plain backward does.
+  const double p = is_training() ? hidden_dropout_ : 0.0;
+  auto drop = [p](const torch::Tensor& t) {
+    return p > 0 ? F::dropout(t, F::DropoutFuncOptions().p(p).training(true)) : t;
   };
-  auto attn = self_attn(input_layernorm(x), ctx.rope_cos, ctx.rope_sin, ctx.mask,
-                        /*is_causal=*/true);  // (B, T, C)
-  auto h = x + drop(attn);                    // (B, T, C)
-  auto m = mlp(post_attention_layernorm(h));  // (B, T, C)
-  return h + drop(m);                         // (B, T, C)
+  SubLayerFn attention_sublayer = [this, ctx, drop](const torch::Tensor& in) {
+    return in + drop(self_attn(input_layernorm(in), ctx.rope_cos, ctx.rope_sin, ctx.mask,
+                               /*is_causal=*/true));  // (B, T, C)
+  };
+  SubLayerFn mlp_sublayer = [this, drop](const torch::Tensor& in) {
+    return in + drop(mlp(post_attention_layernorm(in)));  // (B, T, C)
+  };
+  auto h = run_sublayer(SubLayer::kSubLayerAttention, attention_sublayer, x);  // (B, T, C)
+  return run_sublayer(SubLayer::kSubLayerMlp, mlp_sublayer, h);               // (B, T, C)
 }
 
 static RotaryOptions rotary_options(const LlamaConfig& c) {

@@ -85,6 +85,7 @@ class LlamaBlock : public Block {
   // (optional) is combined with the causal mask.
   // (B, T, C) -> (B, T, C)
   torch::Tensor forward(const torch::Tensor& x, const BlockContext& ctx) override;
+  bool exposes_sublayers() const override { return true; }
 
   RMSNorm input_layernorm{nullptr};
   SelfAttention self_attn{nullptr};

@@ -50,10 +50,36 @@ struct BlockContext {
   torch::Tensor mask_local;  // sliding-window mask of local layers
 };
 
+// The residual sub-layers of a block, which a strategy may treat separately (selective
+// checkpointing recomputes one kind and keeps the other's activations).
+enum class SubLayer { kSubLayerAttention, kSubLayerMlp };
+
+// One residual sub-layer as a function of its input, the residual sum included:
+// x -> x + branch(x), (B, T, C) -> (B, T, C). (With the sum inside, a recompute accumulates
+// the input's gradient from the residual and from the branch in plain backward's order, so
+// checkpointing it stays bitwise exact.) It must own what it needs (capture by value), since
+// a checkpoint runs it again in backward.
+using SubLayerFn = std::function<torch::Tensor(const torch::Tensor& x)>;
+// How a block calls its branches; the default calls fn(x).
+using SubLayerRunner =
+    std::function<torch::Tensor(SubLayer which, const SubLayerFn& fn, const torch::Tensor& x)>;
+
 class Block : public torch::nn::Module {
  public:
   // (B, T, C) -> (B, T, C)
   virtual torch::Tensor forward(const torch::Tensor& x, const BlockContext& ctx) = 0;
+  // Whether forward runs its attention and MLP branches through run_sublayer.
+  virtual bool exposes_sublayers() const { return false; }
+
+  void set_sublayer_runner(SubLayerRunner runner) { sublayer_runner_ = std::move(runner); }
+
+ protected:
+  torch::Tensor run_sublayer(SubLayer which, const SubLayerFn& fn, const torch::Tensor& x) {
+    return sublayer_runner_ ? sublayer_runner_(which, fn, x) : fn(x);
+  }
+
+ private:
+  SubLayerRunner sublayer_runner_;
 };
 
 // How a model calls its blocks; the default calls block.forward directly. A strategy

@@ -388,7 +388,7 @@ const Registry<OptimizerEntry>& optimizer_registry() {
     r.add("adam8bit", "8-bit block-wise Adam (Dettmers et al. 2022)",
           {make_adam8bit, 1e-3, kAdam8bitKeys, false, toys(1e-1)});
     r.add("galore", "GaLore, low-rank gradient projection with Adam (Zhao et al. 2024)",
-          {make_galore, 1e-3, kGaloreKeys, false, toys(1e-1)});
+          {make_galore, 1e-2, kGaloreKeys, false, toys(1e-1)});
     return r;
   }();
   return registry;

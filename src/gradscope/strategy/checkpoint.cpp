@@ -85,8 +85,7 @@ class RngScope {
 
 // What the backward needs besides the saved input; kept in the autograd context.
 struct CheckpointState : torch::CustomClassHolder {
-  Block* block = nullptr;
-  BlockContext ctx;         // the block's rope tables and masks, shared
+  SubLayerFn fn;            // the wrapped function (a block with its context, or a branch)
   bool restore_rng = true;  // whether `rng` was captured and is set for the recompute
   bool input_grad = true;   // whether the caller's input requires grad
   RngState rng;             // generator states before the forward
@@ -103,7 +102,7 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
     torch::Tensor y;
     {
       torch::NoGradGuard no_grad;
-      y = state->block->forward(x, state->ctx);
+      y = state->fn(x);
     }
     actx->save_for_backward({x});
     actx->saved_data["state"] = c10::IValue::make_capsule(std::move(state));
@@ -124,7 +123,7 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
       std::optional<RngScope> rng;
       if (state->restore_rng) rng.emplace(state->rng, x.device());
       torch::AutoGradMode grad_mode(true);
-      y = state->block->forward(x, state->ctx);
+      y = state->fn(x);
     }  // the generators are back where backward found them
     if (state->counters) ++state->counters->recomputed;
     if (y.requires_grad()) torch::autograd::backward({y}, {grad_outputs[0]});
@@ -146,13 +145,19 @@ CheckpointPolicy parse_checkpoint_policy(const std::string& name) {
 torch::Tensor checkpoint_block(Block& block, const torch::Tensor& x, const BlockContext& ctx,
                                bool restore_rng,
                                const std::shared_ptr<CheckpointCounters>& counters) {
+  Block* b = &block;
+  return checkpoint_function([b, ctx](const torch::Tensor& in) { return b->forward(in, ctx); },
+                             x, restore_rng, counters);
+}
+
+torch::Tensor checkpoint_function(const SubLayerFn& fn, const torch::Tensor& x, bool restore_rng,
+                                  const std::shared_ptr<CheckpointCounters>& counters) {
   if (!torch::GradMode::is_enabled()) {
     if (counters) ++counters->plain;
-    return block.forward(x, ctx);
+    return fn(x);
   }
   auto state = c10::make_intrusive<CheckpointState>();
-  state->block = &block;
-  state->ctx = ctx;
+  state->fn = fn;
   state->restore_rng = restore_rng;
   state->input_grad = x.requires_grad();
   state->counters = counters;
@@ -167,11 +172,6 @@ void check_checkpoint_options(const CheckpointOptions& options) {
   check_usage(options.every >= 1,
               "--checkpoint-every " + std::to_string(options.every) + " must be at least 1",
               "pass 1 to checkpoint every block, k to checkpoint every k-th block");
-  check_usage(options.policy == CheckpointPolicy::kCheckpointPolicyFull,
-              std::string("checkpoint policy '") + policy_name(options.policy) +
-                  "' is not available: blocks do not expose their sub-layers, so only whole "
-                  "blocks can be recomputed",
-              "use --checkpoint-policy full");
 }
 
 CheckpointOptions checkpoint_options(const RunConfig& config) {
@@ -186,13 +186,33 @@ CheckpointRunner::CheckpointRunner(const std::vector<std::shared_ptr<Block>>& bl
                                    CheckpointOptions options)
     : options_(options), counters_(std::make_shared<CheckpointCounters>()) {
   check_checkpoint_options(options_);
-  for (size_t i = 0; i < blocks.size(); ++i)
-    if (wraps(static_cast<int64_t>(i))) wrapped_.insert(blocks[i].get());
+  const bool selective = options_.policy != CheckpointPolicy::kCheckpointPolicyFull;
+  const SubLayer target = options_.policy == CheckpointPolicy::kCheckpointPolicyAttention
+                              ? SubLayer::kSubLayerAttention
+                              : SubLayer::kSubLayerMlp;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    if (!wraps(static_cast<int64_t>(i))) continue;
+    wrapped_.insert(blocks[i].get());
+    if (!selective) continue;
+    check_usage(blocks[i]->exposes_sublayers(),
+                std::string("checkpoint policy '") + policy_name(options_.policy) +
+                    "' needs blocks that expose their attention and MLP sub-layers; this "
+                    "model's do not",
+                "use --checkpoint-policy full");
+    // The sub-layer runner holds the counters, not the runner: it may outlive it.
+    blocks[i]->set_sublayer_runner(
+        [target, restore = options_.restore_rng, counters = counters_](
+            SubLayer which, const SubLayerFn& fn, const torch::Tensor& x) {
+          if (which != target) return fn(x);
+          return checkpoint_function(fn, x, restore, counters);
+        });
+  }
 }
 
 torch::Tensor CheckpointRunner::operator()(Block& block, const torch::Tensor& x,
                                            const BlockContext& ctx) {
-  if (wrapped_.count(&block) == 0) {
+  // A selective policy wraps sub-layers from inside the block (see the constructor).
+  if (wrapped_.count(&block) == 0 || options_.policy != CheckpointPolicy::kCheckpointPolicyFull) {
     ++counters_->plain;
     return block.forward(x, ctx);
   }

@@ -38,9 +38,11 @@ CheckpointPolicy parse_checkpoint_policy(const std::string& name);
 
 // Counts kept by a checkpoint runner (shared with the backward nodes it creates).
 struct CheckpointCounters {
-  int64_t checkpointed = 0;  // block forwards run without a graph (wrapped)
-  int64_t plain = 0;         // block forwards run as usual (not wrapped, or no grad needed)
-  int64_t recomputed = 0;    // block forwards run again in backward
+  // Forwards of wrapped functions (whole blocks, or the chosen sub-layers under a selective
+  // policy) run without a graph.
+  int64_t checkpointed = 0;
+  int64_t plain = 0;       // block forwards run as usual (not wrapped, selective, or no grad)
+  int64_t recomputed = 0;  // wrapped forwards run again in backward
 };
 
 struct CheckpointOptions {
@@ -62,8 +64,16 @@ torch::Tensor checkpoint_block(Block& block, const torch::Tensor& x, const Block
                                bool restore_rng = true,
                                const std::shared_ptr<CheckpointCounters>& counters = nullptr);
 
+// Runs fn(x) through the checkpoint function, as checkpoint_block does for a whole block:
+// only x is kept, and backward runs fn again. fn must own what it uses (capture by value).
+torch::Tensor checkpoint_function(const SubLayerFn& fn, const torch::Tensor& x,
+                                  bool restore_rng = true,
+                                  const std::shared_ptr<CheckpointCounters>& counters = nullptr);
+
 // A BlockRunner that checkpoints every k-th block of a model, chosen by position in
-// model.blocks(). Blocks it does not know run as usual.
+// model.blocks(). Blocks it does not know run as usual. With the attention or mlp policy it
+// instead installs a sub-layer runner on each chosen block (Block::set_sublayer_runner) that
+// checkpoints only that branch; a block that does not expose sub-layers is a usage error.
 class CheckpointRunner {
  public:
   CheckpointRunner(const std::vector<std::shared_ptr<Block>>& blocks, CheckpointOptions options);
@@ -83,8 +93,7 @@ class CheckpointRunner {
 };
 
 // The checkpoint settings of a run (--checkpoint-every, --checkpoint-policy), checked: `every`
-// must be at least 1 and the policy must be one this build implements (full; the Block
-// interface does not expose sub-layers, so attention and mlp are refused with a usage error).
+// must be at least 1.
 CheckpointOptions checkpoint_options(const RunConfig& config);
 // Throws the usage error checkpoint_options would for these options.
 void check_checkpoint_options(const CheckpointOptions& options);

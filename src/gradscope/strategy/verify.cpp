@@ -105,6 +105,14 @@ VerifyCheck compare(const std::string& strategy, const StepResult& got, const St
   return check;
 }
 
+// Whether the model's blocks run their attention and MLP branches as sub-layers.
+bool model_exposes_sublayers(const RunConfig& config, const nlohmann::json& arch) {
+  auto model = model_registry().get(config.model).build(arch, config.seed);
+  for (const auto& block : model->blocks())
+    if (!block->exposes_sublayers()) return false;
+  return !model->blocks().empty();
+}
+
 }  // namespace
 
 std::vector<VerifyCheck> verify_strategies(const RunConfig& config,
@@ -152,11 +160,21 @@ std::vector<VerifyCheck> verify_strategies(const RunConfig& config,
     } else if (!accumulates) {
       if (!ref_dropout)
         ref_dropout = one_step(with_dropout, arch_dropout, *data, "standard", 1, micro * k, device);
-      const StepResult got =
-          one_step(with_dropout, arch_dropout, *data, name, 1, micro * k, device);
-      // Bitwise on the CPU; CUDA kernels may pick other reduction orders on a recompute.
-      const bool bitwise = device.is_cpu();
-      checks.push_back(compare(name, got, *ref_dropout, bitwise, 1e-6));
+      // Checkpointing is checked under each policy (whole blocks, then each residual branch
+      // alone) unless the configuration names one.
+      std::vector<std::string> policies = {with_dropout.checkpoint_policy};
+      if (name == "checkpoint" && with_dropout.checkpoint_policy == "full" &&
+          model_exposes_sublayers(with_dropout, arch_dropout))
+        policies = {"full", "attention", "mlp"};
+      for (const auto& policy : policies) {
+        RunConfig c = with_dropout;
+        c.checkpoint_policy = policy;
+        const StepResult got = one_step(c, arch_dropout, *data, name, 1, micro * k, device);
+        // Bitwise on the CPU; CUDA kernels may pick other reduction orders on a recompute.
+        const bool bitwise = device.is_cpu();
+        const std::string label = policy == "full" ? name : name + " (" + policy + ")";
+        checks.push_back(compare(label, got, *ref_dropout, bitwise, 1e-6));
+      }
     } else {
       if (!ref_plain)
         ref_plain = one_step(without_dropout, arch_plain, *data, "standard", 1, micro * k, device);

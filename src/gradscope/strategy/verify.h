@@ -2,7 +2,8 @@
 // One step of every strategy from identical weights and data is compared with standard
 // training on the whole effective batch (DESIGN.md, "Data, randomness, exactness"):
 // - checkpoint: bitwise equal gradients on CPU fp32, with dropout 0.1 forced on (the recompute
-//   must draw the same dropout masks);
+//   must draw the same dropout masks), whole blocks and, where the blocks expose them, the
+//   attention and MLP branches alone (--checkpoint-policy attention, mlp);
 // - accumulation, checkpoint+accumulation: norm-wise ||a - b|| / ||b|| <= 1e-5 per tensor,
 //   dropout off (micro-batches draw masks in a different order by construction).
 // - fused (strategies that step the optimizer in backward): the parameters after one step

@@ -1,5 +1,8 @@
 #include "gradscope/train/trainer.h"
 
+#include <ATen/autocast_mode.h>
+#include <torch/version.h>
+
 #include <cmath>
 #include <limits>
 
@@ -62,8 +65,8 @@ void validate(const RunConfig& c) {
   check_usage(c.lr_warmup_steps >= 0,
               fmt::format("--lr-warmup-steps {} must be >= 0", c.lr_warmup_steps),
               "pass 0 for no learning-rate warm-up");
-  check_usage(c.dtype == "fp32", "dtype '" + c.dtype + "' is not supported by this build",
-              "use --dtype fp32");
+  check_usage(c.dtype == "fp32" || c.dtype == "bf16", "unknown dtype '" + c.dtype + "'",
+              "use --dtype fp32, or bf16 for bfloat16 autocast");
   check_usage(c.threads >= 0, fmt::format("--threads {} must be >= 0", c.threads),
               "pass 0 for LibTorch's default");
   check_usage(c.timeout_s >= 0, fmt::format("--timeout {} must be >= 0", c.timeout_s),
@@ -71,6 +74,62 @@ void validate(const RunConfig& c) {
   check_usage(c.memory_cap_bytes >= 0, "--memory-cap must be positive",
               "write a size such as 512MiB or 8GiB");
 }
+
+// bfloat16 autocast over a scope, as torch.autocast does it: ops on the autocast lists
+// (matrix multiplications, linear layers) run in bfloat16, numerically sensitive ones
+// (softmax, norms, losses) in float32; the parameters stay float32 and the bfloat16 copies of
+// weights are cached within the outermost scope and dropped when it ends. A checkpointed
+// block recomputed in backward runs inside the same scope, so it casts as its forward did.
+class AutocastScope {
+ public:
+  AutocastScope(const torch::Device& device, bool enabled)
+      : enabled_(enabled), type_(device.type()) {
+    if (!enabled_) return;
+    previous_enabled_ = is_enabled(type_);
+    previous_dtype_ = dtype(type_);
+    set(type_, true, at::kBFloat16);
+    at::autocast::increment_nesting();
+  }
+  ~AutocastScope() {
+    if (!enabled_) return;
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    set(type_, previous_enabled_, previous_dtype_);
+  }
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+ private:
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  static bool is_enabled(c10::DeviceType t) { return at::autocast::is_autocast_enabled(t); }
+  static at::ScalarType dtype(c10::DeviceType t) { return at::autocast::get_autocast_dtype(t); }
+  static void set(c10::DeviceType t, bool on, at::ScalarType type) {
+    at::autocast::set_autocast_dtype(t, type);
+    at::autocast::set_autocast_enabled(t, on);
+  }
+#else  // the per-backend functions, deprecated since 2.4
+  static bool is_enabled(c10::DeviceType t) {
+    return t == c10::DeviceType::CUDA ? at::autocast::is_enabled()
+                                      : at::autocast::is_cpu_enabled();
+  }
+  static at::ScalarType dtype(c10::DeviceType t) {
+    return t == c10::DeviceType::CUDA ? at::autocast::get_autocast_gpu_dtype()
+                                      : at::autocast::get_autocast_cpu_dtype();
+  }
+  static void set(c10::DeviceType t, bool on, at::ScalarType type) {
+    if (t == c10::DeviceType::CUDA) {
+      at::autocast::set_autocast_gpu_dtype(type);
+      at::autocast::set_enabled(on);
+    } else {
+      at::autocast::set_autocast_cpu_dtype(type);
+      at::autocast::set_cpu_enabled(on);
+    }
+  }
+#endif
+  bool enabled_;
+  c10::DeviceType type_;
+  bool previous_enabled_ = false;
+  at::ScalarType previous_dtype_ = at::kFloat;
+};
 
 bool is_oom(const std::string& message) {
   return message.find("out of memory") != std::string::npos ||
@@ -227,6 +286,7 @@ double Trainer::lr_at(int64_t step) const {
 
 double Trainer::evaluate() {
   torch::NoGradGuard no_grad;
+  AutocastScope autocast(device_, config_.dtype == "bf16");
   model_->eval();
   const int64_t b = config_.batch;
   const int64_t n =
@@ -272,6 +332,7 @@ nlohmann::json Trainer::run(ProgressSink* progress) {
   torch::manual_seed(hash3(config_.seed, kDropoutStream, 0));
 
   PhaseTimer timer(clock, *meter_, device_);
+  const bool bf16 = config_.dtype == "bf16";  // autocast around forward and backward
   meter_->reset_peak();
   nlohmann::json steps = nlohmann::json::array();
   nlohmann::json evals = nlohmann::json::array();
@@ -324,7 +385,11 @@ nlohmann::json Trainer::run(ProgressSink* progress) {
         // loss and gradient recorded), then at each trial point of its line search.
         auto closure = [&]() -> torch::Tensor {
           for (auto& p : parameters_) p.mutable_grad() = torch::Tensor();
-          StepOutput o = strategy_->compute_gradients(*model_, config_.accum_steps, next, timer);
+          StepOutput o;
+          {
+            AutocastScope autocast(device_, bf16);
+            o = strategy_->compute_gradients(*model_, config_.accum_steps, next, timer);
+          }
           timer.enter(Phase::kPhaseOptimizer);
           if (evaluations++ == 0) {
             out = o;
@@ -335,7 +400,10 @@ nlohmann::json Trainer::run(ProgressSink* progress) {
         };
         optimizer_->step(closure);
       } else {
-        out = strategy_->compute_gradients(*model_, config_.accum_steps, next, timer);
+        {
+          AutocastScope autocast(device_, bf16);
+          out = strategy_->compute_gradients(*model_, config_.accum_steps, next, timer);
+        }
         evaluations = 1;
         timer.enter(Phase::kPhaseOptimizer);
         if (optimizer_) {
