@@ -382,7 +382,7 @@ TEST(GaloreSettings, SettingsReachTheOptimizer) {
   EXPECT_FALSE(d.rank().has_value());
   EXPECT_EQ(d.update_gap(), 200);
   EXPECT_DOUBLE_EQ(d.scale(), 0.25);
-  EXPECT_DOUBLE_EQ(optimizer_registry().get("galore").default_lr, 1e-3);
+  EXPECT_DOUBLE_EQ(optimizer_registry().get("galore").default_lr, 1e-2);
 }
 
 }  // namespace
