@@ -55,3 +55,22 @@ TEST(Verify, UnknownStrategyIsAUsageError) {
 
 }  // namespace
 }  // namespace gradscope
+
+namespace gradscope {
+namespace {
+
+// The toy problems have no blocks and no dropout: every check still runs and holds.
+TEST(Verify, ToyProblemsHold) {
+  for (const std::string model : {"quadratic", "rosenbrock"}) {
+    RunConfig c;
+    c.model = model;
+    c.batch = 1;
+    c.accum_steps = 2;
+    const auto checks = verify_strategies(c, {});
+    EXPECT_EQ(checks.size(), 4u) << model;  // one checkpoint policy: there are no sub-layers
+    for (const auto& k : checks) EXPECT_TRUE(k.passed) << model << " " << k.strategy;
+  }
+}
+
+}  // namespace
+}  // namespace gradscope

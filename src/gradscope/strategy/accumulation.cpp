@@ -20,10 +20,13 @@ namespace gradscope {
 namespace {
 
 // Targets of a micro-batch, counted before its forward as the models count them: positions
-// of `targets` (else `labels`) other than kIgnoreIndex. () int64 on the batch's device.
+// of `targets` (else `labels`) other than kIgnoreIndex, else the batch's own targets_count.
+// () int64 on the batch's device (the CPU for the last case).
 torch::Tensor count_targets(const Batch& batch) {
   if (batch.targets.defined()) return batch.targets.ne(kIgnoreIndex).sum();
   if (batch.labels.defined()) return batch.labels.ne(kIgnoreIndex).sum();
+  // A batch without target tensors (a toy problem's) states its count.
+  if (batch.targets_count > 0) return torch::full({}, batch.targets_count, torch::kLong);
   fail_runtime("a micro-batch has neither targets nor labels, so its targets cannot be counted",
                "this model's batches do not support gradient accumulation");
 }

@@ -129,10 +129,13 @@ std::vector<VerifyCheck> verify_strategies(const RunConfig& config,
   const ModelFamily& family = model_registry().get(config.model);
 
   // Dropout forced on for the checkpoint checks, off for the accumulation checks.
+  // (A toy problem has no dropout: both stay unset there.)
   RunConfig with_dropout = config;
-  with_dropout.dropout = kDropoutForCheckpointCheck;
   RunConfig without_dropout = config;
-  without_dropout.dropout = 0.0;
+  if (family.kind != "toy") {
+    with_dropout.dropout = kDropoutForCheckpointCheck;
+    without_dropout.dropout = 0.0;
+  }
   const nlohmann::json arch_dropout = resolve_arch(with_dropout);
   const nlohmann::json arch_plain = resolve_arch(without_dropout);
   auto data = make_data_source(family.kind, arch_plain, config);
