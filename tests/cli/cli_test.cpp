@@ -177,8 +177,8 @@ TEST(Cli, ListShowsEveryFamilyAndThePaperCount) {
 TEST(Cli, ListShowsToyProblemsAndDefaultLearningRatesPerModel) {
   const Result r = gradscope("list");
   ASSERT_EQ(r.code, 0) << r.err;
-  for (const char* word : {"quadratic", "rosenbrock", "100-dimensional", "cg", "galore",
-                           "adam8bit", "beta_rule"})
+  for (const char* word :
+       {"quadratic", "rosenbrock", "100-dimensional", "cg", "galore", "adam8bit", "beta_rule"})
     EXPECT_NE(r.out.find(word), std::string::npos) << word;
   const auto cat = nlohmann::json::parse(gradscope("list --json").out);
   EXPECT_EQ(cat["models"]["rosenbrock"]["presets"]["small"]["params"], 100);
@@ -203,7 +203,8 @@ TEST(Cli, LrAutoRecordsEveryTrial) {
   testing::TempDir tmp("gradscope-cli-lr");
   const Result r = gradscope(
       "run --model quadratic --optimizer adam --steps 20 --lr auto --lr-search-trials 3 "
-      "--lr-search-steps 10 --db " + tmp.file("r.db") + " --json " + tmp.file("out.json"));
+      "--lr-search-steps 10 --db " +
+      tmp.file("r.db") + " --json " + tmp.file("out.json"));
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.err.find("lr search 3/3"), std::string::npos) << r.err;
   const auto record = nlohmann::json::parse(slurp(tmp.file("out.json")));

@@ -80,14 +80,14 @@ TEST_P(CgQuadratic, ReachesTheMinimumWithinNPlusTwoIterations) {
               static_cast<long long>(n), distance, static_cast<long long>(iterations));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Rules, CgQuadratic,
-    ::testing::Combine(::testing::Values(2, 10), ::testing::Values("fr", "pr+", "hs", "dy")),
-    [](const auto& info) {
-      std::string rule = std::get<1>(info.param);
-      if (rule == "pr+") rule = "prplus";
-      return rule + "_n" + std::to_string(std::get<0>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(Rules, CgQuadratic,
+                         ::testing::Combine(::testing::Values(2, 10),
+                                            ::testing::Values("fr", "pr+", "hs", "dy")),
+                         [](const auto& info) {
+                           std::string rule = std::get<1>(info.param);
+                           if (rule == "pr+") rule = "prplus";
+                           return rule + "_n" + std::to_string(std::get<0>(info.param));
+                         });
 
 TEST(CgRosenbrock, StrongWolfeTakesTheStartToTheMinimum) {
   auto x = torch::tensor({-1.2, 1.0}, kF64).requires_grad_(true);
@@ -101,9 +101,10 @@ TEST(CgRosenbrock, StrongWolfeTakesTheStartToTheMinimum) {
   }
   const double distance = (x.detach() - one).norm().item<double>();
   EXPECT_LE(distance, 1e-6) << "after " << steps << " steps, x = " << x;
-  std::printf("CG pr+ strong Wolfe on Rosenbrock: |x - (1, 1)| = %.2e after %lld steps, %lld "
-              "restarts\n",
-              distance, static_cast<long long>(steps), static_cast<long long>(cg.restarts()));
+  std::printf(
+      "CG pr+ strong Wolfe on Rosenbrock: |x - (1, 1)| = %.2e after %lld steps, %lld "
+      "restarts\n",
+      distance, static_cast<long long>(steps), static_cast<long long>(cg.restarts()));
 }
 
 // f(x) = sum x_i^4 / 4 + x_i^2 / 2 + c.x, not quadratic: the rules give different betas.
@@ -159,8 +160,8 @@ TEST(CgBetaRules, EachRuleMatchesItsFormulaAndDiffersFromTheOthers) {
 TEST(CgBetaRules, PolakRibierePlusClipsNegativeBetaToZero) {
   // f = x^2 / 2 on one coordinate, lr 1.5: g0 = 1, x1 = -0.5, g1 = -0.5, g1.(g1 - g0) = 0.75 > 0;
   // lr 0.5: x1 = 0.5, g1 = 0.5, g1.(g1 - g0) = -0.25 < 0: beta = 0 for pr+, 0.25 for fr.
-  for (const auto& [rule, beta] : std::vector<std::pair<std::string, double>>{{"pr+", 0.0},
-                                                                              {"fr", 0.25}}) {
+  for (const auto& [rule, beta] :
+       std::vector<std::pair<std::string, double>>{{"pr+", 0.0}, {"fr", 0.25}}) {
     auto x = torch::tensor({1.0}, kF64).requires_grad_(true);
     ConjugateGradient cg({x}, ConjugateGradientOptions(0.5).beta_rule(rule).line_search("none"));
     auto closure = closure_of(x, [](const torch::Tensor& v) { return 0.5 * v.dot(v); });
@@ -186,7 +187,8 @@ TEST(CgRestart, AnAscentDirectionIsReplacedBySteepestDescent) {
 
 TEST(CgRestart, RestartsOnScheduleEveryNSteps) {
   auto x = torch::tensor({1.0, -2.0, 0.5}, kF64).requires_grad_(true);
-  ConjugateGradient cg({x}, ConjugateGradientOptions(0.1).beta_rule("fr").line_search("none").restart_every(3));
+  ConjugateGradient cg(
+      {x}, ConjugateGradientOptions(0.1).beta_rule("fr").line_search("none").restart_every(3));
   auto closure = closure_of(x, quartic);
   std::vector<double> betas;
   for (int i = 0; i < 7; ++i) {

@@ -72,9 +72,9 @@ void print_text(const nlohmann::json& j) {
       }
       fmt::print("    {:<6} {:>15} params  {} layers, hidden {}, {} heads, seq {}, tokenizer {}\n",
                  preset.get<std::string>(), with_commas(p["params"].get<int64_t>()),
-                 a.value("num_hidden_layers", 0),
-                 a.value("hidden_size", 0), a.value("num_attention_heads", 0),
-                 a.value("seq_len", 0), a.value("tokenizer", std::string("-")));
+                 a.value("num_hidden_layers", 0), a.value("hidden_size", 0),
+                 a.value("num_attention_heads", 0), a.value("seq_len", 0),
+                 a.value("tokenizer", std::string("-")));
     }
   }
   fmt::print("\noptimizers (--optimizer; settings with --opt NAME=VALUE):\n");

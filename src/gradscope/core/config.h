@@ -24,7 +24,7 @@ struct RunConfig {
 
   // --- how it is optimized ---
   std::string optimizer = "adam";
-  double lr = 0;                           // 0 = the optimizer's default for this model family
+  double lr = 0;  // 0 = the optimizer's default for this model family
   // --lr auto: train `lr_search_trials` short runs of `lr_search_steps` steps each (0 = a tenth
   // of --steps, at least 10) at learning rates log-spaced over `lr_search_span` decades either
   // side of the default, then the run itself with the one of lowest validation loss.

@@ -293,7 +293,7 @@ torch::Tensor LlamaBlock::forward(const torch::Tensor& x, const BlockContext& ct
     return in + drop(mlp(post_attention_layernorm(in)));  // (B, T, C)
   };
   auto h = run_sublayer(SubLayer::kSubLayerAttention, attention_sublayer, x);  // (B, T, C)
-  return run_sublayer(SubLayer::kSubLayerMlp, mlp_sublayer, h);               // (B, T, C)
+  return run_sublayer(SubLayer::kSubLayerMlp, mlp_sublayer, h);                // (B, T, C)
 }
 
 static RotaryOptions rotary_options(const LlamaConfig& c) {

@@ -24,10 +24,18 @@ const Registry<ModelFamily>& model_registry() {
         "llama", "Llama 3 decoder (paper: Llama 3.2 1B), causal language modelling",
         {"causal-lm", llama_preset, llama_count_params, make_llama, llama_forward_flops_per_token});
     r.add("quadratic", "toy: n-dimensional quadratic with a set condition number, known minimum",
-          {"toy", quadratic_preset, toy_count_params, make_quadratic, quadratic_forward_flops,
+          {"toy",
+           quadratic_preset,
+           toy_count_params,
+           make_quadratic,
+           quadratic_forward_flops,
            {"tiny", "small"}});
     r.add("rosenbrock", "toy: n-dimensional Rosenbrock function, minimum at (1, ..., 1)",
-          {"toy", rosenbrock_preset, toy_count_params, make_rosenbrock, rosenbrock_forward_flops,
+          {"toy",
+           rosenbrock_preset,
+           toy_count_params,
+           make_rosenbrock,
+           rosenbrock_forward_flops,
            {"tiny", "small"}});
     return r;
   }();
@@ -56,10 +64,10 @@ void apply_arch_overrides(const std::string& model,
     }
     nlohmann::json& slot = arch[key];
     nlohmann::json value = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-    const bool fits = !value.is_discarded() &&
-                      ((slot.is_number_integer() && value.is_number_integer()) ||
-                       (slot.is_number_float() && value.is_number()) ||
-                       (slot.is_boolean() && value.is_boolean()) || slot.is_null());
+    const bool fits =
+        !value.is_discarded() && ((slot.is_number_integer() && value.is_number_integer()) ||
+                                  (slot.is_number_float() && value.is_number()) ||
+                                  (slot.is_boolean() && value.is_boolean()) || slot.is_null());
     if (slot.is_string()) {
       slot = text;
       continue;
@@ -82,8 +90,9 @@ nlohmann::json resolve_arch(const RunConfig& config) {
   if (family.kind == "toy")
     check_usage(config.tokenizer.empty() && config.dataset.empty() && !config.dropout &&
                     config.seq_len <= 0,
-                "toy problem '" + config.model + "' takes no --tokenizer, --dataset, --dropout "
-                "or --seq",
+                "toy problem '" + config.model +
+                    "' takes no --tokenizer, --dataset, --dropout "
+                    "or --seq",
                 "set its size with --arch dim=N (and --arch condition=K for the quadratic)");
   apply_arch_overrides(config.model, config.arch_overrides, arch);
   if (!config.tokenizer.empty()) {

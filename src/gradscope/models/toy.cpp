@@ -28,7 +28,7 @@ class Quadratic : public ToyModel {
     auto q = std::get<0>(at::linalg_qr(gaussian));  // (n, n) orthogonal
     auto lambda = n == 1 ? torch::ones({1}, f64)
                          : torch::logspace(0, std::log10(condition), n, 10.0, f64);  // (n)
-    a_ = register_buffer("a", q.mm(torch::diag(lambda)).mm(q.t()));               // (n, n)
+    a_ = register_buffer("a", q.mm(torch::diag(lambda)).mm(q.t()));                  // (n, n)
     a_ = (a_ + a_.t()) / 2;  // exactly symmetric
     x_star_ = register_buffer("x_star", torch::empty({n}, f64).normal_(0.0, 1.0, gen));
     x_ = register_parameter("x", torch::zeros({n}, f64));
@@ -37,8 +37,8 @@ class Quadratic : public ToyModel {
 
  protected:
   torch::Tensor value(const torch::Tensor& x) override {
-    auto e = x - x_star_;            // (n)
-    return 0.5 * e.dot(a_.mv(e));    // ()
+    auto e = x - x_star_;          // (n)
+    return 0.5 * e.dot(a_.mv(e));  // ()
   }
 
  private:
@@ -57,8 +57,8 @@ class Rosenbrock : public ToyModel {
  protected:
   torch::Tensor value(const torch::Tensor& x) override {
     const int64_t n = x.size(0);
-    auto head = x.narrow(0, 0, n - 1);  // x_i, i < n
-    auto tail = x.narrow(0, 1, n - 1);  // x_{i+1}
+    auto head = x.narrow(0, 0, n - 1);                                         // x_i, i < n
+    auto tail = x.narrow(0, 1, n - 1);                                         // x_{i+1}
     return (100.0 * (tail - head * head).pow(2) + (1.0 - head).pow(2)).sum();  // ()
   }
 };

@@ -30,8 +30,8 @@ class ToyModel : public Model {
   LossOutput loss(const Batch& batch) override;
   std::vector<std::shared_ptr<Block>> blocks() override { return {}; }
 
-  const torch::Tensor& point() const { return x_; }   // (n) float64
-  virtual torch::Tensor minimizer() const = 0;        // (n) float64
+  const torch::Tensor& point() const { return x_; }  // (n) float64
+  virtual torch::Tensor minimizer() const = 0;       // (n) float64
   double min_loss() const { return 0.0; }
 
  protected:

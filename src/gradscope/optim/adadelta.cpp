@@ -36,7 +36,7 @@ void AdadeltaParamState::serialize(torch::serialize::InputArchive& archive) {
 
 Adadelta::Adadelta(std::vector<torch::optim::OptimizerParamGroup> param_groups,
                    AdadeltaOptions defaults)
-    : Optimizer(std::move(param_groups), std::make_unique<AdadeltaOptions>(defaults)) {
+    : SerializingOptimizer(std::move(param_groups), std::make_unique<AdadeltaOptions>(defaults)) {
   TORCH_CHECK(defaults.lr() >= 0, "Invalid learning rate: ", defaults.lr());
   TORCH_CHECK(defaults.rho() >= 0 && defaults.rho() <= 1, "Invalid rho value: ", defaults.rho(),
               " (must lie in [0, 1])");
@@ -80,14 +80,6 @@ torch::Tensor Adadelta::step(LossClosure closure) {
     }
   }
   return loss;
-}
-
-void Adadelta::save(torch::serialize::OutputArchive& archive) const {
-  torch::optim::serialize<AdadeltaParamState, AdadeltaOptions>(archive, *this);
-}
-
-void Adadelta::load(torch::serialize::InputArchive& archive) {
-  torch::optim::serialize<AdadeltaParamState, AdadeltaOptions>(archive, *this);
 }
 
 }  // namespace gradscope

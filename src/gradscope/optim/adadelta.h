@@ -15,6 +15,7 @@
 #include <torch/torch.h>
 
 #include "gradscope/measure/memory.h"
+#include "gradscope/optim/serializing_optimizer.h"
 
 namespace gradscope {
 
@@ -45,7 +46,7 @@ struct AdadeltaParamState : public torch::optim::OptimizerCloneableParamState<Ad
   std::vector<torch::Tensor> state_tensors() const override { return {square_avg_, acc_delta_}; }
 };
 
-class Adadelta : public torch::optim::Optimizer {
+class Adadelta : public SerializingOptimizer<AdadeltaParamState, AdadeltaOptions> {
  public:
   explicit Adadelta(std::vector<torch::optim::OptimizerParamGroup> param_groups,
                     AdadeltaOptions defaults = {});
@@ -53,10 +54,6 @@ class Adadelta : public torch::optim::Optimizer {
       : Adadelta({torch::optim::OptimizerParamGroup(std::move(params))}, defaults) {}
 
   torch::Tensor step(LossClosure closure = nullptr) override;
-  // LibTorch's Optimizer::save and load are empty: without these, torch::save would write
-  // none of the state and torch::load would silently restore nothing.
-  void save(torch::serialize::OutputArchive& archive) const override;
-  void load(torch::serialize::InputArchive& archive) override;
 };
 
 }  // namespace gradscope

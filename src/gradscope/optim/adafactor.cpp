@@ -62,7 +62,7 @@ void AdafactorParamState::serialize(torch::serialize::InputArchive& archive) {
 
 Adafactor::Adafactor(std::vector<torch::optim::OptimizerParamGroup> param_groups,
                      AdafactorOptions defaults)
-    : Optimizer(std::move(param_groups), std::make_unique<AdafactorOptions>(defaults)) {
+    : SerializingOptimizer(std::move(param_groups), std::make_unique<AdafactorOptions>(defaults)) {
   TORCH_CHECK(defaults.lr() >= 0, "Invalid learning rate: ", defaults.lr());
   TORCH_CHECK(defaults.eps1() >= 0, "Invalid eps1 value: ", defaults.eps1());
   TORCH_CHECK(defaults.eps2() >= 0, "Invalid eps2 value: ", defaults.eps2());
@@ -154,14 +154,6 @@ torch::Tensor Adafactor::step(LossClosure closure) {
     }
   }
   return loss;
-}
-
-void Adafactor::save(torch::serialize::OutputArchive& archive) const {
-  torch::optim::serialize<AdafactorParamState, AdafactorOptions>(archive, *this);
-}
-
-void Adafactor::load(torch::serialize::InputArchive& archive) {
-  torch::optim::serialize<AdafactorParamState, AdafactorOptions>(archive, *this);
 }
 
 }  // namespace gradscope

@@ -26,6 +26,7 @@
 #include <torch/torch.h>
 
 #include "gradscope/measure/memory.h"
+#include "gradscope/optim/serializing_optimizer.h"
 
 namespace gradscope {
 
@@ -66,7 +67,7 @@ struct AdafactorParamState : public torch::optim::OptimizerCloneableParamState<A
   }
 };
 
-class Adafactor : public torch::optim::Optimizer {
+class Adafactor : public SerializingOptimizer<AdafactorParamState, AdafactorOptions> {
  public:
   explicit Adafactor(std::vector<torch::optim::OptimizerParamGroup> param_groups,
                      AdafactorOptions defaults = {});
@@ -74,10 +75,6 @@ class Adafactor : public torch::optim::Optimizer {
       : Adafactor({torch::optim::OptimizerParamGroup(std::move(params))}, defaults) {}
 
   torch::Tensor step(LossClosure closure = nullptr) override;
-  // LibTorch's Optimizer::save and load are empty: without these, torch::save would write
-  // none of the state and torch::load would silently restore nothing.
-  void save(torch::serialize::OutputArchive& archive) const override;
-  void load(torch::serialize::InputArchive& archive) override;
 };
 
 }  // namespace gradscope

@@ -153,7 +153,7 @@ void Adam8bitParamState::serialize(torch::serialize::InputArchive& archive) {
 
 Adam8bit::Adam8bit(std::vector<torch::optim::OptimizerParamGroup> param_groups,
                    Adam8bitOptions defaults)
-    : Optimizer(std::move(param_groups), std::make_unique<Adam8bitOptions>(defaults)) {
+    : SerializingOptimizer(std::move(param_groups), std::make_unique<Adam8bitOptions>(defaults)) {
   const auto [beta1, beta2] = defaults.betas();
   TORCH_CHECK(defaults.lr() >= 0, "Invalid learning rate: ", defaults.lr());
   TORCH_CHECK(beta1 >= 0 && beta1 < 1, "Invalid beta parameter at index 0: ", beta1,
@@ -258,14 +258,6 @@ torch::Tensor Adam8bit::step(LossClosure closure) {
     }
   }
   return loss;
-}
-
-void Adam8bit::save(torch::serialize::OutputArchive& archive) const {
-  torch::optim::serialize<Adam8bitParamState, Adam8bitOptions>(archive, *this);
-}
-
-void Adam8bit::load(torch::serialize::InputArchive& archive) {
-  torch::optim::serialize<Adam8bitParamState, Adam8bitOptions>(archive, *this);
 }
 
 }  // namespace gradscope

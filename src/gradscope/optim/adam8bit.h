@@ -43,6 +43,7 @@
 #include <torch/torch.h>
 
 #include "gradscope/measure/memory.h"
+#include "gradscope/optim/serializing_optimizer.h"
 
 namespace gradscope {
 
@@ -109,7 +110,7 @@ struct Adam8bitParamState : public torch::optim::OptimizerCloneableParamState<Ad
   }
 };
 
-class Adam8bit : public torch::optim::Optimizer {
+class Adam8bit : public SerializingOptimizer<Adam8bitParamState, Adam8bitOptions> {
  public:
   explicit Adam8bit(std::vector<torch::optim::OptimizerParamGroup> param_groups,
                     Adam8bitOptions defaults = {});
@@ -117,10 +118,6 @@ class Adam8bit : public torch::optim::Optimizer {
       : Adam8bit({torch::optim::OptimizerParamGroup(std::move(params))}, defaults) {}
 
   torch::Tensor step(LossClosure closure = nullptr) override;
-  // LibTorch's Optimizer::save and load are empty: without these, torch::save would write
-  // none of the state and torch::load would silently restore nothing.
-  void save(torch::serialize::OutputArchive& archive) const override;
-  void load(torch::serialize::InputArchive& archive) override;
 };
 
 }  // namespace gradscope

@@ -56,9 +56,9 @@ void ConjugateGradientParamState::serialize(torch::serialize::InputArchive& arch
 namespace {
 
 // Sums of per-parameter dot products, each accumulated in float64, read with one sync.
-std::vector<double> dots(const std::vector<std::pair<const torch::Tensor*, const torch::Tensor*>>&
-                             pairs_per_sum,
-                         size_t params) {
+std::vector<double> dots(
+    const std::vector<std::pair<const torch::Tensor*, const torch::Tensor*>>& pairs_per_sum,
+    size_t params) {
   const size_t sums = pairs_per_sum.size() / params;
   std::vector<torch::Tensor> parts;
   parts.reserve(pairs_per_sum.size());
@@ -194,8 +194,8 @@ double zoom(Line& line, const LinePoint& origin, LinePoint lo, LinePoint hi, int
 
 // Nocedal & Wright Algorithm 3.5: a step satisfying the strong Wolfe conditions, found by
 // extrapolation from t0 and then zoom; else the best sufficient-decrease step seen (or 0).
-double strong_wolfe_search(Line& line, const LinePoint& origin, double t0,
-                           double direction_scale, const ConjugateGradientOptions& o) {
+double strong_wolfe_search(Line& line, const LinePoint& origin, double t0, double direction_scale,
+                           const ConjugateGradientOptions& o) {
   LinePoint prev = origin;
   LinePoint best = origin;
   double t = t0;
@@ -219,19 +219,20 @@ double strong_wolfe_search(Line& line, const LinePoint& origin, double t0,
 
 ConjugateGradient::ConjugateGradient(std::vector<torch::optim::OptimizerParamGroup> param_groups,
                                      ConjugateGradientOptions defaults)
-    : Optimizer(std::move(param_groups), std::make_unique<ConjugateGradientOptions>(defaults)) {
+    : SerializingOptimizer(std::move(param_groups),
+                           std::make_unique<ConjugateGradientOptions>(defaults)) {
   const auto& o = defaults;
   TORCH_CHECK(o.lr() > 0, "Invalid learning rate: ", o.lr(), " (must be > 0)");
   TORCH_CHECK(o.beta_rule() == "fr" || o.beta_rule() == "pr+" || o.beta_rule() == "hs" ||
                   o.beta_rule() == "dy",
               "Invalid beta_rule: '", o.beta_rule(), "' (valid: fr, pr+, hs, dy)");
-  TORCH_CHECK(o.line_search() == "none" || o.line_search() == "armijo" ||
-                  o.line_search() == "strong_wolfe",
-              "Invalid line_search: '", o.line_search(), "' (valid: none, armijo, strong_wolfe)");
+  TORCH_CHECK(
+      o.line_search() == "none" || o.line_search() == "armijo" || o.line_search() == "strong_wolfe",
+      "Invalid line_search: '", o.line_search(), "' (valid: none, armijo, strong_wolfe)");
   TORCH_CHECK(o.restart_every() >= 0, "Invalid restart_every: ", o.restart_every(),
               " (must be >= 0)");
-  TORCH_CHECK(o.c1() > 0 && o.c1() < o.c2() && o.c2() < 1, "Invalid c1, c2: ", o.c1(), ", ",
-              o.c2(), " (need 0 < c1 < c2 < 1)");
+  TORCH_CHECK(o.c1() > 0 && o.c1() < o.c2() && o.c2() < 1, "Invalid c1, c2: ", o.c1(), ", ", o.c2(),
+              " (need 0 < c1 < c2 < 1)");
   TORCH_CHECK(o.backtrack() > 0 && o.backtrack() < 1, "Invalid backtrack: ", o.backtrack(),
               " (must lie in (0, 1))");
   TORCH_CHECK(o.max_evals() >= 1, "Invalid max_evals: ", o.max_evals(), " (must be >= 1)");
@@ -247,8 +248,8 @@ torch::Tensor ConjugateGradient::step(LossClosure closure) {
   auto& group = param_groups_.at(0);
   const auto& o = static_cast<const ConjugateGradientOptions&>(group.options());
   const bool search = o.line_search() != "none";
-  TORCH_CHECK(!search || closure != nullptr, "ConjugateGradient with line_search=",
-              o.line_search(), " needs a closure that re-evaluates the loss and gradients");
+  TORCH_CHECK(!search || closure != nullptr, "ConjugateGradient with line_search=", o.line_search(),
+              " needs a closure that re-evaluates the loss and gradients");
   torch::NoGradGuard no_grad;
   last_evaluations_ = 0;
   torch::Tensor loss = {};
@@ -280,8 +281,8 @@ torch::Tensor ConjugateGradient::step(LossClosure closure) {
   if (params.empty()) return loss;
   const auto& first = *states.front();
   const int64_t k = first.step();
-  bool restart = k == 0 || (o.restart_every() > 0 && k % o.restart_every() == 0) ||
-                 first.step_size() == 0;
+  bool restart =
+      k == 0 || (o.restart_every() > 0 && k % o.restart_every() == 0) || first.step_size() == 0;
 
   // g.g, g.g_prev, g_prev.g_prev, d_prev.g, d_prev.g_prev in one pass and one sync.
   std::vector<std::pair<const torch::Tensor*, const torch::Tensor*>> pairs;
@@ -292,8 +293,8 @@ torch::Tensor ConjugateGradient::step(LossClosure closure) {
   for (size_t i = 0; i < params.size(); ++i) pairs.emplace_back(&dirs[i], &prev[i]);
   const auto s = dots(pairs, params.size());
   const double gg = s[0], g_prev = s[1], prev_prev = s[2], d_g = s[3], d_prev = s[4];
-  const double gy = gg - g_prev;    // g.y with y = g - g_prev
-  const double dy = d_g - d_prev;   // d_prev.y
+  const double gy = gg - g_prev;   // g.y with y = g - g_prev
+  const double dy = d_g - d_prev;  // d_prev.y
 
   double beta = 0;
   if (!restart) {
@@ -365,14 +366,6 @@ int64_t ConjugateGradient::restarts() const {
         return static_cast<const ConjugateGradientParamState&>(*it->second).restarts();
     }
   return 0;
-}
-
-void ConjugateGradient::save(torch::serialize::OutputArchive& archive) const {
-  torch::optim::serialize<ConjugateGradientParamState, ConjugateGradientOptions>(archive, *this);
-}
-
-void ConjugateGradient::load(torch::serialize::InputArchive& archive) {
-  torch::optim::serialize<ConjugateGradientParamState, ConjugateGradientOptions>(archive, *this);
 }
 
 }  // namespace gradscope

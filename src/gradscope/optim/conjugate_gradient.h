@@ -35,22 +35,23 @@
 #include <torch/torch.h>
 
 #include "gradscope/measure/memory.h"
+#include "gradscope/optim/serializing_optimizer.h"
 
 namespace gradscope {
 
 struct ConjugateGradientOptions
     : public torch::optim::OptimizerCloneableOptions<ConjugateGradientOptions> {
   ConjugateGradientOptions(double lr = 1e-2) : lr_(lr) {}  // NOLINT: implicit, like LibTorch's
-  TORCH_ARG(double, lr) = 1e-2;                   // the step, or a search's first trial step
-  TORCH_ARG(std::string, beta_rule) = "pr+";      // fr | pr+ | hs | dy
+  TORCH_ARG(double, lr) = 1e-2;                          // the step, or a search's first trial step
+  TORCH_ARG(std::string, beta_rule) = "pr+";             // fr | pr+ | hs | dy
   TORCH_ARG(std::string, line_search) = "strong_wolfe";  // none | armijo | strong_wolfe
-  TORCH_ARG(int64_t, restart_every) = 0;          // 0 = restart only when needed
-  TORCH_ARG(double, c1) = 1e-4;                   // sufficient decrease, in (0, c2)
-  TORCH_ARG(double, c2) = 0.1;                    // curvature (strong Wolfe), in (c1, 1)
-  TORCH_ARG(double, backtrack) = 0.5;             // Armijo's shrink factor, in (0, 1)
-  TORCH_ARG(int64_t, max_evals) = 25;             // closure evaluations per line search
-  TORCH_ARG(double, tolerance_change) = 1e-12;    // smallest bracket width a search refines
-  TORCH_ARG(double, weight_decay) = 0;            // L2, added to the gradient
+  TORCH_ARG(int64_t, restart_every) = 0;                 // 0 = restart only when needed
+  TORCH_ARG(double, c1) = 1e-4;                          // sufficient decrease, in (0, c2)
+  TORCH_ARG(double, c2) = 0.1;                           // curvature (strong Wolfe), in (c1, 1)
+  TORCH_ARG(double, backtrack) = 0.5;                    // Armijo's shrink factor, in (0, 1)
+  TORCH_ARG(int64_t, max_evals) = 25;                    // closure evaluations per line search
+  TORCH_ARG(double, tolerance_change) = 1e-12;           // smallest bracket width a search refines
+  TORCH_ARG(double, weight_decay) = 0;                   // L2, added to the gradient
 
  public:
   void serialize(torch::serialize::InputArchive& archive) override;
@@ -66,8 +67,8 @@ struct ConjugateGradientParamState
   TORCH_ARG(torch::Tensor, prev_grad);  // g_{k-1}
   TORCH_ARG(torch::Tensor, direction);  // d_{k-1}
   // Scalars of the whole vector, the same in every parameter's state.
-  TORCH_ARG(double, step_size) = 0;     // t_{k-1} (0: the last search found no decrease)
-  TORCH_ARG(double, slope) = 0;         // g_{k-1}.d_{k-1}
+  TORCH_ARG(double, step_size) = 0;  // t_{k-1} (0: the last search found no decrease)
+  TORCH_ARG(double, slope) = 0;      // g_{k-1}.d_{k-1}
   TORCH_ARG(int64_t, restarts) = 0;
 
  public:
@@ -76,7 +77,8 @@ struct ConjugateGradientParamState
   std::vector<torch::Tensor> state_tensors() const override { return {prev_grad_, direction_}; }
 };
 
-class ConjugateGradient : public torch::optim::Optimizer {
+class ConjugateGradient
+    : public SerializingOptimizer<ConjugateGradientParamState, ConjugateGradientOptions> {
  public:
   explicit ConjugateGradient(std::vector<torch::optim::OptimizerParamGroup> param_groups,
                              ConjugateGradientOptions defaults = {});
@@ -86,8 +88,6 @@ class ConjugateGradient : public torch::optim::Optimizer {
 
   // Returns the loss at the parameters the step started from (the closure's first value).
   torch::Tensor step(LossClosure closure = nullptr) override;
-  void save(torch::serialize::OutputArchive& archive) const override;
-  void load(torch::serialize::InputArchive& archive) override;
 
   // Direction restarts so far (scheduled ones included).
   int64_t restarts() const;

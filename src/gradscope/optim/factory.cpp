@@ -119,9 +119,8 @@ const std::vector<std::string> kAdamKeys = {"betas", "eps", "amsgrad"};
 const std::vector<std::string> kAdagradKeys = {"lr_decay", "eps", "initial_accumulator_value"};
 const std::vector<std::string> kAdadeltaKeys = {"rho", "eps", "maximize"};
 const std::vector<std::string> kLionKeys = {"betas"};
-const std::vector<std::string> kCgKeys = {"beta_rule", "line_search", "restart_every",
-                                          "c1",        "c2",          "backtrack",
-                                          "max_evals", "tolerance_change"};
+const std::vector<std::string> kCgKeys = {"beta_rule", "line_search", "restart_every",   "c1", "c2",
+                                          "backtrack", "max_evals",   "tolerance_change"};
 const std::vector<std::string> kAdafactorKeys = {"beta1",      "decay_rate",    "clip_threshold",
                                                  "eps",        "relative_step", "scale_parameter",
                                                  "warmup_init"};
@@ -273,8 +272,8 @@ std::unique_ptr<torch::optim::Optimizer> make_adafactor(std::vector<torch::Tenso
   return construct<Adafactor>("adafactor", std::move(params), options);
 }
 
-std::unique_ptr<torch::optim::Optimizer> make_adam8bit(std::vector<torch::Tensor> params,
-                                                       double lr, double weight_decay,
+std::unique_ptr<torch::optim::Optimizer> make_adam8bit(std::vector<torch::Tensor> params, double lr,
+                                                       double weight_decay,
                                                        const OptSettings& opt) {
   OptReader r("adam8bit", opt, kAdam8bitKeys);
   const auto betas = r.pair("betas", {0.9, 0.999});
@@ -286,9 +285,9 @@ std::unique_ptr<torch::optim::Optimizer> make_adam8bit(std::vector<torch::Tensor
   // Whole numbers, and small enough to convert to int64_t exactly.
   check_range(block_size >= 1 && block_size == std::floor(block_size) && block_size < 9.0e15,
               fmt::format("adam8bit block_size={} must be a positive integer", block_size));
-  check_range(min_8bit_size >= 0 && min_8bit_size == std::floor(min_8bit_size) &&
-                  min_8bit_size < 9.0e15,
-              fmt::format("adam8bit min_8bit_size={} must be an integer >= 0", min_8bit_size));
+  check_range(
+      min_8bit_size >= 0 && min_8bit_size == std::floor(min_8bit_size) && min_8bit_size < 9.0e15,
+      fmt::format("adam8bit min_8bit_size={} must be an integer >= 0", min_8bit_size));
   auto options = Adam8bitOptions(lr)
                      .betas(std::make_tuple(betas.first, betas.second))
                      .eps(eps)
@@ -339,9 +338,9 @@ std::unique_ptr<torch::optim::Optimizer> make_cg(std::vector<torch::Tensor> para
   const double backtrack = r.number("backtrack", 0.5);
   const int64_t max_evals = r.integer("max_evals", 25);
   const double tolerance = r.number("tolerance_change", 1e-12);
-  check_range(restart_every >= 0,
-              fmt::format("cg restart_every={} must be >= 0 (0 = no scheduled restarts)",
-                          restart_every));
+  check_range(
+      restart_every >= 0,
+      fmt::format("cg restart_every={} must be >= 0 (0 = no scheduled restarts)", restart_every));
   check_range(c1 > 0 && c1 < c2 && c2 < 1,
               fmt::format("cg c1={}, c2={} must satisfy 0 < c1 < c2 < 1", c1, c2));
   check_range(backtrack > 0 && backtrack < 1,
@@ -369,8 +368,9 @@ const Registry<OptimizerEntry>& optimizer_registry() {
     // The toy problems (start about 1 from their minimum, curvature up to 1e3) want other
     // rates than the transformers: these were chosen from 500-step runs of each optimizer at
     // 1e-4 .. 1 on both toys and both presets (docs/optimizers.md), stable on all four.
-    auto toys = [](double lr) { return std::map<std::string, double>{{"quadratic", lr},
-                                                                     {"rosenbrock", lr}}; };
+    auto toys = [](double lr) {
+      return std::map<std::string, double>{{"quadratic", lr}, {"rosenbrock", lr}};
+    };
     r.add("sgd", "stochastic gradient descent (momentum, nesterov)",
           {make_sgd, 1e-2, kSgdKeys, false, toys(1e-3)});
     r.add("adam", "Adam (Kingma & Ba 2015)", {make_adam, 1e-3, kAdamKeys, false, toys(1e-1)});

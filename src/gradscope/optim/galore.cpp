@@ -82,7 +82,7 @@ int64_t Galore::rank_for(const GaloreOptions& options, int64_t rows, int64_t col
 }
 
 Galore::Galore(std::vector<torch::optim::OptimizerParamGroup> param_groups, GaloreOptions defaults)
-    : Optimizer(std::move(param_groups), std::make_unique<GaloreOptions>(defaults)) {
+    : SerializingOptimizer(std::move(param_groups), std::make_unique<GaloreOptions>(defaults)) {
   check_hyperparameters(defaults);
   // A rank is only wrong for a given matrix, so every group's rank meets its own matrices.
   for (const auto& group : param_groups_) {
@@ -161,14 +161,6 @@ torch::Tensor Galore::step(LossClosure closure) {
     }
   }
   return loss;
-}
-
-void Galore::save(torch::serialize::OutputArchive& archive) const {
-  torch::optim::serialize<GaloreParamState, GaloreOptions>(archive, *this);
-}
-
-void Galore::load(torch::serialize::InputArchive& archive) {
-  torch::optim::serialize<GaloreParamState, GaloreOptions>(archive, *this);
 }
 
 }  // namespace gradscope

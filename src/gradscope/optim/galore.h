@@ -32,6 +32,7 @@
 #include <torch/torch.h>
 
 #include "gradscope/measure/memory.h"
+#include "gradscope/optim/serializing_optimizer.h"
 
 namespace gradscope {
 
@@ -72,7 +73,7 @@ struct GaloreParamState : public torch::optim::OptimizerCloneableParamState<Galo
   }
 };
 
-class Galore : public torch::optim::Optimizer {
+class Galore : public SerializingOptimizer<GaloreParamState, GaloreOptions> {
  public:
   explicit Galore(std::vector<torch::optim::OptimizerParamGroup> param_groups,
                   GaloreOptions defaults = {});
@@ -80,10 +81,6 @@ class Galore : public torch::optim::Optimizer {
       : Galore({torch::optim::OptimizerParamGroup(std::move(params))}, defaults) {}
 
   torch::Tensor step(LossClosure closure = nullptr) override;
-  // LibTorch's Optimizer::save and load are empty: without these, torch::save would write
-  // none of the state and torch::load would silently restore nothing.
-  void save(torch::serialize::OutputArchive& archive) const override;
-  void load(torch::serialize::InputArchive& archive) override;
 
   // The rank a 2-D parameter of this shape gets under `options` (explicit, or min(m, n) / 4).
   static int64_t rank_for(const GaloreOptions& options, int64_t rows, int64_t cols);

@@ -27,7 +27,7 @@ void LionParamState::serialize(torch::serialize::InputArchive& archive) {
 }
 
 Lion::Lion(std::vector<torch::optim::OptimizerParamGroup> param_groups, LionOptions defaults)
-    : Optimizer(std::move(param_groups), std::make_unique<LionOptions>(defaults)) {
+    : SerializingOptimizer(std::move(param_groups), std::make_unique<LionOptions>(defaults)) {
   const auto [beta1, beta2] = defaults.betas();
   TORCH_CHECK(defaults.lr() >= 0, "Invalid learning rate: ", defaults.lr());
   TORCH_CHECK(beta1 >= 0 && beta1 < 1, "Invalid beta parameter at index 0: ", beta1,
@@ -67,14 +67,6 @@ torch::Tensor Lion::step(LossClosure closure) {
     }
   }
   return loss;
-}
-
-void Lion::save(torch::serialize::OutputArchive& archive) const {
-  torch::optim::serialize<LionParamState, LionOptions>(archive, *this);
-}
-
-void Lion::load(torch::serialize::InputArchive& archive) {
-  torch::optim::serialize<LionParamState, LionOptions>(archive, *this);
 }
 
 }  // namespace gradscope

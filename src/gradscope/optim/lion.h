@@ -16,6 +16,7 @@
 #include <torch/torch.h>
 
 #include "gradscope/measure/memory.h"
+#include "gradscope/optim/serializing_optimizer.h"
 
 namespace gradscope {
 
@@ -43,7 +44,7 @@ struct LionParamState : public torch::optim::OptimizerCloneableParamState<LionPa
   std::vector<torch::Tensor> state_tensors() const override { return {exp_avg_}; }
 };
 
-class Lion : public torch::optim::Optimizer {
+class Lion : public SerializingOptimizer<LionParamState, LionOptions> {
  public:
   explicit Lion(std::vector<torch::optim::OptimizerParamGroup> param_groups,
                 LionOptions defaults = {});
@@ -51,10 +52,6 @@ class Lion : public torch::optim::Optimizer {
       : Lion({torch::optim::OptimizerParamGroup(std::move(params))}, defaults) {}
 
   torch::Tensor step(LossClosure closure = nullptr) override;
-  // LibTorch's Optimizer::save and load are empty: without these, torch::save would write
-  // none of the state and torch::load would silently restore nothing.
-  void save(torch::serialize::OutputArchive& archive) const override;
-  void load(torch::serialize::InputArchive& archive) override;
 };
 
 }  // namespace gradscope

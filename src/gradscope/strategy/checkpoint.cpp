@@ -146,8 +146,8 @@ torch::Tensor checkpoint_block(Block& block, const torch::Tensor& x, const Block
                                bool restore_rng,
                                const std::shared_ptr<CheckpointCounters>& counters) {
   Block* b = &block;
-  return checkpoint_function([b, ctx](const torch::Tensor& in) { return b->forward(in, ctx); },
-                             x, restore_rng, counters);
+  return checkpoint_function([b, ctx](const torch::Tensor& in) { return b->forward(in, ctx); }, x,
+                             restore_rng, counters);
 }
 
 torch::Tensor checkpoint_function(const SubLayerFn& fn, const torch::Tensor& x, bool restore_rng,

@@ -20,9 +20,10 @@ std::vector<double> lr_search_grid(double center, int64_t trials, double span_de
               "pass a positive learning rate");
   std::vector<double> grid;
   for (int64_t i = 0; i < trials; ++i) {
-    const double position =
-        trials == 1 ? 0.0 : -span_decades + 2.0 * span_decades * static_cast<double>(i) /
-                                                static_cast<double>(trials - 1);
+    const double position = trials == 1
+                                ? 0.0
+                                : -span_decades + 2.0 * span_decades * static_cast<double>(i) /
+                                                      static_cast<double>(trials - 1);
     grid.push_back(center * std::pow(10.0, position));
   }
   return grid;
@@ -40,9 +41,8 @@ LrSearchResult search_learning_rate(
     const RunConfig& config,
     const std::function<void(const nlohmann::json&, int64_t, int64_t)>& on_trial) {
   check_lr_search(config);
-  const int64_t steps = config.lr_search_steps > 0
-                            ? config.lr_search_steps
-                            : std::max<int64_t>(10, config.steps / 10);
+  const int64_t steps = config.lr_search_steps > 0 ? config.lr_search_steps
+                                                   : std::max<int64_t>(10, config.steps / 10);
   const auto grid = lr_search_grid(default_lr(config.optimizer, config.model),
                                    config.lr_search_trials, config.lr_search_span);
   LrSearchResult result;
@@ -60,12 +60,9 @@ LrSearchResult search_learning_rate(
     const nlohmann::json record = trainer.run();
     const std::string status = record.value("status", "error");
     const nlohmann::json& val = record["final_val_loss"];
-    nlohmann::json entry = {{"lr", grid[i]},
-                            {"steps", steps},
-                            {"final_loss", record["final_loss"]},
-                            {"val_loss", val},
-                            {"status", status},
-                            {"time_s", record["time"]["wall_s"]}};
+    nlohmann::json entry = {
+        {"lr", grid[i]},   {"steps", steps},   {"final_loss", record["final_loss"]},
+        {"val_loss", val}, {"status", status}, {"time_s", record["time"]["wall_s"]}};
     if (status == "ok" && val.is_number() && val.get<double>() < best_val) {
       best_val = val.get<double>();
       result.best_lr = grid[i];

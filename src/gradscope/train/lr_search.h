@@ -32,7 +32,7 @@ void check_lr_search(const RunConfig& config);
 // A runtime error when every trial failed.
 LrSearchResult search_learning_rate(
     const RunConfig& config,
-    const std::function<void(const nlohmann::json& trial, int64_t index, int64_t total)>&
-        on_trial = nullptr);
+    const std::function<void(const nlohmann::json& trial, int64_t index, int64_t total)>& on_trial =
+        nullptr);
 
 }  // namespace gradscope

@@ -108,8 +108,7 @@ class AutocastScope {
   }
 #else  // the per-backend functions, deprecated since 2.4
   static bool is_enabled(c10::DeviceType t) {
-    return t == c10::DeviceType::CUDA ? at::autocast::is_enabled()
-                                      : at::autocast::is_cpu_enabled();
+    return t == c10::DeviceType::CUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
   }
   static at::ScalarType dtype(c10::DeviceType t) {
     return t == c10::DeviceType::CUDA ? at::autocast::get_autocast_gpu_dtype()
@@ -241,8 +240,8 @@ Trainer::Trainer(RunConfig config) : config_(std::move(config)), device_(torch::
     model_ = family_->build(arch_, config_.seed);
   } catch (const c10::Error& e) {
     std::string what = e.what_without_backtrace();
-    fail_usage("cannot build " + config_.model + " from its architecture: " +
-                   what.substr(0, what.find('\n')),
+    fail_usage("cannot build " + config_.model +
+                   " from its architecture: " + what.substr(0, what.find('\n')),
                "check the --arch overrides against the preset (`gradscope list --json`)");
   }
   model_->to(device_);
@@ -259,8 +258,9 @@ Trainer::Trainer(RunConfig config) : config_(std::move(config)), device_(torch::
         make_optimizer(config_.optimizer, parameters_, lr_, config_.weight_decay, config_.opt);
   steps_with_closure_ = optimizer_ && optimizer_entry.steps_with_closure;
   check_usage(!steps_with_closure_ || config_.clip_grad_norm == 0,
-              "optimizer '" + config_.optimizer + "' evaluates its own gradients along its line "
-              "search; --clip-grad-norm cannot apply to them",
+              "optimizer '" + config_.optimizer +
+                  "' evaluates its own gradients along its line "
+                  "search; --clip-grad-norm cannot apply to them",
               "leave --clip-grad-norm out with " + config_.optimizer);
 }
 
@@ -498,10 +498,12 @@ nlohmann::json Trainer::run(ProgressSink* progress) {
   if (auto* toy = dynamic_cast<ToyModel*>(model_.get())) {
     const auto x = toy->point().detach().cpu().contiguous();
     const auto best = toy->minimizer().cpu().contiguous();
-    record["final_params"] = std::vector<double>(x.data_ptr<double>(), x.data_ptr<double>() + x.numel());
+    record["final_params"] =
+        std::vector<double>(x.data_ptr<double>(), x.data_ptr<double>() + x.numel());
     record["known_minimum"] = {
         {"loss", toy->min_loss()},
-        {"params", std::vector<double>(best.data_ptr<double>(), best.data_ptr<double>() + best.numel())},
+        {"params",
+         std::vector<double>(best.data_ptr<double>(), best.data_ptr<double>() + best.numel())},
         {"distance", (x - best).norm().item<double>()}};
   }
   record["estimate"] = nullptr;
@@ -555,20 +557,21 @@ nlohmann::json Trainer::run(ProgressSink* progress) {
   // Tokens as they went through the model (effective batch x sequence length for a language
   // model, evaluations of the function for a toy problem).
   if (tokens_per_step == 0) tokens_per_step = effective * seq_len;
-  const double per_step = 3.0 * family_->forward_flops_per_token(arch_, seq_len) *
-                          static_cast<double>(tokens_per_step);
+  const double per_step =
+      3.0 * family_->forward_flops_per_token(arch_, seq_len) * static_cast<double>(tokens_per_step);
   record["flops"] = {
       {"per_step", per_step},
       // A step whose optimizer searches along a line evaluates the batch several times.
-      {"achieved_per_s", any_timed && timed_s > 0
-                             ? nlohmann::json(per_step * static_cast<double>(timed_evaluations) /
-                                              timed_s)
-                             : nlohmann::json(nullptr)},
+      {"achieved_per_s",
+       any_timed && timed_s > 0
+           ? nlohmann::json(per_step * static_cast<double>(timed_evaluations) / timed_s)
+           : nlohmann::json(nullptr)},
       {"mfu", nullptr},
       {"peak_per_s", nullptr},
       {"peak_source", nullptr},
-      {"formula", "3 x analytical forward FLOPs per token x tokens per step (x evaluations "
-                  "per step for achieved_per_s)"}};
+      {"formula",
+       "3 x analytical forward FLOPs per token x tokens per step (x evaluations "
+       "per step for achieved_per_s)"}};
 
   const EnvInfo env = current_env(config_.device);
   record["env"] = {{"gradscope", env.gradscope_version},
