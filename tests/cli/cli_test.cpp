@@ -227,6 +227,8 @@ TEST(Cli, BadOptimizerAndArchitectureSettingsExitTwo) {
   expect_usage_error("run --model quadratic --arch size=3", "'size'");
   expect_usage_error("run --model quadratic --lr-search-trials 3", "--lr auto");
   expect_usage_error("run --model quadratic --lr auto --lr-search-trials 0", "trials 0");
+  // The search's trials refuse bad settings before anything is written.
+  expect_usage_error("run --model quadratic --lr auto --batch 0", "--batch 0");
 }
 
 TEST(Cli, TokenizePrintsIdsPerLine) {

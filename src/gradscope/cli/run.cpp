@@ -87,12 +87,13 @@ int execute(RunOptions& o, CLI::App& cmd) {
   if (!o.memory_cap.empty()) c.memory_cap_bytes = parse_bytes(o.memory_cap);
   if (!c.json_path.empty()) check_output_path(c.json_path);
 
-  if (c.lr_auto) check_lr_search(c);
-  Trainer trainer(c);
-  // Opened before training so that a bad database path fails now, not after the run.
-  Database db(c.db_path);
+  // --lr auto trains its trials first, each a Trainer of its own (whose construction refuses
+  // bad settings before anything is written); the run's Trainer is built after them, so that
+  // no trial shares the process's memory (or a --memory-cap) with the run's model.
   LrSearchResult search;
   if (c.lr_auto) {
+    check_lr_search(c);
+    check_output_path(c.db_path);
     search = search_learning_rate(c, [&](const nlohmann::json& t, int64_t i, int64_t n) {
       if (c.quiet) return;
       const auto& v = t["val_loss"];
@@ -101,9 +102,12 @@ int execute(RunOptions& o, CLI::App& cmd) {
                  v.is_number() ? fmt::format("val loss {:.4f}", v.get<double>()) : "no val loss",
                  t["steps"].get<int64_t>(), t["status"].get<std::string>());
     });
-    trainer.use_learning_rate(search.best_lr);
     if (!c.quiet) fmt::print(stderr, "lr search: training with lr {:.3g}\n", search.best_lr);
   }
+  Trainer trainer(c);
+  if (c.lr_auto) trainer.use_learning_rate(search.best_lr);
+  // Opened before training so that a bad database path fails now, not after the run.
+  Database db(c.db_path);
   const std::string started_at = utc_now_iso8601();
   std::unique_ptr<ProgressSink> progress;
   if (!c.quiet) progress = make_console_progress(stderr, isatty(fileno(stderr)) != 0);
