@@ -96,6 +96,27 @@ TEST(Cli, MissingDataNamesTheFetchCommand) {
                      "GRADSCOPE_DATA=" + empty.path());
 }
 
+TEST(Cli, BadImageDataIsRefusedBeforeAnythingIsWritten) {
+  namespace fs = std::filesystem;
+  testing::TempDir data("gradscope-badidx");
+  for (const auto& f : fs::directory_iterator(fs::path(GRADSCOPE_FIXTURES) / "images/idx"))
+    fs::copy_file(f.path(), data.fs_path() / f.path().filename());
+  // A truncated training image file.
+  fs::remove(data.fs_path() / "train-images-idx3-ubyte");
+  fs::copy_file(fs::path(GRADSCOPE_FIXTURES) / "images/idx-bad/truncated.idx",
+                data.fs_path() / "train-images-idx3-ubyte");
+  expect_usage_error("run --model vit --steps 1 --quiet --dataset " + data.path(),
+                     "train-images-idx3-ubyte: truncated IDX file");
+  // Emoji images of the wrong size (the test fixtures are 4x4, the set's 64x64).
+  expect_usage_error("run --model nanovlm --steps 1 --quiet --dataset " +
+                         std::string(GRADSCOPE_FIXTURES) + "/images/emoji",
+                     "is 4x4 pixels");
+  // A corpus shorter than one masked-LM window.
+  expect_usage_error("run --model modernbert --steps 1 --quiet --dataset " +
+                         std::string(GRADSCOPE_FIXTURES) + "/text/two-lines.txt",
+                     "two-lines.txt");
+}
+
 TEST(Cli, CorruptTokenizerIsRefused) {
   testing::TempDir data("gradscope-baddata");
   std::filesystem::create_directories(data.path() + "/tokenizers/llama3");

@@ -9,6 +9,7 @@
 #include "gradscope/core/error.h"
 #include "gradscope/models/common/layers.h"
 #include "gradscope/models/llama.h"
+#include "models/model_test_util.h"
 
 namespace gradscope {
 namespace {
@@ -19,21 +20,9 @@ std::shared_ptr<LlamaModel> make_llama_model(const nlohmann::json& arch, uint64_
   return model;
 }
 
-int64_t module_param_count(torch::nn::Module& module) {
-  int64_t n = 0;
-  for (const auto& p : module.parameters()) n += p.numel();
-  return n;
-}
-
-// Token ids in [0, high) from a seeded generator, independent of the default one.
-torch::Tensor random_ids(int64_t b, int64_t t, int64_t high, uint64_t seed) {
-  auto gen = at::detail::createCPUGenerator(seed);
-  return torch::randint(high, {b, t}, gen, torch::kLong);
-}
-
-double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a - b).abs().max().item<double>();
-}
+using testing::max_abs_diff;
+using testing::module_param_count;
+using testing::random_ids;
 
 // ---------------------------------------------------------------------------------------
 // Presets and parameter counts

@@ -60,6 +60,27 @@ namespace gradscope {
 namespace {
 
 // The toy problems have no blocks and no dropout: every check still runs and holds.
+// Every model of the study's grid: checkpointing bitwise under its three policies (vision and
+// text blocks alike), accumulation within 1e-5.
+TEST(Verify, EveryStrategyHoldsOnTheOtherModels) {
+  for (const std::string model : {"vit", "modernbert", "nanovlm"}) {
+    RunConfig c;
+    c.model = model;
+    c.batch = 2;
+    c.accum_steps = 3;
+    c.eval_batches = 1;
+    if (model == "modernbert") c.dataset = testing::fixture("text/sotu-excerpt.txt");
+    const auto checks = verify_strategies(c, {});
+    ASSERT_EQ(checks.size(), 6u) << model;
+    for (const auto& k : checks) {
+      EXPECT_TRUE(k.passed) << model << " " << k.strategy << " worst " << k.worst_tensor << " rel "
+                            << k.grad_max_rel_diff;
+      if (k.criterion == "bitwise")
+        EXPECT_EQ(k.grad_max_abs_diff, 0.0) << model << " " << k.strategy;
+    }
+  }
+}
+
 TEST(Verify, ToyProblemsHold) {
   for (const std::string model : {"quadratic", "rosenbrock"}) {
     RunConfig c;

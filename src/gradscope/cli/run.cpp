@@ -9,6 +9,7 @@
 #include "gradscope/cli/commands.h"
 #include "gradscope/core/env.h"
 #include "gradscope/core/error.h"
+#include "gradscope/core/log.h"
 #include "gradscope/optim/factory.h"
 #include "gradscope/report/console.h"
 #include "gradscope/store/db.h"
@@ -86,6 +87,7 @@ int execute(RunOptions& o, CLI::App& cmd) {
   if (cmd.count("--dropout")) c.dropout = o.dropout;
   if (!o.memory_cap.empty()) c.memory_cap_bytes = parse_bytes(o.memory_cap);
   if (!c.json_path.empty()) check_output_path(c.json_path);
+  if (c.quiet) set_log_level(LogLevel::kLogLevelQuiet);  // warnings and errors still print
 
   // --lr auto trains its trials first, each a Trainer of its own (whose construction refuses
   // bad settings before anything is written); the run's Trainer is built after them, so that

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "gradscope/core/error.h"
+#include "gradscope/models/common/arch.h"
 
 namespace gradscope {
 
@@ -13,158 +14,63 @@ using nlohmann::json;
 // ---------------------------------------------------------------------------------------
 // Configuration
 
-namespace {
-
-const char* const kArchHint =
-    "the architecture uses Hugging Face LlamaConfig names; start from a preset "
-    "(--preset tiny|small|paper)";
-
-const json* find_key(const json& arch, const char* key) {
-  auto it = arch.find(key);
-  if (it == arch.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
-int64_t get_int(const json& arch, const char* key, std::optional<int64_t> fallback = {}) {
-  const json* v = find_key(arch, key);
-  if (!v) {
-    if (fallback) return *fallback;
-    fail_usage(fmt::format("llama architecture lacks '{}'", key), kArchHint);
-  }
-  // Integral floats (64.0) are accepted; 64.5 is not silently truncated.
-  if (v->is_number_integer()) return v->get<int64_t>();
-  if (v->is_number_float()) {
-    const double d = v->get<double>();
-    if (d == static_cast<double>(static_cast<int64_t>(d))) return static_cast<int64_t>(d);
-  }
-  fail_usage(fmt::format("llama architecture: '{}' must be an integer, got {}", key, v->dump()),
-             kArchHint);
-}
-
-double get_double(const json& arch, const char* key, std::optional<double> fallback = {}) {
-  const json* v = find_key(arch, key);
-  if (!v) {
-    if (fallback) return *fallback;
-    fail_usage(fmt::format("llama architecture lacks '{}'", key), kArchHint);
-  }
-  if (!v->is_number()) {
-    fail_usage(fmt::format("llama architecture: '{}' must be a number, got {}", key, v->dump()),
-               kArchHint);
-  }
-  return v->get<double>();
-}
-
-bool get_bool(const json& arch, const char* key, bool fallback) {
-  const json* v = find_key(arch, key);
-  if (!v) return fallback;
-  if (!v->is_boolean()) {
-    fail_usage(
-        fmt::format("llama architecture: '{}' must be true or false, got {}", key, v->dump()),
-        kArchHint);
-  }
-  return v->get<bool>();
-}
-
-void check_positive(int64_t value, const char* key) {
-  check_usage(value > 0,
-              fmt::format("llama architecture: '{}' must be positive, got {}", key, value),
-              kArchHint);
-}
-
-void check_dropout(double p, const char* key) {
-  check_usage(p >= 0 && p < 1,
-              fmt::format("llama architecture: '{}' must lie in [0, 1), got {}", key, p),
-              kArchHint);
-}
-
-}  // namespace
-
 LlamaConfig llama_config(const json& arch) {
-  check_usage(arch.is_object(), "llama architecture must be a JSON object, got " + arch.dump(),
-              kArchHint);
+  const ArchReader r(arch, "llama");
   LlamaConfig c;
-  c.vocab_size = get_int(arch, "vocab_size");
-  c.hidden_size = get_int(arch, "hidden_size");
-  c.num_hidden_layers = get_int(arch, "num_hidden_layers");
-  c.num_attention_heads = get_int(arch, "num_attention_heads");
-  c.intermediate_size = get_int(arch, "intermediate_size");
-  check_positive(c.vocab_size, "vocab_size");
-  check_positive(c.hidden_size, "hidden_size");
-  check_positive(c.num_hidden_layers, "num_hidden_layers");
-  check_positive(c.num_attention_heads, "num_attention_heads");
-  check_positive(c.intermediate_size, "intermediate_size");
-
-  c.num_key_value_heads = get_int(arch, "num_key_value_heads", c.num_attention_heads);
-  check_positive(c.num_key_value_heads, "num_key_value_heads");
-  check_usage(c.num_attention_heads % c.num_key_value_heads == 0,
-              fmt::format("llama architecture: num_attention_heads {} is not a multiple of "
-                          "num_key_value_heads {}",
-                          c.num_attention_heads, c.num_key_value_heads),
-              kArchHint);
-  if (!find_key(arch, "head_dim")) {
-    check_usage(c.hidden_size % c.num_attention_heads == 0,
-                fmt::format("llama architecture: hidden_size {} is not a multiple of "
-                            "num_attention_heads {}",
-                            c.hidden_size, c.num_attention_heads),
-                "set head_dim, or pick hidden_size = heads x head size");
+  c.vocab_size = r.positive("vocab_size");
+  c.hidden_size = r.positive("hidden_size");
+  c.num_hidden_layers = r.positive("num_hidden_layers");
+  c.num_attention_heads = r.positive("num_attention_heads");
+  c.intermediate_size = r.positive("intermediate_size");
+  c.num_key_value_heads = r.positive("num_key_value_heads", c.num_attention_heads);
+  r.check(c.num_attention_heads % c.num_key_value_heads == 0,
+          fmt::format("num_attention_heads {} is not a multiple of num_key_value_heads {}",
+                      c.num_attention_heads, c.num_key_value_heads));
+  if (!r.find("head_dim")) {
+    r.check(c.hidden_size % c.num_attention_heads == 0,
+            fmt::format("hidden_size {} is not a multiple of num_attention_heads {} (set "
+                        "head_dim, or pick hidden_size = heads x head size)",
+                        c.hidden_size, c.num_attention_heads));
   }
-  c.head_dim = get_int(arch, "head_dim", c.hidden_size / c.num_attention_heads);
-  check_positive(c.head_dim, "head_dim");
-  check_usage(c.head_dim % 2 == 0,
-              fmt::format("llama architecture: head size {} must be even for rotary embeddings",
-                          c.head_dim),
-              kArchHint);
+  c.head_dim = r.positive("head_dim", c.hidden_size / c.num_attention_heads);
+  r.check(c.head_dim % 2 == 0,
+          fmt::format("head size {} must be even for rotary embeddings", c.head_dim));
 
-  c.rms_norm_eps = get_double(arch, "rms_norm_eps", 1e-6);
-  check_usage(
-      c.rms_norm_eps > 0,
-      fmt::format("llama architecture: rms_norm_eps must be positive, got {}", c.rms_norm_eps),
-      kArchHint);
-  c.rope_theta = get_double(arch, "rope_theta", 10000.0);
-  check_usage(c.rope_theta > 0,
-              fmt::format("llama architecture: rope_theta must be positive, got {}", c.rope_theta),
-              kArchHint);
+  c.rms_norm_eps = r.number("rms_norm_eps", 1e-6);
+  r.check(c.rms_norm_eps > 0, fmt::format("rms_norm_eps must be positive, got {}", c.rms_norm_eps));
+  c.rope_theta = r.number("rope_theta", 10000.0);
+  r.check(c.rope_theta > 0, fmt::format("rope_theta must be positive, got {}", c.rope_theta));
 
-  if (const json* rs = find_key(arch, "rope_scaling")) {
-    check_usage(rs->is_object(), "llama architecture: rope_scaling must be an object or null",
-                kArchHint);
+  if (const json* rs = r.find("rope_scaling")) {
+    r.check(rs->is_object(), "rope_scaling must be an object or null");
+    const ArchReader s(*rs, "llama rope_scaling");
     // Older Hugging Face configs call it "type".
-    const json* type = find_key(*rs, "rope_type");
-    if (!type) type = find_key(*rs, "type");
-    const std::string type_name = type && type->is_string() ? type->get<std::string>() : "";
-    check_usage(type_name == "llama3",
-                fmt::format("llama architecture: rope_scaling type '{}' is not supported",
-                            type ? type->dump() : "missing"),
-                "use rope_type \"llama3\" or rope_scaling null");
-    Llama3RopeScaling s;
-    s.factor = get_double(*rs, "factor");
-    s.low_freq_factor = get_double(*rs, "low_freq_factor");
-    s.high_freq_factor = get_double(*rs, "high_freq_factor");
-    s.original_max_position_embeddings = get_double(*rs, "original_max_position_embeddings");
-    check_usage(s.factor > 0 && s.low_freq_factor > 0 && s.original_max_position_embeddings > 0,
-                "llama architecture: rope_scaling factor, low_freq_factor and "
-                "original_max_position_embeddings must be positive",
-                kArchHint);
-    check_usage(s.high_freq_factor > s.low_freq_factor,
-                fmt::format("llama architecture: rope_scaling high_freq_factor {} must exceed "
-                            "low_freq_factor {}",
-                            s.high_freq_factor, s.low_freq_factor),
-                kArchHint);
-    c.rope_scaling = s;
+    const std::string type = s.text("rope_type", s.find("type") ? s.text("type") : "missing");
+    s.check(type == "llama3", fmt::format("type '{}' is not supported (use rope_type \"llama3\" "
+                                          "or rope_scaling null)",
+                                          type));
+    Llama3RopeScaling scaling;
+    scaling.factor = s.number("factor");
+    scaling.low_freq_factor = s.number("low_freq_factor");
+    scaling.high_freq_factor = s.number("high_freq_factor");
+    scaling.original_max_position_embeddings = s.number("original_max_position_embeddings");
+    s.check(scaling.factor > 0 && scaling.low_freq_factor > 0 &&
+                scaling.original_max_position_embeddings > 0,
+            "factor, low_freq_factor and original_max_position_embeddings must be positive");
+    s.check(scaling.high_freq_factor > scaling.low_freq_factor,
+            fmt::format("high_freq_factor {} must exceed low_freq_factor {}",
+                        scaling.high_freq_factor, scaling.low_freq_factor));
+    c.rope_scaling = scaling;
   }
 
-  c.tie_word_embeddings = get_bool(arch, "tie_word_embeddings", false);
-  c.attention_bias = get_bool(arch, "attention_bias", false);
-  c.mlp_bias = get_bool(arch, "mlp_bias", false);
-  c.attention_dropout = get_double(arch, "attention_dropout", 0.0);
-  c.hidden_dropout = get_double(arch, "hidden_dropout", 0.0);
-  check_dropout(c.attention_dropout, "attention_dropout");
-  check_dropout(c.hidden_dropout, "hidden_dropout");
-  c.initializer_range = get_double(arch, "initializer_range", 0.02);
-  check_usage(c.initializer_range >= 0,
-              fmt::format("llama architecture: initializer_range must be >= 0, got {}",
-                          c.initializer_range),
-              kArchHint);
+  c.tie_word_embeddings = r.flag("tie_word_embeddings", false);
+  c.attention_bias = r.flag("attention_bias", false);
+  c.mlp_bias = r.flag("mlp_bias", false);
+  c.attention_dropout = r.dropout("attention_dropout");
+  c.hidden_dropout = r.dropout("hidden_dropout");
+  c.initializer_range = r.number("initializer_range", 0.02);
+  r.check(c.initializer_range >= 0,
+          fmt::format("initializer_range must be >= 0, got {}", c.initializer_range));
   return c;
 }
 
@@ -287,7 +193,7 @@ torch::Tensor LlamaBlock::forward(const torch::Tensor& x, const BlockContext& ct
   };
   SubLayerFn attention_sublayer = [this, ctx, drop](const torch::Tensor& in) {
     return in + drop(self_attn(input_layernorm(in), ctx.rope_cos, ctx.rope_sin, ctx.mask,
-                               /*is_causal=*/true));  // (B, T, C)
+                               /*is_causal=*/!ctx.mask_includes_causal));  // (B, T, C)
   };
   SubLayerFn mlp_sublayer = [this, drop](const torch::Tensor& in) {
     return in + drop(mlp(post_attention_layernorm(in)));  // (B, T, C)
@@ -323,27 +229,8 @@ LlamaModel::LlamaModel(const LlamaConfig& config) : config_(config), rope_(rotar
 }
 
 void LlamaModel::init_weights(uint64_t seed) {
-  torch::NoGradGuard no_grad;
   at::Generator gen = at::detail::createCPUGenerator(seed);
-  const double init_std = config_.initializer_range;
-  // Drawn on the CPU in float32 whatever the parameter's device and dtype, so that a seed
-  // means the same weights everywhere.
-  auto normal = [&](torch::Tensor& w) {
-    auto draw = torch::empty(w.sizes(), torch::TensorOptions().dtype(torch::kFloat));
-    draw.normal_(0.0, init_std, gen);
-    w.copy_(draw);
-  };
-  // modules() walks in registration order, so the draws come in a fixed order.
-  for (const auto& module : modules(/*include_self=*/false)) {
-    if (auto* linear = module->as<torch::nn::LinearImpl>()) {
-      normal(linear->weight);
-      if (linear->bias.defined()) linear->bias.zero_();
-    } else if (auto* embedding = module->as<torch::nn::EmbeddingImpl>()) {
-      normal(embedding->weight);
-    } else if (auto* rms = module->as<RMSNormImpl>()) {
-      rms->reset_parameters();
-    }
-  }
+  init_weights_normal(*this, config_.initializer_range, gen);
 }
 
 std::vector<std::shared_ptr<Block>> LlamaModel::blocks() {
@@ -361,13 +248,18 @@ torch::Tensor LlamaModel::decode(const torch::Tensor& inputs_embeds) {
   TORCH_CHECK(inputs_embeds.dim() == 3 && inputs_embeds.size(2) == config_.hidden_size,
               "llama: embeddings must be (B, T, ", config_.hidden_size, "), got ",
               inputs_embeds.sizes());
-  const RopeTables& rope = rope_.get(inputs_embeds.size(1), inputs_embeds.device());
-  BlockContext ctx;
-  ctx.rope_cos = rope.cos;          // (T, HS)
-  ctx.rope_sin = rope.sin;          // (T, HS)
+  const BlockContext ctx = context(inputs_embeds.size(1), inputs_embeds.device());
   torch::Tensor x = inputs_embeds;  // (B, T, C)
   for (const auto& block : blocks_) x = run_block(*block, x, ctx);
   return norm(x);  // (B, T, C)
+}
+
+BlockContext LlamaModel::context(int64_t seq_len, const torch::Device& device) {
+  const RopeTables& rope = rope_.get(seq_len, device);
+  BlockContext ctx;
+  ctx.rope_cos = rope.cos;  // (T, HS)
+  ctx.rope_sin = rope.sin;  // (T, HS)
+  return ctx;
 }
 
 torch::Tensor LlamaModel::lm_logits(const torch::Tensor& hidden) {

@@ -121,6 +121,8 @@ class LlamaModel : public Model {
   torch::Tensor decode(const torch::Tensor& inputs_embeds);
   // (B, T, C) -> (B, T, V)
   torch::Tensor lm_logits(const torch::Tensor& hidden);
+  // What every block of a forward over `seq_len` positions gets: the rotary tables.
+  BlockContext context(int64_t seq_len, const torch::Device& device);
 
   const LlamaConfig& config() const { return config_; }
 

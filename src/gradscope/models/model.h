@@ -23,6 +23,8 @@ struct Batch {
   torch::Tensor targets;      // (B, T) int64, kIgnoreIndex where no loss is taken
   torch::Tensor images;       // (B, 3, H, W) float
   torch::Tensor labels;       // (B) int64 class labels
+  torch::Tensor text_mask;    // (B, T) bool, true at real tokens, false at padding; undefined
+                              // when nothing is padded
   int64_t samples = 0;        // B
   int64_t tokens = 0;         // positions through the transformer (image tokens included)
   int64_t targets_count = 0;  // positions in the loss
@@ -37,6 +39,7 @@ constexpr int64_t kIgnoreIndex = -100;
 struct LossOutput {
   torch::Tensor loss_sum;  // () float, requires grad
   int64_t target_count = 0;
+  int64_t correct = -1;  // classifiers: targets whose arg-max prediction is right; else -1
 };
 
 // Per-forward tensors a block needs besides its input: rotary tables and masks. A model
@@ -48,6 +51,9 @@ struct BlockContext {
   torch::Tensor rope_sin_local;
   torch::Tensor mask;        // additive (T, T) or (B, 1, T, T) mask; undefined = causal/none
   torch::Tensor mask_local;  // sliding-window mask of local layers
+  // Whether `mask` already holds the causal constraint (a causal block then passes it as is
+  // rather than combining it with the causal mask again in every layer).
+  bool mask_includes_causal = false;
 };
 
 // The residual sub-layers of a block, which a strategy may treat separately (selective

@@ -3,7 +3,10 @@
 #include "gradscope/core/error.h"
 #include "gradscope/data/tokenizer.h"
 #include "gradscope/models/llama.h"
+#include "gradscope/models/modernbert.h"
+#include "gradscope/models/nanovlm.h"
 #include "gradscope/models/toy.h"
+#include "gradscope/models/vit.h"
 
 namespace gradscope {
 
@@ -14,6 +17,7 @@ Batch Batch::to(const torch::Device& device) const {
   out.targets = move(targets);
   out.images = move(images);
   out.labels = move(labels);
+  out.text_mask = move(text_mask);
   return out;
 }
 
@@ -23,6 +27,21 @@ const Registry<ModelFamily>& model_registry() {
     r.add(
         "llama", "Llama 3 decoder (paper: Llama 3.2 1B), causal language modelling",
         {"causal-lm", llama_preset, llama_count_params, make_llama, llama_forward_flops_per_token});
+    r.add("vit", "Vision Transformer (paper: ViT-B/16), image classification",
+          {"image-classification",
+           vit_preset,
+           vit_count_params,
+           make_vit,
+           vit_forward_flops_per_token,
+           {"tiny", "small", "paper"},
+           vit_finalize_arch});
+    r.add("modernbert", "ModernBERT encoder (paper: ModernBERT-base), masked language modelling",
+          {"masked-lm", modernbert_preset, modernbert_count_params, make_modernbert,
+           modernbert_forward_flops_per_token});
+    r.add("nanovlm",
+          "vision-language model (paper: nanoVLM-222M, SigLIP + SmolLM2), image captioning",
+          {"vision-language", nanovlm_preset, nanovlm_count_params, make_nanovlm,
+           nanovlm_forward_flops_per_token});
     r.add("quadratic", "toy: n-dimensional quadratic with a set condition number, known minimum",
           {"toy",
            quadratic_preset,
@@ -95,13 +114,20 @@ nlohmann::json resolve_arch(const RunConfig& config) {
                     "or --seq",
                 "set its size with --arch dim=N (and --arch condition=K for the quadratic)");
   apply_arch_overrides(config.model, config.arch_overrides, arch);
+  if (family.kind == "image-classification")
+    check_usage(config.tokenizer.empty() && config.seq_len <= 0,
+                "model '" + config.model + "' reads images: it takes no --tokenizer or --seq",
+                "its tokens are the image's patches: change --arch image_size=N or patch_size=N");
+  const std::string preset_tokenizer = arch.value("tokenizer", "");
   if (!config.tokenizer.empty()) {
     tokenizer_registry().get(config.tokenizer);  // validates the name
     arch["tokenizer"] = config.tokenizer;
   }
   if (arch.contains("tokenizer")) {
     const auto& tok = tokenizer_registry().get(arch["tokenizer"].get<std::string>());
-    arch["vocab_size"] = padded_vocab(tok.vocab_size);
+    const int64_t preset_vocab = arch.value("vocab_size", int64_t{0});
+    const bool keep = arch["tokenizer"] == preset_tokenizer && preset_vocab >= tok.vocab_size;
+    if (!keep) arch["vocab_size"] = padded_vocab(tok.vocab_size);
   }
   if (config.seq_len > 0) arch["seq_len"] = config.seq_len;
   if (!config.dataset.empty()) arch["dataset"] = config.dataset;
@@ -112,6 +138,7 @@ nlohmann::json resolve_arch(const RunConfig& config) {
     arch["hidden_dropout"] = *config.dropout;
     arch["attention_dropout"] = *config.dropout;
   }
+  if (family.finalize) family.finalize(arch);
   return arch;
 }
 

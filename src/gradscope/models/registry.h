@@ -16,7 +16,10 @@
 namespace gradscope {
 
 struct ModelFamily {
-  std::string kind;  // "causal-lm", or "toy" (a function with a known minimum, no data)
+  // What it learns, which also picks its data: "causal-lm" (next token), "masked-lm",
+  // "image-classification", "vision-language" (captions of images), or "toy" (a function
+  // with a known minimum, no data).
+  std::string kind;
   // The architecture of a preset: Hugging Face config names plus gradscope's "tokenizer",
   // "seq_len" and "dataset" defaults. Throws a usage error for an unknown preset.
   nlohmann::json (*preset)(const std::string& preset);
@@ -28,12 +31,17 @@ struct ModelFamily {
   double (*forward_flops_per_token)(const nlohmann::json& arch, int64_t seq_len);
   // The presets it has, smallest first.
   std::vector<std::string> presets = {"tiny", "small", "paper"};
+  // Derives keys from others once overrides are applied (a ViT's seq_len from its image and
+  // patch size); null when nothing is derived.
+  void (*finalize)(nlohmann::json& arch) = nullptr;
 };
 
 const Registry<ModelFamily>& model_registry();
 
 // The architecture of the run: the preset, with the run's tokenizer, sequence length and
-// dropout applied, and the vocabulary padded from the tokenizer's size up to a multiple of 64.
+// dropout applied. The vocabulary is the preset's when it uses the preset's own tokenizer and
+// holds its ids (ModernBERT-base's published 50368), else the tokenizer's size padded up to a
+// multiple of 64.
 nlohmann::json resolve_arch(const RunConfig& config);
 
 // Applies --arch NAME=VALUE overrides to a preset's architecture: the key must exist (else a

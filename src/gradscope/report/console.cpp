@@ -104,6 +104,7 @@ std::string summary_table(const nlohmann::json& r,
   auto fixed4 = [](double v) { return fmt::format("{:.4f}", v); };
   auto pct = [](double v) { return fmt::format("{:.0f}%", v); };
   auto count = [](double v) { return fmt::format("{:.0f}", v); };
+  auto pct100 = [](double v) { return fmt::format("{:.1f}%", 100.0 * v); };
   std::vector<std::pair<std::string, std::string>> rows = {
       {"run", r.value("run_id", "")},
       {"status", r.value("status", "")},
@@ -138,6 +139,8 @@ std::string summary_table(const nlohmann::json& r,
       {"threads", fmt::format("{} intra-op, {} BLAS", or_na(num(r, {"env", "threads"}), count),
                               or_na(num(r, {"env", "blas_threads"}), count))},
   };
+  if (auto accuracy = num(r, {"final_accuracy"}))  // classifiers only
+    rows.insert(rows.begin() + 6, {"final val accuracy", pct100(*accuracy)});
   rows.insert(rows.end(), extra.begin(), extra.end());
   if (r.contains("failure") && r["failure"].is_object())
     rows.push_back({"failure", fmt::format("step {} ({}): {}", r["failure"].value("step", 0),

@@ -128,7 +128,12 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
     if (state->counters) ++state->counters->recomputed;
     if (y.requires_grad()) torch::autograd::backward({y}, {grad_outputs[0]});
     // One entry per forward argument: x, then the state (no gradient).
-    return {input_grad ? x.grad() : torch::Tensor(), torch::Tensor()};
+    // x.grad() keeps the layout of the first gradient that reached x (AccumulateGrad adds the
+    // later ones in place), which can be transposed, while plain backward sums the same terms
+    // into a fresh contiguous tensor. The values agree; the layout decides the summation order
+    // of the reductions upstream (a bias gradient sums over batch and positions), so it is
+    // made contiguous to keep checkpointing bitwise exact.
+    return {input_grad ? x.grad().contiguous() : torch::Tensor(), torch::Tensor()};
   }
 };
 

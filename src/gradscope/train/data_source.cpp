@@ -1,25 +1,83 @@
 #include "gradscope/train/data_source.h"
 
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <tuple>
+
 #include "gradscope/core/env.h"
 #include "gradscope/core/error.h"
+#include "gradscope/core/rng.h"
+#include "gradscope/data/images.h"
 #include "gradscope/data/text.h"
 #include "gradscope/data/tokenizer.h"
+#include "gradscope/models/nanovlm.h"
 
 namespace gradscope {
 namespace {
+
+// Counter-based streams of the per-sample randomness (core/rng.h).
+constexpr uint64_t kMlmTrainStream = 0x6d6c6d747261696eULL;  // "mlmtrain"
+constexpr uint64_t kMlmValStream = 0x6d6c6d76616c6964ULL;    // "mlmvalid"
+
+// The order in which training samples visit a set of n items: sample i reads item
+// perm_e(i mod n) of epoch e = i / n, where perm_e depends on (seed, e) alone.
+class EpochOrder {
+ public:
+  EpochOrder(uint64_t seed, int64_t n) : seed_(seed), n_(n) {}
+  int64_t item(int64_t sample) const {
+    check_usage(sample >= 0, fmt::format("sample index {} must be >= 0", sample));
+    const int64_t epoch = sample / n_;
+    std::lock_guard<std::mutex> lock(*mutex_);
+    if (epoch != epoch_) {
+      perm_ = epoch_permutation(seed_, epoch, n_);
+      epoch_ = epoch;
+    }
+    return perm_[sample % n_];
+  }
+  // Items of samples [first, first + count), as an index tensor. (count)
+  torch::Tensor items(int64_t first, int64_t count) const {
+    auto out = torch::empty({count}, torch::kInt64);
+    for (int64_t i = 0; i < count; ++i) out[i] = item(first + i);
+    return out;
+  }
+
+ private:
+  uint64_t seed_;
+  int64_t n_;
+  std::shared_ptr<std::mutex> mutex_ = std::make_shared<std::mutex>();
+  mutable std::vector<int64_t> perm_;
+  mutable int64_t epoch_ = -1;
+};
+
+// Validation items [first, first + count) in order, wrapping around. (count)
+torch::Tensor wrapped_items(int64_t first, int64_t count, int64_t n) {
+  return (torch::arange(count, torch::kInt64) + first).remainder(n);
+}
+
+// Class names of an IDX data set: MNIST's digits for "mnist", Fashion-MNIST's otherwise.
+const std::vector<std::string>& idx_classes(const std::string& dataset) {
+  return dataset == "mnist" ? mnist_classes() : fashion_mnist_classes();
+}
+
+std::unique_ptr<Tokenizer> tokenizer_for(const nlohmann::json& arch) {
+  auto tokenizer = make_tokenizer(arch.at("tokenizer").get<std::string>(), data_dir());
+  const int64_t vocab = arch.at("vocab_size").get<int64_t>();
+  check_usage(tokenizer->vocab_size() <= vocab,
+              fmt::format("tokenizer '{}' has {} ids but the model's vocabulary is {}",
+                          tokenizer->name(), tokenizer->vocab_size(), vocab),
+              "choose a tokenizer that fits the preset, or leave --tokenizer unset");
+  return tokenizer;
+}
 
 // Next-token prediction over windows of a tokenized corpus.
 class CausalLmSource : public DataSource {
  public:
   CausalLmSource(const nlohmann::json& arch, const RunConfig& config)
       : dataset_(arch.at("dataset").get<std::string>()),
-        tokenizer_(make_tokenizer(arch.at("tokenizer").get<std::string>(), data_dir())),
+        tokenizer_(tokenizer_for(arch)),
         corpus_(dataset_, *tokenizer_, data_dir(), arch.at("seq_len").get<int64_t>(), config.seed) {
-    const int64_t vocab = arch.at("vocab_size").get<int64_t>();
-    check_usage(tokenizer_->vocab_size() <= vocab,
-                fmt::format("tokenizer '{}' has {} ids but the model's vocabulary is {}",
-                            tokenizer_->name(), tokenizer_->vocab_size(), vocab),
-                "choose a tokenizer that fits the preset, or leave --tokenizer unset");
   }
 
   Batch train_batch(int64_t first, int64_t count) const override {
@@ -56,6 +114,305 @@ class CausalLmSource : public DataSource {
   TextCorpus corpus_;
 };
 
+// Masked language modelling over windows of a tokenized corpus, with ModernBERT's recipe:
+// each position is selected with probability mlm_probability (0.3); a selected position is
+// replaced by the mask id (80%), by a uniformly drawn token (10%) or kept (10%), and only
+// selected positions have targets (their original token). The draws come from a hash of
+// (seed, stream, sample index, position), so a sample is masked the same way whatever the
+// batch split; validation windows use their own stream and are masked the same at every
+// evaluation.
+class MaskedLmSource : public DataSource {
+ public:
+  MaskedLmSource(const nlohmann::json& arch, const RunConfig& config)
+      : dataset_(arch.at("dataset").get<std::string>()),
+        tokenizer_(tokenizer_for(arch)),
+        corpus_(dataset_, *tokenizer_, data_dir(), arch.at("seq_len").get<int64_t>(), config.seed),
+        seed_(config.seed),
+        probability_(arch.value("mlm_probability", 0.3)),
+        mask_id_(mask_token_id(*tokenizer_, arch.at("vocab_size").get<int64_t>())) {}
+
+  Batch train_batch(int64_t first, int64_t count) const override {
+    return masked(corpus_.train_batch(first, count), first, kMlmTrainStream);
+  }
+  Batch val_batch(int64_t first, int64_t count) const override {
+    return masked(corpus_.val_batch(first, count), first, kMlmValStream);
+  }
+  int64_t val_samples() const override { return corpus_.val_windows(); }
+
+  nlohmann::json describe() const override {
+    return {
+        {"dataset", dataset_},
+        {"tokenizer", tokenizer_->name()},
+        {"objective", "masked language modelling: loss over the selected positions only"},
+        {"mlm_probability", probability_},
+        {"mask_id", mask_id_},
+        {"train_tokens", corpus_.train_tokens()},
+        {"val_tokens", corpus_.val_tokens()},
+        {"train_windows", corpus_.train_windows()},
+        {"unigram_entropy_nats", unigram_entropy_nats(corpus_.tokens(), 0, corpus_.split_index())}};
+  }
+
+ private:
+  // The id a masked position reads: the bytes tokenizer's MASK, else the first id past the
+  // tokenizer's (a padded vocabulary has room; GPT-2's 50257 in 50304 or 50368).
+  static int64_t mask_token_id(const Tokenizer& tokenizer, int64_t vocab) {
+    if (tokenizer.name() == "bytes") return kBytesMaskId;
+    check_usage(tokenizer.vocab_size() < vocab,
+                fmt::format("masked language modelling needs a spare id for [MASK], but "
+                            "tokenizer '{}' fills the whole vocabulary of {}",
+                            tokenizer.name(), vocab),
+                "use the bytes or gpt2 tokenizer");
+    return tokenizer.vocab_size();
+  }
+
+  Batch masked(TextBatch text, int64_t first, uint64_t stream) const {
+    auto ids = text.input_ids.contiguous();              // (B, T)
+    auto targets = torch::full_like(ids, kIgnoreIndex);  // (B, T)
+    const int64_t b = ids.size(0), t = ids.size(1), vocab = tokenizer_->vocab_size();
+    int64_t* x = ids.data_ptr<int64_t>();
+    int64_t* y = targets.data_ptr<int64_t>();
+    int64_t selected = 0;
+    for (int64_t i = 0; i < b; ++i) {
+      const uint64_t sample = hash3(seed_, stream, static_cast<uint64_t>(first + i));
+      for (int64_t j = 0; j < t; ++j) {
+        const uint64_t h = mix64(sample ^ mix64(static_cast<uint64_t>(j)));
+        if (unit_double(h) >= probability_) continue;
+        int64_t& token = x[i * t + j];
+        y[i * t + j] = token;
+        ++selected;
+        const double u = unit_double(mix64(h ^ 0x5bd1e995ULL));
+        if (u < 0.8) {
+          token = mask_id_;
+        } else if (u < 0.9) {
+          token = static_cast<int64_t>(unit_double(mix64(h + 1)) * static_cast<double>(vocab));
+        }
+      }
+    }
+    Batch batch;
+    batch.samples = b;
+    batch.tokens = b * t;
+    batch.targets_count = selected;
+    batch.input_ids = ids;
+    batch.targets = targets;
+    return batch;
+  }
+
+  std::string dataset_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  TextCorpus corpus_;
+  uint64_t seed_;
+  double probability_;
+  int64_t mask_id_;
+};
+
+// Images with class labels (Fashion-MNIST, MNIST): the standard training split shuffled per
+// epoch, the standard test split for validation. Images are normalized per channel with the
+// training split's own mean and standard deviation, replicated to 3 channels and resized to
+// the model's image size.
+class ImageClassificationSource : public DataSource {
+ public:
+  ImageClassificationSource(const nlohmann::json& arch, const RunConfig& config)
+      : dataset_(arch.at("dataset").get<std::string>()),
+        folder_(image_dataset_folder(dataset_, data_dir())),
+        train_(load_idx_split(folder_, "train", idx_classes(dataset_))),
+        val_(load_idx_split(folder_, "test", idx_classes(dataset_))),
+        order_(config.seed, train_.size()),
+        image_size_(arch.at("image_size").get<int64_t>()),
+        tokens_per_image_(arch.at("seq_len").get<int64_t>()) {
+    const auto labels = arch.at("num_labels").get<int64_t>();
+    check_usage(labels == static_cast<int64_t>(train_.class_names.size()),
+                fmt::format("'{}' has {} classes but the model's head has num_labels={}", dataset_,
+                            train_.class_names.size(), labels),
+                fmt::format("pass --arch num_labels={}", train_.class_names.size()));
+    std::tie(mean_, std_) = channel_stats(train_.pixels);
+  }
+
+  Batch train_batch(int64_t first, int64_t count) const override {
+    return batch(train_, order_.items(first, count));
+  }
+  Batch val_batch(int64_t first, int64_t count) const override {
+    return batch(val_, wrapped_items(first, count, val_.size()));
+  }
+  int64_t val_samples() const override { return val_.size(); }
+
+  nlohmann::json describe() const override {
+    return {{"dataset", dataset_},
+            {"folder", folder_},
+            {"train_images", train_.size()},
+            {"val_images", val_.size()},
+            {"source_size", {train_.pixels.size(2), train_.pixels.size(3)}},
+            {"image_size", image_size_},
+            {"classes", train_.class_names},
+            {"normalization", {{"mean", mean_}, {"std", std_}}},
+            // The loss of a model that ignores the image: ln(classes) for balanced classes.
+            {"chance_loss_nats", std::log(static_cast<double>(train_.class_names.size()))}};
+  }
+
+ private:
+  Batch batch(const ImageSet& set, const torch::Tensor& items) const {
+    Batch b;
+    b.images = preprocess_images(set.pixels.index_select(0, items), image_size_, mean_, std_);
+    b.labels = set.labels.index_select(0, items);
+    b.samples = items.size(0);
+    b.tokens = b.samples * tokens_per_image_;
+    b.targets_count = b.samples;
+    return b;
+  }
+
+  std::string dataset_, folder_;
+  ImageSet train_, val_;
+  EpochOrder order_;
+  int64_t image_size_, tokens_per_image_;
+  std::vector<double> mean_, std_;
+};
+
+// Images with captions for a vision-language model: the emoji set (names as captions; every
+// tenth image, in file-name order, is held out for validation) or an IDX set with templated
+// captions ("a photo of an ankle boot"; the standard test split for validation). A caption is
+// [eot] + tokens + [eot], cut to seq_len + 1 tokens: the inputs are its first seq_len
+// (padded with eot), the targets the next tokens where they exist.
+class VisionLanguageSource : public DataSource {
+ public:
+  VisionLanguageSource(const nlohmann::json& arch, const RunConfig& config)
+      : dataset_(arch.at("dataset").get<std::string>()),
+        folder_(image_dataset_folder(dataset_, data_dir())),
+        tokenizer_(tokenizer_for(arch)),
+        image_size_(arch.at("image_size").get<int64_t>()),
+        seq_len_(arch.at("seq_len").get<int64_t>()),
+        image_tokens_(nanovlm_config(arch).image_tokens()) {
+    check_usage(seq_len_ >= 2, fmt::format("caption length {} must be at least 2", seq_len_),
+                "pass --seq 32 or more");
+    if (dataset_ == "emoji" ||
+        std::filesystem::exists(std::filesystem::path(folder_) / "emoji.json")) {
+      ImageSet all = load_emoji(folder_);
+      auto is_val = torch::arange(all.size(), torch::kInt64).remainder(10).eq(0);
+      auto val_items = is_val.nonzero().squeeze(1),
+           train_items = is_val.logical_not().nonzero().squeeze(1);
+      split(all, train_items, train_);
+      split(all, val_items, val_);
+    } else {
+      const auto& classes = idx_classes(dataset_);
+      train_ = load_idx_split(folder_, "train", classes);
+      val_ = load_idx_split(folder_, "test", classes);
+      for (ImageSet* set : {&train_, &val_}) {
+        const auto* labels = set->labels.data_ptr<int64_t>();
+        for (int64_t i = 0; i < set->size(); ++i)
+          set->captions.push_back(templated_caption(classes[labels[i]], dataset_ == "mnist"));
+      }
+    }
+    check_usage(train_.size() > 0 && val_.size() > 0,
+                fmt::format("'{}' has no images to train or validate on", folder_));
+    order_ = std::make_unique<EpochOrder>(config.seed, train_.size());
+    std::tie(mean_, std_) = channel_stats(train_.pixels);
+    train_ids_ = tokenize(train_.captions);
+    val_ids_ = tokenize(val_.captions);
+  }
+
+  Batch train_batch(int64_t first, int64_t count) const override {
+    return batch(train_, train_ids_, order_->items(first, count));
+  }
+  Batch val_batch(int64_t first, int64_t count) const override {
+    return batch(val_, val_ids_, wrapped_items(first, count, val_.size()));
+  }
+  int64_t val_samples() const override { return val_.size(); }
+
+  nlohmann::json describe() const override {
+    double tokens = 0;
+    for (const auto& ids : train_ids_) tokens += static_cast<double>(ids.size());
+    return {{"dataset", dataset_},
+            {"folder", folder_},
+            {"tokenizer", tokenizer_->name()},
+            {"train_images", train_.size()},
+            {"val_images", val_.size()},
+            {"image_size", image_size_},
+            {"image_tokens", image_tokens_},
+            {"caption_positions", seq_len_},
+            {"caption_tokens_mean", tokens / static_cast<double>(train_ids_.size())},
+            {"captions_cut", truncated_},
+            {"example_captions",
+             {train_.captions.front(), train_.captions[train_.captions.size() / 2]}},
+            {"normalization", {{"mean", mean_}, {"std", std_}}}};
+  }
+
+ private:
+  static void split(const ImageSet& all, const torch::Tensor& items, ImageSet& out) {
+    out.pixels = all.pixels.index_select(0, items);
+    const auto* idx = items.data_ptr<int64_t>();
+    for (int64_t i = 0; i < items.size(0); ++i) out.captions.push_back(all.captions[idx[i]]);
+  }
+
+  // [eot] + caption + [eot], at most seq_len + 1 tokens. Repeated captions (templated ones)
+  // are tokenized once.
+  std::vector<std::vector<int32_t>> tokenize(const std::vector<std::string>& captions) {
+    std::map<std::string, std::vector<int32_t>> cache;
+    std::vector<std::vector<int32_t>> out;
+    out.reserve(captions.size());
+    const int32_t eot = tokenizer_->eot_id();
+    for (const auto& caption : captions) {
+      auto it = cache.find(caption);
+      if (it == cache.end()) {
+        std::vector<int32_t> ids = {eot};
+        for (int32_t id : tokenizer_->encode(caption)) ids.push_back(id);
+        ids.push_back(eot);
+        it = cache.emplace(caption, std::move(ids)).first;
+      }
+      std::vector<int32_t> ids = it->second;
+      if (static_cast<int64_t>(ids.size()) > seq_len_ + 1) {
+        ids.resize(seq_len_ + 1);
+        ++truncated_;
+      }
+      out.push_back(std::move(ids));
+    }
+    return out;
+  }
+
+  Batch batch(const ImageSet& set, const std::vector<std::vector<int32_t>>& captions,
+              const torch::Tensor& items) const {
+    const int64_t b = items.size(0), t = seq_len_;
+    const int32_t eot = tokenizer_->eot_id();
+    auto inputs = torch::full({b, t}, static_cast<int64_t>(eot), torch::kInt64);  // (B, T)
+    auto targets = torch::full({b, t}, kIgnoreIndex, torch::kInt64);              // (B, T)
+    auto real = torch::zeros({b, t}, torch::kBool);                               // (B, T)
+    int64_t* x = inputs.data_ptr<int64_t>();
+    int64_t* y = targets.data_ptr<int64_t>();
+    bool* r = real.data_ptr<bool>();
+    const auto* idx = items.data_ptr<int64_t>();
+    int64_t count = 0;
+    bool padded = false;
+    for (int64_t i = 0; i < b; ++i) {
+      const auto& ids = captions[idx[i]];
+      const auto n = static_cast<int64_t>(ids.size());
+      for (int64_t j = 0; j < std::min(n, t); ++j) {
+        x[i * t + j] = ids[j];
+        r[i * t + j] = true;
+        if (j + 1 < n) {
+          y[i * t + j] = ids[j + 1];
+          ++count;
+        }
+      }
+      padded = padded || n < t;
+    }
+    Batch out;
+    out.images = preprocess_images(set.pixels.index_select(0, items), image_size_, mean_, std_);
+    out.input_ids = inputs;
+    out.targets = targets;
+    if (padded) out.text_mask = real;
+    out.samples = b;
+    out.tokens = b * (image_tokens_ + t);
+    out.targets_count = count;
+    return out;
+  }
+
+  std::string dataset_, folder_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  int64_t image_size_, seq_len_, image_tokens_;
+  ImageSet train_, val_;
+  std::unique_ptr<EpochOrder> order_;
+  std::vector<double> mean_, std_;
+  std::vector<std::vector<int32_t>> train_ids_, val_ids_;
+  int64_t truncated_ = 0;
+};
+
 // A toy problem has no data: every batch is one evaluation of its function (a "token").
 class ToySource : public DataSource {
  public:
@@ -80,6 +437,10 @@ std::unique_ptr<DataSource> make_data_source(const std::string& kind, const nloh
                                              const RunConfig& config) {
   if (kind == "causal-lm") return std::make_unique<CausalLmSource>(arch, config);
   if (kind == "toy") return std::make_unique<ToySource>();
+  if (kind == "masked-lm") return std::make_unique<MaskedLmSource>(arch, config);
+  if (kind == "image-classification")
+    return std::make_unique<ImageClassificationSource>(arch, config);
+  if (kind == "vision-language") return std::make_unique<VisionLanguageSource>(arch, config);
   fail_usage("no data source for model kind '" + kind + "'");
 }
 

@@ -284,7 +284,7 @@ double Trainer::lr_at(int64_t step) const {
   return lr_ * 0.5 * (1.0 + std::cos(M_PI * std::min(1.0, progress)));
 }
 
-double Trainer::evaluate() {
+Trainer::Evaluation Trainer::evaluate() {
   torch::NoGradGuard no_grad;
   AutocastScope autocast(device_, config_.dtype == "bf16");
   model_->eval();
@@ -293,15 +293,24 @@ double Trainer::evaluate() {
       std::min<int64_t>(config_.eval_batches, std::max<int64_t>(1, data_->val_samples() / b));
   torch::Tensor sum =
       torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
-  int64_t count = 0;
+  int64_t count = 0, correct = 0;
+  bool classifier = false;
   for (int64_t i = 0; i < n; ++i) {
     Batch batch = data_->val_batch(i * b, b).to(device_);
     LossOutput out = model_->loss(batch);
     sum += out.loss_sum.to(torch::kFloat64);
     count += out.target_count;
+    if (out.correct >= 0) {
+      classifier = true;
+      correct += out.correct;
+    }
   }
   model_->train();
-  return sum.item<double>() / static_cast<double>(std::max<int64_t>(count, 1));
+  Evaluation e;
+  const double denominator = static_cast<double>(std::max<int64_t>(count, 1));
+  e.val_loss = sum.item<double>() / denominator;
+  if (classifier) e.accuracy = static_cast<double>(correct) / denominator;
+  return e;
 }
 
 nlohmann::json Trainer::run(ProgressSink* progress) {
@@ -349,9 +358,12 @@ nlohmann::json Trainer::run(ProgressSink* progress) {
   int64_t step = 0;
 
   auto maybe_eval = [&](int64_t done) {
-    const double val = evaluate();
-    evals.push_back({{"step", done}, {"val_loss", null_if_nan(val)}, {"accuracy", nullptr}});
-    if (progress) progress->on_eval(done, val);
+    const Evaluation e = evaluate();
+    evals.push_back(
+        {{"step", done},
+         {"val_loss", null_if_nan(e.val_loss)},
+         {"accuracy", e.accuracy ? nlohmann::json(*e.accuracy) : nlohmann::json(nullptr)}});
+    if (progress) progress->on_eval(done, e.val_loss);
   };
 
   try {
@@ -494,6 +506,7 @@ nlohmann::json Trainer::run(ProgressSink* progress) {
   record["eval"] = evals;
   record["final_loss"] = null_if_nan(final_loss);
   record["final_val_loss"] = evals.empty() ? nlohmann::json(nullptr) : evals.back()["val_loss"];
+  record["final_accuracy"] = evals.empty() ? nlohmann::json(nullptr) : evals.back()["accuracy"];
   record["lr_search"] = nullptr;
   if (auto* toy = dynamic_cast<ToyModel*>(model_.get())) {
     const auto x = toy->point().detach().cpu().contiguous();

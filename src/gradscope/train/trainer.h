@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,7 +56,11 @@ class Trainer {
 
  private:
   double lr_at(int64_t step) const;  // step counts from 0 over all steps
-  double evaluate();
+  struct Evaluation {
+    double val_loss = 0;
+    std::optional<double> accuracy;  // classifiers only
+  };
+  Evaluation evaluate();
 
   RunConfig config_;
   nlohmann::json arch_;

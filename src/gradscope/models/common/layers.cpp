@@ -36,6 +36,29 @@ torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
 }
 
 // ---------------------------------------------------------------------------------------
+// LayerNorm
+
+LayerNormImpl::LayerNormImpl(const LayerNormOptions& options_) : options(options_) { reset(); }
+
+void LayerNormImpl::reset() {
+  TORCH_CHECK(options.dim() > 0, "LayerNorm dim must be positive, got ", options.dim());
+  TORCH_CHECK(options.eps() >= 0, "LayerNorm eps must be >= 0, got ", options.eps());
+  weight = register_parameter("weight", torch::empty({options.dim()}));
+  if (options.bias()) bias = register_parameter("bias", torch::empty({options.dim()}));
+  reset_parameters();
+}
+
+void LayerNormImpl::reset_parameters() {
+  torch::NoGradGuard no_grad;
+  weight.fill_(1.0);
+  if (bias.defined()) bias.zero_();
+}
+
+torch::Tensor LayerNormImpl::forward(const torch::Tensor& x) {
+  return torch::layer_norm(x, {options.dim()}, weight, bias, options.eps());
+}
+
+// ---------------------------------------------------------------------------------------
 // Rotary embeddings
 
 torch::Tensor rope_inv_freq(const RotaryOptions& options) {
@@ -148,6 +171,25 @@ torch::Tensor repeat_kv(const torch::Tensor& x, int64_t n_rep) {
 // top-left aligned like SDPA's is_causal.
 static torch::Tensor causal_keep_mask(int64_t t, int64_t s, const torch::Device& device) {
   return torch::ones({t, s}, torch::TensorOptions().dtype(torch::kBool).device(device)).tril();
+}
+
+torch::Tensor causal_mask(int64_t t, const torch::Device& device) {
+  return causal_keep_mask(t, t, device);
+}
+
+torch::Tensor sliding_window_mask(int64_t t, int64_t half_window, const torch::Device& device) {
+  TORCH_CHECK(t > 0 && half_window >= 0, "sliding window mask needs T > 0 and a window >= 0, got ",
+              t, " and ", half_window);
+  auto pos = torch::arange(t, torch::TensorOptions().dtype(torch::kLong).device(device));  // (T)
+  auto distance = (pos.unsqueeze(1) - pos.unsqueeze(0)).abs();                             // (T, T)
+  return distance.le(half_window);
+}
+
+torch::Tensor key_padding_mask(const torch::Tensor& real_positions) {
+  TORCH_CHECK(real_positions.dim() == 2 && real_positions.scalar_type() == torch::kBool,
+              "key_padding_mask expects (B, S) bool, got ", real_positions.sizes(), " ",
+              real_positions.scalar_type());
+  return real_positions.unsqueeze(1).unsqueeze(1);  // (B, 1, 1, S)
 }
 
 // One mask for SDPA (which rejects attn_mask together with is_causal) and the math path:
@@ -293,6 +335,108 @@ void SwiGLUImpl::reset() {
 torch::Tensor SwiGLUImpl::forward(const torch::Tensor& x) {
   auto h = F::silu(gate_proj(x)) * up_proj(x);  // (B, T, I)
   return down_proj(h);                          // (B, T, C)
+}
+
+// ---------------------------------------------------------------------------------------
+// GELU MLP and GeGLU
+
+static torch::Tensor gelu(const torch::Tensor& x, bool tanh_approximation) {
+  return F::gelu(x, F::GELUFuncOptions().approximate(tanh_approximation ? "tanh" : "none"));
+}
+
+static torch::Tensor maybe_dropout(const torch::Tensor& x, double p, bool training) {
+  return training && p > 0 ? F::dropout(x, F::DropoutFuncOptions().p(p).training(true)) : x;
+}
+
+GeluMLPImpl::GeluMLPImpl(const GeluMLPOptions& options_) : options(options_) { reset(); }
+
+void GeluMLPImpl::reset() {
+  const int64_t c = options.hidden_size(), i = options.intermediate_size();
+  TORCH_CHECK(c > 0 && i > 0, "GELU MLP needs positive sizes, got ", c, " and ", i);
+  fc1 = register_module("fc1",
+                        torch::nn::Linear(torch::nn::LinearOptions(c, i).bias(options.bias())));
+  fc2 = register_module("fc2",
+                        torch::nn::Linear(torch::nn::LinearOptions(i, c).bias(options.bias())));
+}
+
+torch::Tensor GeluMLPImpl::forward(const torch::Tensor& x) {
+  auto h = gelu(fc1(x), options.tanh_approximation());             // (B, T, I)
+  return fc2(maybe_dropout(h, options.dropout(), is_training()));  // (B, T, C)
+}
+
+GeGLUImpl::GeGLUImpl(const GeluMLPOptions& options_) : options(options_) { reset(); }
+
+void GeGLUImpl::reset() {
+  const int64_t c = options.hidden_size(), i = options.intermediate_size();
+  TORCH_CHECK(c > 0 && i > 0, "GeGLU needs positive sizes, got ", c, " and ", i);
+  Wi = register_module("Wi",
+                       torch::nn::Linear(torch::nn::LinearOptions(c, 2 * i).bias(options.bias())));
+  Wo =
+      register_module("Wo", torch::nn::Linear(torch::nn::LinearOptions(i, c).bias(options.bias())));
+}
+
+torch::Tensor GeGLUImpl::forward(const torch::Tensor& x) {
+  auto parts = Wi(x).chunk(2, -1);                                   // 2 x (B, T, I)
+  auto h = gelu(parts[0], options.tanh_approximation()) * parts[1];  // (B, T, I)
+  return Wo(maybe_dropout(h, options.dropout(), is_training()));     // (B, T, C)
+}
+
+// ---------------------------------------------------------------------------------------
+// Patch embedding
+
+PatchEmbeddingImpl::PatchEmbeddingImpl(int64_t channels_, int64_t hidden_size_, int64_t patch_size_)
+    : channels(channels_), hidden_size(hidden_size_), patch_size(patch_size_) {
+  reset();
+}
+
+void PatchEmbeddingImpl::reset() {
+  TORCH_CHECK(channels > 0 && hidden_size > 0 && patch_size > 0,
+              "patch embedding needs positive sizes, got ", channels, ", ", hidden_size, ", ",
+              patch_size);
+  projection = register_module(
+      "projection",
+      torch::nn::Conv2d(
+          torch::nn::Conv2dOptions(channels, hidden_size, patch_size).stride(patch_size)));
+}
+
+torch::Tensor PatchEmbeddingImpl::forward(const torch::Tensor& images) {
+  TORCH_CHECK(images.dim() == 4 && images.size(1) == channels && images.size(2) % patch_size == 0 &&
+                  images.size(3) % patch_size == 0,
+              "patch embedding expects (B, ", channels, ", H, W) with H and W multiples of ",
+              patch_size, ", got ", images.sizes());
+  auto grid = projection(images);          // (B, C, H / P, W / P)
+  return grid.flatten(2).transpose(1, 2);  // (B, N, C)
+}
+
+// ---------------------------------------------------------------------------------------
+// Initialisation
+
+void normal_init(torch::Tensor& weight, double std, at::Generator& gen) {
+  torch::NoGradGuard no_grad;
+  auto draw = torch::empty(weight.sizes(), torch::TensorOptions().dtype(torch::kFloat));
+  draw.normal_(0.0, std, gen);
+  weight.copy_(draw);
+}
+
+void init_weights_normal(torch::nn::Module& root, double std, at::Generator& gen) {
+  torch::NoGradGuard no_grad;
+  // modules() walks in registration order, so the draws come in a fixed order; the root
+  // itself is included, so that a lone layer (a model's head) is initialised too.
+  for (const auto& module : root.modules(/*include_self=*/true)) {
+    if (auto* linear = module->as<torch::nn::LinearImpl>()) {
+      normal_init(linear->weight, std, gen);
+      if (linear->bias.defined()) linear->bias.zero_();
+    } else if (auto* conv = module->as<torch::nn::Conv2dImpl>()) {
+      normal_init(conv->weight, std, gen);
+      if (conv->bias.defined()) conv->bias.zero_();
+    } else if (auto* embedding = module->as<torch::nn::EmbeddingImpl>()) {
+      normal_init(embedding->weight, std, gen);
+    } else if (auto* rms = module->as<RMSNormImpl>()) {
+      rms->reset_parameters();
+    } else if (auto* ln = module->as<LayerNormImpl>()) {
+      ln->reset_parameters();
+    }
+  }
 }
 
 }  // namespace gradscope

@@ -1,6 +1,8 @@
-// Transformer building blocks shared by the models: RMSNorm, rotary position embeddings
-// (with Llama 3 frequency scaling), scaled dot-product attention with grouped-query
-// support, a self-attention module and the SwiGLU MLP. Parameter names follow Hugging Face
+// Transformer building blocks shared by the models: RMSNorm and LayerNorm (with or without
+// bias), rotary position embeddings (with Llama 3 frequency scaling), attention masks,
+// scaled dot-product attention with grouped-query support, a self-attention module, the
+// SwiGLU, GELU and GeGLU MLPs, the patch embedding of vision transformers, and the weight
+// initialisation the models share. Parameter names follow Hugging Face
 // (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, weight) so that weights
 // map one to one.
 //
@@ -15,6 +17,31 @@
 #include <torch/torch.h>
 
 namespace gradscope {
+
+// ---------------------------------------------------------------------------------------
+// LayerNorm (Ba et al. 2016): (x - mean) / sqrt(var + eps) * weight (+ bias). torch::nn's
+// LayerNorm always has a bias in LibTorch 1.13; ModernBERT has none, so this one is optional.
+
+struct LayerNormOptions {
+  /* implicit */ LayerNormOptions(int64_t dim) : dim_(dim) {}
+  TORCH_ARG(int64_t, dim);
+  TORCH_ARG(double, eps) = 1e-5;
+  TORCH_ARG(bool, bias) = true;
+};
+
+class LayerNormImpl : public torch::nn::Cloneable<LayerNormImpl> {
+ public:
+  explicit LayerNormImpl(const LayerNormOptions& options);
+  void reset() override;
+  void reset_parameters();  // weight = 1, bias = 0
+  // (..., C) -> (..., C)
+  torch::Tensor forward(const torch::Tensor& x);
+
+  LayerNormOptions options;
+  torch::Tensor weight;  // (C)
+  torch::Tensor bias;    // (C), undefined without bias
+};
+TORCH_MODULE(LayerNorm);
 
 // ---------------------------------------------------------------------------------------
 // RMSNorm (Zhang & Sennrich 2019): x / sqrt(mean(x^2) + eps) * weight, no mean subtraction
@@ -99,6 +126,21 @@ class RotaryCache {
   int64_t seq_len_ = -1;
   std::optional<torch::Device> device_;
 };
+
+// ---------------------------------------------------------------------------------------
+// Attention masks, as bool tensors that are true where a query may attend a key (SDPA's
+// convention). A model builds the masks of a batch once, before its blocks, and passes them
+// to every layer in its BlockContext.
+
+// Query t may attend keys 0..t. (T, T)
+torch::Tensor causal_mask(int64_t t, const torch::Device& device = torch::kCPU);
+// Query i may attend key j when |i - j| <= half_window (ModernBERT's local layers: a window
+// of 128 is 64 on each side). (T, T)
+torch::Tensor sliding_window_mask(int64_t t, int64_t half_window,
+                                  const torch::Device& device = torch::kCPU);
+// From (B, S) bool, true at real (not padding) positions, to (B, 1, 1, S): no query attends a
+// padding key.
+torch::Tensor key_padding_mask(const torch::Tensor& real_positions);
 
 // ---------------------------------------------------------------------------------------
 // Scaled dot-product attention.
@@ -208,5 +250,75 @@ class SwiGLUImpl : public torch::nn::Cloneable<SwiGLUImpl> {
   torch::nn::Linear down_proj{nullptr};  // I -> C
 };
 TORCH_MODULE(SwiGLU);
+
+// ---------------------------------------------------------------------------------------
+// GELU MLP of ViT and SigLIP: fc2(dropout(gelu(fc1(x)))).
+
+struct GeluMLPOptions {
+  GeluMLPOptions(int64_t hidden_size, int64_t intermediate_size)
+      : hidden_size_(hidden_size), intermediate_size_(intermediate_size) {}
+  TORCH_ARG(int64_t, hidden_size);        // C
+  TORCH_ARG(int64_t, intermediate_size);  // I
+  TORCH_ARG(bool, bias) = true;
+  TORCH_ARG(bool, tanh_approximation) = false;  // SigLIP's gelu_pytorch_tanh
+  TORCH_ARG(double, dropout) = 0.0;             // after the activation, in training only
+};
+
+class GeluMLPImpl : public torch::nn::Cloneable<GeluMLPImpl> {
+ public:
+  explicit GeluMLPImpl(const GeluMLPOptions& options);
+  void reset() override;
+  // (B, T, C) -> (B, T, C)
+  torch::Tensor forward(const torch::Tensor& x);
+
+  GeluMLPOptions options;
+  torch::nn::Linear fc1{nullptr};  // C -> I
+  torch::nn::Linear fc2{nullptr};  // I -> C
+};
+TORCH_MODULE(GeluMLP);
+
+// ---------------------------------------------------------------------------------------
+// GeGLU MLP (Shazeer 2020) as ModernBERT writes it: one input projection Wi to 2I, split
+// into (input, gate), then Wo(dropout(gelu(input) * gate)).
+
+class GeGLUImpl : public torch::nn::Cloneable<GeGLUImpl> {
+ public:
+  // `options.intermediate_size()` is I, the width after the split (ModernBERT-base: 1152).
+  explicit GeGLUImpl(const GeluMLPOptions& options);
+  void reset() override;
+  // (B, T, C) -> (B, T, C)
+  torch::Tensor forward(const torch::Tensor& x);
+
+  GeluMLPOptions options;
+  torch::nn::Linear Wi{nullptr};  // C -> 2I
+  torch::nn::Linear Wo{nullptr};  // I -> C
+};
+TORCH_MODULE(GeGLU);
+
+// ---------------------------------------------------------------------------------------
+// Patch embedding of vision transformers (Dosovitskiy et al. 2021): a convolution with
+// kernel = stride = patch size, so each non-overlapping patch becomes one token.
+
+class PatchEmbeddingImpl : public torch::nn::Cloneable<PatchEmbeddingImpl> {
+ public:
+  PatchEmbeddingImpl(int64_t channels, int64_t hidden_size, int64_t patch_size);
+  void reset() override;
+  // (B, channels, H, W) -> (B, (H / P) * (W / P), C), patches in row-major order
+  torch::Tensor forward(const torch::Tensor& images);
+
+  int64_t channels, hidden_size, patch_size;
+  torch::nn::Conv2d projection{nullptr};
+};
+TORCH_MODULE(PatchEmbedding);
+
+// ---------------------------------------------------------------------------------------
+// Initialisation shared by the models (Hugging Face's _init_weights): normal(0, std) for the
+// weights of linear, convolution and embedding layers, zeros for their biases, ones and zeros
+// for norms. Draws in module registration order from `gen` (a CPU generator seeded from the
+// run seed, never the default one), in float32 on the CPU whatever the parameter's device and
+// dtype, so that a seed means the same weights everywhere. Parameters registered directly on
+// a model (class tokens, position tables) are the caller's, drawn with normal_init after.
+void init_weights_normal(torch::nn::Module& root, double std, at::Generator& gen);
+void normal_init(torch::Tensor& weight, double std, at::Generator& gen);
 
 }  // namespace gradscope

@@ -1,0 +1,670 @@
+#include "gradscope/data/images.h"
+
+#include <fmt/format.h>
+#include <png.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <csetjmp>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "gradscope/core/error.h"
+
+namespace gradscope {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string images_fetch_hint() {
+  return "run scripts/fetch-data.sh images (or make data) to fetch MNIST and Fashion-MNIST into "
+         "$GRADSCOPE_DATA (default ~/.cache/gradscope)";
+}
+
+std::string emoji_fetch_hint() {
+  return "run scripts/fetch-data.sh emoji (or make data) to fetch the emoji set into "
+         "$GRADSCOPE_DATA (default ~/.cache/gradscope)";
+}
+
+// ---------------------------------------------------------------------------------------------
+// IDX
+
+// More data than this in one IDX file means a corrupt header, not a data set (MNIST's training
+// images are 47 MB).
+constexpr uint64_t kIdxMaxBytes = uint64_t{1} << 32;
+constexpr int kIdxMaxRank = 8;
+// gzread takes an unsigned int; large reads go in chunks of this size.
+constexpr size_t kReadChunk = size_t{1} << 28;
+
+const char* idx_type_name(int type) {
+  switch (type) {
+    case 0x08:
+      return "unsigned byte";
+    case 0x09:
+      return "signed byte";
+    case 0x0B:
+      return "int16";
+    case 0x0C:
+      return "int32";
+    case 0x0D:
+      return "float32";
+    case 0x0E:
+      return "float64";
+    default:
+      return nullptr;
+  }
+}
+
+// A file read through zlib's gz* functions, which read gzip streams (found by their magic
+// bytes) and pass any other file through unchanged. Every stream error is a usage error naming
+// the file.
+class IdxReader {
+ public:
+  explicit IdxReader(const std::string& path) : path_(path) {
+    file_ = gzopen(path.c_str(), "rb");
+    if (file_ == nullptr)
+      fail_usage(fmt::format("{}: cannot open: {}", path, std::strerror(errno)),
+                 "check the file's permissions");
+    gzbuffer(file_, 1 << 17);  // zlib's default 8 KiB makes 47 MB take many small reads
+  }
+  IdxReader(const IdxReader&) = delete;
+  IdxReader& operator=(const IdxReader&) = delete;
+  ~IdxReader() { gzclose(file_); }
+
+  // Reads up to n bytes into dst; fewer only at the end of the data.
+  size_t read(void* dst, size_t n) {
+    size_t done = 0;
+    while (done < n) {
+      const auto want = static_cast<unsigned>(std::min(n - done, kReadChunk));
+      const int got = gzread(file_, static_cast<char*>(dst) + done, want);
+      check_stream();
+      if (got <= 0) break;
+      done += static_cast<size_t>(got);
+      if (static_cast<unsigned>(got) < want) break;
+    }
+    return done;
+  }
+
+  // True for a plain file (valid after the first read).
+  bool plain() const { return gzdirect(file_) == 1; }
+  // How many more bytes the stream holds (reads them).
+  uint64_t drain() {
+    char buffer[1 << 14];
+    uint64_t total = 0;
+    for (size_t got; (got = read(buffer, sizeof(buffer))) > 0;) total += got;
+    return total;
+  }
+
+ private:
+  void check_stream() {
+    int code = Z_OK;
+    const char* message = gzerror(file_, &code);
+    if (code == Z_OK) return;
+    if (code == Z_BUF_ERROR)  // zlib's "unexpected end of file": the stream stops mid-way
+      fail_usage(fmt::format("{}: truncated gzip stream ({})", path_, message),
+                 "the download was cut short: delete the file and fetch it again");
+    if (code == Z_ERRNO) fail_usage(fmt::format("{}: read error: {}", path_, std::strerror(errno)));
+    fail_usage(fmt::format("{}: corrupt gzip stream ({})", path_, message),
+               "delete the file and fetch it again");
+  }
+
+  std::string path_;
+  gzFile file_ = nullptr;
+};
+
+uint32_t big_endian_u32(const unsigned char* b) {
+  return (uint32_t{b[0]} << 24) | (uint32_t{b[1]} << 16) | (uint32_t{b[2]} << 8) | uint32_t{b[3]};
+}
+
+std::string dims_text(const std::vector<int64_t>& dims) {
+  std::string out;
+  for (int64_t d : dims) out += (out.empty() ? "" : "x") + std::to_string(d);
+  return out;
+}
+
+}  // namespace
+
+torch::Tensor read_idx(const std::string& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec))
+    fail_usage(fmt::format("IDX file {} does not exist", path), images_fetch_hint());
+  if (!fs::is_regular_file(path, ec)) fail_usage(fmt::format("{} is not a file", path));
+  IdxReader reader(path);
+
+  // Header: 00 00 TYPE RANK, then RANK big-endian uint32 dimensions.
+  unsigned char magic[4];
+  const size_t got_magic = reader.read(magic, 4);
+  if (got_magic < 4)
+    fail_usage(fmt::format("{}: truncated IDX header ({} bytes, a header has at least 4)", path,
+                           got_magic));
+  if (magic[0] != 0 || magic[1] != 0)
+    fail_usage(fmt::format("{}: bad IDX magic {:02x} {:02x} {:02x} {:02x} (an IDX file starts "
+                           "with 00 00, a type byte and the rank)",
+                           path, magic[0], magic[1], magic[2], magic[3]),
+               "is it an IDX file (MNIST's *-ubyte format)?");
+  const int type = magic[2];
+  if (type != 0x08) {
+    const char* name = idx_type_name(type);
+    fail_usage(name ? fmt::format("{}: unsupported IDX type 0x{:02X} ({}); only unsigned bytes "
+                                  "(0x08) are supported",
+                                  path, type, name)
+                    : fmt::format("{}: bad IDX magic: unknown type byte 0x{:02X}", path, type));
+  }
+  const int rank = magic[3];
+  if (rank < 1 || rank > kIdxMaxRank)
+    fail_usage(fmt::format("{}: IDX rank {} is outside 1..{}", path, rank, kIdxMaxRank));
+  unsigned char dim_bytes[4 * kIdxMaxRank];
+  const size_t got_dims = reader.read(dim_bytes, 4 * rank);
+  if (got_dims < static_cast<size_t>(4 * rank))
+    fail_usage(
+        fmt::format("{}: truncated IDX header: rank {} needs {} bytes of dimensions, found {}",
+                    path, rank, 4 * rank, got_dims));
+  std::vector<int64_t> dims(rank);
+  uint64_t bytes = 1;
+  for (int i = 0; i < rank; ++i) {
+    dims[i] = big_endian_u32(dim_bytes + 4 * i);
+    bytes *= static_cast<uint64_t>(dims[i]);  // stays below 2^64: checked each step
+    if (dims[i] == 0)
+      fail_usage(fmt::format("{}: IDX dimension {} is zero ({})", path, i, dims_text(dims)));
+    if (bytes > kIdxMaxBytes)
+      fail_usage(fmt::format("{}: absurd IDX dimensions {} (more than 2^32 bytes of data)", path,
+                             dims_text(dims)));
+  }
+  const uint64_t header_bytes = 4 + 4 * static_cast<uint64_t>(rank);
+
+  // A plain file's size tells a truncation before anything big is allocated.
+  if (reader.plain()) {
+    const uint64_t size = fs::file_size(path, ec);
+    if (!ec && size >= header_bytes && size - header_bytes < bytes)
+      fail_usage(fmt::format("{}: truncated IDX file: expected {} bytes of data ({}), found {}",
+                             path, bytes, dims_text(dims), size - header_bytes),
+                 "the download was cut short: delete the file and fetch it again");
+  }
+
+  // The data go straight into the buffer the tensor keeps. A gzip stream's length is unknown
+  // until it ends, so the buffer grows chunk by chunk as data arrive: a corrupt header cannot
+  // make it allocate 4 GB.
+  auto buffer = std::make_unique<std::vector<uint8_t>>();
+  size_t have = 0;
+  while (have < bytes) {
+    const size_t want = std::min<uint64_t>(bytes - have, kReadChunk);
+    buffer->resize(have + want);
+    const size_t got = reader.read(buffer->data() + have, want);
+    have += got;
+    if (got < want) break;
+  }
+  if (have < bytes)
+    fail_usage(fmt::format("{}: truncated IDX file: expected {} bytes of data ({}), found {}", path,
+                           bytes, dims_text(dims), have),
+               "the download was cut short: delete the file and fetch it again");
+  const uint64_t trailing = reader.drain();
+  if (trailing > 0)
+    fail_usage(fmt::format("{}: {} trailing bytes after the {} bytes of {} IDX data", path,
+                           trailing, bytes, dims_text(dims)),
+               "is it an IDX file (MNIST's *-ubyte format)?");
+
+  std::vector<uint8_t>* owned = buffer.release();
+  return torch::from_blob(
+      owned->data(), dims, [owned](void*) { delete owned; }, torch::kUInt8);
+}
+
+namespace {
+
+// folder/base, or folder/base.gz when only that exists.
+std::string find_idx_file(const std::string& folder, const std::string& base) {
+  const fs::path plain = fs::path(folder) / base;
+  std::error_code ec;
+  if (fs::exists(plain, ec)) return plain.string();
+  const fs::path gz = fs::path(folder) / (base + ".gz");
+  if (fs::exists(gz, ec)) return gz.string();
+  fail_usage(fmt::format("IDX file {} (or {}.gz) does not exist", plain.string(), base),
+             images_fetch_hint());
+}
+
+}  // namespace
+
+ImageSet load_idx_split(const std::string& folder, const std::string& split,
+                        std::vector<std::string> class_names) {
+  if (split != "train" && split != "test")
+    fail_usage(fmt::format("unknown split '{}' of the IDX image set in {}", split, folder),
+               "use train or test");
+  const std::string prefix = split == "train" ? "train" : "t10k";
+  const std::string images_path = find_idx_file(folder, prefix + "-images-idx3-ubyte");
+  const std::string labels_path = find_idx_file(folder, prefix + "-labels-idx1-ubyte");
+  torch::Tensor images = read_idx(images_path);  // (N, H, W) uint8
+  torch::Tensor labels = read_idx(labels_path);  // (N) uint8
+  if (images.dim() != 3)
+    fail_usage(fmt::format("{}: images must be 3-D (N, H, W), the file holds {}-D {}", images_path,
+                           images.dim(), dims_text(images.sizes().vec())));
+  if (labels.dim() != 1)
+    fail_usage(fmt::format("{}: labels must be 1-D (N), the file holds {}-D {}", labels_path,
+                           labels.dim(), dims_text(labels.sizes().vec())));
+  if (images.size(0) != labels.size(0))
+    fail_usage(fmt::format("{} holds {} images but {} holds {} labels", images_path, images.size(0),
+                           labels_path, labels.size(0)),
+               "the two files must come from the same split of the same data set");
+
+  const int64_t max_label = labels.max().item<int64_t>();
+  if (class_names.empty()) {
+    for (int64_t c = 0; c <= max_label; ++c) class_names.push_back(std::to_string(c));
+  } else if (max_label >= static_cast<int64_t>(class_names.size())) {
+    const int64_t index = labels.argmax().item<int64_t>();
+    fail_usage(fmt::format("{}: label {} of image {} is outside the {} classes 0..{}", labels_path,
+                           max_label, index, class_names.size(), class_names.size() - 1),
+               "is this the data set you meant?");
+  }
+
+  ImageSet set;
+  set.pixels = images.unsqueeze(1);  // (N, 1, H, W)
+  set.labels = labels.to(torch::kInt64);
+  set.class_names = std::move(class_names);
+  return set;
+}
+
+const std::vector<std::string>& fashion_mnist_classes() {
+  static const std::vector<std::string> names{"T-shirt/top", "Trouser",   "Pullover", "Dress",
+                                              "Coat",        "Sandal",    "Shirt",    "Sneaker",
+                                              "Bag",         "Ankle boot"};
+  return names;
+}
+
+const std::vector<std::string>& mnist_classes() {
+  static const std::vector<std::string> names{"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"};
+  return names;
+}
+
+namespace {
+
+// Lower-cases ASCII and the Latin-1 capitals U+00C0..U+00DE (except U+00D7, the multiplication
+// sign), which in UTF-8 are C3 80..C3 9E and lower-case to C3 A0..C3 BE. Emoji names hold
+// such letters ("Åland Islands Flag"); other scripts pass through unchanged.
+std::string lower_utf8(const std::string& text) {
+  std::string out = text;
+  for (size_t i = 0; i < out.size(); ++i) {
+    const auto c = static_cast<unsigned char>(out[i]);
+    if (c < 0x80) {
+      out[i] = static_cast<char>(std::tolower(c));
+    } else if (c == 0xC3 && i + 1 < out.size()) {
+      const auto next = static_cast<unsigned char>(out[i + 1]);
+      if (next >= 0x80 && next <= 0x9E && next != 0x97) out[i + 1] = static_cast<char>(next + 0x20);
+      ++i;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string templated_caption(const std::string& class_name, bool digits) {
+  if (digits) return "a photo of the digit " + class_name;
+  const std::string name = lower_utf8(class_name);
+  const bool vowel = !name.empty() && std::strchr("aeiou", name[0]) != nullptr;
+  return std::string("a photo of ") + (vowel ? "an " : "a ") + name;
+}
+
+// ---------------------------------------------------------------------------------------------
+// PNG
+
+namespace {
+
+// Larger sides mean a corrupt or hostile file (libpng's own default limit is 1,000,000).
+constexpr png_uint_32 kPngMaxSide = 1 << 14;
+
+// Everything the libpng decode needs to survive a longjmp. It is plain data reached through a
+// pointer, so no C++ destructor is skipped by the longjmp and no value lives in a register that
+// setjmp could restore stale.
+struct PngDecode {
+  FILE* file = nullptr;
+  png_structp png = nullptr;
+  png_infop info = nullptr;
+  unsigned char* rgba = nullptr;  // (H, W, 4) from malloc
+  png_bytep* rows = nullptr;      // H pointers into rgba, from malloc
+  png_uint_32 width = 0;
+  png_uint_32 height = 0;
+  char message[256] = {0};
+};
+
+void png_error_to_decode(png_structp png, png_const_charp message) {
+  auto* decode = static_cast<PngDecode*>(png_get_error_ptr(png));
+  std::snprintf(decode->message, sizeof(decode->message), "%s", message);
+  png_longjmp(png, 1);
+}
+
+void png_warning_ignored(png_structp, png_const_charp) {}
+
+// Decodes decode->file into 8-bit RGBA. Returns false with decode->message set on failure; the
+// caller frees what decode holds either way. C-style on purpose: libpng reports errors by
+// longjmp back into this frame.
+bool decode_png_rgba(PngDecode* decode) {
+  decode->png = png_create_read_struct(PNG_LIBPNG_VER_STRING, decode, png_error_to_decode,
+                                       png_warning_ignored);
+  if (decode->png == nullptr) {
+    std::snprintf(decode->message, sizeof(decode->message), "cannot create a libpng reader");
+    return false;
+  }
+  decode->info = png_create_info_struct(decode->png);
+  if (decode->info == nullptr) {
+    std::snprintf(decode->message, sizeof(decode->message), "cannot create a libpng info");
+    return false;
+  }
+  if (setjmp(png_jmpbuf(decode->png))) return false;
+
+  png_init_io(decode->png, decode->file);
+  png_set_user_limits(decode->png, kPngMaxSide, kPngMaxSide);
+  png_read_info(decode->png, decode->info);
+  // Whatever the colour type and depth, ask for 8-bit RGBA: palette -> RGB, grey below 8 bits
+  // -> 8 bits, tRNS -> alpha, 16 -> 8 bits (scaled with rounding, not truncated), grey -> RGB,
+  // and an opaque alpha where there is none.
+  png_set_expand(decode->png);
+  png_set_scale_16(decode->png);
+  png_set_gray_to_rgb(decode->png);
+  png_set_add_alpha(decode->png, 0xFF, PNG_FILLER_AFTER);
+  png_set_interlace_handling(decode->png);
+  png_read_update_info(decode->png, decode->info);
+
+  decode->width = png_get_image_width(decode->png, decode->info);
+  decode->height = png_get_image_height(decode->png, decode->info);
+  if (png_get_rowbytes(decode->png, decode->info) != 4 * static_cast<size_t>(decode->width))
+    png_error(decode->png, "unexpected row size after the RGBA transforms");
+  decode->rgba = static_cast<unsigned char*>(
+      std::malloc(4 * static_cast<size_t>(decode->width) * decode->height));
+  decode->rows = static_cast<png_bytep*>(std::malloc(sizeof(png_bytep) * decode->height));
+  if (decode->rgba == nullptr || decode->rows == nullptr) png_error(decode->png, "out of memory");
+  for (png_uint_32 y = 0; y < decode->height; ++y)
+    decode->rows[y] = decode->rgba + 4 * static_cast<size_t>(decode->width) * y;
+  png_read_image(decode->png, decode->rows);
+  png_read_end(decode->png, nullptr);
+  return true;
+}
+
+}  // namespace
+
+torch::Tensor read_png_rgb(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) fail_usage(fmt::format("PNG file {} does not exist", path));
+  PngDecode decode;
+  decode.file = std::fopen(path.c_str(), "rb");
+  if (decode.file == nullptr)
+    fail_usage(fmt::format("{}: cannot open: {}", path, std::strerror(errno)),
+               "check the file's permissions");
+  const bool ok = decode_png_rgba(&decode);
+  png_destroy_read_struct(&decode.png, &decode.info, nullptr);
+  std::fclose(decode.file);
+  std::unique_ptr<unsigned char, decltype(&std::free)> rgba(decode.rgba, &std::free);
+  std::free(decode.rows);
+  if (!ok) fail_usage(fmt::format("{}: cannot decode PNG: {}", path, decode.message));
+
+  // (H, W, 4) RGBA -> (3, H, W) RGB over white: out = (a*c + (255 - a)*255) / 255, rounded.
+  // The integer form rounds exactly: the numerator over 255 is never a half.
+  const int64_t height = decode.height, width = decode.width, plane = height * width;
+  torch::Tensor out = torch::empty({3, height, width}, torch::kUInt8);
+  uint8_t* dst = out.data_ptr<uint8_t>();
+  const unsigned char* src = rgba.get();
+  for (int64_t i = 0; i < plane; ++i) {
+    const unsigned alpha = src[4 * i + 3];
+    for (int64_t c = 0; c < 3; ++c)
+      dst[c * plane + i] =
+          static_cast<uint8_t>((alpha * src[4 * i + c] + (255 - alpha) * 255 + 127) / 255);
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Emoji
+
+namespace {
+
+using nlohmann::json;
+
+struct EmojiItem {
+  std::string image;  // file name under img/
+  std::string caption;
+};
+
+bool json_true(const json& object, const char* key) {
+  const auto it = object.find(key);
+  return it != object.end() && it->is_boolean() && it->get<bool>();
+}
+
+std::string json_string(const json& object, const char* key) {
+  const auto it = object.find(key);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+// "1F3FB-1F3FC" -> ", light skin tone, medium-light skin tone"; a repeated tone is named once,
+// as in CLDR's names ("kiss: person, person, light skin tone").
+std::string skin_tone_suffix(const std::string& key, const std::string& json_path) {
+  static const std::map<std::string, std::string> tones{{"1F3FB", "light"},
+                                                        {"1F3FC", "medium-light"},
+                                                        {"1F3FD", "medium"},
+                                                        {"1F3FE", "medium-dark"},
+                                                        {"1F3FF", "dark"}};
+  std::string suffix;
+  std::vector<std::string> named;
+  size_t begin = 0;
+  while (begin <= key.size()) {
+    size_t end = key.find('-', begin);
+    if (end == std::string::npos) end = key.size();
+    std::string code = key.substr(begin, end - begin);
+    for (char& ch : code) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    const auto it = tones.find(code);
+    if (it == tones.end())
+      fail_usage(
+          fmt::format("{}: unknown skin tone '{}' in skin variation '{}'", json_path, code, key),
+          "the tones are 1F3FB..1F3FF");
+    if (std::find(named.begin(), named.end(), code) == named.end()) {
+      named.push_back(code);
+      suffix += ", " + it->second + " skin tone";
+    }
+    begin = end + 1;
+  }
+  return suffix;
+}
+
+// The entries of emoji.json that have a Google image, with their captions, sorted by file name.
+std::vector<EmojiItem> emoji_items(const std::string& json_path) {
+  std::ifstream in(json_path, std::ios::binary);
+  if (!in) fail_usage(fmt::format("{}: cannot read", json_path), "check the file's permissions");
+  json entries;
+  try {
+    entries = json::parse(in);
+  } catch (const json::exception& e) {
+    fail_usage(fmt::format("{}: malformed JSON: {}", json_path, e.what()),
+               "delete the emoji folder and run scripts/fetch-data.sh emoji again");
+  }
+  if (!entries.is_array())
+    fail_usage(fmt::format("{}: expected a JSON array of emoji, found a {}", json_path,
+                           entries.type_name()));
+
+  std::vector<EmojiItem> items;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const json& entry = entries[i];
+    if (!entry.is_object())
+      fail_usage(
+          fmt::format("{}: entry {} is a {}, not an object", json_path, i, entry.type_name()));
+    std::string base = lower_utf8(json_string(entry, "name"));
+    if (base.empty()) {
+      base = json_string(entry, "short_name");
+      std::replace(base.begin(), base.end(), '_', ' ');
+    }
+    const std::string image = json_string(entry, "image");
+    if (base.empty()) base = image.substr(0, image.rfind('.'));
+    if (json_true(entry, "has_img_google")) {
+      if (image.empty())
+        fail_usage(fmt::format("{}: entry {} ('{}') has no image file name", json_path, i, base));
+      items.push_back({image, base});
+    }
+    const auto variations = entry.find("skin_variations");
+    if (variations == entry.end() || !variations->is_object()) continue;
+    for (const auto& [key, variation] : variations->items()) {
+      if (!variation.is_object() || !json_true(variation, "has_img_google")) continue;
+      const std::string variation_image = json_string(variation, "image");
+      if (variation_image.empty())
+        fail_usage(fmt::format("{}: skin variation {} of entry {} ('{}') has no image file name",
+                               json_path, key, i, base));
+      items.push_back({variation_image, base + skin_tone_suffix(key, json_path)});
+    }
+  }
+  std::sort(items.begin(), items.end(),
+            [](const EmojiItem& a, const EmojiItem& b) { return a.image < b.image; });
+  for (size_t i = 1; i < items.size(); ++i)
+    if (items[i].image == items[i - 1].image)
+      fail_usage(fmt::format("{} lists the image {} twice ('{}' and '{}')", json_path,
+                             items[i].image, items[i - 1].caption, items[i].caption));
+  return items;
+}
+
+}  // namespace
+
+ImageSet load_emoji(const std::string& folder, int64_t expected_size, int64_t max_images) {
+  check_usage(expected_size >= 1, fmt::format("emoji size {} must be positive", expected_size));
+  check_usage(max_images >= 0,
+              fmt::format("max_images {} must be 0 (all) or positive", max_images));
+  const fs::path json_path = fs::path(folder) / "emoji.json";
+  std::error_code ec;
+  if (!fs::exists(json_path, ec))
+    fail_usage(fmt::format("emoji data set is missing: {} does not exist", json_path.string()),
+               emoji_fetch_hint());
+  const std::vector<EmojiItem> items = emoji_items(json_path.string());
+
+  // Every listed image must be there, whatever max_images: a partial folder is an error, not a
+  // smaller data set.
+  const fs::path img = fs::path(folder) / "img";
+  for (const auto& item : items)
+    if (!fs::exists(img / item.image, ec))
+      fail_usage(fmt::format("{} is missing ({} lists it with has_img_google true)",
+                             (img / item.image).string(), json_path.string()),
+                 "delete the emoji folder and run scripts/fetch-data.sh emoji again");
+
+  const auto total = static_cast<int64_t>(items.size());
+  const int64_t count = max_images > 0 ? std::min(max_images, total) : total;
+  const int64_t s = expected_size;
+  ImageSet set;
+  set.pixels = torch::empty({count, 3, s, s}, torch::kUInt8);  // (N, 3, S, S)
+  set.captions.reserve(count);
+  uint8_t* dst = set.pixels.data_ptr<uint8_t>();
+  for (int64_t i = 0; i < count; ++i) {
+    const std::string path = (img / items[i].image).string();
+    const torch::Tensor rgb = read_png_rgb(path);  // (3, H, W)
+    if (rgb.size(1) != s || rgb.size(2) != s)
+      fail_usage(fmt::format("{} is {}x{} pixels; the emoji set's images are {}x{}", path,
+                             rgb.size(2), rgb.size(1), s, s),
+                 "delete the emoji folder and run scripts/fetch-data.sh emoji again");
+    std::memcpy(dst + i * 3 * s * s, rgb.data_ptr<uint8_t>(), 3 * s * s);
+    set.captions.push_back(items[i].caption);
+  }
+  return set;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Data set names, statistics, preprocessing
+
+const Registry<std::string>& image_dataset_registry() {
+  static const Registry<std::string> registry = [] {
+    Registry<std::string> r("image data set");
+    r.add("fashion-mnist", "Fashion-MNIST, 70,000 28x28 grey images of clothes in 10 classes",
+          "images/fashion-mnist");
+    r.add("mnist", "MNIST, 70,000 28x28 grey handwritten digits", "images/mnist");
+    r.add("emoji", "3,786 64x64 Google emoji with their names as captions", "emoji");
+    return r;
+  }();
+  return registry;
+}
+
+std::string image_dataset_folder(const std::string& name, const std::string& data_dir) {
+  const auto& registry = image_dataset_registry();
+  std::error_code ec;
+  if (registry.contains(name)) {
+    const fs::path folder = fs::path(data_dir) / registry.get(name);
+    if (name == "fashion-mnist" && !fs::is_directory(folder, ec) &&
+        fs::is_directory(kDebianFashionMnistDir, ec))
+      return kDebianFashionMnistDir;
+    return folder.string();
+  }
+  if (fs::is_directory(name, ec)) return name;
+  fail_usage("unknown image data set '" + name + "'",
+             "valid image data sets: " + registry.names_joined() +
+                 ", or a path to a folder of IDX files or an emoji folder");
+}
+
+std::pair<std::vector<double>, std::vector<double>> channel_stats(const torch::Tensor& pixels) {
+  check_usage(pixels.dim() == 4 && pixels.scalar_type() == torch::kUInt8,
+              fmt::format("channel_stats wants (N, C, H, W) uint8 pixels, got {}-D {}",
+                          pixels.dim(), std::string(c10::toString(pixels.scalar_type()))));
+  const torch::Tensor x = pixels.cpu().contiguous();
+  const int64_t n = x.size(0), channels = x.size(1), plane = x.size(2) * x.size(3);
+  check_usage(n * plane > 0, "channel_stats of an empty image set");
+  // One 256-bin histogram per channel: exact integer sums, and no float copy of the set.
+  std::vector<std::array<uint64_t, 256>> histograms(channels);
+  for (auto& h : histograms) h.fill(0);
+  const uint8_t* p = x.data_ptr<uint8_t>();
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t c = 0; c < channels; ++c) {
+      uint64_t* h = histograms[c].data();
+      const uint8_t* src = p + (i * channels + c) * plane;
+      for (int64_t j = 0; j < plane; ++j) ++h[src[j]];
+    }
+  std::vector<double> mean(channels), std(channels);
+  for (int64_t c = 0; c < channels; ++c) {
+    // With s1 = sum v and s2 = sum v^2 over m values, var = (m s2 - s1^2) / m^2, computed in
+    // 128-bit integers so it does not cancel.
+    unsigned __int128 m = 0, s1 = 0, s2 = 0;
+    for (unsigned v = 0; v < 256; ++v) {
+      const uint64_t k = histograms[c][v];
+      m += k;
+      s1 += static_cast<unsigned __int128>(k) * v;
+      s2 += static_cast<unsigned __int128>(k) * v * v;
+    }
+    const double md = static_cast<double>(m);
+    mean[c] = static_cast<double>(s1) / md / 255.0;
+    std[c] = std::sqrt(static_cast<double>(m * s2 - s1 * s1)) / md / 255.0;
+  }
+  return {mean, std};
+}
+
+torch::Tensor preprocess_images(const torch::Tensor& pixels, int64_t size,
+                                const std::vector<double>& mean, const std::vector<double>& std) {
+  check_usage(pixels.dim() == 4 && pixels.scalar_type() == torch::kUInt8,
+              fmt::format("preprocess_images wants (B, C, H, W) uint8 pixels, got {}-D {}",
+                          pixels.dim(), std::string(c10::toString(pixels.scalar_type()))));
+  const int64_t batch = pixels.size(0), channels = pixels.size(1);
+  check_usage(channels == 1 || channels == 3,
+              fmt::format("images have {} channels; 1 (grey) or 3 (RGB) are supported", channels));
+  check_usage(size >= 1, fmt::format("image size {} must be positive", size));
+  check_usage(
+      static_cast<int64_t>(mean.size()) == channels && static_cast<int64_t>(std.size()) == channels,
+      fmt::format("normalization has {} means and {} standard deviations for {} channels",
+                  mean.size(), std.size(), channels));
+  for (double s : std)
+    check_usage(s > 0, fmt::format("normalization standard deviation {} must be positive", s));
+
+  torch::Tensor x = pixels.to(torch::kFloat32).div_(255.0);  // (B, C, H, W)
+  if (x.size(2) != size || x.size(3) != size) {
+    namespace F = torch::nn::functional;
+    x = F::interpolate(x, F::InterpolateFuncOptions()
+                              .size(std::vector<int64_t>{size, size})
+                              .mode(torch::kBilinear)
+                              .align_corners(false));  // (B, C, size, size)
+  }
+  const auto options = torch::TensorOptions().dtype(torch::kFloat64);
+  const torch::Tensor m = torch::tensor(mean, options).to(x.options()).view({1, channels, 1, 1});
+  const torch::Tensor s = torch::tensor(std, options).to(x.options()).view({1, channels, 1, 1});
+  x = (x - m) / s;
+  // Resizing and normalizing act on each channel alone, so a grey batch is replicated last,
+  // after the work is done once instead of three times.
+  if (channels == 1) x = x.expand({batch, 3, size, size}).contiguous();
+  return x;  // (B, 3, size, size)
+}
+
+}  // namespace gradscope

@@ -1,0 +1,170 @@
+// The data sources of the masked-LM, image-classification and vision-language models.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "gradscope/core/error.h"
+#include "gradscope/data/tokenizer.h"
+#include "gradscope/models/registry.h"
+#include "gradscope/train/data_source.h"
+#include "test_util.h"
+
+namespace gradscope {
+namespace {
+
+struct Source {
+  nlohmann::json arch;
+  std::unique_ptr<DataSource> data;
+};
+
+Source source_for(RunConfig c) {
+  Source s;
+  s.arch = resolve_arch(c);
+  s.data = make_data_source(model_registry().get(c.model).kind, s.arch, c);
+  return s;
+}
+
+RunConfig bert_config() {
+  RunConfig c;
+  c.model = "modernbert";
+  c.dataset = testing::fixture("text/sotu-excerpt.txt");
+  return c;
+}
+
+TEST(MaskedLmSource, ModernBertMaskingRates) {
+  Source s = source_for(bert_config());
+  // The unmasked stream of the same windows: a causal-LM source's inputs.
+  RunConfig plain = bert_config();
+  auto causal = make_data_source("causal-lm", s.arch, plain);
+  const Batch b = s.data->train_batch(0, 64);
+  const Batch original = causal->train_batch(0, 64);
+  ASSERT_EQ(b.input_ids.sizes(), (std::vector<int64_t>{64, 64}));
+  auto selected = b.targets.ne(kIgnoreIndex);
+  const double n = static_cast<double>(selected.numel());
+  const double k = selected.sum().item<double>();
+  EXPECT_EQ(b.targets_count, static_cast<int64_t>(k));
+  EXPECT_NEAR(k / n, 0.3, 0.02);  // 4096 positions: 3 standard deviations is 0.021
+  // Targets are the original tokens; unselected positions are untouched.
+  EXPECT_TRUE(
+      torch::equal(b.targets.masked_select(selected), original.input_ids.masked_select(selected)));
+  EXPECT_TRUE(torch::equal(b.input_ids.masked_select(selected.logical_not()),
+                           original.input_ids.masked_select(selected.logical_not())));
+  // Of the selected: 80% [MASK], 10% a random token, 10% kept (a random draw may also equal
+  // the original, rarely with 260 ids).
+  auto inputs = b.input_ids.masked_select(selected);
+  auto targets = b.targets.masked_select(selected);
+  const double masked = inputs.eq(kBytesMaskId).sum().item<double>() / k;
+  const double kept = inputs.eq(targets).sum().item<double>() / k;
+  EXPECT_NEAR(masked, 0.8, 0.035);
+  EXPECT_NEAR(kept, 0.1, 0.03);
+  EXPECT_NEAR(1 - masked - kept, 0.1, 0.03);
+}
+
+TEST(MaskedLmSource, MasksDependOnTheSampleAloneAndValidationIsFixed) {
+  Source s = source_for(bert_config());
+  const Batch whole = s.data->train_batch(10, 8);
+  const Batch tail = s.data->train_batch(14, 4);
+  EXPECT_TRUE(torch::equal(whole.input_ids.narrow(0, 4, 4), tail.input_ids));
+  EXPECT_TRUE(torch::equal(whole.targets.narrow(0, 4, 4), tail.targets));
+  EXPECT_TRUE(torch::equal(s.data->val_batch(0, 4).targets, s.data->val_batch(0, 4).targets));
+  RunConfig other = bert_config();
+  other.seed = 7;
+  Source t = source_for(other);
+  EXPECT_FALSE(torch::equal(t.data->val_batch(0, 4).targets, s.data->val_batch(0, 4).targets));
+}
+
+TEST(MaskedLmSource, Gpt2MasksWithTheFirstSpareId) {
+  RunConfig c = bert_config();
+  c.preset = "small";
+  c.seq_len = 32;  // the excerpt holds 88 validation tokens
+  if (!testing::have_data("tokenizers/gpt2"))
+    GTEST_SKIP() << "run scripts/fetch-data.sh tokenizers";
+  Source s = source_for(c);
+  EXPECT_EQ(s.data->describe()["mask_id"], 50257);
+  EXPECT_GT(s.data->train_batch(0, 4).input_ids.eq(50257).sum().item<int64_t>(), 0);
+}
+
+TEST(ImageClassificationSource, FashionMnistBatches) {
+  RunConfig c;
+  c.model = "vit";
+  Source s = source_for(c);  // Debian's Fashion-MNIST when nothing is fetched
+  const Batch b = s.data->train_batch(0, 256);
+  EXPECT_EQ(b.images.sizes(), (std::vector<int64_t>{256, 3, 28, 28}));
+  EXPECT_EQ(b.labels.sizes(), (std::vector<int64_t>{256}));
+  EXPECT_EQ(b.tokens, 256 * 17);
+  EXPECT_EQ(b.targets_count, 256);
+  // Normalized with the training split's statistics: near zero mean, unit deviation.
+  EXPECT_NEAR(b.images.mean().item<double>(), 0.0, 0.1);
+  EXPECT_NEAR(b.images.std().item<double>(), 1.0, 0.1);
+  // Three identical channels (grey replicated).
+  EXPECT_TRUE(torch::equal(b.images.select(1, 0), b.images.select(1, 2)));
+  // Every class appears in a shuffled batch of 256.
+  EXPECT_EQ(std::get<0>(at::_unique(b.labels)).numel(), 10);
+  const auto d = s.data->describe();
+  EXPECT_EQ(d["train_images"], 60000);
+  EXPECT_EQ(d["val_images"], 10000);
+  EXPECT_NEAR(d["normalization"]["mean"][0].get<double>(), 0.2860, 1e-4);
+  EXPECT_EQ(s.data->val_samples(), 10000);
+  // Epochs visit every image once: the first 60000 samples are a permutation.
+  EXPECT_FALSE(
+      torch::equal(s.data->train_batch(0, 4).labels, s.data->train_batch(60000, 4).labels));
+}
+
+TEST(ImageClassificationSource, ResizesToThePresetImageSize) {
+  RunConfig c;
+  c.model = "vit";
+  c.preset = "small";  // 32 px
+  Source s = source_for(c);
+  EXPECT_EQ(s.data->val_batch(0, 2).images.sizes(), (std::vector<int64_t>{2, 3, 32, 32}));
+}
+
+TEST(VisionLanguageSource, TemplatedCaptionsShiftedTargets) {
+  RunConfig c;
+  c.model = "nanovlm";  // tiny: Fashion-MNIST captions, bytes tokenizer, 32 caption positions
+  Source s = source_for(c);
+  const Batch b = s.data->val_batch(0, 4);
+  EXPECT_EQ(b.images.sizes(), (std::vector<int64_t>{4, 3, 32, 32}));
+  EXPECT_EQ(b.input_ids.sizes(), (std::vector<int64_t>{4, 32}));
+  EXPECT_EQ(b.tokens, 4 * (4 + 32));
+  // The first test image is an ankle boot: [eot] "a photo of an ankle boot" [eot].
+  const std::string caption = "a photo of an ankle boot";
+  const int64_t n = static_cast<int64_t>(caption.size());
+  auto row = b.input_ids[0];
+  EXPECT_EQ(row[0].item<int64_t>(), kBytesEosId);
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(row[i + 1].item<int64_t>(), caption[i]) << i;
+  EXPECT_EQ(row[n + 1].item<int64_t>(), kBytesEosId);
+  auto targets = b.targets[0];
+  for (int64_t i = 0; i <= n; ++i)
+    EXPECT_EQ(targets[i].item<int64_t>(), row[i + 1].item<int64_t>());
+  for (int64_t i = n + 1; i < 32; ++i) EXPECT_EQ(targets[i].item<int64_t>(), kIgnoreIndex) << i;
+  ASSERT_TRUE(b.text_mask.defined());
+  EXPECT_EQ(b.text_mask[0].sum().item<int64_t>(), n + 2);
+  EXPECT_EQ(b.targets_count, b.targets.ne(kIgnoreIndex).sum().item<int64_t>());
+}
+
+TEST(VisionLanguageSource, EmojiOfTheWrongSizeNamesTheFile) {
+  RunConfig c;
+  c.model = "nanovlm";
+  c.dataset = testing::fixture("images/emoji");  // 4x4 test images; the emoji set is 64x64
+  try {
+    source_for(c);
+    FAIL() << "expected a usage error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(".png"), std::string::npos) << e.what();
+  }
+}
+
+TEST(VisionLanguageSource, RealEmojiCaptions) {
+  if (!testing::have_data("emoji/emoji.json")) GTEST_SKIP() << "run scripts/fetch-data.sh emoji";
+  RunConfig c;
+  c.model = "nanovlm";
+  c.dataset = "emoji";
+  Source s = source_for(c);
+  const auto d = s.data->describe();
+  EXPECT_EQ(d["train_images"].get<int64_t>() + d["val_images"].get<int64_t>(), 3786);
+  EXPECT_EQ(d["val_images"], 379);  // every tenth
+  EXPECT_EQ(s.data->train_batch(0, 2).images.sizes(), (std::vector<int64_t>{2, 3, 32, 32}));
+}
+
+}  // namespace
+}  // namespace gradscope
