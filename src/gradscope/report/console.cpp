@@ -140,7 +140,7 @@ std::string summary_table(const nlohmann::json& r,
                               or_na(num(r, {"env", "blas_threads"}), count))},
   };
   if (auto accuracy = num(r, {"final_accuracy"}))  // classifiers only
-    rows.insert(rows.begin() + 6, {"final val accuracy", pct100(*accuracy)});
+    rows.insert(rows.begin() + 7, {"final val accuracy", pct100(*accuracy)});
   rows.insert(rows.end(), extra.begin(), extra.end());
   if (r.contains("failure") && r["failure"].is_object())
     rows.push_back({"failure", fmt::format("step {} ({}): {}", r["failure"].value("step", 0),
