@@ -31,16 +31,19 @@ build: configure
 test: data build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-# The main job: the tiny Llama learns the State of the Union addresses; the summary shows
-# loss, time per phase, memory, throughput and FLOP/s; results land in $(DEMO_OUT)/.
+# The main job: the smoke sweep (the four models at their tiny presets x SGD and Adam x the
+# three memory strategies, each run in its own process; about 2-5 minutes on two cores,
+# resumable), then one longer run of the tiny Llama with its full summary: loss, time per
+# phase, memory, throughput and FLOP/s. Results land in $(DEMO_OUT)/.
 demo: data build
 	mkdir -p $(DEMO_OUT)
+	$(GS) sweep configs/sweeps/smoke.toml --db $(DEMO_OUT)/gradscope.db | tee $(DEMO_OUT)/sweep.txt
 	$(GS) run --model llama --preset tiny --optimizer adam --lr 3e-3 --batch 16 \
 	  --steps 300 --warmup-steps 5 --eval-every 100 \
 	  --db $(DEMO_OUT)/gradscope.db --json $(DEMO_OUT)/llama-tiny-adam.json \
 	  > $(DEMO_OUT)/summary.txt
 	@cat $(DEMO_OUT)/summary.txt
-	@echo "results: $(DEMO_OUT)/ (summary.txt, the run record llama-tiny-adam.json, gradscope.db)"
+	@echo "results: $(DEMO_OUT)/ (sweep.txt, summary.txt, the run record llama-tiny-adam.json, gradscope.db)"
 
 clean:
 	rm -rf $(BUILD)

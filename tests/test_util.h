@@ -2,6 +2,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -74,6 +75,29 @@ inline std::string slurp(const std::string& path) {
 inline bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
 }
+
+// What a gradscope process left behind.
+struct CommandResult {
+  int code = -1;  // exit code, or 128 + signal
+  std::string out;
+  std::string err;
+};
+
+#ifdef GRADSCOPE_BINARY
+// Runs `gradscope ARGS` (shell words) with optional environment assignments, capturing both
+// streams.
+inline CommandResult run_gradscope(const std::string& args, const std::string& env = "") {
+  TempDir tmp("gradscope-cli");
+  const std::string cmd = env + " " + GRADSCOPE_BINARY + " " + args + " >" + tmp.file("out") +
+                          " 2>" + tmp.file("err") + " </dev/null";
+  const int status = std::system(cmd.c_str());
+  CommandResult r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = slurp(tmp.file("out"));
+  r.err = slurp(tmp.file("err"));
+  return r;
+}
+#endif
 
 // Runs `fn`, expects a gradscope::Error of kind usage, and returns it.
 template <typename Fn>

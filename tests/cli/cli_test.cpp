@@ -10,25 +10,11 @@
 namespace gradscope {
 namespace {
 
-struct Result {
-  int code = -1;
-  std::string out;
-  std::string err;
-};
-
+using Result = testing::CommandResult;
 using testing::slurp;
 
-// Runs `gradscope ARGS` with optional environment assignments, capturing both streams.
 Result gradscope(const std::string& args, const std::string& env = "") {
-  testing::TempDir tmp("gradscope-cli");
-  const std::string cmd = env + " " + GRADSCOPE_BINARY + " " + args + " >" + tmp.file("out") +
-                          " 2>" + tmp.file("err") + " </dev/null";
-  const int status = std::system(cmd.c_str());
-  Result r;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.out = slurp(tmp.file("out"));
-  r.err = slurp(tmp.file("err"));
-  return r;
+  return testing::run_gradscope(args, env);
 }
 
 const std::string kFixtureRun = std::string("run --model llama --preset tiny --seq 32 --batch 2 ") +

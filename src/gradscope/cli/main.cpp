@@ -2,7 +2,10 @@
 // measure what each costs.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "gradscope/cli/commands.h"
 #include "gradscope/core/error.h"
@@ -30,9 +33,15 @@ int main(int argc, char** argv) {
   gradscope::add_verify_command(app, exit_code);
   gradscope::add_list_command(app, exit_code);
   gradscope::add_tokenize_command(app, exit_code);
+  gradscope::add_sweep_command(app, exit_code);
+  gradscope::add_collect_command(app, exit_code);
 
   try {
-    app.parse(argc, argv);
+    app.name(argv[0]);
+    std::vector<std::string> args(argv + 1, argv + argc);
+    args = gradscope::expand_run_config_files(args);
+    std::reverse(args.begin(), args.end());  // CLI11 parses a vector from the back
+    app.parse(args);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {

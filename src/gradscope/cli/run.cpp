@@ -13,6 +13,7 @@
 #include "gradscope/optim/factory.h"
 #include "gradscope/report/console.h"
 #include "gradscope/store/db.h"
+#include "gradscope/sweep/grid.h"
 #include "gradscope/train/lr_search.h"
 #include "gradscope/train/trainer.h"
 
@@ -26,6 +27,8 @@ struct RunOptions {
   std::vector<std::string> arch;
   double dropout = 0;
   std::string memory_cap;
+  std::string config_file;  // expanded into flags by main() before parsing
+  bool no_db = false;
 };
 
 void check_output_path(const std::string& path) {
@@ -51,7 +54,8 @@ void write_json_atomically(const std::string& path, const nlohmann::json& j) {
   std::filesystem::rename(tmp, path);
 }
 
-int execute(RunOptions& o, CLI::App& cmd) {
+// Turns the parsed options into the run configuration, with the checks CLI11 cannot make.
+void finish_config(RunOptions& o, const CLI::App& cmd) {
   RunConfig& c = o.config;
   if (o.lr == "auto") {
     c.lr_auto = true;
@@ -86,7 +90,14 @@ int execute(RunOptions& o, CLI::App& cmd) {
                 "add --lr auto, or leave them out");
   if (cmd.count("--dropout")) c.dropout = o.dropout;
   if (!o.memory_cap.empty()) c.memory_cap_bytes = parse_bytes(o.memory_cap);
+}
+
+int execute(RunOptions& o, CLI::App& cmd) {
+  finish_config(o, cmd);
+  RunConfig& c = o.config;
   if (!c.json_path.empty()) check_output_path(c.json_path);
+  check_usage(!o.no_db || !c.json_path.empty(), "--no-db needs --json: the run would be lost",
+              "add --json FILE (a result file that `gradscope collect` can merge later)");
   if (c.quiet) set_log_level(LogLevel::kLogLevelQuiet);  // warnings and errors still print
 
   // --lr auto trains its trials first, each a Trainer of its own (whose construction refuses
@@ -109,37 +120,33 @@ int execute(RunOptions& o, CLI::App& cmd) {
   Trainer trainer(c);
   if (c.lr_auto) trainer.use_learning_rate(search.best_lr);
   // Opened before training so that a bad database path fails now, not after the run.
-  Database db(c.db_path);
+  std::unique_ptr<Database> db;
+  if (!o.no_db) db = std::make_unique<Database>(c.db_path);
   const std::string started_at = utc_now_iso8601();
   std::unique_ptr<ProgressSink> progress;
   if (!c.quiet) progress = make_console_progress(stderr, isatty(fileno(stderr)) != 0);
   nlohmann::json record = trainer.run(progress.get());
   if (c.lr_auto) record["lr_search"] = search.trials;
   const std::string finished_at = utc_now_iso8601();
-  const int64_t attempt = db.write_run(record, c.sweep, started_at, finished_at);
+  // What a result file needs to be merged later, once (gradscope collect).
+  record["attempt_uid"] = new_attempt_uid();
+  record["sweep"] = c.sweep.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.sweep);
+  record["started_at"] = started_at;
+  record["finished_at"] = finished_at;
+  const int64_t attempt = db ? db->write_run(record, c.sweep, started_at, finished_at) : 0;
   if (!c.json_path.empty()) write_json_atomically(c.json_path, record);
   if (!c.quiet) {
-    std::vector<std::pair<std::string, std::string>> where = {
-        {"database", fmt::format("{} (attempt {})", c.db_path, attempt)}};
+    std::vector<std::pair<std::string, std::string>> where;
+    if (db) where.push_back({"database", fmt::format("{} (attempt {})", c.db_path, attempt)});
     if (!c.json_path.empty()) where.push_back({"record", c.json_path});
     fmt::print("\n{}", summary_table(record, where));
   }
   return record.value("status", "error") == "ok" ? 0 : 1;
 }
 
-}  // namespace
-
-void add_run_command(CLI::App& root, int& exit_code) {
-  auto o = std::make_shared<RunOptions>();
+void define_run_options(CLI::App* cmd, RunOptions& options) {
+  RunOptions* o = &options;
   RunConfig& c = o->config;
-  CLI::App* cmd = root.add_subcommand(
-      "run",
-      "Train one configuration and measure it.\n"
-      "Every optimizer step is timed by phase (data, forward, backward, optimizer) after\n"
-      "untimed warm-up steps; memory is tracked per phase. The run is written to the\n"
-      "database (--db) and, with --json, to a run record file. Exit 0 when the run's\n"
-      "status is ok, 1 when it failed (oom, diverged, timeout, error), 2 for bad input.\n"
-      "Example: gradscope run --model llama --preset tiny --optimizer adam --steps 300");
   // A repeated option takes its last value, so a script can append overrides.
   cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   cmd->add_option("--model", c.model, "Architecture (see `gradscope list`)")->capture_default_str();
@@ -216,13 +223,73 @@ void add_run_command(CLI::App& root, int& exit_code) {
   cmd->add_option("--eval-every", c.eval_every,
                   "Evaluate on the validation split every N steps (0 = only at the end)")
       ->capture_default_str();
-  cmd->add_option("--eval-batches", c.eval_batches, "Validation batches per evaluation")
+  cmd->add_option("--eval-batches", c.eval_batches,
+                  "Validation batches per evaluation, of the effective batch size (batch x "
+                  "accum-steps), so that every strategy is evaluated on the same samples")
       ->capture_default_str();
   cmd->add_option("--timeout", c.timeout_s, "Stop with status timeout after this many seconds")
       ->capture_default_str();
   cmd->add_option("--db", c.db_path, "SQLite results database")->capture_default_str();
   cmd->add_option("--json", c.json_path, "Also write the run record to this JSON file");
   cmd->add_flag("--quiet", c.quiet, "No progress and no summary");
+  cmd->add_option("--sweep", c.sweep, "Name of the sweep this run belongs to (set by sweeps)");
+  cmd->add_flag("--no-db", o->no_db,
+                "Write no database, only the --json result file (for cluster tasks; merge the "
+                "files with `gradscope collect`)");
+  cmd->add_option("--config", o->config_file,
+                  "Read settings from a TOML file (the keys of a sweep's [fixed] table: model = "
+                  "\"vit\", batch = 8, [opt], [arch]); flags after it override the file");
+}
+
+}  // namespace
+
+RunConfig parse_run_arguments(const std::vector<std::string>& args) {
+  CLI::App app("run");
+  RunOptions o;
+  define_run_options(&app, o);
+  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 parses from the back
+  try {
+    app.parse(reversed);
+  } catch (const CLI::ParseError& e) {
+    fail_usage(std::string("cannot read run settings: ") + e.what(),
+               "the keys are `gradscope run`'s options (see gradscope run --help)");
+  }
+  finish_config(o, app);
+  return o.config;
+}
+
+std::vector<std::string> expand_run_config_files(const std::vector<std::string>& args) {
+  if (args.empty() || args[0] != "run") return args;
+  std::vector<std::string> from_files;
+  for (size_t i = 1; i < args.size(); ++i) {
+    std::string path;
+    if (args[i] == "--config" && i + 1 < args.size()) {
+      path = args[i + 1];
+    } else if (args[i].rfind("--config=", 0) == 0) {
+      path = args[i].substr(9);
+    } else {
+      continue;
+    }
+    const std::vector<std::string> file_args = load_run_config(path).args();
+    from_files.insert(from_files.end(), file_args.begin(), file_args.end());
+  }
+  std::vector<std::string> out = {args[0]};
+  out.insert(out.end(), from_files.begin(), from_files.end());
+  out.insert(out.end(), args.begin() + 1, args.end());
+  return out;
+}
+
+void add_run_command(CLI::App& root, int& exit_code) {
+  auto o = std::make_shared<RunOptions>();
+  CLI::App* cmd = root.add_subcommand(
+      "run",
+      "Train one configuration and measure it.\n"
+      "Every optimizer step is timed by phase (data, forward, backward, optimizer) after\n"
+      "untimed warm-up steps; memory is tracked per phase. The run is written to the\n"
+      "database (--db) and, with --json, to a run record file. Exit 0 when the run's\n"
+      "status is ok, 1 when it failed (oom, diverged, timeout, error), 2 for bad input.\n"
+      "Example: gradscope run --model llama --preset tiny --optimizer adam --steps 300");
+  define_run_options(cmd, *o);
   cmd->callback([o, cmd, &exit_code] { exit_code = execute(*o, *cmd); });
 }
 

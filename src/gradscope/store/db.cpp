@@ -1,5 +1,8 @@
 #include "gradscope/store/db.h"
 
+#include <chrono>
+#include <random>
+
 #include <fmt/format.h>
 #include <sqlite3.h>
 #include <unistd.h>
@@ -468,6 +471,32 @@ std::vector<json> Database::records() {
   return out;
 }
 
+std::vector<std::string> Database::statuses_of(const std::string& run_id) {
+  Statement select(db_, path_, "SELECT status FROM runs WHERE run_id = ? ORDER BY attempt_id",
+                   ErrorKind::kErrorKindRuntime);
+  select.bind_text(1, run_id);
+  std::vector<std::string> out;
+  while (select.step()) out.push_back(select.is_null(0) ? "" : select.column_text(0));
+  return out;
+}
+
+json Database::latest_record(const std::string& run_id) {
+  Statement select(db_, path_,
+                   "SELECT record_json FROM runs WHERE run_id = ? ORDER BY attempt_id DESC LIMIT 1",
+                   ErrorKind::kErrorKindRuntime);
+  select.bind_text(1, run_id);
+  if (!select.step() || select.is_null(0)) return nullptr;
+  return json::parse(select.column_text(0), nullptr, /*allow_exceptions=*/false);
+}
+
+bool Database::has_attempt(const std::string& attempt_uid) {
+  Statement select(
+      db_, path_, "SELECT 1 FROM runs WHERE json_extract(record_json, '$.attempt_uid') = ? LIMIT 1",
+      ErrorKind::kErrorKindRuntime);
+  select.bind_text(1, attempt_uid);
+  return select.step();
+}
+
 int64_t Database::count_runs() {
   Statement count(db_, path_, "SELECT count(*) FROM runs", ErrorKind::kErrorKindRuntime);
   return count.step() ? count.column_int(0) : 0;
@@ -512,6 +541,14 @@ std::string utc_now_iso8601() {
   char text[32];
   std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", &utc);
   return text;
+}
+
+std::string new_attempt_uid() {
+  std::random_device device;
+  const auto draw = [&device] { return (static_cast<uint64_t>(device()) << 32) ^ device(); };
+  const uint64_t clock =
+      static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  return fmt::format("{:016x}{:016x}", draw(), draw() ^ clock);
 }
 
 }  // namespace gradscope

@@ -8,7 +8,13 @@
 // gradscope did not create, and one written by a newer gradscope.
 //
 // Not thread-safe: one Database per thread. Several processes may share the file; writers
-// wait for each other (busy timeout) rather than fail.
+// wait for each other (busy timeout) rather than fail. Keep ONE Database per file in a
+// process: opening checks the file's header through a plain file descriptor, and closing any
+// descriptor of a file drops all of the process's POSIX locks on it, including those an
+// already open connection holds. Another process may then take the database for unused,
+// checkpoint and reset its write-ahead log, and the first connection's next write, made on
+// its stale view, overwrites what the other process committed (measured: a sweep lost its
+// children's records that way).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -44,6 +50,12 @@ class Database {
 
   // The record_json of every attempt, in attempt order.
   std::vector<nlohmann::json> records();
+  // The statuses of every attempt of one run, in attempt order.
+  std::vector<std::string> statuses_of(const std::string& run_id);
+  // The latest attempt of one run (its record), or null when it has none.
+  nlohmann::json latest_record(const std::string& run_id);
+  // Whether an attempt with this record "attempt_uid" is stored (collect merges each once).
+  bool has_attempt(const std::string& attempt_uid);
   int64_t count_runs();
   // The steps rows of one attempt in step order, as {step, loss, lr, grad_norm, time_s,
   // samples, tokens, targets} with SQL NULL as JSON null.
@@ -61,5 +73,9 @@ class Database {
 
 // Now, in UTC, as "2024-05-01T12:34:56Z" (sorts as text in time order).
 std::string utc_now_iso8601();
+
+// A random identity for one attempt of a run (32 hex digits), stored in its record as
+// "attempt_uid", so that merging the same result file twice stores it once.
+std::string new_attempt_uid();
 
 }  // namespace gradscope

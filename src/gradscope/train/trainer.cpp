@@ -197,6 +197,12 @@ nlohmann::json null_if_nan(double v) {
 
 }  // namespace
 
+std::string run_id_for(const RunConfig& config) {
+  nlohmann::json canonical = canonical_config_json(config);
+  canonical["arch"] = resolve_arch(config);
+  return run_id_of(canonical);
+}
+
 double median(std::vector<double> values) { return percentile(std::move(values), 50); }
 
 double percentile(std::vector<double> values, double pct) {
@@ -288,9 +294,11 @@ Trainer::Evaluation Trainer::evaluate() {
   torch::NoGradGuard no_grad;
   AutocastScope autocast(device_, config_.dtype == "bf16");
   model_->eval();
+  // --eval-batches counts effective batches, evaluated in micro-batches: every strategy of a
+  // comparison sees the same validation samples, whatever its split of the batch.
   const int64_t b = config_.batch;
-  const int64_t n =
-      std::min<int64_t>(config_.eval_batches, std::max<int64_t>(1, data_->val_samples() / b));
+  const int64_t n = std::min<int64_t>(config_.eval_batches * config_.accum_steps,
+                                      std::max<int64_t>(1, data_->val_samples() / b));
   torch::Tensor sum =
       torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
   int64_t count = 0, correct = 0;
@@ -324,9 +332,7 @@ nlohmann::json Trainer::run(ProgressSink* progress) {
 
   nlohmann::json record;
   record["schema"] = "gradscope.run/1";
-  nlohmann::json canonical = canonical_config_json(config_);
-  canonical["arch"] = arch_;
-  record["run_id"] = run_id_of(canonical);
+  record["run_id"] = run_id_for(config_);
   record["config"] = config_to_json(config_);
   record["config"]["lr"] = lr_;
   record["config"]["seq_len"] = seq_len;

@@ -77,6 +77,11 @@ class Trainer {
   bool steps_with_closure_ = false;  // the optimizer evaluates the step's batch itself
 };
 
+// The id of a run (DESIGN.md, "Run record"): a digest of its canonical configuration and
+// resolved architecture. Known without building anything, so a sweep can tell finished runs
+// from pending ones before it starts any.
+std::string run_id_for(const RunConfig& config);
+
 // Loss-curve helpers the record uses.
 double median(std::vector<double> values);
 double percentile(std::vector<double> values, double pct);

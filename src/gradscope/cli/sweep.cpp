@@ -1,0 +1,160 @@
+// `gradscope sweep`: a grid of runs from a TOML file, each in a child process, resumable;
+// `gradscope collect`: merges result files (cluster tasks) into a database.
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "gradscope/cli/commands.h"
+#include "gradscope/core/env.h"
+#include "gradscope/core/error.h"
+#include "gradscope/store/db.h"
+#include "gradscope/sweep/grid.h"
+#include "gradscope/sweep/runner.h"
+
+namespace gradscope {
+namespace {
+
+struct SweepCliOptions {
+  std::string file;
+  std::string db;
+  int64_t jobs = 0;
+  double run_timeout_s = 0;
+  std::string memory_limit;
+  bool dry_run = false;
+  std::string emit;
+  std::string out;
+  int64_t cpus_per_task = 4;
+  std::string log_dir;
+  double heartbeat_s = 30;
+};
+
+std::string self_executable() {
+  std::error_code ec;
+  const auto path = std::filesystem::read_symlink("/proc/self/exe", ec);
+  check_usage(!ec, "cannot find the gradscope executable (/proc/self/exe): " + ec.message());
+  return path.string();
+}
+
+void print_plan(const Sweep& sweep, const std::vector<PlannedRun>& plan) {
+  size_t width = 3;
+  for (const auto& p : plan) width = std::max(width, p.label.size());
+  fmt::print("sweep {} ({}): {} runs{}\n", sweep.name, sweep.path, plan.size(),
+             sweep.excluded > 0 ? fmt::format(", {} excluded", sweep.excluded) : "");
+  fmt::print("  {:>4}  {:<{}}  {:<16}  {}\n", "#", "run", width, "run id", "action");
+  size_t pending = 0;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const auto& p = plan[i];
+    std::string why;
+    if (!p.previous.empty()) {
+      std::string list;
+      for (const auto& s : p.previous) list += (list.empty() ? "" : ", ") + s;
+      why = " (stored: " + list + ")";
+    }
+    fmt::print("  {:>4}  {:<{}}  {:<16}  {}{}\n", i + 1, p.label, width, p.run_id, p.action, why);
+    if (p.pending()) ++pending;
+  }
+  fmt::print("{} to run, {} skipped\n", pending, plan.size() - pending);
+}
+
+int execute_sweep(SweepCliOptions& o) {
+  const Sweep sweep = load_sweep(o.file);
+  SweepOptions run;
+  run.db_path =
+      !o.db.empty() ? o.db : (!sweep.settings.db.empty() ? sweep.settings.db : "gradscope.db");
+  run.jobs = o.jobs > 0 ? o.jobs : sweep.settings.jobs;
+  run.run_timeout_s = o.run_timeout_s > 0 ? o.run_timeout_s : sweep.settings.run_timeout_s;
+  run.memory_limit_bytes =
+      !o.memory_limit.empty() ? parse_bytes(o.memory_limit) : sweep.settings.memory_limit_bytes;
+  run.executable = self_executable();
+  run.log_dir = !o.log_dir.empty() ? o.log_dir : run.db_path + ".logs";
+  run.heartbeat_s = o.heartbeat_s;
+
+  if (!o.emit.empty()) {
+    check_usage(o.emit == "slurm", "unknown --emit target '" + o.emit + "'", "valid: slurm");
+    check_usage(!o.out.empty(), "--emit slurm needs --out DIR", "e.g. --out cluster/paper");
+    const std::string script = emit_slurm(sweep, o.out, run.executable, o.cpus_per_task);
+    fmt::print(
+        "wrote {} ({} array tasks)\nsubmit: sbatch {}\nthen: gradscope collect {} --db "
+        "{}\n",
+        script, sweep.runs.size(), script, o.out, run.db_path);
+    return 0;
+  }
+
+  Database db(run.db_path);
+  std::vector<PlannedRun> plan = plan_sweep(sweep, db, parse_run_arguments);
+  if (o.dry_run) {
+    print_plan(sweep, plan);
+    return 0;
+  }
+  const int64_t failed = run_sweep(sweep, plan, db, run);
+  fmt::print("\n{}", sweep_summary(plan, db));
+  fmt::print("results: {} (sweep {}); logs: {}\n", run.db_path, sweep.name, run.log_dir);
+  return failed == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+void add_sweep_command(CLI::App& root, int& exit_code) {
+  auto o = std::make_shared<SweepCliOptions>();
+  CLI::App* cmd = root.add_subcommand(
+      "sweep",
+      "Run a grid of configurations from a TOML file, each in its own process.\n"
+      "Resumable: a run whose final record (ok, oom, diverged) is in the database is skipped;\n"
+      "error, crashed and timeout are retried once; interrupted runs start again. Flags\n"
+      "override the file's [sweep] table. Exit 0 when every run ended in a final status.\n"
+      "Example: gradscope sweep configs/sweeps/smoke.toml --jobs 2\n"
+      "File format: docs/sweeps.md");
+  cmd->add_option("file", o->file, "Sweep file (TOML)")->required();
+  cmd->add_option("--db", o->db, "Results database (default: the file's, else gradscope.db)");
+  cmd->add_option("--jobs", o->jobs,
+                  "Runs at a time (CPU threads are split between them; "
+                  "with CUDA, one run per GPU)");
+  cmd->add_option("--run-timeout", o->run_timeout_s,
+                  "Seconds after which a run is stopped and recorded as timeout");
+  cmd->add_option("--memory-limit", o->memory_limit,
+                  "Address-space limit of each run (e.g. 8GiB); a run past it is recorded as oom");
+  cmd->add_flag("--dry-run", o->dry_run, "List the runs and what would happen to each; run none");
+  cmd->add_option("--emit", o->emit, "Write a cluster job instead of running: slurm");
+  cmd->add_option("--out", o->out, "With --emit: the folder to write the job into");
+  cmd->add_option("--cpus-per-task", o->cpus_per_task, "With --emit slurm: CPUs of each task")
+      ->capture_default_str();
+  cmd->add_option("--log-dir", o->log_dir, "Where each attempt's output goes (default: DB.logs)");
+  cmd->add_option("--heartbeat", o->heartbeat_s,
+                  "Seconds between progress reports of a long run (0 = none)")
+      ->capture_default_str();
+  cmd->callback([o, &exit_code] { exit_code = execute_sweep(*o); });
+}
+
+void add_collect_command(CLI::App& root, int& exit_code) {
+  auto dir = std::make_shared<std::string>();
+  auto db_path = std::make_shared<std::string>("gradscope.db");
+  CLI::App* cmd = root.add_subcommand(
+      "collect",
+      "Merge result files (written by `gradscope run --json`, e.g. by the tasks of\n"
+      "`gradscope sweep --emit slurm`) into a database. Each attempt is stored once, so\n"
+      "collecting again, or while tasks still run, is safe.\n"
+      "Example: gradscope collect cluster/paper --db results.db");
+  cmd->add_option("dir", *dir, "Folder of result files (or the --out folder of --emit slurm)")
+      ->required();
+  cmd->add_option("--db", *db_path, "Results database")->capture_default_str();
+  cmd->callback([dir, db_path, &exit_code] {
+    Database db(*db_path);
+    const CollectReport r = collect_results(*dir, db);
+    fmt::print("merged {} result file{} into {}, {} already there\n", r.merged,
+               r.merged == 1 ? "" : "s", *db_path, r.present);
+    if (r.expected >= 0) {
+      fmt::print("{} of {} tasks have a result\n",
+                 r.expected - static_cast<int64_t>(r.missing.size()), r.expected);
+      if (!r.missing.empty()) {
+        std::string list;
+        for (size_t i = 0; i < r.missing.size() && i < 20; ++i)
+          list += (i ? " " : "") + r.missing[i];
+        fmt::print("without a result yet: {}{}\n", list, r.missing.size() > 20 ? " ..." : "");
+      }
+    }
+    exit_code = 0;
+  });
+}
+
+}  // namespace gradscope

@@ -1,0 +1,666 @@
+#include "gradscope/sweep/grid.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <set>
+#include <string_view>
+
+#include <toml++/toml.h>
+
+#include "gradscope/core/env.h"
+#include "gradscope/core/error.h"
+
+namespace gradscope {
+namespace {
+
+// A grid beyond this is a typo (an axis of 1000 seeds) rather than a plan, and expanding it
+// would take the memory and time of a crash before any run starts.
+constexpr int64_t kMaxRuns = 100000;
+
+// What a run key's value must be, checked at load time so a typo fails with file and line.
+enum class ValueKind {
+  kValueKindText,
+  kValueKindInteger,
+  kValueKindNumber,  // integer or float
+  kValueKindLr,      // a number or "auto"
+  kValueKindBytes,   // a positive integer, or text such as "512MiB"
+};
+
+struct RunKey {
+  const char* name;
+  ValueKind kind;
+};
+
+// `gradscope run`'s options (cli/run.cpp) with '-' -> '_', less the output ones (--db, --json,
+// --quiet, --memory-snapshot, --config): a sweep decides those per run itself.
+const std::vector<RunKey>& run_key_table() {
+  static const std::vector<RunKey> keys = {
+      {"model", ValueKind::kValueKindText},
+      {"preset", ValueKind::kValueKindText},
+      {"optimizer", ValueKind::kValueKindText},
+      {"strategy", ValueKind::kValueKindText},
+      {"checkpoint_every", ValueKind::kValueKindInteger},
+      {"checkpoint_policy", ValueKind::kValueKindText},
+      {"batch", ValueKind::kValueKindInteger},
+      {"accum_steps", ValueKind::kValueKindInteger},
+      {"seq", ValueKind::kValueKindInteger},
+      {"steps", ValueKind::kValueKindInteger},
+      {"warmup_steps", ValueKind::kValueKindInteger},
+      {"lr", ValueKind::kValueKindLr},
+      {"lr_search_trials", ValueKind::kValueKindInteger},
+      {"lr_search_steps", ValueKind::kValueKindInteger},
+      {"lr_search_span", ValueKind::kValueKindNumber},
+      {"lr_schedule", ValueKind::kValueKindText},
+      {"lr_warmup_steps", ValueKind::kValueKindInteger},
+      {"weight_decay", ValueKind::kValueKindNumber},
+      {"clip_grad_norm", ValueKind::kValueKindNumber},
+      {"seed", ValueKind::kValueKindInteger},
+      {"device", ValueKind::kValueKindText},
+      {"dtype", ValueKind::kValueKindText},
+      {"threads", ValueKind::kValueKindInteger},
+      {"dataset", ValueKind::kValueKindText},
+      {"tokenizer", ValueKind::kValueKindText},
+      {"dropout", ValueKind::kValueKindNumber},
+      {"memory_cap", ValueKind::kValueKindBytes},
+      {"eval_every", ValueKind::kValueKindInteger},
+      {"eval_batches", ValueKind::kValueKindInteger},
+      {"timeout", ValueKind::kValueKindNumber},
+  };
+  return keys;
+}
+
+const RunKey* find_run_key(std::string_view name) {
+  for (const auto& key : run_key_table())
+    if (name == key.name) return &key;
+  return nullptr;
+}
+
+bool is_table_key(std::string_view name) { return name == "opt" || name == "arch"; }
+
+std::string joined(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
+  return out;
+}
+
+std::string run_keys_hint(bool with_tables) {
+  return "valid keys: " + joined(run_keys()) + (with_tables ? ", and the tables opt and arch" : "");
+}
+
+// Axis priority: the four study dimensions first (in the order a reader scans a results
+// table), seed last so that repeats of one configuration sit next to each other.
+int priority(const std::string& key) {
+  static const std::vector<std::string> first = {"model", "preset", "optimizer", "strategy"};
+  auto it = std::find(first.begin(), first.end(), key);
+  if (it != first.end()) return static_cast<int>(it - first.begin());
+  return key == "seed" ? 5 : 4;
+}
+
+bool before_in_priority(const std::string& a, const std::string& b) {
+  const int pa = priority(a), pb = priority(b);
+  return pa != pb ? pa < pb : a < b;
+}
+
+// "FILE:LINE" for messages, "FILE" when toml++ knows no line (an implicitly created table).
+std::string where(const std::string& file, const toml::source_region& region) {
+  return region.begin.line > 0 ? fmt::format("{}:{}", file, region.begin.line) : file;
+}
+
+// A key's own position is the most precise; a value's is the fallback.
+const toml::source_region& region_of(const toml::key& key, const toml::node& node) {
+  return key.source().begin.line > 0 ? key.source() : node.source();
+}
+
+// What a node holds, for "must be X, not Y" messages.
+std::string describe(const toml::node& node) {
+  switch (node.type()) {
+    case toml::node_type::string:
+      return fmt::format("text \"{}\"", node.as_string()->get());
+    case toml::node_type::integer:
+      return fmt::format("the integer {}", node.as_integer()->get());
+    case toml::node_type::floating_point:
+      return fmt::format("the number {}", node.as_floating_point()->get());
+    case toml::node_type::boolean:
+      return fmt::format("the boolean {}", node.as_boolean()->get());
+    case toml::node_type::array:
+      return "an array";
+    case toml::node_type::table:
+      return "a table";
+    case toml::node_type::date:
+    case toml::node_type::time:
+    case toml::node_type::date_time:
+      return "a date or time";
+    default:
+      return "an unknown value";
+  }
+}
+
+// The command-line text of a scalar: strings as is, integers in decimal, floats in fmt's
+// shortest round-trip form (0.05 -> "0.05", 3e-4 -> "0.0003", 1e-10 -> "1e-10"), booleans
+// "true"/"false". `what` names the value in messages ("'lr' in [fixed]"); `array_hint` says
+// what to do instead of an array, which depends on where the value stands.
+std::string scalar_text(const std::string& file, const std::string& what, const toml::node& node,
+                        const std::string& array_hint) {
+  const std::string at = where(file, node.source());
+  switch (node.type()) {
+    case toml::node_type::string:
+      return std::string(node.as_string()->get());
+    case toml::node_type::integer:
+      return fmt::format("{}", node.as_integer()->get());
+    case toml::node_type::floating_point: {
+      const double v = node.as_floating_point()->get();
+      check_usage(std::isfinite(v),
+                  fmt::format("{}: {} must be a finite number, not {}", at, what, v),
+                  "write a finite number");
+      return fmt::format("{}", v);
+    }
+    case toml::node_type::boolean:
+      return node.as_boolean()->get() ? "true" : "false";
+    case toml::node_type::array:
+      fail_usage(fmt::format("{}: {} must be a single value, not an array", at, what), array_hint);
+    case toml::node_type::table:
+      fail_usage(fmt::format("{}: {} must be a single value, not a table", at, what),
+                 "write KEY = VALUE with a text, number or boolean VALUE");
+    default:
+      fail_usage(fmt::format("{}: {} must be text, a number or a boolean, not {}", at, what,
+                             describe(node)),
+                 "write dates and times as text");
+  }
+}
+
+// The text of a run key's value, after checking it has the kind the key takes.
+std::string run_value_text(const std::string& file, const RunKey& key, const std::string& what,
+                           const toml::node& node, const std::string& array_hint) {
+  const std::string at = where(file, node.source());
+  auto wrong = [&](const char* expected, const char* example) {
+    fail_usage(fmt::format("{}: {} must be {}, not {}", at, what, expected, describe(node)),
+               fmt::format("write e.g. {} = {}", key.name, example));
+  };
+  if (node.is_array() || node.is_table()) return scalar_text(file, what, node, array_hint);
+  switch (key.kind) {
+    case ValueKind::kValueKindText:
+      if (!node.is_string()) wrong("text", "\"name\"");
+      break;
+    case ValueKind::kValueKindInteger:
+      if (!node.is_integer()) wrong("an integer", "4");
+      break;
+    case ValueKind::kValueKindNumber:
+      if (!node.is_number()) wrong("a number", "0.1");
+      break;
+    case ValueKind::kValueKindLr:
+      if (!node.is_number() && !(node.is_string() && node.as_string()->get() == "auto"))
+        wrong("a number or \"auto\"", "3e-4");
+      break;
+    case ValueKind::kValueKindBytes:
+      if (node.is_integer()) {
+        check_usage(node.as_integer()->get() > 0,
+                    fmt::format("{}: {} must be a positive byte count, not {}", at, what,
+                                node.as_integer()->get()),
+                    "write e.g. memory_cap = \"8GiB\"");
+      } else if (node.is_string()) {
+        try {
+          parse_bytes(std::string(node.as_string()->get()));
+        } catch (const Error& e) {
+          fail_usage(fmt::format("{}: {}: {}", at, what, e.what()), e.hint());
+        }
+      } else {
+        wrong("a byte size", "\"8GiB\"");
+      }
+      break;
+  }
+  return scalar_text(file, what, node, array_hint);
+}
+
+// Reads and parses a TOML file; a missing file and a syntax error are usage errors.
+toml::table parse_toml(const std::string& path, const char* kind) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  check_usage(fs::exists(path, ec), fmt::format("{} '{}' does not exist", kind, path),
+              "check the path");
+  check_usage(fs::is_regular_file(path, ec), fmt::format("{} '{}' is not a file", kind, path),
+              "give the path of a .toml file");
+  try {
+    return toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    fail_usage(fmt::format("{}:{}:{}: {}", path, e.source().begin.line, e.source().begin.column,
+                           e.description()),
+               "fix the TOML syntax (https://toml.io/en/v1.0.0)");
+  }
+}
+
+const toml::table& expect_table(const std::string& file, const std::string& what,
+                                const toml::node& node, const std::string& hint) {
+  if (const auto* table = node.as_table()) return *table;
+  fail_usage(fmt::format("{}: {} must be a table, not {}", where(file, node.source()), what,
+                         describe(node)),
+             hint);
+}
+
+// NAME = VALUE entries of an opt or arch table (free names, scalar values).
+void read_name_table(const std::string& file, const std::string& table_name,
+                     const std::string& section, const toml::node& node,
+                     std::map<std::string, std::string>& into) {
+  const std::string what = fmt::format("'{}' in {}", table_name, section);
+  const auto& table =
+      expect_table(file, what, node,
+                   fmt::format("write {0} = {{ NAME = VALUE, ... }}: each entry becomes --{0} "
+                               "NAME=VALUE",
+                               table_name));
+  for (const auto& [key, value] : table) {
+    const std::string name(key.str());
+    into[name] = scalar_text(file, fmt::format("'{}' in {}", name, what), value,
+                             "write a list as text, e.g. betas = \"0.9,0.999\"");
+  }
+}
+
+// Run keys plus the opt and arch tables, as in [fixed], an override's `set` and a run
+// configuration file. `section` names the place in messages.
+void read_run_table(const std::string& file, const toml::table& table, const std::string& section,
+                    const std::string& array_hint, RunSpec& into) {
+  for (const auto& [key, value] : table) {
+    const std::string name(key.str());
+    if (is_table_key(name)) {
+      auto& target = name == "opt" ? into.opt : into.arch;
+      read_name_table(file, name, section, value, target);
+      continue;
+    }
+    const RunKey* run_key = find_run_key(name);
+    if (!run_key) {
+      std::string hint = run_keys_hint(true);
+      if (name == "db") hint = "the database is a sweep setting: put db under [sweep]; " + hint;
+      fail_usage(fmt::format("{}: unknown key '{}' in {}", where(file, region_of(key, value)), name,
+                             section),
+                 hint);
+    }
+    into.values[name] =
+        run_value_text(file, *run_key, fmt::format("'{}' in {}", name, section), value, array_hint);
+  }
+}
+
+// One `when` or [[exclude]] entry: every key must match one of its values.
+struct Condition {
+  std::string key;
+  std::vector<std::string> any_of;
+  std::string at;  // "FILE:LINE" of the key
+};
+using Match = std::vector<Condition>;
+
+bool matches(const Match& match, const std::map<std::string, std::string>& values) {
+  for (const auto& c : match) {
+    auto it = values.find(c.key);
+    if (it == values.end()) return false;
+    if (std::find(c.any_of.begin(), c.any_of.end(), it->second) == c.any_of.end()) return false;
+  }
+  return true;
+}
+
+Match read_match(const std::string& file, const toml::table& table, const std::string& section) {
+  Match match;
+  for (const auto& [key, value] : table) {
+    const std::string name(key.str());
+    const std::string at = where(file, region_of(key, value));
+    const RunKey* run_key = find_run_key(name);
+    if (!run_key) {
+      fail_usage(fmt::format("{}: unknown key '{}' in {}", at, name, section),
+                 is_table_key(name)
+                     ? "opt and arch entries cannot be matched; " + run_keys_hint(false)
+                     : run_keys_hint(false));
+    }
+    const std::string what = fmt::format("'{}' in {}", name, section);
+    Condition c{name, {}, at};
+    if (const auto* array = value.as_array()) {
+      check_usage(!array->empty(), fmt::format("{}: {} is an empty array", at, what),
+                  "list the values to match, e.g. optimizer = [\"sgd\", \"adam\"]");
+      for (const auto& item : *array)
+        c.any_of.push_back(
+            run_value_text(file, *run_key, what, item, "list single values; arrays do not nest"));
+    } else {
+      c.any_of.push_back(run_value_text(file, *run_key, what, value, ""));
+    }
+    match.push_back(std::move(c));
+  }
+  return match;
+}
+
+// A `when`/exclude key that no run has can never match: almost surely a mistake.
+void check_match_keys(const Match& match, const std::set<std::string>& known,
+                      const std::string& section, const std::string& known_where) {
+  for (const auto& c : match)
+    check_usage(known.count(c.key) > 0,
+                fmt::format("{}: '{}' in {} never matches: no run sets it", c.at, c.key, section),
+                fmt::format("match keys that {} set, or add '{}' there", known_where, c.key));
+}
+
+struct Axis {
+  std::string key;
+  std::vector<std::string> values;
+  std::string at;
+};
+
+struct Override {
+  Match when;
+  RunSpec set;
+};
+
+const toml::array& expect_array_of_tables(const std::string& file, const std::string& name,
+                                          const toml::node& node) {
+  const auto* array = node.as_array();
+  if (!array || !array->is_array_of_tables())
+    fail_usage(fmt::format("{}: '{}' must be written as [[{}]] entries, not {}",
+                           where(file, node.source()), name, name, describe(node)),
+               fmt::format("start each entry with a [[{}]] line", name));
+  return *array;
+}
+
+SweepSettings read_settings(const std::string& file, const toml::node& node) {
+  SweepSettings s;
+  const auto& table =
+      expect_table(file, "[sweep]", node, "write [sweep] followed by jobs, run_timeout, ...");
+  const std::string valid = "valid keys in [sweep]: jobs, run_timeout, memory_limit, db";
+  for (const auto& [key, value] : table) {
+    const std::string name(key.str());
+    const std::string at = where(file, region_of(key, value));
+    const std::string vat = where(file, value.source());
+    if (name == "jobs") {
+      check_usage(value.is_integer() && value.as_integer()->get() >= 1,
+                  fmt::format("{}: 'jobs' in [sweep] must be an integer >= 1, not {}", vat,
+                              describe(value)),
+                  "write e.g. jobs = 2");
+      s.jobs = value.as_integer()->get();
+    } else if (name == "run_timeout") {
+      const double seconds = value.value<double>().value_or(0);
+      check_usage(
+          value.is_number() && std::isfinite(seconds) && seconds > 0,
+          fmt::format("{}: 'run_timeout' in [sweep] must be a number of seconds > 0, not {}", vat,
+                      describe(value)),
+          "write e.g. run_timeout = 600");
+      s.run_timeout_s = seconds;
+    } else if (name == "memory_limit") {
+      const std::string hint = "write e.g. memory_limit = \"4GiB\" or memory_limit = 1000000";
+      if (value.is_integer()) {
+        check_usage(value.as_integer()->get() > 0,
+                    fmt::format("{}: 'memory_limit' in [sweep] must be a positive byte count, "
+                                "not {}",
+                                vat, describe(value)),
+                    hint);
+        s.memory_limit_bytes = value.as_integer()->get();
+      } else if (value.is_string()) {
+        try {
+          s.memory_limit_bytes = parse_bytes(std::string(value.as_string()->get()));
+        } catch (const Error& e) {
+          fail_usage(fmt::format("{}: 'memory_limit' in [sweep]: {}", vat, e.what()), e.hint());
+        }
+      } else {
+        fail_usage(fmt::format("{}: 'memory_limit' in [sweep] must be a byte size, not {}", vat,
+                               describe(value)),
+                   hint);
+      }
+    } else if (name == "db") {
+      check_usage(value.is_string() && !value.as_string()->get().empty(),
+                  fmt::format("{}: 'db' in [sweep] must be a file path (text), not {}", vat,
+                              describe(value)),
+                  "write e.g. db = \"results/sweep.db\"");
+      s.db = value.as_string()->get();
+    } else {
+      fail_usage(fmt::format("{}: unknown key '{}' in [sweep]", at, name),
+                 find_run_key(name) || is_table_key(name)
+                     ? valid + "; run keys go under [fixed] or [axes]"
+                     : valid);
+    }
+  }
+  return s;
+}
+
+std::vector<Axis> read_axes(const std::string& file, const toml::node& node) {
+  std::vector<Axis> axes;
+  const auto& table =
+      expect_table(file, "[axes]", node, "write [axes] followed by KEY = [VALUE, ...] lines");
+  for (const auto& [key, value] : table) {
+    const std::string name(key.str());
+    const std::string at = where(file, region_of(key, value));
+    const RunKey* run_key = find_run_key(name);
+    if (!run_key)
+      fail_usage(fmt::format("{}: unknown key '{}' in [axes]", at, name),
+                 is_table_key(name) ? "opt and arch cannot be axes: set their entries in [fixed] "
+                                      "or in an override's set; " +
+                                          run_keys_hint(false)
+                                    : run_keys_hint(false));
+    const std::string what = fmt::format("axis '{}'", name);
+    const auto* array = value.as_array();
+    check_usage(array && !array->empty(),
+                fmt::format("{}: {} must be a non-empty array, not {}", where(file, value.source()),
+                            what, array ? "an empty array" : describe(value)),
+                fmt::format("write e.g. {} = [A, B]; a value for every run goes in [fixed]", name));
+    Axis axis{name, {}, at};
+    for (const auto& item : *array) {
+      std::string text = run_value_text(file, *run_key, "each value of " + what, item,
+                                        "list single values; arrays do not nest");
+      check_usage(std::find(axis.values.begin(), axis.values.end(), text) == axis.values.end(),
+                  fmt::format("{}: {} lists '{}' twice", where(file, item.source()), what, text),
+                  "list each value once; repeat runs with a seed axis");
+      axis.values.push_back(std::move(text));
+    }
+    axes.push_back(std::move(axis));
+  }
+  std::sort(axes.begin(), axes.end(),
+            [](const Axis& a, const Axis& b) { return before_in_priority(a.key, b.key); });
+  return axes;
+}
+
+}  // namespace
+
+const std::vector<std::string>& run_keys() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const auto& key : run_key_table()) out.push_back(key.name);
+    return out;
+  }();
+  return names;
+}
+
+std::vector<std::string> RunSpec::args() const {
+  std::vector<std::string> keys;
+  for (const auto& [key, value] : values) keys.push_back(key);
+  std::stable_sort(keys.begin(), keys.end(), before_in_priority);
+  std::vector<std::string> out;
+  for (const auto& key : keys) {
+    std::string flag = "--" + key;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    out.push_back(flag);
+    out.push_back(values.at(key));
+  }
+  for (const auto& [name, value] : opt) {
+    out.push_back("--opt");
+    out.push_back(name + "=" + value);
+  }
+  for (const auto& [name, value] : arch) {
+    out.push_back("--arch");
+    out.push_back(name + "=" + value);
+  }
+  return out;
+}
+
+std::string RunSpec::label(const std::vector<std::string>& axes) const {
+  std::vector<std::string> keys = axes;
+  if (keys.empty()) keys = {"model", "preset", "optimizer", "strategy"};
+  std::stable_sort(keys.begin(), keys.end(), before_in_priority);
+  std::string out;
+  for (const auto& key : keys) {
+    auto it = values.find(key);
+    if (it == values.end()) continue;
+    if (!out.empty()) out += ' ';
+    out += priority(key) < 4 ? it->second : key + "=" + it->second;
+  }
+  return out;
+}
+
+Sweep load_sweep(const std::string& path) {
+  const toml::table root = parse_toml(path, "sweep file");
+  Sweep sweep;
+  sweep.path = path;
+  sweep.name = std::filesystem::path(path).stem().string();
+
+  const std::string top_valid =
+      "valid top-level keys: name, [sweep], [fixed], [axes], [[override]], [[exclude]]";
+  for (const auto& [key, value] : root) {
+    const std::string name(key.str());
+    if (name == "name" || name == "sweep" || name == "fixed" || name == "axes" ||
+        name == "override" || name == "exclude")
+      continue;
+    fail_usage(
+        fmt::format("{}: unknown top-level key '{}'", where(path, region_of(key, value)), name),
+        find_run_key(name) || is_table_key(name)
+            ? "run keys go under [fixed] (every run) or [axes] (varied); " + top_valid
+            : top_valid);
+  }
+
+  if (const auto* node = root.get("name")) {
+    check_usage(node->is_string() && !node->as_string()->get().empty(),
+                fmt::format("{}: 'name' must be non-empty text, not {}",
+                            where(path, node->source()), describe(*node)),
+                "write e.g. name = \"smoke\", or leave it out for the file's stem");
+    sweep.name = node->as_string()->get();
+  }
+  if (const auto* node = root.get("sweep")) sweep.settings = read_settings(path, *node);
+
+  RunSpec fixed;
+  std::map<std::string, std::string> fixed_at;  // key -> "FILE:LINE", for the clash message
+  if (const auto* node = root.get("fixed")) {
+    const auto& table = expect_table(path, "[fixed]", *node, "write [fixed] then KEY = VALUE");
+    read_run_table(path, table, "[fixed]", "to vary it, move it to [axes]", fixed);
+    for (const auto& [key, value] : table)
+      fixed_at[std::string(key.str())] = where(path, region_of(key, value));
+  }
+
+  std::vector<Axis> axes;
+  if (const auto* node = root.get("axes")) axes = read_axes(path, *node);
+  for (const auto& axis : axes) {
+    auto it = fixed_at.find(axis.key);
+    check_usage(it == fixed_at.end(),
+                fmt::format("{}: '{}' is both in [fixed] ({}) and in [axes]", axis.at, axis.key,
+                            it == fixed_at.end() ? "" : it->second),
+                "keep it in one place: [fixed] for every run, [axes] to vary it");
+    sweep.axes.push_back(axis.key);
+  }
+
+  // Keys a run can have, for the never-matches check.
+  std::set<std::string> grid_keys;
+  for (const auto& [key, value] : fixed.values) grid_keys.insert(key);
+  for (const auto& axis : axes) grid_keys.insert(axis.key);
+  std::set<std::string> final_keys = grid_keys;
+
+  std::vector<Override> overrides;
+  if (const auto* node = root.get("override")) {
+    const auto& entries = expect_array_of_tables(path, "override", *node);
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const auto& entry = *entries[i].as_table();
+      const std::string section = fmt::format("override {}", i + 1);
+      const std::string at = where(path, entry.source());
+      Override ov;
+      for (const auto& [key, value] : entry) {
+        const std::string name(key.str());
+        if (name == "when") {
+          const std::string what = section + "'s when";
+          ov.when = read_match(
+              path, expect_table(path, what, value, "write when = { KEY = VALUE, ... }"), what);
+          check_usage(!ov.when.empty(), fmt::format("{}: {} is empty", at, what),
+                      "match at least one key, or put the settings in [fixed]");
+          check_match_keys(ov.when, grid_keys, what, "[fixed] or [axes]");
+        } else if (name == "set") {
+          const std::string what = section + "'s set";
+          read_run_table(path, expect_table(path, what, value, "write set = { KEY = VALUE, ... }"),
+                         what, "an override sets one value; write one override per value", ov.set);
+          check_usage(!ov.set.values.empty() || !ov.set.opt.empty() || !ov.set.arch.empty(),
+                      fmt::format("{}: {} is empty", at, what),
+                      "set at least one key, or remove the override");
+        } else {
+          fail_usage(fmt::format("{}: unknown key '{}' in {}", where(path, region_of(key, value)),
+                                 name, section),
+                     "an [[override]] has exactly two keys: when (what to match) and set (what "
+                     "to set)");
+        }
+      }
+      check_usage(entry.contains("when"), fmt::format("{}: {} has no 'when'", at, section),
+                  "add when = { KEY = VALUE }; settings for every run go in [fixed]");
+      check_usage(entry.contains("set"), fmt::format("{}: {} has no 'set'", at, section),
+                  "add set = { KEY = VALUE }");
+      for (const auto& [key, value] : ov.set.values) final_keys.insert(key);
+      overrides.push_back(std::move(ov));
+    }
+  }
+
+  std::vector<Match> excludes;
+  if (const auto* node = root.get("exclude")) {
+    const auto& entries = expect_array_of_tables(path, "exclude", *node);
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const auto& entry = *entries[i].as_table();
+      const std::string section = fmt::format("exclude {}", i + 1);
+      Match match = read_match(path, entry, section);
+      check_usage(!match.empty(),
+                  fmt::format("{}: {} is empty, so it would drop every run",
+                              where(path, entry.source()), section),
+                  "give the keys a dropped run matches, e.g. model = \"llama\"");
+      check_match_keys(match, final_keys, section, "[fixed], [axes] or an override's set");
+      excludes.push_back(std::move(match));
+    }
+  }
+
+  int64_t total = 1;
+  for (const auto& axis : axes) {
+    total *= static_cast<int64_t>(axis.values.size());
+    check_usage(total <= kMaxRuns,
+                fmt::format("{}: the grid has more than {} runs", path, kMaxRuns),
+                "split the sweep into several files, or shorten an axis");
+  }
+
+  std::vector<size_t> index(axes.size(), 0);
+  for (int64_t n = 0; n < total; ++n) {
+    RunSpec run = fixed;
+    for (size_t a = 0; a < axes.size(); ++a) run.values[axes[a].key] = axes[a].values[index[a]];
+    const std::map<std::string, std::string> grid_values = run.values;
+    for (const auto& ov : overrides) {
+      if (!matches(ov.when, grid_values)) continue;
+      for (const auto& [key, value] : ov.set.values) run.values[key] = value;
+      for (const auto& [key, value] : ov.set.opt) run.opt[key] = value;
+      for (const auto& [key, value] : ov.set.arch) run.arch[key] = value;
+    }
+    const bool dropped = std::any_of(excludes.begin(), excludes.end(),
+                                     [&](const Match& m) { return matches(m, run.values); });
+    if (dropped)
+      ++sweep.excluded;
+    else
+      sweep.runs.push_back(std::move(run));
+    // Odometer: the last axis turns fastest.
+    for (size_t a = axes.size(); a-- > 0;) {
+      if (++index[a] < axes[a].values.size()) break;
+      index[a] = 0;
+    }
+  }
+  check_usage(!sweep.runs.empty(),
+              fmt::format("{}: the grid is empty: [[exclude]] drops all {} of its runs", path,
+                          sweep.excluded),
+              "remove or narrow an [[exclude]] entry");
+  return sweep;
+}
+
+RunSpec load_run_config(const std::string& path) {
+  const toml::table root = parse_toml(path, "run configuration");
+  RunSpec spec;
+  for (const auto& [key, value] : root) {
+    const std::string name(key.str());
+    if (name == "name" || name == "sweep" || name == "fixed" || name == "axes" ||
+        name == "override" || name == "exclude")
+      fail_usage(fmt::format("{}: '{}' belongs in a sweep file, not a run configuration",
+                             where(path, region_of(key, value)), name),
+                 "run a sweep file with `gradscope sweep FILE`; a run configuration has run keys "
+                 "at the top level and optional [opt] and [arch] tables");
+  }
+  read_run_table(path, root, "the run configuration",
+                 "one configuration per file; use gradscope sweep for a grid", spec);
+  return spec;
+}
+
+}  // namespace gradscope

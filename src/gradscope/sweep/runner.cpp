@@ -1,0 +1,560 @@
+#include "gradscope/sweep/runner.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "gradscope/core/env.h"
+#include "gradscope/core/error.h"
+#include "gradscope/report/console.h"
+#include "gradscope/train/trainer.h"
+
+extern char** environ;
+
+namespace gradscope {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+bool is_final_status(const std::string& status) {
+  return status == "ok" || status == "oom" || status == "diverged";
+}
+
+namespace {
+
+// Failed attempts (error, crashed, timeout) a run may have before the sweep stops trying.
+constexpr int64_t kMaxFailedAttempts = 2;
+
+int64_t failed_attempts(const std::vector<std::string>& statuses) {
+  return std::count_if(statuses.begin(), statuses.end(),
+                       [](const std::string& s) { return !is_final_status(s); });
+}
+
+std::string decide(const std::vector<std::string>& statuses) {
+  if (std::any_of(statuses.begin(), statuses.end(), is_final_status)) return "done";
+  const int64_t failed = failed_attempts(statuses);
+  if (failed >= kMaxFailedAttempts) return "given up";
+  return failed == 0 ? "run" : "retry";
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// The last `max_bytes` of a file, from its last complete line on.
+std::string file_tail(const std::string& path, size_t max_bytes = 2000) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "";
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (text.size() > max_bytes) {
+    text = text.substr(text.size() - max_bytes);
+    const auto nl = text.find('\n');
+    if (nl != std::string::npos) text = text.substr(nl + 1);
+  }
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+  return text;
+}
+
+std::string last_line_with(const std::string& text, const std::string& needle) {
+  std::string found;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    const auto cr = line.rfind('\r');  // a progress bar redraws its line with \r
+    if (cr != std::string::npos) line = line.substr(cr + 1);
+    if (line.find(needle) != std::string::npos) found = line;
+  }
+  return found;
+}
+
+// The last "error: ..." line of a child's output, else its last line.
+std::string failure_message(const std::string& log) {
+  const std::string tail = file_tail(log);
+  std::string message = last_line_with(tail, "error: ");
+  if (message.empty())
+    message = tail.substr(tail.rfind('\n') == std::string::npos ? 0 : tail.rfind('\n') + 1);
+  return message;
+}
+
+bool looks_like_oom(const std::string& text) {
+  return text.find("can't allocate memory") != std::string::npos ||
+         text.find("bad_alloc") != std::string::npos ||
+         text.find("out of memory") != std::string::npos ||
+         text.find("Cannot allocate memory") != std::string::npos;
+}
+
+// A child process: argv and environment are prepared before fork, so that the child only
+// makes async-signal-safe calls (the parent may have threads) until execve.
+class Child {
+ public:
+  Child(const std::string& executable, const std::vector<std::string>& args,
+        const std::vector<std::string>& extra_env, const std::string& log, int64_t memory_limit) {
+    argv_text_ = {executable};
+    argv_text_.insert(argv_text_.end(), args.begin(), args.end());
+    for (auto& a : argv_text_) argv_.push_back(a.data());
+    argv_.push_back(nullptr);
+    std::vector<std::string> replaced;
+    for (const auto& e : extra_env) replaced.push_back(e.substr(0, e.find('=') + 1));
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string entry = *e;
+      const bool overridden = std::any_of(replaced.begin(), replaced.end(),
+                                          [&](const auto& k) { return entry.rfind(k, 0) == 0; });
+      if (!overridden) env_text_.push_back(entry);
+    }
+    env_text_.insert(env_text_.end(), extra_env.begin(), extra_env.end());
+    for (auto& e : env_text_) envp_.push_back(e.data());
+    envp_.push_back(nullptr);
+
+    const pid_t parent = getpid();
+    const int log_fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (log_fd < 0)
+      fail_runtime(fmt::format("cannot write the run log {}: {}", log, std::strerror(errno)),
+                   "check that the log folder is writable");
+    pid_ = fork();
+    if (pid_ < 0) {
+      close(log_fd);
+      fail_runtime(fmt::format("cannot start a run: fork failed: {}", std::strerror(errno)),
+                   "too many processes? lower --jobs");
+    }
+    if (pid_ == 0) {
+      // Die with the sweep: an orphan could finish and store a run its resume starts again.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(111);
+      dup2(log_fd, STDOUT_FILENO);
+      dup2(log_fd, STDERR_FILENO);
+      if (memory_limit > 0) {
+        struct rlimit limit;
+        limit.rlim_cur = limit.rlim_max = static_cast<rlim_t>(memory_limit);
+        setrlimit(RLIMIT_AS, &limit);
+      }
+      execve(argv_[0], argv_.data(), envp_.data());
+      _exit(127);
+    }
+    close(log_fd);
+  }
+  pid_t pid() const { return pid_; }
+
+ private:
+  std::vector<std::string> argv_text_, env_text_;
+  std::vector<char*> argv_, envp_;
+  pid_t pid_ = -1;
+};
+
+// A run being attempted.
+struct Attempt {
+  size_t index = 0;  // into the plan
+  int slot = 0;      // which of the --jobs places (and GPU) it occupies
+  std::unique_ptr<Child> child;
+  std::chrono::steady_clock::time_point started;
+  std::string started_at, log, result;
+  int64_t stored_before = 0;  // attempts of this run in the database when it started
+  bool timed_out = false;
+  double last_heartbeat_s = 0;
+};
+
+std::string signal_name(int sig) {
+  const char* name = strsignal(sig);
+  return fmt::format("signal {} ({})", sig, name != nullptr ? name : "unknown");
+}
+
+// The record the sweep stores for a child that ended without writing its own.
+json failure_record(const PlannedRun& run, const std::string& sweep, const std::string& status,
+                    const std::string& message, const Attempt& attempt, double elapsed_s) {
+  json config = config_to_json(run.config);
+  return {{"schema", "gradscope.run/1"},
+          {"run_id", run.run_id},
+          {"attempt_uid", new_attempt_uid()},
+          {"sweep", sweep},
+          {"config", config},
+          {"status", status},
+          {"failure", {{"step", nullptr}, {"phase", nullptr}, {"message", message}}},
+          {"params", nullptr},
+          {"steps", json::array()},
+          {"eval", json::array()},
+          {"final_loss", nullptr},
+          {"time", {{"total_s", elapsed_s}}},
+          {"log", attempt.log},
+          {"started_at", attempt.started_at},
+          {"finished_at", utc_now_iso8601()}};
+}
+
+int visible_gpus() {
+  const char* env = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (env != nullptr) {
+    const std::string text = env;
+    if (text.empty()) return 0;
+    return static_cast<int>(std::count(text.begin(), text.end(), ',')) + 1;
+  }
+  int n = 0;
+  while (fs::exists(fmt::format("/dev/nvidia{}", n))) ++n;
+  return n;
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+std::string one_line(const json& record, const std::string& key, const char* fmt_spec) {
+  const auto it = record.find(key);
+  if (it == record.end() || !it->is_number()) return "n/a";
+  return fmt::format(fmt::runtime(fmt_spec), it->get<double>());
+}
+
+}  // namespace
+
+std::vector<PlannedRun> plan_sweep(const Sweep& sweep, Database& db,
+                                   const RunArgumentParser& parse) {
+  std::vector<PlannedRun> plan;
+  plan.reserve(sweep.runs.size());
+  for (size_t i = 0; i < sweep.runs.size(); ++i) {
+    PlannedRun p;
+    p.spec = sweep.runs[i];
+    p.label = p.spec.label(sweep.axes);
+    try {
+      p.config = parse(p.spec.args());
+      p.run_id = run_id_for(p.config);
+    } catch (const Error& e) {
+      fail_usage(fmt::format("{}: run {} of {} ({}) is not a valid run: {}", sweep.path, i + 1,
+                             sweep.runs.size(), p.label, e.what()),
+                 e.hint());
+    }
+    p.previous = db.statuses_of(p.run_id);
+    p.action = decide(p.previous);
+    plan.push_back(std::move(p));
+  }
+  return plan;
+}
+
+int64_t run_sweep(const Sweep& sweep, std::vector<PlannedRun>& plan, Database& db,
+                  const SweepOptions& o) {
+  FILE* out = o.out;
+  fs::create_directories(o.log_dir);
+
+  // CUDA runs get one GPU each: as many places as GPUs, each child sees its own.
+  const bool cuda = std::any_of(plan.begin(), plan.end(), [](const PlannedRun& p) {
+    return p.pending() && p.config.device.rfind("cuda", 0) == 0;
+  });
+  int64_t jobs = std::max<int64_t>(1, o.jobs);
+  const int gpus = cuda ? visible_gpus() : 0;
+  if (cuda && gpus > 0) jobs = std::min<int64_t>(jobs, gpus);
+  // CPU threads split between the children, unless a run sets its own.
+  const int64_t cores = std::max<unsigned>(1, std::thread::hardware_concurrency());
+  const int64_t threads = std::max<int64_t>(1, cores / jobs);
+
+  std::deque<size_t> queue;
+  for (size_t i = 0; i < plan.size(); ++i)
+    if (plan[i].pending()) queue.push_back(i);
+  const size_t total = queue.size();
+  size_t finished = 0, failed = 0;
+  double finished_seconds = 0;
+  fmt::print(
+      out,
+      "sweep {}: {} runs, {} to run, {} done, {} given up; {} at a time, {} "
+      "thread{} each\n",
+      sweep.name, plan.size(), total,
+      std::count_if(plan.begin(), plan.end(), [](auto& p) { return p.action == "done"; }),
+      std::count_if(plan.begin(), plan.end(), [](auto& p) { return p.action == "given up"; }), jobs,
+      threads, threads == 1 ? "" : "s");
+  std::fflush(out);
+
+  std::map<pid_t, Attempt> active;
+  std::vector<bool> slot_busy(static_cast<size_t>(jobs), false);
+  int attempt_counter = 0;
+
+  const auto launch = [&](size_t index) {
+    PlannedRun& run = plan[index];
+    Attempt a;
+    a.index = index;
+    a.slot =
+        static_cast<int>(std::find(slot_busy.begin(), slot_busy.end(), false) - slot_busy.begin());
+    slot_busy[static_cast<size_t>(a.slot)] = true;
+    const std::string stem = fmt::format("{}-{}", run.run_id, ++attempt_counter);
+    a.log = (fs::path(o.log_dir) / (stem + ".log")).string();
+    a.result = (fs::path(o.log_dir) / (stem + ".json")).string();
+    std::vector<std::string> args = {"run"};
+    if (!run.spec.values.count("threads")) {
+      args.push_back("--threads");
+      args.push_back(std::to_string(threads));
+    }
+    const auto spec_args = run.spec.args();
+    args.insert(args.end(), spec_args.begin(), spec_args.end());
+    for (const std::string& extra : {std::string("--db"), o.db_path, std::string("--sweep"),
+                                     sweep.name, std::string("--json"), a.result})
+      args.push_back(extra);
+    std::vector<std::string> env;
+    if (cuda && gpus > 0) env.push_back(fmt::format("CUDA_VISIBLE_DEVICES={}", a.slot));
+    a.stored_before = static_cast<int64_t>(db.statuses_of(run.run_id).size());
+    a.started = std::chrono::steady_clock::now();
+    a.started_at = utc_now_iso8601();
+    a.child = std::make_unique<Child>(o.executable, args, env, a.log, o.memory_limit_bytes);
+    fmt::print(out, "[{}/{}] {} ({}{}) started, pid {}, log {}\n", finished + active.size() + 1,
+               total, run.label, run.run_id, run.action == "retry" ? ", retry" : "", a.child->pid(),
+               a.log);
+    std::fflush(out);
+    active.emplace(a.child->pid(), std::move(a));
+  };
+
+  const auto reap = [&](Attempt& a, int wait_status) {
+    PlannedRun& run = plan[a.index];
+    slot_busy[static_cast<size_t>(a.slot)] = false;
+    const double elapsed = seconds_since(a.started);
+    const bool stored = static_cast<int64_t>(db.statuses_of(run.run_id).size()) > a.stored_before;
+    std::string status, detail;
+    if (stored) {
+      // The child stored its own record: take its status from there.
+      const json record = db.latest_record(run.run_id);
+      status = record.is_object() ? record.value("status", "error") : "error";
+      detail = fmt::format("loss {}", one_line(record, "final_loss", "{:.4f}"));
+      if (record.is_object() && record.contains("failure") && record["failure"].is_object())
+        detail = record["failure"].value("message", detail);
+    } else {
+      std::string message;
+      if (a.timed_out) {
+        status = "timeout";
+        message = fmt::format("stopped after {:.0f} s (run_timeout)", elapsed);
+      } else if (WIFSIGNALED(wait_status)) {
+        const std::string tail = file_tail(a.log);
+        status = o.memory_limit_bytes > 0 && looks_like_oom(tail) ? "oom" : "crashed";
+        message = fmt::format("killed by {}", signal_name(WTERMSIG(wait_status)));
+      } else {
+        const int code = WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : -1;
+        const std::string tail = file_tail(a.log);
+        status = looks_like_oom(tail) ? "oom" : (code == 2 ? "error" : "crashed");
+        message = fmt::format("exit code {}: {}", code, failure_message(a.log));
+      }
+      db.write_run(failure_record(run, sweep.name, status, message, a, elapsed), sweep.name,
+                   a.started_at, utc_now_iso8601());
+      detail = message;
+    }
+    std::error_code ec;
+    fs::remove(a.result, ec);
+    run.previous.push_back(status);
+    run.action = decide(run.previous);
+    const bool retry = run.pending();
+    if (retry) {
+      queue.push_front(a.index);
+    } else {
+      ++finished;
+      finished_seconds += elapsed;
+      if (!is_final_status(status)) ++failed;
+    }
+    const size_t left = queue.size() + active.size();  // `a` has left `active` already
+    const double eta = finished > 0 ? finished_seconds / static_cast<double>(finished) *
+                                          static_cast<double>(left) / static_cast<double>(jobs)
+                                    : 0.0;
+    fmt::print(out, "[{}/{}] {}: {} in {} ({}){}; done {}, failed {}, left {}{}\n", finished, total,
+               run.label, status, format_duration(elapsed), detail,
+               retry ? ", will retry once" : "", finished - failed, failed, left,
+               finished > 0 && left > 0 ? ", eta " + format_duration(eta) : "");
+    std::fflush(out);
+  };
+
+  while (!queue.empty() || !active.empty()) {
+    while (!queue.empty() && static_cast<int64_t>(active.size()) < jobs) {
+      const size_t next = queue.front();
+      queue.pop_front();
+      launch(next);
+    }
+    int wait_status = 0;
+    const pid_t pid = waitpid(-1, &wait_status, WNOHANG);
+    if (pid > 0) {
+      auto it = active.find(pid);
+      if (it != active.end()) {
+        Attempt attempt = std::move(it->second);
+        active.erase(it);
+        reap(attempt, wait_status);
+      }
+      continue;
+    }
+    for (auto& [child_pid, a] : active) {
+      const double elapsed = seconds_since(a.started);
+      if (o.run_timeout_s > 0 && elapsed > o.run_timeout_s && !a.timed_out) {
+        a.timed_out = true;
+        kill(child_pid, SIGKILL);
+      }
+      if (o.heartbeat_s > 0 && elapsed - a.last_heartbeat_s >= o.heartbeat_s) {
+        a.last_heartbeat_s = elapsed;
+        const std::string step = last_line_with(file_tail(a.log), "step ");
+        fmt::print(out, "  ... {}: {} running{}\n", plan[a.index].label, format_duration(elapsed),
+                   step.empty() ? "" : ", " + step);
+        std::fflush(out);
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return static_cast<int64_t>(failed);
+}
+
+std::string sweep_summary(const std::vector<PlannedRun>& plan, Database& db) {
+  std::vector<std::vector<std::string>> rows = {
+      {"run", "status", "attempts", "final loss", "val loss", "val acc", "step", "peak memory"}};
+  for (const PlannedRun& p : plan) {
+    const json r = db.latest_record(p.run_id);
+    const auto statuses = db.statuses_of(p.run_id);
+    std::string step = "n/a", peak = "n/a", acc = "n/a";
+    if (r.is_object()) {
+      if (r.contains("time") && r["time"].is_object() &&
+          r["time"].value("step_median_s", json()).is_number())
+        step = format_duration(r["time"]["step_median_s"].get<double>());
+      if (r.contains("memory") && r["memory"].is_object() &&
+          r["memory"].value("peak_bytes", json()).is_number())
+        peak = format_bytes(r["memory"]["peak_bytes"].get<double>());
+      if (r.value("final_accuracy", json()).is_number())
+        acc = fmt::format("{:.1f}%", 100 * r["final_accuracy"].get<double>());
+    }
+    rows.push_back({p.label, r.is_object() ? r.value("status", "?") : "not run",
+                    std::to_string(statuses.size()),
+                    r.is_object() ? one_line(r, "final_loss", "{:.4f}") : "n/a",
+                    r.is_object() ? one_line(r, "final_val_loss", "{:.4f}") : "n/a", acc, step,
+                    peak});
+  }
+  std::vector<size_t> width(rows[0].size(), 0);
+  for (const auto& row : rows)
+    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  std::string text;
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t c = 0; c < row.size(); ++c)
+      line += fmt::format(c == 0 ? "{:<{}}" : "  {:>{}}", row[c], width[c]);
+    text += line + "\n";
+  }
+  return text;
+}
+
+std::string emit_slurm(const Sweep& sweep, const std::string& dir, const std::string& executable,
+                       int64_t cpus_per_task) {
+  check_usage(!sweep.runs.empty(), "the sweep has no runs to emit");
+  check_usage(cpus_per_task >= 1,
+              fmt::format("--cpus-per-task {} must be at least 1", cpus_per_task));
+  const fs::path root = fs::absolute(dir);
+  std::error_code ec;
+  fs::create_directories(root / "results", ec);
+  fs::create_directories(root / "logs", ec);
+  check_usage(!ec && fs::is_directory(root / "results"),
+              fmt::format("cannot create {}: {}", (root / "results").string(), ec.message()),
+              "choose a writable --out folder");
+  {
+    std::ofstream runs(root / "runs.txt");
+    for (const RunSpec& spec : sweep.runs) {
+      std::string line;
+      for (const auto& a : spec.args()) line += (line.empty() ? "" : " ") + shell_quote(a);
+      runs << line << "\n";
+    }
+    if (!runs)
+      fail_runtime("cannot write " + (root / "runs.txt").string(), "check free disk space");
+  }
+  bool cuda = false;
+  for (const RunSpec& spec : sweep.runs) {
+    auto it = spec.values.find("device");
+    cuda = cuda || (it != spec.values.end() && it->second.rfind("cuda", 0) == 0);
+  }
+  std::string directives = fmt::format(
+      "#SBATCH --job-name=gradscope-{}\n#SBATCH --array=0-{}\n#SBATCH --cpus-per-task={}\n"
+      "#SBATCH --output={}/logs/task-%a.log\n",
+      sweep.name, sweep.runs.size() - 1, cpus_per_task, root.string());
+  if (sweep.settings.run_timeout_s > 0)
+    directives +=
+        fmt::format("#SBATCH --time={}\n",
+                    static_cast<int64_t>(std::ceil(sweep.settings.run_timeout_s / 60.0)) + 5);
+  if (sweep.settings.memory_limit_bytes > 0)
+    directives += fmt::format("#SBATCH --mem={}M\n",
+                              (sweep.settings.memory_limit_bytes + (1 << 20) - 1) >> 20);
+  if (cuda) directives += "#SBATCH --gres=gpu:1\n";
+  // clang-format off
+  const std::string script = fmt::format(R"SH(#!/bin/bash
+# gradscope sweep "{name}": {n} runs, one Slurm array task each, from {file}.
+# Submit with `sbatch {dir}/sweep.sbatch`; task i runs line i + 1 of runs.txt and writes
+# results/task-i.json. Any scheduler can do the same: SLURM_ARRAY_TASK_ID=i bash sweep.sbatch.
+# Then merge the results (as often as you like; each attempt is stored once):
+#   gradscope collect {dir} --db results.db
+{directives}
+set -euo pipefail
+GRADSCOPE="${{GRADSCOPE:-{exe}}}"
+DIR={qdir}
+TASK="${{SLURM_ARRAY_TASK_ID:?set SLURM_ARRAY_TASK_ID (sbatch does)}}"
+LINE="$(sed -n "$((TASK + 1))p" "$DIR/runs.txt")"
+if [ -z "$LINE" ]; then echo "no run $TASK in $DIR/runs.txt" >&2; exit 2; fi
+eval "set -- $LINE"
+status=0
+"$GRADSCOPE" run --threads "${{SLURM_CPUS_PER_TASK:-{cpus}}}" "$@" --sweep {qname} --no-db \
+  --json "$DIR/results/task-$TASK.json" --quiet || status=$?
+# Exit code 1 means the run ended with a failure status (oom, diverged, ...): its result file
+# records it, so the task itself succeeded.
+if [ "$status" -gt 1 ]; then exit "$status"; fi
+)SH",
+      fmt::arg("name", sweep.name), fmt::arg("n", sweep.runs.size()), fmt::arg("file", sweep.path),
+      fmt::arg("dir", root.string()), fmt::arg("directives", directives),
+      fmt::arg("exe", executable), fmt::arg("qdir", shell_quote(root.string())),
+      fmt::arg("qname", shell_quote(sweep.name)), fmt::arg("cpus", cpus_per_task));
+  // clang-format on
+  const fs::path path = root / "sweep.sbatch";
+  {
+    std::ofstream f(path);
+    f << script;
+    if (!f) fail_runtime("cannot write " + path.string(), "check free disk space");
+  }
+  fs::permissions(path, fs::perms::owner_exec | fs::perms::group_exec, fs::perm_options::add, ec);
+  return path.string();
+}
+
+CollectReport collect_results(const std::string& dir, Database& db) {
+  const fs::path root = dir;
+  check_usage(fs::is_directory(root), fmt::format("{} is not a folder", dir),
+              "pass the --out folder of `gradscope sweep --emit slurm`, or a folder of result "
+              "files");
+  const fs::path results = fs::is_directory(root / "results") ? root / "results" : root;
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::directory_iterator(results))
+    if (entry.is_regular_file() && entry.path().extension() == ".json")
+      files.push_back(entry.path());
+  std::sort(files.begin(), files.end());
+
+  CollectReport report;
+  for (const fs::path& file : files) {
+    std::ifstream in(file);
+    json record = json::parse(in, nullptr, /*allow_exceptions=*/false);
+    check_usage(record.is_object() && record.value("schema", "") == "gradscope.run/1" &&
+                    record.value("attempt_uid", json()).is_string(),
+                fmt::format("{} is not a gradscope run record (schema gradscope.run/1 with an "
+                            "attempt_uid)",
+                            file.string()),
+                "collect reads the files `gradscope run --json` writes; move others away");
+    if (db.has_attempt(record["attempt_uid"].get<std::string>())) {
+      ++report.present;
+      continue;
+    }
+    const json sweep = record.value("sweep", json());
+    db.write_run(record, sweep.is_string() ? sweep.get<std::string>() : "",
+                 record.value("started_at", ""), record.value("finished_at", ""));
+    ++report.merged;
+  }
+  if (fs::exists(root / "runs.txt")) {
+    std::ifstream runs(root / "runs.txt");
+    int64_t n = 0;
+    for (std::string line; std::getline(runs, line);)
+      if (!line.empty()) ++n;
+    report.expected = n;
+    for (int64_t i = 0; i < n; ++i)
+      if (!fs::exists(results / fmt::format("task-{}.json", i)))
+        report.missing.push_back(std::to_string(i));
+  }
+  return report;
+}
+
+}  // namespace gradscope

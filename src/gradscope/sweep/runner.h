@@ -1,0 +1,91 @@
+// Running a sweep: every run of the grid in a `gradscope run` child process of its own, so
+// that its memory peak is clean and a crash, a kill or a hang costs that run alone.
+//
+// Never losing a run, never running one twice:
+// - A run's id is known before it starts (run_id_for), so the database says what is done.
+//   ok, oom and diverged are final; error, crashed and timeout are retried once (two failed
+//   attempts in all, across invocations); a run with no attempt (never started, or
+//   interrupted before its record was written) runs.
+// - The child writes its record in one transaction at its end; the parent writes a record
+//   only for a child that ended without one (killed by a signal: crashed; past run_timeout:
+//   timeout; out of memory under memory_limit: oom).
+// - Children die with the sweep (PR_SET_PDEATHSIG), so a killed sweep leaves no orphan that
+//   could finish later and duplicate the run its resume starts again.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "gradscope/core/config.h"
+#include "gradscope/store/db.h"
+#include "gradscope/sweep/grid.h"
+
+namespace gradscope {
+
+// Turns a run's `gradscope run` arguments into its configuration (the CLI's own parser).
+using RunArgumentParser = std::function<RunConfig(const std::vector<std::string>& args)>;
+
+struct PlannedRun {
+  RunSpec spec;
+  RunConfig config;
+  std::string run_id;
+  std::string label;
+  std::vector<std::string> previous;  // statuses of the attempts already stored
+  // "run" (no attempt yet), "retry" (one failed attempt), "done" (a final status is stored),
+  // "given up" (two failed attempts).
+  std::string action;
+  bool pending() const { return action == "run" || action == "retry"; }
+};
+
+// Whether a status ends a run for good (deterministic outcomes) or deserves one retry.
+bool is_final_status(const std::string& status);
+
+// Resolves every run of the grid (a usage error names the first bad one) and decides, from
+// the database, what each needs.
+std::vector<PlannedRun> plan_sweep(const Sweep& sweep, Database& db,
+                                   const RunArgumentParser& parse);
+
+struct SweepOptions {
+  std::string db_path;
+  int64_t jobs = 1;
+  double run_timeout_s = 0;        // 0 = none
+  int64_t memory_limit_bytes = 0;  // address-space limit of each child; 0 = none
+  std::string executable;          // the gradscope binary the children run
+  std::string log_dir;             // children's output (one log per attempt)
+  std::FILE* out = stdout;         // progress and summary
+  double heartbeat_s = 30;         // how often to report a long run's progress
+};
+
+// Runs the pending runs of `plan` (updating their statuses) and prints progress. Returns the
+// number of runs that ended without a final status (error, crashed or timeout twice). `db` is
+// the database at options.db_path, the one the children write to: a process must keep one
+// connection per database file (see store/db.h).
+int64_t run_sweep(const Sweep& sweep, std::vector<PlannedRun>& plan, Database& db,
+                  const SweepOptions& options);
+
+// The table printed after a sweep: one row per run with its latest attempt.
+std::string sweep_summary(const std::vector<PlannedRun>& plan, Database& db);
+
+// Writes a Slurm job array for the grid into `dir`: runs.txt (one shell-quoted argument line
+// per run), sweep.sbatch (task i runs line i + 1 and writes results/task-i.json), and empty
+// results/ and logs/ folders. Returns the script's path.
+std::string emit_slurm(const Sweep& sweep, const std::string& dir, const std::string& executable,
+                       int64_t cpus_per_task);
+
+struct CollectReport {
+  int64_t merged = 0;                // result files stored now
+  int64_t present = 0;               // result files whose attempt was already stored
+  int64_t expected = -1;             // tasks listed in runs.txt, -1 without one
+  std::vector<std::string> missing;  // tasks of runs.txt without a result file
+};
+
+// Merges the result files of `dir` (results/*.json, or *.json in dir itself) into the
+// database, each attempt once. A file that is not a run record is a usage error naming it.
+CollectReport collect_results(const std::string& dir, Database& db);
+
+}  // namespace gradscope
