@@ -244,6 +244,7 @@ TextCorpus::TextCorpus(const std::string& dataset, const Tokenizer& tokenizer,
                            seq_len + 1),
                fmt::format("use a shorter --seq, or a data set of at least {} tokens",
                            50 * (seq_len + 1)));
+  order_.emplace(seed_, train_windows());
 }
 
 int64_t TextCorpus::train_tokens() const { return split_; }
@@ -255,16 +256,28 @@ int64_t TextCorpus::val_windows() const {
   return val_tokens() >= 1 ? (val_tokens() - 1) / seq_len_ : 0;
 }
 
-int64_t TextCorpus::train_window(int64_t sample) const {
+int64_t TextCorpus::train_window(int64_t sample) const { return order_->item(sample); }
+
+EpochOrder::EpochOrder(uint64_t seed, int64_t n) : seed_(seed), n_(n) {
+  check_usage(n > 0, fmt::format("cannot order {} items", n));
+}
+
+int64_t EpochOrder::item(int64_t sample) const {
   check_usage(sample >= 0, fmt::format("sample index {} is negative", sample));
-  const int64_t windows = train_windows();
-  const int64_t epoch = sample / windows;
-  std::lock_guard<std::mutex> lock(*perm_mutex_);
-  if (epoch != perm_epoch_) {
-    perm_ = epoch_permutation(seed_, epoch, windows);
-    perm_epoch_ = epoch;
+  const int64_t epoch = sample / n_;
+  std::lock_guard<std::mutex> lock(cache_->mutex);
+  if (epoch != cache_->epoch) {
+    cache_->perm = epoch_permutation(seed_, epoch, n_);
+    cache_->epoch = epoch;
   }
-  return perm_[sample % windows];
+  return cache_->perm[sample % n_];
+}
+
+torch::Tensor EpochOrder::items(int64_t first, int64_t count) const {
+  auto out = torch::empty({count}, torch::kInt64);
+  int64_t* p = out.data_ptr<int64_t>();
+  for (int64_t i = 0; i < count; ++i) p[i] = item(first + i);
+  return out;
 }
 
 namespace {

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,32 @@
 #include "gradscope/data/tokenizer.h"
 
 namespace gradscope {
+
+// The permutation of [0, n) used for epoch `epoch` (Fisher-Yates driven by hash3).
+std::vector<int64_t> epoch_permutation(uint64_t seed, int64_t epoch, int64_t n);
+
+// The order in which training samples visit n items (windows of a corpus, images of a set):
+// sample i reads item perm_e(i mod n) of epoch e = i / n, perm_e = epoch_permutation(seed, e,
+// n). The current epoch's permutation is cached; copies share the cache and its mutex, so
+// item() is safe to call from a prefetch thread.
+class EpochOrder {
+ public:
+  EpochOrder(uint64_t seed, int64_t n);
+  // Throws a usage error if sample < 0.
+  int64_t item(int64_t sample) const;
+  // Items of samples [first, first + count). (count) int64
+  torch::Tensor items(int64_t first, int64_t count) const;
+
+ private:
+  struct Cache {
+    std::mutex mutex;
+    std::vector<int64_t> perm;
+    int64_t epoch = -1;
+  };
+  uint64_t seed_;
+  int64_t n_;
+  std::shared_ptr<Cache> cache_ = std::make_shared<Cache>();
+};
 
 struct TextBatch {
   torch::Tensor input_ids;  // (B, T) int64
@@ -66,15 +93,9 @@ class TextCorpus {
   uint64_t seed_ = 0;
   std::string cache_path_;
   bool loaded_from_cache_ = false;
-  // The permutation of one epoch is cached; the mutex (shared, so the corpus stays copyable)
-  // makes train_batch() safe to call from a prefetch thread.
-  std::shared_ptr<std::mutex> perm_mutex_ = std::make_shared<std::mutex>();
-  mutable std::vector<int64_t> perm_;  // permutation of the current epoch
-  mutable int64_t perm_epoch_ = -1;
+  // Which window each training sample reads (set once the windows are counted).
+  std::optional<EpochOrder> order_;
 };
-
-// The permutation of [0, n) used for epoch `epoch` (Fisher-Yates driven by hash3).
-std::vector<int64_t> epoch_permutation(uint64_t seed, int64_t epoch, int64_t n);
 
 // Data sets this family knows ("sotu", "moby-dick", "brown") and their source folders,
 // relative to the data directory ("text/sotu", ...).

@@ -21,36 +21,6 @@ namespace {
 constexpr uint64_t kMlmTrainStream = 0x6d6c6d747261696eULL;  // "mlmtrain"
 constexpr uint64_t kMlmValStream = 0x6d6c6d76616c6964ULL;    // "mlmvalid"
 
-// The order in which training samples visit a set of n items: sample i reads item
-// perm_e(i mod n) of epoch e = i / n, where perm_e depends on (seed, e) alone.
-class EpochOrder {
- public:
-  EpochOrder(uint64_t seed, int64_t n) : seed_(seed), n_(n) {}
-  int64_t item(int64_t sample) const {
-    check_usage(sample >= 0, fmt::format("sample index {} must be >= 0", sample));
-    const int64_t epoch = sample / n_;
-    std::lock_guard<std::mutex> lock(*mutex_);
-    if (epoch != epoch_) {
-      perm_ = epoch_permutation(seed_, epoch, n_);
-      epoch_ = epoch;
-    }
-    return perm_[sample % n_];
-  }
-  // Items of samples [first, first + count), as an index tensor. (count)
-  torch::Tensor items(int64_t first, int64_t count) const {
-    auto out = torch::empty({count}, torch::kInt64);
-    for (int64_t i = 0; i < count; ++i) out[i] = item(first + i);
-    return out;
-  }
-
- private:
-  uint64_t seed_;
-  int64_t n_;
-  std::shared_ptr<std::mutex> mutex_ = std::make_shared<std::mutex>();
-  mutable std::vector<int64_t> perm_;
-  mutable int64_t epoch_ = -1;
-};
-
 // Validation items [first, first + count) in order, wrapping around. (count)
 torch::Tensor wrapped_items(int64_t first, int64_t count, int64_t n) {
   return (torch::arange(count, torch::kInt64) + first).remainder(n);
@@ -302,7 +272,7 @@ class VisionLanguageSource : public DataSource {
     }
     check_usage(train_.size() > 0 && val_.size() > 0,
                 fmt::format("'{}' has no images to train or validate on", folder_));
-    order_ = std::make_unique<EpochOrder>(config.seed, train_.size());
+    order_.emplace(config.seed, train_.size());
     std::tie(mean_, std_) = channel_stats(train_.pixels);
     train_ids_ = tokenize(train_.captions);
     val_ids_ = tokenize(val_.captions);
@@ -407,7 +377,7 @@ class VisionLanguageSource : public DataSource {
   std::unique_ptr<Tokenizer> tokenizer_;
   int64_t image_size_, seq_len_, image_tokens_;
   ImageSet train_, val_;
-  std::unique_ptr<EpochOrder> order_;
+  std::optional<EpochOrder> order_;
   std::vector<double> mean_, std_;
   std::vector<std::vector<int32_t>> train_ids_, val_ids_;
   int64_t truncated_ = 0;
