@@ -11,6 +11,8 @@
 #include <regex>
 #include <thread>
 
+#include <fmt/format.h>
+
 #include "gradscope/store/db.h"
 #include "test_util.h"
 
@@ -108,6 +110,26 @@ TEST(SweepCli, RunsEveryConfigThenResumeSkipsThem) {
   EXPECT_EQ(statuses(db), s);  // nothing ran twice
   dry = run_gradscope("sweep " + file + " --db " + db + " --dry-run");
   EXPECT_TRUE(contains(dry.out, "0 to run, 2 skipped")) << dry.out;
+}
+
+TEST(SweepCli, JobsRunChildrenSideBySideWithThreadsSplit) {
+  testing::TempDir dir("gradscope-sweep-jobs");
+  const std::string file = write_sweep(dir, 2, "jobs = 2\n", {"0", "1"});  // 4 runs
+  const std::string db = dir.file("r.db");
+  auto r = run_gradscope("sweep " + file + " --db " + db + " --threads-note");
+  EXPECT_EQ(r.code, 2);  // an unknown flag is refused before anything runs
+  EXPECT_FALSE(std::filesystem::exists(db));
+  r = run_gradscope("sweep " + file + " --db " + db);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
+  const int64_t threads = std::max<int64_t>(1, cores / 2);
+  EXPECT_TRUE(contains(r.out, fmt::format("2 at a time, {} thread", threads))) << r.out;
+  const auto s = statuses(db);
+  ASSERT_EQ(s.size(), 4u);
+  for (const auto& [id, list] : s) EXPECT_EQ(list, std::vector<std::string>{"ok"}) << id;
+  // Each child was told its share of the threads.
+  Database d(db);
+  for (const auto& rec : d.records()) EXPECT_EQ(rec["config"]["threads"], threads);
 }
 
 TEST(SweepCli, KillNineOfTheSweepThenResumeLosesAndDuplicatesNothing) {
