@@ -31,7 +31,9 @@ TEST(NanoVlmPreset, PaperTrainsWithGpt2VocabularyAndSaysSo) {
   RunConfig c;
   c.model = "nanovlm";
   c.preset = "paper";
-  EXPECT_EQ(resolve_arch(c)["vocab_size"], 50304);  // 49152 cannot hold GPT-2's ids
+  const auto arch = resolve_arch(c);
+  EXPECT_EQ(arch["vocab_size"], 50304);            // 49152 cannot hold GPT-2's ids
+  EXPECT_EQ(arch["published_vocab_size"], 49152);  // and the record says so
 }
 
 TEST(NanoVlmPreset, CountMatchesModulesAtTinyAndSmall) {

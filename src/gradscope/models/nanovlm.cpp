@@ -164,6 +164,7 @@ json nanovlm_preset(const std::string& preset) {
                  {"vision_intermediate_size", 3072},
                  {"tokenizer", "gpt2"},
                  {"vocab_size", 49152},
+                 {"published_vocab_size", 49152},  // kept in the record beside the resolved one
                  {"hidden_size", 576},
                  {"num_hidden_layers", 30},
                  {"num_attention_heads", 9},
