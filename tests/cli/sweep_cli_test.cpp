@@ -211,7 +211,7 @@ TEST(SweepCli, HangingRunsAreTimeoutAndTheSweepGoesOn) {
 TEST(SweepCli, MemoryLimitGivesOomAndTheSweepGoesOn) {
   testing::TempDir dir("gradscope-sweep-oom");
   // A tiny Llama peaks below 900 MiB of address space; with a batch of 512 sequences of 64
-  // it needs about 1.7 GiB. The limit sits between.
+  // it needs about 1.6 GiB. The limit sits between.
   const std::string path = dir.file("grid.toml");
   std::ofstream(path) << "name = \"t\"\n[sweep]\nmemory_limit = \"1200MiB\"\n"
                       << "[fixed]\nmodel = \"llama\"\npreset = \"tiny\"\nseq = 64\nsteps = 2\n"
