@@ -39,7 +39,7 @@ constexpr int64_t kIgnoreIndex = -100;
 struct LossOutput {
   torch::Tensor loss_sum;  // () float, requires grad
   int64_t target_count = 0;
-  int64_t correct = -1;  // classifiers: targets whose arg-max prediction is right; else -1
+  int64_t correct = -1;  // classifiers in eval mode: right arg-max predictions; else -1
 };
 
 // Per-forward tensors a block needs besides its input: rotary tables and masks. A model

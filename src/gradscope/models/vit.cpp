@@ -170,7 +170,9 @@ LossOutput ViTModel::loss(const Batch& batch) {
   out.loss_sum = F::cross_entropy(lg.to(torch::kFloat), batch.labels,
                                   F::CrossEntropyFuncOptions().reduction(torch::kSum));  // ()
   out.target_count = batch.labels.size(0);
-  out.correct = lg.argmax(-1).eq(batch.labels).sum().item<int64_t>();
+  // Counted in evaluation only: .item() synchronizes the device, which the training step
+  // must not pay for a number it does not use.
+  if (!is_training()) out.correct = lg.argmax(-1).eq(batch.labels).sum().item<int64_t>();
   return out;
 }
 
