@@ -278,3 +278,75 @@ TEST(Cli, VerifyExitsZeroWhenEveryCheckHolds) {
 
 }  // namespace
 }  // namespace gradscope
+
+namespace gradscope {
+namespace {
+
+// --memory-cap as the constrained device: the largest micro-batch `estimate --max-batch`
+// finds for a budget trains under a cap of that budget, and the next one up runs out of memory.
+TEST(CliMicroscope, MaxBatchFitsUnderTheCapAndTheNextDoesNot) {
+  testing::TempDir tmp("gradscope-maxbatch");
+  const std::string budget = "4MiB";
+  const Result e = testing::run_gradscope("estimate --model vit --preset tiny --memory-budget " +
+                                          budget + " --max-batch --json " + tmp.file("e.json"));
+  ASSERT_EQ(e.code, 0) << e.err;
+  const auto est = nlohmann::json::parse(slurp(tmp.file("e.json")));
+  const int64_t b = est["max_batch"].get<int64_t>();
+  ASSERT_GT(b, 1);
+  EXPECT_NE(e.out.find("largest micro-batch"), std::string::npos) << e.out;
+  auto run = [&](int64_t batch, const std::string& name) {
+    const Result r = testing::run_gradscope(
+        fmt::format("run --model vit --preset tiny --batch {} --steps 2 --warmup-steps 1 "
+                    "--eval-batches 1 --quiet --no-db --memory-cap {} --json {}",
+                    batch, budget, tmp.file(name)));
+    return std::make_pair(r.code, nlohmann::json::parse(slurp(tmp.file(name))));
+  };
+  const auto [fit_code, fit] = run(b, "fit.json");
+  EXPECT_EQ(fit_code, 0);
+  EXPECT_EQ(fit["status"], "ok");
+  const auto [over_code, over] = run(b + 1, "over.json");
+  EXPECT_EQ(over_code, 1);
+  EXPECT_EQ(over["status"], "oom");
+  EXPECT_TRUE(over["failure"]["phase"].is_string());
+}
+
+// A cap above the peak changes nothing: the same losses as without one.
+TEST(CliMicroscope, CapAboveThePeakLeavesTheRunUnchanged) {
+  testing::TempDir tmp("gradscope-cap");
+  const std::string base = kFixtureRun + " --no-db --sample-period 0.01 --json ";
+  ASSERT_EQ(gradscope(base + tmp.file("free.json")).code, 0);
+  ASSERT_EQ(gradscope(base + tmp.file("capped.json") + " --memory-cap 64MiB").code, 0);
+  const auto free = nlohmann::json::parse(slurp(tmp.file("free.json")));
+  const auto capped = nlohmann::json::parse(slurp(tmp.file("capped.json")));
+  ASSERT_EQ(free["steps"].size(), capped["steps"].size());
+  for (size_t i = 0; i < free["steps"].size(); ++i)
+    EXPECT_EQ(free["steps"][i]["loss"], capped["steps"][i]["loss"]) << i;
+  EXPECT_EQ(free["memory"]["peak_bytes"], capped["memory"]["peak_bytes"]);
+  // The sampler's series, energy labelled by its source, and no zeros for the absent GPU.
+  EXPECT_GE(free["timeline"].size(), 1u);
+  for (const auto& s : free["timeline"]) {
+    EXPECT_TRUE(s["gpu_util_pct"].is_null());
+    EXPECT_TRUE(s["power_w"].is_null() || free["energy"]["source"] == "rapl");
+  }
+  EXPECT_TRUE(free["energy"]["joules"].is_number());
+  EXPECT_TRUE(free["energy"]["source"] == "estimate" || free["energy"]["source"] == "rapl");
+  EXPECT_TRUE(free["estimate"]["peak_bytes"].is_number());
+  EXPECT_TRUE(free["memory"]["breakdown"]["other"].is_number());
+  EXPECT_FALSE(free["memory"]["timeline"].empty());
+}
+
+TEST(CliMicroscope, InstrumentationCanBeTurnedOff) {
+  testing::TempDir tmp("gradscope-quiet-instruments");
+  ASSERT_EQ(gradscope(kFixtureRun + " --no-db --sample-period 0 --no-phase-timing --json " +
+                      tmp.file("r.json"))
+                .code,
+            0);
+  const auto r = nlohmann::json::parse(slurp(tmp.file("r.json")));
+  EXPECT_TRUE(r["sampler"].is_null());
+  EXPECT_TRUE(r["time"]["forward_s"].is_null());
+  EXPECT_TRUE(r["time"]["total_s"].is_number());
+  EXPECT_EQ(r["energy"]["source"], "estimate");
+}
+
+}  // namespace
+}  // namespace gradscope

@@ -350,6 +350,81 @@ TEST_F(DbTest, EmptyFileBecomesADatabase) {
   EXPECT_EQ(db.count_runs(), 0);
 }
 
+json sample_probe(const std::string& host, const std::string& device_name, int threads,
+                  const std::string& created_at, double fp32_flops_per_s) {
+  return json{{"schema", "gradscope.probe/1"},
+              {"host", host},
+              {"device_name", device_name},
+              {"threads", threads},
+              {"gemm", json::array({{{"dtype", "fp32"}, {"n", 512}, {"flops_per_s", 1e9}}})},
+              {"peak", {{"fp32", fp32_flops_per_s}}},
+              {"bandwidth_bytes_per_s", 1e10},
+              {"created_at", created_at}};
+}
+
+TEST_F(DbTest, ProbeRoundTripsWithItsColumns) {
+  const std::string p = path("probe.db");
+  Database db(p);
+  EXPECT_TRUE(db.latest_probe("h", "cpu x", 2).is_null());
+  const json probe = sample_probe("h", "cpu x", 2, "2024-01-02T03:04:05Z", 5e10);
+  const int64_t id = db.save_probe(probe);
+  EXPECT_GT(id, 0);
+  EXPECT_EQ(db.latest_probe("h", "cpu x", 2), probe);
+  EXPECT_EQ(query(p, "SELECT probe_id, host, device_name, threads, created_at FROM probes"),
+            (std::vector<std::vector<std::string>>{
+                {std::to_string(id), "h", "cpu x", "2", "2024-01-02T03:04:05Z"}}));
+  EXPECT_EQ(json::parse(query(p, "SELECT probe_json FROM probes")[0][0]), probe);
+  EXPECT_EQ(db.count_runs(), 0);  // probes are not runs
+}
+
+TEST_F(DbTest, LatestProbeIsTheNewestOfTheSameHostDeviceAndThreads) {
+  Database db(path("probes.db"));
+  db.save_probe(sample_probe("h", "cpu x", 2, "2024-01-02T00:00:00Z", 2e10));
+  db.save_probe(sample_probe("h", "cpu x", 2, "2024-03-01T00:00:00Z", 3e10));
+  // Stored later but made earlier (a merged file): the newer measurement still wins.
+  db.save_probe(sample_probe("h", "cpu x", 2, "2024-02-01T00:00:00Z", 1e10));
+  db.save_probe(sample_probe("other", "cpu x", 2, "2024-09-01T00:00:00Z", 9e10));
+  db.save_probe(sample_probe("h", "cpu x", 4, "2024-09-01T00:00:00Z", 8e10));
+  db.save_probe(sample_probe("h", "gpu y", 2, "2024-09-01T00:00:00Z", 7e10));
+  EXPECT_EQ(db.latest_probe("h", "cpu x", 2)["peak"]["fp32"], 3e10);
+  EXPECT_EQ(db.latest_probe("h", "cpu x", 4)["peak"]["fp32"], 8e10);
+  EXPECT_TRUE(db.latest_probe("h", "cpu x", 1).is_null());
+  EXPECT_TRUE(db.latest_probe("nobody", "cpu x", 2).is_null());
+  // Same created_at: the one stored last wins.
+  db.save_probe(sample_probe("h", "cpu x", 2, "2024-03-01T00:00:00Z", 4e10));
+  EXPECT_EQ(db.latest_probe("h", "cpu x", 2)["peak"]["fp32"], 4e10);
+}
+
+TEST_F(DbTest, ProbeWithoutItsKeyFieldsIsRefusedAndNotStored) {
+  const std::string p = path("bad-probe.db");
+  Database db(p);
+  for (const char* key : {"host", "device_name", "threads", "created_at"}) {
+    json probe = sample_probe("h", "cpu x", 1, "2024-01-01T00:00:00Z", 1e9);
+    probe.erase(key);
+    try {
+      db.save_probe(probe);
+      FAIL() << "expected a runtime error without " << key;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kErrorKindRuntime);
+      EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(db.save_probe(json::array()), Error);
+  EXPECT_EQ(query(p, "SELECT count(*) FROM probes")[0][0], "0");
+}
+
+TEST_F(DbTest, ProbesTableIsAddedToAnOlderDatabase) {
+  // A database written before probes existed has the same schema version and no table.
+  const std::string p = path("older.db");
+  { Database db(p); }
+  exec_raw(p, "DROP INDEX probes_device; DROP TABLE probes;");
+  ASSERT_EQ(query(p, "SELECT count(*) FROM sqlite_master WHERE name = 'probes'")[0][0], "0");
+  Database db(p);
+  db.save_probe(sample_probe("h", "cpu x", 1, "2024-01-01T00:00:00Z", 1e9));
+  EXPECT_EQ(db.latest_probe("h", "cpu x", 1)["peak"]["fp32"], 1e9);
+  EXPECT_EQ(query(p, "SELECT value FROM meta WHERE key = 'schema_version'")[0][0], "1");
+}
+
 TEST(UtcNow, Iso8601) {
   const std::string now = utc_now_iso8601();
   ASSERT_EQ(now.size(), 20u) << now;

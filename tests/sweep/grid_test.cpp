@@ -402,7 +402,7 @@ TEST(SweepErrors, HugeGridIsRefused) {
 
 TEST(SweepRunKeys, MatchTheRunCommandsOptions) {
   const auto& keys = run_keys();
-  EXPECT_EQ(keys.size(), 30u);
+  EXPECT_EQ(keys.size(), 33u);
   EXPECT_EQ(keys.front(), "model");
   for (const char* key : {"accum_steps", "checkpoint_policy", "lr_search_span", "memory_cap",
                           "eval_batches", "timeout", "seq"})

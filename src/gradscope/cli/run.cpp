@@ -29,6 +29,7 @@ struct RunOptions {
   std::string memory_cap;
   std::string config_file;  // expanded into flags by main() before parsing
   bool no_db = false;
+  bool no_phase_timing = false;
 };
 
 void check_output_path(const std::string& path) {
@@ -90,6 +91,7 @@ void finish_config(RunOptions& o, const CLI::App& cmd) {
                 "add --lr auto, or leave them out");
   if (cmd.count("--dropout")) c.dropout = o.dropout;
   if (!o.memory_cap.empty()) c.memory_cap_bytes = parse_bytes(o.memory_cap);
+  c.phase_timing = !o.no_phase_timing;
 }
 
 int execute(RunOptions& o, CLI::App& cmd) {
@@ -131,6 +133,7 @@ int execute(RunOptions& o, CLI::App& cmd) {
   // What a result file needs to be merged later, once (gradscope collect).
   record["attempt_uid"] = new_attempt_uid();
   record["sweep"] = c.sweep.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.sweep);
+  if (db) apply_device_peak(record, db.get());  // a probe stored in the database counts too
   record["started_at"] = started_at;
   record["finished_at"] = finished_at;
   const int64_t attempt = db ? db->write_run(record, c.sweep, started_at, finished_at) : 0;
@@ -220,6 +223,21 @@ void define_run_options(CLI::App* cmd, RunOptions& options) {
   cmd->add_option("--memory-cap", o->memory_cap,
                   "Refuse CPU allocations beyond this many bytes (e.g. 512MiB, 8GiB): the run "
                   "behaves as on a smaller device and ends with status oom");
+  cmd->add_option("--memory-snapshot", c.memory_snapshot,
+                  "CUDA with LibTorch >= 2.1: write the caching allocator's history to this file "
+                  "(the pickle that pytorch.org/memory_viz reads)");
+  cmd->add_option("--sample-period", c.sample_period_s,
+                  "Seconds between samples of utilization, memory, power and energy (0 = no "
+                  "sampler)")
+      ->capture_default_str();
+  cmd->add_flag("--no-phase-timing", o->no_phase_timing,
+                "Do not synchronize and read the clock at each phase (phase times are then null)");
+  cmd->add_option("--watts-per-core", c.watts_per_core,
+                  "CPU energy estimate when nothing measures energy: CPU seconds x this")
+      ->capture_default_str();
+  cmd->add_option("--grid-intensity", c.grid_g_per_kwh,
+                  "Carbon intensity of the electricity in g CO2/kWh (0 = no carbon figure)")
+      ->capture_default_str();
   cmd->add_option("--eval-every", c.eval_every,
                   "Evaluate on the validation split every N steps (0 = only at the end)")
       ->capture_default_str();

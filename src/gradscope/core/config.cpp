@@ -49,6 +49,11 @@ nlohmann::json config_to_json(const RunConfig& c) {
   j["lr_auto"] = c.lr_auto;
   j["threads"] = c.threads;
   j["timeout_s"] = c.timeout_s;
+  j["sample_period_s"] = c.sample_period_s;
+  j["phase_timing"] = c.phase_timing;
+  j["watts_per_core"] = c.watts_per_core;
+  j["grid_g_per_kwh"] =
+      c.grid_g_per_kwh > 0 ? nlohmann::json(c.grid_g_per_kwh) : nlohmann::json(nullptr);
   return j;
 }
 

@@ -63,6 +63,13 @@ struct RunConfig {
   int64_t memory_cap_bytes = 0;  // 0 = no cap
   double timeout_s = 0;          // 0 = no limit; stops with status "timeout"
 
+  // --- how it is measured (not part of the run id) ---
+  double sample_period_s = 0.1;  // sampler thread period; 0 = no sampler
+  bool phase_timing = true;      // synchronize and read the clock at every phase change
+  double watts_per_core = 10.0;  // CPU energy estimate when nothing measures energy
+  double grid_g_per_kwh = 0;     // carbon intensity of the electricity; 0 = no carbon figure
+  std::string memory_snapshot;   // CUDA allocator history file ("" = none)
+
   // --- outputs (not part of the run id) ---
   std::string db_path = "gradscope.db";
   std::string json_path;  // "" = no JSON record

@@ -17,6 +17,7 @@
 #include <typeinfo>
 #include <unordered_set>
 
+#include "gradscope/core/env.h"
 #include "gradscope/core/error.h"
 
 // The CUDA caching allocator's header is installed even by CPU-only LibTorch packages
@@ -27,9 +28,22 @@
 #define GRADSCOPE_HAS_CUDA_STATS 1
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
 #else
 #define GRADSCOPE_HAS_CUDA_STATS 0
 #endif
+
+#include <torch/version.h>
+// The allocator's history (memory_viz's pickle) is recorded from C++ from LibTorch 2.1 on.
+#if GRADSCOPE_HAS_CUDA_STATS && __has_include(<torch/csrc/cuda/memory_snapshot.h>) && \
+    (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1))
+#define GRADSCOPE_HAS_MEMORY_SNAPSHOT 1
+#include <torch/csrc/cuda/memory_snapshot.h>
+#else
+#define GRADSCOPE_HAS_MEMORY_SNAPSHOT 0
+#endif
+
+#include <fstream>
 
 namespace gradscope {
 namespace {
@@ -333,6 +347,50 @@ int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer) {
     }
   }
   return tensors_bytes(tensors);
+}
+
+void set_cuda_memory_cap(const torch::Device& device, int64_t cap_bytes) {
+#if GRADSCOPE_HAS_CUDA_STATS
+  const c10::DeviceIndex index = device.has_index() ? device.index() : c10::cuda::current_device();
+  c10::cuda::CUDAGuard guard(index);
+  size_t free_bytes = 0, total_bytes = 0;
+  check_usage(cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess,
+              "cannot read the memory size of " + device.str(), "check nvidia-smi");
+  const auto total = static_cast<int64_t>(total_bytes);
+  check_usage(cap_bytes <= total,
+              fmt::format("--memory-cap {} is more than the GPU's {}", format_bytes(cap_bytes),
+                          format_bytes(total)),
+              "pass a cap below the device's memory");
+  // The caching allocator refuses to grow past this fraction with its usual out-of-memory
+  // error, which the run records as oom.
+  c10::cuda::CUDACachingAllocator::setMemoryFraction(
+      static_cast<double>(cap_bytes) / static_cast<double>(total), index);
+#else
+  fail_usage("--memory-cap on " + device.str() + " needs a CUDA build of LibTorch",
+             "use --device cpu, or rebuild against a CUDA LibTorch");
+#endif
+}
+
+bool memory_snapshot_supported(const torch::Device& device) {
+  return GRADSCOPE_HAS_MEMORY_SNAPSHOT && device.is_cuda();
+}
+
+void start_memory_history() {
+#if GRADSCOPE_HAS_MEMORY_SNAPSHOT
+  // Every allocation and free with its C++ context, up to 100000 entries.
+  torch::cuda::_record_memory_history(true, true, int64_t{100000}, true, false);
+#endif
+}
+
+void write_memory_snapshot(const std::string& path) {
+#if GRADSCOPE_HAS_MEMORY_SNAPSHOT
+  const std::string pickled = torch::cuda::_memory_snapshot_pickled();
+  std::ofstream out(path, std::ios::binary);
+  check_usage(static_cast<bool>(out), "cannot write " + path, "check the directory exists");
+  out.write(pickled.data(), static_cast<std::streamsize>(pickled.size()));
+#else
+  fail_usage("--memory-snapshot needs CUDA and LibTorch >= 2.1", "leave --memory-snapshot out");
+#endif
 }
 
 }  // namespace gradscope

@@ -76,6 +76,16 @@ class MemoryMeter {
 // the peak starts at the current value.
 std::unique_ptr<MemoryMeter> make_memory_meter(const torch::Device& device);
 
+// --memory-cap on CUDA: the caching allocator may hold at most cap_bytes of the device (its
+// memory fraction); past it allocations fail with CUDA's out-of-memory error.
+void set_cuda_memory_cap(const torch::Device& device, int64_t cap_bytes);
+// --memory-snapshot: whether this build and device can record the allocator's history (CUDA,
+// LibTorch >= 2.1); start_memory_history() starts recording, write_memory_snapshot() writes
+// the pickle that PyTorch's memory_viz page reads.
+bool memory_snapshot_supported(const torch::Device& device);
+void start_memory_history();
+void write_memory_snapshot(const std::string& path);
+
 // Peak resident set size of this process (VmHWM), in bytes; 0 when the system says nothing.
 int64_t peak_rss_bytes();
 // Resident set size now (VmRSS), in bytes; 0 when the system says nothing.

@@ -292,3 +292,75 @@ std::shared_ptr<Model> make_llama(const json& arch, uint64_t seed) {
 }
 
 }  // namespace gradscope
+
+// ---------------------------------------------------------------------------------------
+// Memory trace (models/common/memory_trace.h), mirroring the forward above.
+
+namespace gradscope {
+
+MemoryTrace::Id trace_llama_blocks(const LlamaConfig& c, int64_t batch, int64_t tokens,
+                                   MemoryTrace::Id x, int64_t mask_bytes, MemoryTrace& trace) {
+  using Unit = MemoryTrace::Unit;
+  const int64_t n = batch * tokens, C = c.hidden_size;
+  MemoryTrace::AttentionShape shape{
+      batch, tokens, C, c.num_attention_heads, c.num_key_value_heads, c.head_dim};
+  shape.bias = c.attention_bias;
+  shape.rotary = true;
+  shape.dropout = c.attention_dropout;
+  // Without a mask of the batch's, the math path builds the causal one on each call.
+  shape.mask_bytes = mask_bytes > 0 ? mask_bytes : tokens * tokens;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    trace.begin(Unit::kUnitBlock, x);
+    trace.begin(Unit::kUnitAttention, x);
+    const auto normed = trace.rms_norm(x, n, C);
+    auto a = trace.self_attention(normed, shape);
+    trace.release(normed);
+    const auto dropped = trace.dropout(a, c.hidden_dropout);
+    if (dropped != a) trace.release(a);
+    const auto h = trace.add(x, dropped);
+    trace.release(dropped);
+    trace.end(Unit::kUnitAttention, h);
+    trace.begin(Unit::kUnitMlp, h);
+    const auto normed2 = trace.rms_norm(h, n, C);
+    // SwiGLU: down(silu(gate(x)) * up(x))
+    const auto gate = trace.linear(normed2, n, C, c.intermediate_size, c.mlp_bias);
+    const auto act = trace.activation(gate);
+    const auto up = trace.linear(normed2, n, C, c.intermediate_size, c.mlp_bias);
+    const auto product = trace.mul(act, up);
+    trace.release(gate);
+    trace.release(act);
+    trace.release(up);
+    const auto m = trace.linear(product, n, c.intermediate_size, C, c.mlp_bias);
+    trace.release(product);
+    trace.release(normed2);
+    const auto m_dropped = trace.dropout(m, c.hidden_dropout);
+    if (m_dropped != m) trace.release(m);
+    const auto out = trace.add(h, m_dropped);
+    trace.release(m_dropped);
+    trace.end(Unit::kUnitMlp, out);
+    trace.end(Unit::kUnitBlock, out);
+    trace.release(x);
+    trace.release(h);
+    x = out;
+  }
+  return x;
+}
+
+void llama_trace_step(const json& arch, int64_t batch, MemoryTrace& trace) {
+  const LlamaConfig c = llama_config(arch);
+  const int64_t T = arch.at("seq_len").get<int64_t>(), n = batch * T, C = c.hidden_size;
+  trace.persistent(2 * n * MemoryTrace::kLong);                // input_ids, targets
+  trace.persistent(2 * T * c.head_dim * MemoryTrace::kFloat);  // rotary cos, sin
+  int embedding = -1;
+  auto x = trace.embedding(n, c.vocab_size, C, &embedding);
+  x = trace_llama_blocks(c, batch, T, x, 0, trace);
+  const auto hidden = trace.rms_norm(x, n, C);
+  trace.release(x);
+  const auto logits =
+      trace.linear(hidden, n, C, c.vocab_size, false, c.tie_word_embeddings ? embedding : -1);
+  trace.release(hidden);
+  trace.cross_entropy(logits, n, c.vocab_size);
+  trace.release(logits);
+}
+
+}  // namespace gradscope

@@ -32,6 +32,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gradscope/models/common/layers.h"
+#include "gradscope/models/common/memory_trace.h"
 #include "gradscope/models/model.h"
 
 namespace gradscope {
@@ -58,6 +59,13 @@ struct LlamaConfig {
 
 // Parses and checks `arch`; a missing or bad value is a usage error naming the key.
 LlamaConfig llama_config(const nlohmann::json& arch);
+
+// The memory trace of one training step at micro-batch `batch` (memory_trace.h).
+void llama_trace_step(const nlohmann::json& arch, int64_t batch, MemoryTrace& trace);
+// The decoder blocks of a trace over `tokens` positions, from hidden states x; mask_bytes is
+// the size of a bool mask the batch brings (0: the causal mask built per layer).
+MemoryTrace::Id trace_llama_blocks(const LlamaConfig& c, int64_t batch, int64_t tokens,
+                                   MemoryTrace::Id x, int64_t mask_bytes, MemoryTrace& trace);
 
 // Presets "tiny", "small", "paper" (DESIGN.md, "Models and presets"); any other name is a
 // usage error listing them.

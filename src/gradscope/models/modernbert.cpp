@@ -262,3 +262,94 @@ std::shared_ptr<Model> make_modernbert(const json& arch, uint64_t seed) {
 }
 
 }  // namespace gradscope
+
+// ---------------------------------------------------------------------------------------
+// Memory trace (models/common/memory_trace.h), mirroring the forward above.
+
+namespace gradscope {
+
+void modernbert_trace_step(const json& arch, int64_t batch, MemoryTrace& trace) {
+  using Unit = MemoryTrace::Unit;
+  constexpr int64_t F4 = MemoryTrace::kFloat;
+  const ModernBertConfig c = modernbert_config(arch);
+  const int64_t T = arch.at("seq_len").get<int64_t>(), n = batch * T, C = c.hidden_size;
+  const int64_t hs = C / c.num_attention_heads, I = c.intermediate_size;
+  // Masked positions: the expected count (each position is picked with mlm_probability).
+  const auto M = static_cast<int64_t>(
+      std::llround(arch.value("mlm_probability", 0.3) * static_cast<double>(n)));
+  trace.persistent(2 * n * MemoryTrace::kLong);  // input_ids, targets
+  trace.persistent(4 * T * hs * F4);             // global and local rotary tables
+  trace.persistent(T * T);                       // the sliding-window mask (bool)
+  int embedding = -1;
+  const auto e = trace.embedding(n, c.vocab_size, C, &embedding);
+  auto x = trace.layer_norm(e, n, C, c.norm_bias);
+  trace.release(e);
+  if (c.hidden_dropout > 0) {
+    const auto d = trace.dropout(x, c.hidden_dropout);
+    trace.release(x);
+    x = d;
+  }
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const bool global = l % c.global_attn_every_n_layers == 0;
+    MemoryTrace::AttentionShape shape{batch, T, C, c.num_attention_heads, c.num_attention_heads,
+                                      hs};
+    shape.bias = c.attention_bias;
+    shape.rotary = true;
+    shape.dropout = c.attention_dropout;
+    shape.mask_bytes = global ? 0 : T * T;  // unpadded windows: only local layers mask
+    trace.begin(Unit::kUnitBlock, x);
+    trace.begin(Unit::kUnitAttention, x);
+    const auto normed = l > 0 ? trace.layer_norm(x, n, C, c.norm_bias) : x;
+    const auto a = trace.self_attention(normed, shape);
+    if (normed != x) trace.release(normed);
+    const auto a_dropped = trace.dropout(a, c.hidden_dropout);
+    if (a_dropped != a) trace.release(a);
+    const auto mid = trace.add(x, a_dropped);
+    trace.release(a_dropped);
+    trace.end(Unit::kUnitAttention, mid);
+    trace.begin(Unit::kUnitMlp, mid);
+    const auto normed2 = trace.layer_norm(mid, n, C, c.norm_bias);
+    // GeGLU: Wo(dropout(gelu(a) * b)) with (a, b) = Wi(x).chunk(2): both halves are views
+    // of Wi's output, which the GELU and the product keep.
+    const auto wi = trace.linear(normed2, n, C, 2 * I, c.mlp_bias);
+    const auto half_a = trace.view(n * I * F4);
+    const auto half_b = trace.view(n * I * F4);
+    trace.node({}, {wi}, {half_a, half_b});  // chunk: its backward joins the halves' gradients
+    const auto act = trace.alloc(n * I * F4);
+    trace.node({wi}, {half_a}, {act});
+    const auto product = trace.alloc(n * I * F4);
+    trace.node({act, wi}, {act, half_b}, {product});
+    trace.release(act);
+    trace.release(wi);
+    const auto p_dropped = trace.dropout(product, c.hidden_dropout);
+    if (p_dropped != product) trace.release(product);
+    const auto m = trace.linear(p_dropped, n, I, C, c.mlp_bias);
+    trace.release(p_dropped);
+    trace.release(normed2);
+    const auto out = trace.add(mid, m);
+    trace.release(m);
+    trace.end(Unit::kUnitMlp, out);
+    trace.end(Unit::kUnitBlock, out);
+    trace.release(x);
+    trace.release(mid);
+    x = out;
+  }
+  const auto hidden = trace.layer_norm(x, n, C, c.norm_bias);
+  trace.release(x);
+  // The head runs on the masked positions only: index_select copies their rows.
+  const auto rows = trace.alloc(M * C * F4);
+  trace.node({}, {hidden}, {rows});
+  trace.release(hidden);
+  const auto dense = trace.linear(rows, M, C, C, false);
+  trace.release(rows);
+  const auto act = trace.activation(dense);
+  trace.release(dense);
+  const auto normed = trace.layer_norm(act, M, C, c.norm_bias);
+  trace.release(act);
+  const auto logits = trace.linear(normed, M, C, c.vocab_size, c.decoder_bias, embedding);
+  trace.release(normed);
+  trace.cross_entropy(logits, M, c.vocab_size);
+  trace.release(logits);
+}
+
+}  // namespace gradscope

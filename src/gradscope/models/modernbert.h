@@ -36,6 +36,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gradscope/models/common/layers.h"
+#include "gradscope/models/common/memory_trace.h"
 #include "gradscope/models/model.h"
 
 namespace gradscope {
@@ -64,6 +65,8 @@ struct ModernBertConfig {
 };
 
 ModernBertConfig modernbert_config(const nlohmann::json& arch);
+// The memory trace of one training step at micro-batch `batch` (memory_trace.h).
+void modernbert_trace_step(const nlohmann::json& arch, int64_t batch, MemoryTrace& trace);
 
 class ModernBertBlock : public Block {
  public:

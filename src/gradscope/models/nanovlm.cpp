@@ -208,3 +208,46 @@ std::shared_ptr<Model> make_nanovlm(const json& arch, uint64_t seed) {
 }
 
 }  // namespace gradscope
+
+// ---------------------------------------------------------------------------------------
+// Memory trace (models/common/memory_trace.h), mirroring the forward above.
+
+namespace gradscope {
+
+void nanovlm_trace_step(const json& arch, int64_t batch, MemoryTrace& trace) {
+  constexpr int64_t F4 = MemoryTrace::kFloat;
+  const NanoVlmConfig c = nanovlm_config(arch);
+  const LlamaConfig& d = c.decoder;
+  const int64_t T = arch.at("seq_len").get<int64_t>(), n_img = c.image_tokens();
+  const int64_t S = n_img + T, C = d.hidden_size;
+  const int64_t cv = c.vision.hidden_size * c.pixel_shuffle_factor * c.pixel_shuffle_factor;
+  trace.persistent(2 * batch * T * MemoryTrace::kLong + batch * T);  // ids, targets, text mask
+  trace.persistent(2 * S * d.head_dim * F4);                         // rotary cos, sin
+  const auto patches = trace_vision_encoder(c.vision, batch, trace);
+  // Pixel shuffle: a permute, then a copying reshape.
+  const auto shuffled = trace.copy(patches, trace.bytes(patches));
+  trace.release(patches);
+  const auto img = trace.linear(shuffled, batch * n_img, cv, C, false);
+  trace.release(shuffled);
+  int embedding = -1;
+  const auto text = trace.embedding(batch * T, d.vocab_size, C, &embedding);
+  const auto x = trace.alloc(batch * S * C * F4);  // cat(image tokens, text)
+  trace.node({}, {img, text}, {x}, {}, -1);        // its backward narrows: views, no copies
+  trace.release(img);
+  trace.release(text);
+  // Captions are padded: one (B, 1, S, S) bool mask, causal and padding, for every layer.
+  const int64_t mask_bytes = batch * S * S;
+  const auto mask = trace.alloc(mask_bytes);
+  const auto y = trace_llama_blocks(d, batch, S, x, mask_bytes, trace);
+  trace.release(mask);
+  // The norm reads the caption positions (a narrow view of y, which it keeps).
+  const auto hidden = trace.rms_norm(y, batch * T, C);
+  trace.release(y);
+  const auto logits = trace.linear(hidden, batch * T, C, d.vocab_size, false,
+                                   d.tie_word_embeddings ? embedding : -1);
+  trace.release(hidden);
+  trace.cross_entropy(logits, batch * T, d.vocab_size);
+  trace.release(logits);
+}
+
+}  // namespace gradscope

@@ -48,6 +48,8 @@ struct NanoVlmConfig {
 };
 
 NanoVlmConfig nanovlm_config(const nlohmann::json& arch);
+// The memory trace of one training step at micro-batch `batch` (memory_trace.h).
+void nanovlm_trace_step(const nlohmann::json& arch, int64_t batch, MemoryTrace& trace);
 
 class NanoVlmModel : public Model {
  public:

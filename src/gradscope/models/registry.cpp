@@ -24,9 +24,15 @@ Batch Batch::to(const torch::Device& device) const {
 const Registry<ModelFamily>& model_registry() {
   static const Registry<ModelFamily> registry = [] {
     Registry<ModelFamily> r("model");
-    r.add(
-        "llama", "Llama 3 decoder (paper: Llama 3.2 1B), causal language modelling",
-        {"causal-lm", llama_preset, llama_count_params, make_llama, llama_forward_flops_per_token});
+    r.add("llama", "Llama 3 decoder (paper: Llama 3.2 1B), causal language modelling",
+          {"causal-lm",
+           llama_preset,
+           llama_count_params,
+           make_llama,
+           llama_forward_flops_per_token,
+           {"tiny", "small", "paper"},
+           nullptr,
+           llama_trace_step});
     r.add("vit", "Vision Transformer (paper: ViT-B/16), image classification",
           {"image-classification",
            vit_preset,
@@ -34,14 +40,27 @@ const Registry<ModelFamily>& model_registry() {
            make_vit,
            vit_forward_flops_per_token,
            {"tiny", "small", "paper"},
-           vit_finalize_arch});
+           vit_finalize_arch,
+           vit_trace_step});
     r.add("modernbert", "ModernBERT encoder (paper: ModernBERT-base), masked language modelling",
-          {"masked-lm", modernbert_preset, modernbert_count_params, make_modernbert,
-           modernbert_forward_flops_per_token});
+          {"masked-lm",
+           modernbert_preset,
+           modernbert_count_params,
+           make_modernbert,
+           modernbert_forward_flops_per_token,
+           {"tiny", "small", "paper"},
+           nullptr,
+           modernbert_trace_step});
     r.add("nanovlm",
           "vision-language model (paper: nanoVLM-222M, SigLIP + SmolLM2), image captioning",
-          {"vision-language", nanovlm_preset, nanovlm_count_params, make_nanovlm,
-           nanovlm_forward_flops_per_token});
+          {"vision-language",
+           nanovlm_preset,
+           nanovlm_count_params,
+           make_nanovlm,
+           nanovlm_forward_flops_per_token,
+           {"tiny", "small", "paper"},
+           nullptr,
+           nanovlm_trace_step});
     r.add("quadratic", "toy: n-dimensional quadratic with a set condition number, known minimum",
           {"toy",
            quadratic_preset,

@@ -11,6 +11,7 @@
 
 #include "gradscope/core/config.h"
 #include "gradscope/core/registry.h"
+#include "gradscope/models/common/memory_trace.h"
 #include "gradscope/models/model.h"
 
 namespace gradscope {
@@ -34,6 +35,9 @@ struct ModelFamily {
   // Derives keys from others once overrides are applied (a ViT's seq_len from its image and
   // patch size); null when nothing is derived.
   void (*finalize)(nlohmann::json& arch) = nullptr;
+  // The memory trace of one training step at micro-batch `batch` (`gradscope estimate`);
+  // null for toy problems, whose memory is a handful of scalars.
+  void (*trace_step)(const nlohmann::json& arch, int64_t batch, MemoryTrace& trace) = nullptr;
 };
 
 const Registry<ModelFamily>& model_registry();

@@ -244,3 +244,95 @@ std::shared_ptr<Model> make_vit(const json& arch, uint64_t seed) {
 }
 
 }  // namespace gradscope
+
+// ---------------------------------------------------------------------------------------
+// Memory trace (models/common/memory_trace.h), mirroring the forward above.
+
+namespace gradscope {
+
+MemoryTrace::Id trace_vision_encoder(const VisionConfig& c, int64_t batch, MemoryTrace& trace) {
+  using Unit = MemoryTrace::Unit;
+  constexpr int64_t F4 = MemoryTrace::kFloat;
+  const int64_t C = c.hidden_size, N = c.num_patches(), T = c.num_tokens(), n = batch * T;
+  const int64_t image_bytes = batch * c.num_channels * c.image_size * c.image_size * F4;
+  trace.persistent(image_bytes);
+  // Patch convolution (kernel = stride): im2col columns the size of the images, in forward
+  // and again for the weight's gradient.
+  const int conv_w = trace.param(c.num_channels * c.patch_size * c.patch_size * C * F4);
+  const int conv_b = trace.param(C * F4);
+  const auto columns = trace.alloc(image_bytes);
+  const auto grid = trace.alloc(batch * N * C * F4);
+  trace.release(columns);
+  trace.node({}, {}, {grid}, {conv_w, conv_b}, image_bytes);
+  auto x = grid;
+  if (c.class_token) {
+    const int cls = trace.param(C * F4);
+    x = trace.alloc(n * C * F4);  // cat(class token, patches)
+    trace.node({}, {grid}, {x}, {cls});
+    trace.release(grid);
+  }
+  const int positions = trace.param(T * C * F4);
+  auto h = trace.add(x, -1, positions);
+  trace.release(x);
+  if (c.hidden_dropout > 0) {
+    const auto d = trace.dropout(h, c.hidden_dropout);
+    trace.release(h);
+    h = d;
+  }
+  x = h;
+  MemoryTrace::AttentionShape shape{
+      batch, T, C, c.num_attention_heads, c.num_attention_heads, C / c.num_attention_heads};
+  shape.bias = c.qkv_bias;
+  shape.dropout = c.attention_dropout;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    trace.begin(Unit::kUnitBlock, x);
+    trace.begin(Unit::kUnitAttention, x);
+    const auto normed = trace.layer_norm(x, n, C, true);
+    const auto a = trace.self_attention(normed, shape);
+    trace.release(normed);
+    const auto a_dropped = trace.dropout(a, c.hidden_dropout);
+    if (a_dropped != a) trace.release(a);
+    const auto mid = trace.add(x, a_dropped);
+    trace.release(a_dropped);
+    trace.end(Unit::kUnitAttention, mid);
+    trace.begin(Unit::kUnitMlp, mid);
+    const auto normed2 = trace.layer_norm(mid, n, C, true);
+    // GELU MLP: fc2(dropout(gelu(fc1(x))))
+    const auto up = trace.linear(normed2, n, C, c.intermediate_size, true);
+    const auto act = trace.activation(up);
+    trace.release(up);
+    const auto act_dropped = trace.dropout(act, c.hidden_dropout);
+    if (act_dropped != act) trace.release(act);
+    const auto m = trace.linear(act_dropped, n, c.intermediate_size, C, true);
+    trace.release(act_dropped);
+    trace.release(normed2);
+    const auto m_dropped = trace.dropout(m, c.hidden_dropout);
+    if (m_dropped != m) trace.release(m);
+    const auto out = trace.add(mid, m_dropped);
+    trace.release(m_dropped);
+    trace.end(Unit::kUnitMlp, out);
+    trace.end(Unit::kUnitBlock, out);
+    trace.release(x);
+    trace.release(mid);
+    x = out;
+  }
+  const auto hidden = trace.layer_norm(x, n, C, true);
+  trace.release(x);
+  return hidden;
+}
+
+void vit_trace_step(const json& arch, int64_t batch, MemoryTrace& trace) {
+  const VisionConfig c = vision_config(arch, "vit");
+  const int64_t K = num_labels(arch), C = c.hidden_size;
+  trace.persistent(batch * MemoryTrace::kLong);  // labels
+  const auto hidden = trace_vision_encoder(c, batch, trace);
+  // The classifier reads the class token, a view of the last norm's output, which it keeps.
+  const auto cls = trace.view(batch * C * MemoryTrace::kFloat);
+  trace.node({}, {hidden}, {cls});  // select: its backward fills a (B, T, C) zero gradient
+  const auto logits = trace.linear(cls, batch, C, K, true, -1, hidden);
+  trace.release(hidden);
+  trace.cross_entropy(logits, batch, K);
+  trace.release(logits);
+}
+
+}  // namespace gradscope

@@ -29,6 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gradscope/models/common/layers.h"
+#include "gradscope/models/common/memory_trace.h"
 #include "gradscope/models/model.h"
 
 namespace gradscope {
@@ -58,6 +59,11 @@ struct VisionConfig {
 VisionConfig vision_config(const nlohmann::json& arch, const std::string& model,
                            const std::string& prefix = "");
 int64_t vision_count_params(const VisionConfig& c);
+// The vision encoder's part of a memory trace (memory_trace.h): the images, patches, blocks
+// and final norm; returns the normed hidden states (B, T, C).
+MemoryTrace::Id trace_vision_encoder(const VisionConfig& c, int64_t batch, MemoryTrace& trace);
+// The memory trace of one ViT training step at micro-batch `batch`.
+void vit_trace_step(const nlohmann::json& arch, int64_t batch, MemoryTrace& trace);
 // Forward FLOPs of the encoder for one image (2 per multiply-add; matmuls, the patch
 // convolution, and attention scores and sums over the full T x T matrix).
 double vision_forward_flops_per_image(const VisionConfig& c);

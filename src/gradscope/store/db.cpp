@@ -44,6 +44,10 @@ CREATE TABLE IF NOT EXISTS steps(
 CREATE TABLE IF NOT EXISTS evals(
   attempt_id INTEGER, step INTEGER, val_loss REAL, accuracy REAL,
   PRIMARY KEY(attempt_id, step));
+CREATE TABLE IF NOT EXISTS probes(
+  probe_id INTEGER PRIMARY KEY,
+  host TEXT, device_name TEXT, threads INTEGER, created_at TEXT, probe_json TEXT);
+CREATE INDEX IF NOT EXISTS probes_device ON probes(host, device_name, threads);
 )sql";
 
 std::string sqlite_message(sqlite3* db, int rc) {
@@ -532,6 +536,43 @@ std::vector<json> Database::evals_of(int64_t attempt_id) {
     out.push_back(std::move(row));
   }
   return out;
+}
+
+int64_t Database::save_probe(const json& probe) {
+  const auto require = [&](const char* key, bool ok) {
+    if (!ok) {
+      fail_runtime(fmt::format("the probe record to store has no valid \"{}\"", key),
+                   "pass the record built by run_probe (measure/peak.h)");
+    }
+  };
+  require("host", probe.is_object() && probe.contains("host") && probe["host"].is_string());
+  require("device_name", probe.contains("device_name") && probe["device_name"].is_string());
+  require("threads", probe.contains("threads") && probe["threads"].is_number_integer());
+  require("created_at", probe.contains("created_at") && probe["created_at"].is_string());
+  Statement insert(db_, path_,
+                   "INSERT INTO probes(host, device_name, threads, created_at, probe_json) "
+                   "VALUES (?,?,?,?,?)",
+                   ErrorKind::kErrorKindRuntime);
+  insert.bind_text(1, probe["host"].get<std::string>());
+  insert.bind_text(2, probe["device_name"].get<std::string>());
+  insert.bind_int(3, probe["threads"].get<int64_t>());
+  insert.bind_text(4, probe["created_at"].get<std::string>());
+  insert.bind_text(5, probe.dump());
+  insert.step();
+  return sqlite3_last_insert_rowid(db_);
+}
+
+json Database::latest_probe(const std::string& host, const std::string& device_name, int threads) {
+  Statement select(db_, path_,
+                   "SELECT probe_json FROM probes WHERE host = ? AND device_name = ? AND "
+                   "threads = ? ORDER BY created_at DESC, probe_id DESC LIMIT 1",
+                   ErrorKind::kErrorKindRuntime);
+  select.bind_text(1, host);
+  select.bind_text(2, device_name);
+  select.bind_int(3, threads);
+  if (!select.step() || select.is_null(0)) return nullptr;
+  json probe = json::parse(select.column_text(0), nullptr, /*allow_exceptions=*/false);
+  return probe.is_discarded() ? json(nullptr) : probe;
 }
 
 std::string utc_now_iso8601() {

@@ -1,7 +1,8 @@
 // The results database: one SQLite file (WAL mode) that sweeps append to and reports read.
 // Each finished attempt of a run is one `runs` row (its whole record as JSON, plus flat
 // columns for the headline metrics so sqlite3 and pandas can query it directly), written in
-// one transaction with its `steps` and `evals` rows. Schema version and owner live in `meta`.
+// one transaction with its `steps` and `evals` rows. Each `gradscope probe` is one `probes`
+// row (a device's measured GEMM peak, for MFU). Schema version and owner live in `meta`.
 //
 // Opening refuses, as a usage error and before any change to the file, a path whose
 // directory is missing or not writable, a file that is not SQLite, an SQLite database that
@@ -62,6 +63,15 @@ class Database {
   std::vector<nlohmann::json> steps_of(int64_t attempt_id);
   // The evals rows of one attempt in step order, as {step, val_loss, accuracy}.
   std::vector<nlohmann::json> evals_of(int64_t attempt_id);
+
+  // Stores one `gradscope probe` record (measure/peak.h) as a `probes` row: its host,
+  // device_name, threads and created_at as columns, the whole record as probe_json. Returns
+  // the new probe_id. Throws a runtime error (and writes nothing) when the record lacks one
+  // of those four fields or the database fails.
+  int64_t save_probe(const nlohmann::json& probe);
+  // The newest probe (latest created_at, then highest probe_id) of this host, device name
+  // and thread count, or null when there is none.
+  nlohmann::json latest_probe(const std::string& host, const std::string& device_name, int threads);
 
  private:
   void exec(const std::string& sql);

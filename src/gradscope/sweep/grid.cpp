@@ -68,6 +68,9 @@ const std::vector<RunKey>& run_key_table() {
       {"eval_every", ValueKind::kValueKindInteger},
       {"eval_batches", ValueKind::kValueKindInteger},
       {"timeout", ValueKind::kValueKindNumber},
+      {"sample_period", ValueKind::kValueKindNumber},
+      {"watts_per_core", ValueKind::kValueKindNumber},
+      {"grid_intensity", ValueKind::kValueKindNumber},
   };
   return keys;
 }

@@ -12,8 +12,13 @@
 #include "gradscope/measure/clock.h"
 #include "gradscope/measure/cpu.h"
 #include "gradscope/measure/memory.h"
+#include "gradscope/measure/peak.h"
+#include "gradscope/measure/sampler.h"
+#include "gradscope/measure/sensors.h"
 #include "gradscope/models/toy.h"
 #include "gradscope/optim/factory.h"
+#include "gradscope/store/db.h"
+#include "gradscope/train/estimate.h"
 
 namespace gradscope {
 namespace {
@@ -138,18 +143,23 @@ bool is_oom(const std::string& message) {
 // Times phases and tracks the memory peak of each; the strategy announces phase changes.
 class PhaseTimer : public PhaseObserver {
  public:
-  PhaseTimer(const Clock& clock, MemoryMeter& meter, const torch::Device& device)
-      : clock_(clock), meter_(meter), device_(device) {}
+  // enabled false (--no-phase-timing): phases are tracked (for a failure's report) but neither
+  // timed nor measured, so the step pays no synchronization or clock read per phase.
+  PhaseTimer(const Clock& clock, MemoryMeter& meter, const torch::Device& device, bool enabled)
+      : clock_(clock), meter_(meter), device_(device), enabled_(enabled) {}
 
   void begin_step() {
     seconds_.fill(0);
     current_ = -1;
     forward_start_bytes_ = -1;
+    boundaries_ = nlohmann::json::array();
   }
   void enter(Phase phase) override {
     close();
     current_ = static_cast<int>(phase);
+    if (!enabled_) return;
     meter_.reset_peak();
+    start_bytes_ = meter_.current_bytes();
     // Each forward (one per micro-batch) is measured from its own start, so gradients that
     // an earlier micro-batch's backward left behind are not counted as activations.
     if (phase == Phase::kPhaseForward) forward_start_bytes_ = meter_.current_bytes();
@@ -158,13 +168,22 @@ class PhaseTimer : public PhaseObserver {
   // Ends the running phase (with a device synchronize before the clock read).
   void close() {
     if (current_ < 0) return;
+    if (!enabled_) {
+      current_ = -1;
+      return;
+    }
     sync(device_);
     seconds_[current_] += clock_.now_s() - started_;
     phase_peak_[current_] = std::max(phase_peak_[current_], meter_.peak_bytes());
     if (current_ == static_cast<int>(Phase::kPhaseForward) && forward_start_bytes_ >= 0)
       activations_peak_ = std::max(activations_peak_, meter_.peak_bytes() - forward_start_bytes_);
+    // The step's memory at its phase boundaries: [phase, bytes at entry, peak, bytes at exit].
+    boundaries_.push_back({phase_name(static_cast<Phase>(current_)), start_bytes_,
+                           meter_.peak_bytes(), meter_.current_bytes()});
     current_ = -1;
   }
+  const nlohmann::json& boundaries() const { return boundaries_; }
+  bool enabled() const { return enabled_; }
   Phase current() const { return current_ < 0 ? Phase::kPhaseData : static_cast<Phase>(current_); }
   double seconds(int phase) const { return seconds_[phase]; }
   int64_t phase_peak(int phase) const { return phase_peak_[phase]; }
@@ -181,6 +200,9 @@ class PhaseTimer : public PhaseObserver {
   double started_ = 0;
   int64_t forward_start_bytes_ = -1;
   int64_t activations_peak_ = 0;
+  bool enabled_ = true;
+  int64_t start_bytes_ = 0;
+  nlohmann::json boundaries_ = nlohmann::json::array();
 };
 
 double grad_norm(const std::vector<torch::Tensor>& params) {
@@ -234,13 +256,30 @@ Trainer::Trainer(RunConfig config) : config_(std::move(config)), device_(torch::
   }
   lr_ = config_.lr > 0 ? config_.lr : default_lr(config_.optimizer, config_.model);
 
+  // What the data set keeps in memory, for the estimate beside the measurement.
+  // (On the CPU the tracking allocator is installed first, so the data set is counted.)
+  const bool tracked = device_.is_cpu();
+  if (tracked) CpuMemoryTracker::install();
+  const int64_t before_data = tracked ? CpuMemoryTracker::install().current_bytes() : 0;
   data_ = make_data_source(family_->kind, arch_, config_);
+  data_bytes_ =
+      tracked ? std::max<int64_t>(0, CpuMemoryTracker::install().current_bytes() - before_data) : 0;
+  check_usage(config_.sample_period_s >= 0 && std::isfinite(config_.sample_period_s),
+              "--sample-period must be >= 0", "pass 0 to turn the sampler off, e.g. 0.1");
+  check_usage(config_.watts_per_core > 0, "--watts-per-core must be positive",
+              "pass the power of one busy core in watts, e.g. 10");
+  check_usage(config_.grid_g_per_kwh >= 0, "--grid-intensity must be >= 0",
+              "pass g CO2 per kWh, e.g. 400, or 0 for no carbon figure");
+  check_usage(config_.memory_snapshot.empty() || memory_snapshot_supported(device_),
+              "--memory-snapshot needs CUDA and LibTorch >= 2.1",
+              "leave --memory-snapshot out, or run on a GPU with a CUDA LibTorch 2.1 or newer");
 
   meter_ = make_memory_meter(device_);
   if (config_.memory_cap_bytes > 0) {
-    check_usage(device_.is_cpu(), "--memory-cap is only supported on the CPU in this build",
-                "leave --memory-cap out on CUDA");
-    CpuMemoryTracker::install().set_cap(config_.memory_cap_bytes);
+    if (device_.is_cpu())
+      CpuMemoryTracker::install().set_cap(config_.memory_cap_bytes);
+    else
+      set_cuda_memory_cap(device_, config_.memory_cap_bytes);
   }
   try {
     model_ = family_->build(arch_, config_.seed);
@@ -346,7 +385,33 @@ nlohmann::json Trainer::run(ProgressSink* progress) {
   // Dropout draws from the default generator, seeded per run.
   torch::manual_seed(hash3(config_.seed, kDropoutStream, 0));
 
-  PhaseTimer timer(clock, *meter_, device_);
+  PhaseTimer timer(clock, *meter_, device_, config_.phase_timing);
+  if (!config_.memory_snapshot.empty()) start_memory_history();
+
+  // The sampler thread: utilization, memory, power and energy over the timed steps.
+  ProcCpuSensor cpu_sensor;
+  std::unique_ptr<GpuSensor> gpu_sensor;
+  std::string gpu_why_not = "not a GPU run";
+  if (device_.is_cuda())
+    gpu_sensor = open_nvml_sensor(device_.has_index() ? device_.index() : 0, &gpu_why_not);
+  std::string rapl_why_not;
+  std::unique_ptr<EnergyCounter> rapl = device_.is_cpu() ? open_rapl(&rapl_why_not) : nullptr;
+  std::unique_ptr<Sampler> sampler;
+  if (config_.sample_period_s > 0) {
+    SamplerSources sources;
+    sources.cpu = &cpu_sensor;
+    sources.gpu = gpu_sensor.get();
+    sources.rapl = rapl.get();
+    MemoryMeter* meter = meter_.get();
+    sources.allocated_bytes = [meter] { return meter->current_bytes(); };
+    SamplerOptions options;
+    options.period_s = config_.sample_period_s;
+    options.threads = std::max(at::get_num_threads(), blas_threads());
+    options.watts_per_core = config_.watts_per_core;
+    if (config_.grid_g_per_kwh > 0) options.grid_g_per_kwh = config_.grid_g_per_kwh;
+    sampler = std::make_unique<Sampler>(sources, options, clock);
+  }
+  nlohmann::json memory_timeline = nlohmann::json::array();
   const bool bf16 = config_.dtype == "bf16";  // autocast around forward and backward
   meter_->reset_peak();
   nlohmann::json steps = nlohmann::json::array();
@@ -378,6 +443,7 @@ nlohmann::json Trainer::run(ProgressSink* progress) {
       if (step == config_.warmup_steps) {
         timed_cpu_start = process_cpu_seconds();
         timed_wall_start = clock.now_s();
+        if (sampler) sampler->start();
       }
       const double lr = lr_at(step);
       if (optimizer_)
@@ -466,6 +532,8 @@ nlohmann::json Trainer::run(ProgressSink* progress) {
         timed_tokens += static_cast<double>(out.tokens);
         timed_evaluations += evaluations;
         for (int p = 0; p < kPhases; ++p) phase_totals[p] += timer.seconds(p);
+        if (timer.enabled())
+          memory_timeline.push_back({{"step", step + 1}, {"phases", timer.boundaries()}});
         timeline.push_back({{"t_s", clock.now_s() - timed_wall_start},
                             {"allocated_bytes", meter_->current_bytes()},
                             {"util_pct", util},
@@ -504,6 +572,8 @@ nlohmann::json Trainer::run(ProgressSink* progress) {
     for (auto& p : parameters_) p.mutable_grad() = torch::Tensor();
   }
 
+  if (sampler) sampler->stop();
+  if (!config_.memory_snapshot.empty()) write_memory_snapshot(config_.memory_snapshot);
   const double timed_cpu = process_cpu_seconds() - timed_cpu_start;
   const double timed_wall = timed_wall_start > 0 ? clock.now_s() - timed_wall_start : 0;
   record["status"] = status;
@@ -525,28 +595,51 @@ nlohmann::json Trainer::run(ProgressSink* progress) {
          std::vector<double>(best.data_ptr<double>(), best.data_ptr<double>() + best.numel())},
         {"distance", (x - best).norm().item<double>()}};
   }
-  record["estimate"] = nullptr;
+  // The prediction of `gradscope estimate` for this configuration, beside the measurement.
+  try {
+    record["estimate"] = estimate_to_json(estimate_run(config_, data_bytes_));
+  } catch (const std::exception&) {
+    record["estimate"] = nullptr;  // a toy problem, or an optimizer it has no model of
+  }
 
   auto per_s = [&](double amount) {
     return timed_s > 0 ? nlohmann::json(amount / timed_s) : nlohmann::json(nullptr);
   };
   const bool any_timed = !step_times.empty();
-  record["time"] = {
-      {"total_s", any_timed ? nlohmann::json(timed_s) : nlohmann::json(nullptr)},
-      {"wall_s", clock.now_s() - run_started},
-      {"step_median_s", null_if_nan(median(step_times))},
-      {"data_s", any_timed ? nlohmann::json(phase_totals[0]) : nlohmann::json(nullptr)},
-      {"forward_s", any_timed ? nlohmann::json(phase_totals[1]) : nlohmann::json(nullptr)},
-      {"backward_s", any_timed ? nlohmann::json(phase_totals[2]) : nlohmann::json(nullptr)},
-      {"optimizer_s", any_timed ? nlohmann::json(phase_totals[3]) : nlohmann::json(nullptr)},
-      {"timed_steps", static_cast<int64_t>(step_times.size())}};
+  const bool phases_timed = any_timed && config_.phase_timing;
+  auto phase_s = [&](int p) {
+    return phases_timed ? nlohmann::json(phase_totals[p]) : nlohmann::json(nullptr);
+  };
+  record["time"] = {{"total_s", any_timed ? nlohmann::json(timed_s) : nlohmann::json(nullptr)},
+                    {"wall_s", clock.now_s() - run_started},
+                    {"step_median_s", null_if_nan(median(step_times))},
+                    {"data_s", phase_s(0)},
+                    {"forward_s", phase_s(1)},
+                    {"backward_s", phase_s(2)},
+                    {"optimizer_s", phase_s(3)},
+                    {"timed_steps", static_cast<int64_t>(step_times.size())}};
   record["throughput"] = {{"samples_per_s", per_s(timed_samples)},
                           {"tokens_per_s", per_s(timed_tokens)}};
 
   const int64_t params_bytes = tensors_bytes(parameters_);
   auto reserved = meter_->reserved_peak_bytes();
+  const int64_t peak = std::max(timer.run_peak(), meter_->peak_bytes());
+  // The peak by component: what is left after parameters, gradients, optimizer state and
+  // activations is "other" (the data set, the batch, temporaries of the update, caches).
+  const int64_t grads_part = optimizer_ ? grads_bytes_max : 0;
+  const int64_t activations_part = config_.phase_timing ? timer.activations_peak() : 0;
+  nlohmann::json breakdown = {
+      {"params", params_bytes},
+      {"grads", optimizer_ ? nlohmann::json(grads_bytes_max) : nlohmann::json(nullptr)},
+      {"optimizer_state", state_bytes},
+      {"activations",
+       config_.phase_timing ? nlohmann::json(activations_part) : nlohmann::json(nullptr)},
+      {"other",
+       std::max<int64_t>(0, peak - params_bytes - grads_part - state_bytes - activations_part)}};
   record["memory"] = {
-      {"peak_bytes", std::max(timer.run_peak(), meter_->peak_bytes())},
+      {"peak_bytes", peak},
+      {"breakdown", breakdown},
+      {"timeline", memory_timeline},
       {"params_bytes", params_bytes},
       // Not measured with a fused step: each gradient lives only until its parameter's update.
       {"grads_bytes", optimizer_ ? nlohmann::json(grads_bytes_max) : nlohmann::json(nullptr)},
@@ -561,17 +654,61 @@ nlohmann::json Trainer::run(ProgressSink* progress) {
       {"peak_rss_bytes", peak_rss_bytes()}};
 
   const bool on_cpu = device_.is_cpu();
-  record["utilization"] = {
-      {"device", on_cpu ? "cpu" : "gpu"},
-      {"mean_pct", on_cpu && timed_wall > 0
-                       ? nlohmann::json(100.0 * timed_cpu / (timed_wall * threads))
-                       : nlohmann::json(nullptr)},
-      {"p50_pct", on_cpu ? null_if_nan(percentile(step_utils, 50)) : nlohmann::json(nullptr)},
-      {"p95_pct", on_cpu ? null_if_nan(percentile(step_utils, 95)) : nlohmann::json(nullptr)},
-      {"samples", on_cpu ? static_cast<int64_t>(step_utils.size()) : 0},
-      {"source", on_cpu ? "process cpu time / (wall x threads)" : "not available"}};
-  record["timeline"] = timeline;
-  record["energy"] = {{"joules", nullptr}, {"source", nullptr}, {"co2_g", nullptr}};
+  std::vector<double> gpu_utils;
+  if (sampler)
+    for (const auto& s : sampler->samples())
+      if (s.gpu_util_pct) gpu_utils.push_back(*s.gpu_util_pct);
+  if (!on_cpu) {
+    // GPU utilization from NVML's samples; "not available" (nulls) without NVML.
+    const bool have = !gpu_utils.empty();
+    double sum = 0;
+    for (double u : gpu_utils) sum += u;
+    record["utilization"] = {
+        {"device", "gpu"},
+        {"mean_pct", have ? nlohmann::json(sum / static_cast<double>(gpu_utils.size()))
+                          : nlohmann::json(nullptr)},
+        {"p50_pct", have ? null_if_nan(percentile(gpu_utils, 50)) : nlohmann::json(nullptr)},
+        {"p95_pct", have ? null_if_nan(percentile(gpu_utils, 95)) : nlohmann::json(nullptr)},
+        {"samples", static_cast<int64_t>(gpu_utils.size())},
+        {"source", have ? std::string("nvml") : "not available (" + gpu_why_not + ")"}};
+  } else
+    record["utilization"] = {
+        {"device", on_cpu ? "cpu" : "gpu"},
+        {"mean_pct", on_cpu && timed_wall > 0
+                         ? nlohmann::json(100.0 * timed_cpu / (timed_wall * threads))
+                         : nlohmann::json(nullptr)},
+        {"p50_pct", on_cpu ? null_if_nan(percentile(step_utils, 50)) : nlohmann::json(nullptr)},
+        {"p95_pct", on_cpu ? null_if_nan(percentile(step_utils, 95)) : nlohmann::json(nullptr)},
+        {"samples", on_cpu ? static_cast<int64_t>(step_utils.size()) : 0},
+        {"source", on_cpu ? "process cpu time / (wall x threads)" : "not available"}};
+  if (sampler) {
+    // The sampler's series, its time counted from the first timed step.
+    record["timeline"] = samples_to_json(sampler->samples());
+    const auto origin = sampler->origin_s();
+    if (origin && timed_wall_start > 0)
+      for (auto& s : record["timeline"])
+        s["t_s"] = s["t_s"].get<double>() + *origin - timed_wall_start;
+    record["energy"] = energy_to_json(sampler->energy());
+    record["sampler"] = {
+        {"period_s", config_.sample_period_s},
+        {"samples", record["timeline"].size()},
+        {"busy_s", sampler->sampling_seconds()},
+        {"gpu", gpu_sensor ? gpu_sensor->name() : "not available (" + gpu_why_not + ")"},
+        {"rapl", rapl ? rapl->source() : "not available (" + rapl_why_not + ")"}};
+  } else {
+    record["timeline"] = timeline;  // one entry per timed step
+    // Without the sampler: CPU time x watts per core, labelled an estimate.
+    const bool timed_any = timed_wall > 0;
+    const double joules = timed_cpu * config_.watts_per_core;
+    record["energy"] = {
+        {"joules", timed_any && on_cpu ? nlohmann::json(joules) : nlohmann::json(nullptr)},
+        {"source", timed_any && on_cpu ? nlohmann::json("estimate") : nlohmann::json(nullptr)},
+        {"co2_g", timed_any && on_cpu && config_.grid_g_per_kwh > 0
+                      ? nlohmann::json(joules / 3.6e6 * config_.grid_g_per_kwh)
+                      : nlohmann::json(nullptr)},
+        {"detail", fmt::format("cpu time x {} W per core", config_.watts_per_core)}};
+    record["sampler"] = nullptr;
+  }
 
   // Tokens as they went through the model (effective batch x sequence length for a language
   // model, evaluations of the function for a toy problem).
@@ -586,13 +723,22 @@ nlohmann::json Trainer::run(ProgressSink* progress) {
            ? nlohmann::json(per_step * static_cast<double>(timed_evaluations) / timed_s)
            : nlohmann::json(nullptr)},
       {"mfu", nullptr},
+      {"hfu", nullptr},
       {"peak_per_s", nullptr},
       {"peak_source", nullptr},
       {"formula",
        "3 x analytical forward FLOPs per token x tokens per step (x evaluations "
        "per step for achieved_per_s)"}};
+  // Hardware FLOPs count the forward a checkpoint recomputes as well (the estimate's ratio).
+  const auto& est = record["estimate"];
+  const double hardware_ratio =
+      est.is_object() && est.value("model_flops_per_step", 0.0) > 0
+          ? est["hardware_flops_per_step"].get<double>() / est["model_flops_per_step"].get<double>()
+          : 1.0;
+  record["flops"]["hardware_per_step"] = per_step * hardware_ratio;
 
-  const EnvInfo env = current_env(config_.device);
+  EnvInfo env = current_env(config_.device);
+  if (device_.is_cuda()) env.device_name = reported_device_name(device_);
   record["env"] = {{"gradscope", env.gradscope_version},
                    {"libtorch", env.libtorch},
                    {"cuda", env.cuda.empty() ? nlohmann::json(nullptr) : nlohmann::json(env.cuda)},
@@ -602,8 +748,33 @@ nlohmann::json Trainer::run(ProgressSink* progress) {
                    {"git_commit", env.git_commit},
                    {"host", env.host},
                    {"build", env.build_type}};
+  apply_device_peak(record, nullptr);
   if (progress) progress->on_finish(record);
   return record;
+}
+
+void apply_device_peak(nlohmann::json& record, Database* db) {
+  auto& flops = record["flops"];
+  if (!flops.is_object() || !record.contains("env")) return;
+  const auto& env = record["env"];
+  const DevicePeak peak =
+      device_peak(env.value("device_name", ""), record["config"].value("dtype", "fp32"),
+                  env.value("host", ""), env.value("threads", 0), db);
+  flops["peak_source"] = peak.source;
+  if (!peak.flops_per_s || *peak.flops_per_s <= 0) {
+    flops["peak_per_s"] = nullptr;
+    flops["mfu"] = nullptr;
+    flops["hfu"] = nullptr;
+    return;
+  }
+  flops["peak_per_s"] = *peak.flops_per_s;
+  const auto& achieved = flops["achieved_per_s"];
+  if (!achieved.is_number()) return;
+  // MFU: the model's FLOPs per second over the peak; HFU adds the recomputed forward.
+  const double a = achieved.get<double>();
+  const double ratio = flops.value("hardware_per_step", 0.0) / flops.value("per_step", 1.0);
+  flops["mfu"] = a / *peak.flops_per_s;
+  flops["hfu"] = a * (ratio > 0 ? ratio : 1.0) / *peak.flops_per_s;
 }
 
 }  // namespace gradscope

@@ -21,6 +21,7 @@
 namespace gradscope {
 
 class MemoryMeter;
+class Database;
 
 // Told about progress as the run goes; the console implements it.
 class ProgressSink {
@@ -73,6 +74,7 @@ class Trainer {
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<MemoryMeter> meter_;
   int64_t params_ = 0;
+  int64_t data_bytes_ = 0;  // what the data set holds in the tracked memory
   double lr_ = 0;
   bool steps_with_closure_ = false;  // the optimizer evaluates the step's batch itself
 };
@@ -81,6 +83,11 @@ class Trainer {
 // resolved architecture. Known without building anything, so a sweep can tell finished runs
 // from pending ones before it starts any.
 std::string run_id_for(const RunConfig& config);
+
+// Fills the record's flops.peak_per_s, peak_source, mfu and hfu: the device's peak FLOP/s for
+// the run's dtype from the datasheet table, else from the newest `gradscope probe` of this
+// host, device and thread count in `db` (may be null), else "unknown" with nulls.
+void apply_device_peak(nlohmann::json& record, Database* db);
 
 // Loss-curve helpers the record uses.
 double median(std::vector<double> values);

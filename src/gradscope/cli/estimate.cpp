@@ -1,0 +1,178 @@
+// `gradscope estimate`: peak memory by component and FLOPs per step, predicted without
+// training; with --memory-budget, whether the run fits and which strategy and optimizer
+// combinations would; with --max-batch, the largest micro-batch that fits.
+#include <fstream>
+
+#include "gradscope/cli/commands.h"
+#include "gradscope/core/env.h"
+#include "gradscope/core/error.h"
+#include "gradscope/train/estimate.h"
+
+namespace gradscope {
+namespace {
+
+struct EstimateOptions {
+  RunConfig config;
+  std::vector<std::string> opt, arch;
+  std::string budget, json;
+  bool max_batch = false;
+  bool no_data = false;
+};
+
+std::map<std::string, std::string> name_values(const std::vector<std::string>& items,
+                                               const char* flag) {
+  std::map<std::string, std::string> out;
+  for (const auto& item : items) {
+    const auto eq = item.find('=');
+    check_usage(eq != std::string::npos && eq > 0,
+                fmt::format("{} '{}' is not NAME=VALUE", flag, item),
+                fmt::format("write e.g. {} name=value", flag));
+    out[item.substr(0, eq)] = item.substr(eq + 1);
+  }
+  return out;
+}
+
+std::string mib(int64_t bytes) { return format_bytes(bytes); }
+
+void print_estimate(const RunConfig& c, const MemoryEstimate& e) {
+  fmt::print("{} {} | {} | {} | batch {} x {} accumulation steps\n", c.model, c.preset, c.optimizer,
+             c.strategy, c.batch, c.accum_steps);
+  const std::pair<const char*, int64_t> rows[] = {
+      {"parameters", e.params_bytes},
+      {"gradients", e.grads_bytes},
+      {"optimizer state", e.optimizer_state_bytes},
+      {"activations (saved)", e.activations_bytes},
+      {"batch and tables", e.batch_bytes},
+      {"data set", e.data_bytes},
+  };
+  for (const auto& [name, bytes] : rows) fmt::print("  {:<22} {:>12}\n", name, mib(bytes));
+  fmt::print("  peak by phase:         forward {}, backward {}, optimizer {}, eval {}\n",
+             mib(e.forward_peak_bytes), mib(e.backward_peak_bytes), mib(e.optimizer_peak_bytes),
+             mib(e.eval_peak_bytes));
+  fmt::print("  estimated peak         {:>12}  (in {})\n", mib(e.peak_bytes), e.peak_phase);
+  fmt::print("  FLOPs per step         {:>12}  model (3 x forward), {} with recompute\n",
+             format_si(e.model_flops_per_step), format_si(e.hardware_flops_per_step));
+  for (const auto& note : e.notes) fmt::print("  note: {}\n", note);
+}
+
+}  // namespace
+
+void add_estimate_command(CLI::App& root, int& exit_code) {
+  auto o = std::make_shared<EstimateOptions>();
+  RunConfig& c = o->config;
+  CLI::App* cmd = root.add_subcommand(
+      "estimate",
+      "Predict a run's peak memory (parameters, gradients, optimizer state, activations per\n"
+      "strategy) and its FLOPs per step without training: the step's forward and backward are\n"
+      "replayed from a model of what each layer allocates and autograd saves. The data set is\n"
+      "loaded (not trained on) to count what it holds in memory; --no-data skips it.\n"
+      "With --memory-budget: whether it fits, and which strategies and optimizers would.\n"
+      "With --max-batch: the largest micro-batch within the budget.\n"
+      "Example: gradscope estimate --model llama --preset small --memory-budget 1GiB --max-batch");
+  cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  cmd->add_option("--model", c.model, "Architecture (see `gradscope list`)")->capture_default_str();
+  cmd->add_option("--preset", c.preset, "tiny, small or paper")->capture_default_str();
+  cmd->add_option("--optimizer", c.optimizer, "Optimizer")->capture_default_str();
+  cmd->add_option("--strategy", c.strategy, "Memory strategy")->capture_default_str();
+  cmd->add_option("--batch", c.batch, "Micro-batch size")->capture_default_str();
+  cmd->add_option("--accum-steps", c.accum_steps, "Micro-batches per optimizer step")
+      ->capture_default_str();
+  cmd->add_option("--checkpoint-every", c.checkpoint_every, "With checkpointing: every K-th block")
+      ->capture_default_str();
+  cmd->add_option("--checkpoint-policy", c.checkpoint_policy, "full, attention or mlp")
+      ->capture_default_str();
+  cmd->add_option("--seq", c.seq_len, "Sequence length (default: the preset's)");
+  cmd->add_option("--dtype", c.dtype, "fp32 or bf16")->capture_default_str();
+  cmd->add_option("--device", c.device, "cpu or cuda (where the data set is counted)")
+      ->capture_default_str();
+  cmd->add_option("--weight-decay", c.weight_decay, "Weight decay")->capture_default_str();
+  cmd->add_option("--opt", o->opt, "Optimizer setting NAME=VALUE (repeatable)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_option("--arch", o->arch, "Architecture override NAME=VALUE (repeatable)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_option("--dataset", c.dataset, "Data set (default: the model's)");
+  cmd->add_option("--tokenizer", c.tokenizer, "Tokenizer (default: the preset's)");
+  cmd->add_option("--memory-budget", o->budget, "Device memory to fit in, e.g. 8GiB or 512MiB");
+  cmd->add_flag("--max-batch", o->max_batch, "Find the largest micro-batch within the budget");
+  cmd->add_flag("--no-data", o->no_data, "Do not load the data set (its bytes count as 0)");
+  cmd->add_option("--json", o->json, "Also write the estimate to this JSON file");
+  cmd->callback([o, &exit_code] {
+    RunConfig c = o->config;
+    c.opt = name_values(o->opt, "--opt");
+    c.arch_overrides = name_values(o->arch, "--arch");
+    check_usage(c.batch > 0, fmt::format("--batch {} must be positive", c.batch),
+                "pass --batch with a value of at least 1");
+    check_usage(c.accum_steps > 0, fmt::format("--accum-steps {} must be positive", c.accum_steps),
+                "pass --accum-steps with a value of at least 1");
+    const int64_t budget = o->budget.empty() ? 0 : parse_bytes(o->budget);
+    check_usage(!o->max_batch || budget > 0, "--max-batch needs --memory-budget",
+                "add e.g. --memory-budget 8GiB");
+    const int64_t data = o->no_data ? 0 : resident_data_bytes(c);
+    const MemoryEstimate e = estimate_run(c, data);
+    print_estimate(c, e);
+    nlohmann::json out = {{"config", config_to_json(c)}, {"estimate", estimate_to_json(e)}};
+    if (budget > 0) {
+      const bool fits = e.peak_bytes <= budget;
+      fmt::print("\nbudget {}: {} ({} {})\n", format_bytes(budget), fits ? "fits" : "does not fit",
+                 format_bytes(fits ? budget - e.peak_bytes : e.peak_bytes - budget),
+                 fits ? "to spare" : "over");
+      out["budget_bytes"] = budget;
+      out["fits"] = fits;
+      // The alternatives, at the same effective batch: accumulation splits it in k micro-
+      // batches (k = --accum-steps, or 4 when that is 1 and divides the batch).
+      const int64_t effective = c.effective_batch();
+      const int64_t k = c.accum_steps > 1 ? c.accum_steps : (effective % 4 == 0 ? 4 : 2);
+      nlohmann::json combos = nlohmann::json::array();
+      fmt::print("{:<12} {:<26} {:>8} {:>12}  {}\n", "optimizer", "strategy", "micro", "peak",
+                 "fits");
+      for (const char* opt :
+           {"sgd", "adam", "adagrad", "adadelta", "cg", "adamw", "lion", "adam8bit"}) {
+        for (const char* strategy : {"standard", "checkpoint", "accumulation"}) {
+          RunConfig alt = c;
+          alt.optimizer = opt;
+          alt.opt.clear();
+          alt.strategy = strategy;
+          const bool accum = std::string(strategy) == "accumulation";
+          if (accum && effective % k != 0) continue;
+          alt.accum_steps = accum ? k : 1;
+          alt.batch = effective / alt.accum_steps;
+          const MemoryEstimate a = estimate_run(alt, data);
+          const bool ok = a.peak_bytes <= budget;
+          fmt::print("{:<12} {:<26} {:>8} {:>12}  {}\n", opt,
+                     accum ? fmt::format("accumulation (k={})", k) : std::string(strategy),
+                     alt.batch, format_bytes(a.peak_bytes), ok ? "yes" : "no");
+          combos.push_back({{"optimizer", opt},
+                            {"strategy", strategy},
+                            {"batch", alt.batch},
+                            {"accum_steps", alt.accum_steps},
+                            {"peak_bytes", a.peak_bytes},
+                            {"fits", ok}});
+        }
+      }
+      out["combinations"] = combos;
+      if (o->max_batch) {
+        const int64_t b = max_batch_within(c, data, budget);
+        if (b > 0) {
+          RunConfig at = c;
+          at.batch = b;
+          const int64_t peak = estimate_run(at, data).peak_bytes;
+          at.batch = b + 1;
+          fmt::print("\nlargest micro-batch within {}: {} (peak {}; batch {} needs {})\n",
+                     format_bytes(budget), b, format_bytes(peak), b + 1,
+                     format_bytes(estimate_run(at, data).peak_bytes));
+        } else {
+          fmt::print("\nnot even a micro-batch of 1 fits in {}\n", format_bytes(budget));
+        }
+        out["max_batch"] = b;
+      }
+    }
+    if (!o->json.empty()) {
+      std::ofstream f(o->json);
+      check_usage(static_cast<bool>(f), "cannot write " + o->json, "check the directory exists");
+      f << out.dump(2) << "\n";
+    }
+    exit_code = 0;
+  });
+}
+
+}  // namespace gradscope

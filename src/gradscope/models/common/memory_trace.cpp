@@ -1,0 +1,476 @@
+#include "gradscope/models/common/memory_trace.h"
+
+#include <algorithm>
+#include <map>
+#include <stdexcept>
+
+namespace gradscope {
+
+using Id = MemoryTrace::Id;
+
+Id MemoryTrace::persistent(int64_t bytes) {
+  tensors_.push_back({bytes, true, bytes});
+  return static_cast<Id>(tensors_.size() - 1);
+}
+
+Id MemoryTrace::view(int64_t grad_bytes) {
+  tensors_.push_back({0, false, grad_bytes});
+  return static_cast<Id>(tensors_.size() - 1);
+}
+
+Id MemoryTrace::alloc(int64_t bytes) {
+  tensors_.push_back({bytes, false, bytes});
+  const Id id = static_cast<Id>(tensors_.size() - 1);
+  events_.push_back({Kind::kAlloc, id});
+  return id;
+}
+
+void MemoryTrace::release(Id id) { events_.push_back({Kind::kRelease, id}); }
+
+int MemoryTrace::param(int64_t bytes) {
+  params_.push_back(bytes);
+  return static_cast<int>(params_.size() - 1);
+}
+
+void MemoryTrace::node(std::vector<Id> saved, std::vector<Id> grad_inputs, std::vector<Id> outputs,
+                       std::vector<int> params, int64_t scratch) {
+  // Persistent tensors (the batch, tables) never require grad.
+  grad_inputs.erase(std::remove_if(grad_inputs.begin(), grad_inputs.end(),
+                                   [this](Id id) { return tensors_[id].persistent; }),
+                    grad_inputs.end());
+  nodes_.push_back(
+      {std::move(saved), std::move(grad_inputs), std::move(outputs), std::move(params), scratch});
+  events_.push_back({Kind::kNode, -1, static_cast<int>(nodes_.size() - 1)});
+}
+
+void MemoryTrace::begin(Unit unit, Id in) { events_.push_back({Kind::kBegin, in, -1, unit}); }
+void MemoryTrace::end(Unit unit, Id out) { events_.push_back({Kind::kEnd, out, -1, unit}); }
+
+int64_t MemoryTrace::persistent_bytes() const {
+  int64_t total = 0;
+  for (const auto& t : tensors_)
+    if (t.persistent) total += t.bytes;
+  return total;
+}
+
+int64_t MemoryTrace::params_bytes() const {
+  int64_t total = 0;
+  for (int64_t b : params_) total += b;
+  return total;
+}
+
+int64_t MemoryTrace::block_count() const {
+  int64_t n = 0;
+  for (const auto& e : events_)
+    if (e.kind == Kind::kBegin && e.unit == Unit::kUnitBlock) ++n;
+  return n;
+}
+
+// ---------------------------------------------------------------------------------------
+// Layers
+
+Id MemoryTrace::linear(Id x, int64_t n, int64_t in, int64_t out, bool bias, int weight, Id keep) {
+  const int w = weight >= 0 ? weight : param(in * out * kFloat);
+  std::vector<int> params = {w};
+  if (bias) params.push_back(param(out * kFloat));
+  // Bias is added in place (or by addmm): the output is the only new tensor.
+  const Id y = alloc(n * out * kFloat);
+  node({keep >= 0 ? keep : x}, {x}, {y}, params);
+  return y;
+}
+
+Id MemoryTrace::rms_norm(Id x, int64_t n, int64_t c) {
+  // RMSNormImpl::forward: x.pow(2).mean(-1) -> rsqrt(var + eps) -> x * r -> weight * normed.
+  const int64_t full = n * c * kFloat, row = n * kFloat;
+  const Id squared = alloc(full);
+  node({x}, {x}, {squared}, {}, /*pow backward: x^1 and 2 x^1*/ 2 * full);
+  const Id variance = alloc(row);
+  node({}, {squared}, {variance});  // mean saves sizes only; its backward expands to (n, c)
+  release(squared);
+  const Id shifted = alloc(row);
+  node({}, {variance}, {shifted});
+  const Id r = alloc(row);
+  node({r}, {shifted}, {r});  // rsqrt saves its result
+  release(shifted);
+  const Id normed = alloc(full);
+  node({x, r}, {x, r}, {normed}, {}, /*grad of r before its sum*/ full);
+  release(r);
+  const int w = param(c * kFloat);
+  const Id y = alloc(full);
+  node({normed}, {normed}, {y}, {w}, /*grad of weight before its sum*/ full);
+  release(normed);
+  release(variance);
+  return y;
+}
+
+Id MemoryTrace::layer_norm(Id x, int64_t n, int64_t c, bool bias) {
+  // native_layer_norm saves its input and the per-row mean and 1/std it returns.
+  const Id y = alloc(n * c * kFloat);
+  const Id mean = alloc(n * kFloat);
+  const Id rstd = alloc(n * kFloat);
+  std::vector<int> params = {param(c * kFloat)};
+  if (bias) params.push_back(param(c * kFloat));
+  node({x, mean, rstd}, {x}, {y}, params);
+  release(mean);
+  release(rstd);
+  return y;
+}
+
+Id MemoryTrace::embedding(int64_t n, int64_t vocab, int64_t c, int* weight) {
+  const int w = param(vocab * c * kFloat);
+  if (weight) *weight = w;
+  const Id y = alloc(n * c * kFloat);
+  // The dense backward allocates the whole (vocab, c) gradient, and sorts the indices.
+  node({}, {}, {y}, {w}, 2 * n * kLong);
+  return y;
+}
+
+Id MemoryTrace::dropout(Id x, double p) {
+  if (p <= 0) return x;
+  // CPU dropout multiplies by a float mask (bernoulli / (1 - p)), which the product saves.
+  const Id mask = alloc(bytes(x));
+  const Id y = alloc(bytes(x));
+  node({mask}, {x}, {y});
+  release(mask);
+  return y;
+}
+
+Id MemoryTrace::activation(Id x) {
+  const Id y = alloc(bytes(x));
+  node({x}, {x}, {y});
+  return y;
+}
+
+Id MemoryTrace::add(Id a, Id b, int param) {
+  const Id y = alloc(bytes(a));
+  // The sum's gradient goes to both inputs as it is: the first holds it, the second
+  // shares it (zero new bytes). A broadcast parameter gets the gradient summed to its shape.
+  if (param >= 0)
+    node({}, {a}, {y}, {param}, /*marks a pass-through*/ -1);
+  else
+    node({}, {a, b}, {y}, {}, -1);
+  return y;
+}
+
+Id MemoryTrace::mul(Id a, Id b) {
+  const Id y = alloc(bytes(a));
+  node({a, b}, {a, b}, {y});
+  return y;
+}
+
+Id MemoryTrace::copy(Id x, int64_t bytes) {
+  const Id y = alloc(bytes);
+  node({}, {x}, {y}, {}, -1);
+  return y;
+}
+
+Id MemoryTrace::rotary(Id x, int64_t elements) {
+  // apply_rotary: x * cos + rotate_half(x) * sin, with rotate_half = cat(-x2, x1).
+  const int64_t full = elements * kFloat;
+  const Id xc = alloc(full);
+  const Id neg = alloc(full / 2);
+  const Id rotated = alloc(full);
+  release(neg);
+  const Id rs = alloc(full);
+  const Id y = alloc(full);
+  release(xc);
+  release(rotated);
+  release(rs);
+  // One node for the whole expression: the gradient of x, and the halves the narrow and
+  // negation gradients allocate on the way.
+  node({}, {x}, {y}, {}, 2 * full);
+  return y;
+}
+
+Id MemoryTrace::self_attention(Id x, const AttentionShape& s) {
+  const int64_t n = s.batch * s.tokens;
+  const int64_t q_elems = n * s.heads * s.head_size;
+  const int64_t kv_elems = n * s.kv_heads * s.head_size;
+  const int64_t scores = s.batch * s.heads * s.tokens * s.tokens * kFloat;
+  Id q = linear(x, n, s.hidden, s.heads * s.head_size, s.bias);
+  Id k = linear(x, n, s.hidden, s.kv_heads * s.head_size, s.bias);
+  const Id v = linear(x, n, s.hidden, s.kv_heads * s.head_size, s.bias);
+  if (s.rotary) {
+    const Id qr = rotary(q, q_elems);
+    release(q);
+    q = qr;
+    const Id kr = rotary(k, kv_elems);
+    release(k);
+    k = kr;
+  }
+  // repeat_kv: grouped key/value heads are expanded into a contiguous copy.
+  const bool grouped = s.heads != s.kv_heads;
+  Id k_full = k, v_full = v;
+  if (grouped) {
+    k_full = alloc(q_elems * kFloat);
+    node({}, {k}, {k_full});
+    v_full = alloc(q_elems * kFloat);
+    node({}, {v}, {v_full});
+  }
+  // matmul folds (B, heads) into one batch dimension with reshape: q (laid out as the
+  // projection's (B, T, heads, HS)) is copied, and so are k and v unless repeat_kv already
+  // made them contiguous; the batched products save the copies.
+  auto contiguous_copy = [this](Id t) { return copy(t, bytes(t)); };
+  const Id qc = contiguous_copy(q);
+  const Id kc = grouped ? k_full : contiguous_copy(k);
+  const Id raw = alloc(scores);
+  node({qc, kc}, {qc, kc}, {raw});
+  release(qc);
+  if (!grouped) release(kc);
+  const Id scaled = alloc(scores);
+  node({}, {raw}, {scaled});
+  release(raw);
+  Id masked = scaled;
+  if (s.mask_bytes > 0) {
+    const Id keep_not = alloc(s.mask_bytes);  // mask.logical_not(), saved by masked_fill
+    masked = alloc(scores);
+    node({keep_not}, {scaled}, {masked});
+    release(keep_not);
+    release(scaled);
+  }
+  const Id weights = alloc(scores);
+  node({weights}, {masked}, {weights});  // softmax saves its output
+  const Id dropped = s.dropout > 0 ? dropout(weights, s.dropout) : weights;
+  const Id vc = grouped ? v_full : contiguous_copy(v);
+  const Id o = alloc(q_elems * kFloat);
+  node({dropped, vc}, {dropped, vc}, {o});
+  if (!grouped) release(vc);
+  if (dropped != weights) release(dropped);
+  release(weights);
+  release(masked);
+  if (grouped) {
+    release(k_full);
+    release(v_full);
+  }
+  // (B, heads, T, HS) -> (B, T, heads * HS): a transpose, then a copying reshape.
+  const Id y = contiguous_copy(o);
+  release(o);
+  const Id out = linear(y, n, s.heads * s.head_size, s.hidden, s.bias);
+  release(y);
+  release(q);
+  release(k);
+  release(v);
+  return out;
+}
+
+Id MemoryTrace::cross_entropy(Id logits, int64_t n, int64_t v) {
+  const Id log_probs = alloc(n * v * kFloat);
+  node({log_probs}, {logits}, {log_probs});  // log_softmax saves its output
+  const Id loss = alloc(kFloat);
+  node({log_probs}, {log_probs}, {loss});  // nll_loss's backward allocates (n, v)
+  release(log_probs);
+  set_loss(loss);
+  return loss;
+}
+
+// ---------------------------------------------------------------------------------------
+// Replay
+
+class MemoryTrace::Replayer {
+ public:
+  Replayer(const MemoryTrace& trace, const Checkpointing& checkpointing, bool grads_exist)
+      : t_(trace),
+        ck_(checkpointing),
+        fwd_(trace.tensors_.size(), 0),
+        saved_(trace.tensors_.size(), 0),
+        allocated_(trace.tensors_.size(), false),
+        grad_(trace.tensors_.size(), -1),
+        param_grad_(trace.params_.size(), grads_exist) {
+    find_units();
+  }
+
+  Replay run(bool with_grad) {
+    std::vector<Entry> tape;
+    forward(0, t_.events_.size(), with_grad, with_grad && ck_.enabled, tape);
+    Replay r;
+    r.forward_peak = peak_;
+    // The step's code returns: every forward reference but the loss's is dropped.
+    for (size_t id = 0; id < fwd_.size(); ++id) {
+      if (static_cast<Id>(id) == t_.loss_) continue;
+      fwd_[id] = 0;
+      maybe_free(static_cast<Id>(id));
+    }
+    r.saved_bytes = live_;
+    if (!with_grad) return r;
+    peak_ = live_;
+    if (t_.loss_ >= 0) set_grad(t_.loss_, t_.bytes(t_.loss_));
+    backward(tape);
+    r.backward_peak = peak_;
+    for (size_t p = 0; p < t_.params_.size(); ++p)
+      if (param_grad_[p]) r.grads_bytes += t_.params_[p];
+    return r;
+  }
+
+ private:
+  struct Unit {
+    size_t begin, end;  // event indices of the markers
+    Id in, out;
+    bool checkpointed;
+  };
+  struct Entry {
+    int node = -1;  // an autograd node, or
+    int unit = -1;  // a checkpointed unit (recomputed in backward)
+  };
+
+  void find_units() {
+    std::vector<size_t> open;
+    int64_t block = -1;
+    for (size_t i = 0; i < t_.events_.size(); ++i) {
+      const Event& e = t_.events_[i];
+      if (e.kind == Kind::kBegin) {
+        if (e.unit == MemoryTrace::Unit::kUnitBlock) ++block;
+        open.push_back(i);
+      } else if (e.kind == Kind::kEnd) {
+        if (open.empty()) throw std::logic_error("memory trace: unit ended twice");
+        const size_t b = open.back();
+        open.pop_back();
+        const bool wrapped = ck_.enabled && block >= 0 && block % ck_.every == 0 &&
+                             e.unit == ck_.unit && open.size() <= 1;
+        unit_at_[b] = static_cast<int>(units_.size());
+        units_.push_back({b, i, t_.events_[b].id, e.id, wrapped});
+      }
+    }
+    if (!open.empty()) throw std::logic_error("memory trace: a unit was not ended");
+  }
+
+  void touch() { peak_ = std::max(peak_, live_); }
+  void maybe_free(Id id) {
+    if (allocated_[id] && fwd_[id] == 0 && saved_[id] == 0) {
+      allocated_[id] = false;
+      live_ -= t_.bytes(id);
+    }
+  }
+  void set_grad(Id id, int64_t bytes) {
+    grad_[id] = bytes;
+    live_ += bytes;
+  }
+  void drop_grad(Id id) {
+    if (grad_[id] > 0) live_ -= grad_[id];
+    grad_[id] = -1;
+  }
+
+  // Replays events [first, last). `checkpoint`: wrapped units run without saving anything,
+  // and are recorded for a recompute in backward.
+  void forward(size_t first, size_t last, bool with_grad, bool checkpoint,
+               std::vector<Entry>& tape) {
+    for (size_t i = first; i < last; ++i) {
+      const Event& e = t_.events_[i];
+      switch (e.kind) {
+        case Kind::kAlloc:
+          if (!allocated_[e.id]) {
+            allocated_[e.id] = true;
+            live_ += t_.bytes(e.id);
+          }
+          fwd_[e.id] = 1;
+          touch();
+          break;
+        case Kind::kRelease:
+          fwd_[e.id] = 0;
+          maybe_free(e.id);
+          break;
+        case Kind::kNode:
+          if (!with_grad) break;
+          for (Id s : t_.nodes_[e.node].saved) ++saved_[s];
+          tape.push_back({e.node, -1});
+          break;
+        case Kind::kBegin: {
+          auto it = unit_at_.find(i);
+          if (!checkpoint || it == unit_at_.end() || !units_[it->second].checkpointed) break;
+          const Unit& u = units_[it->second];
+          std::vector<Entry> none;
+          forward(i + 1, u.end, /*with_grad=*/false, false, none);
+          ++saved_[u.in];  // the checkpoint keeps its input
+          tape.push_back({-1, it->second});
+          i = u.end;
+          break;
+        }
+        case Kind::kEnd:
+          break;
+      }
+    }
+  }
+
+  void backward(const std::vector<Entry>& tape) {
+    for (auto it = tape.rbegin(); it != tape.rend(); ++it) {
+      if (it->unit >= 0) {
+        recompute(units_[it->unit]);
+        continue;
+      }
+      const Node& n = t_.nodes_[it->node];
+      bool any = false;
+      int64_t incoming = 0;
+      for (Id o : n.outputs) {
+        if (grad_[o] >= 0) {
+          any = true;
+          incoming += grad_[o];
+        }
+      }
+      if (any) {
+        const bool pass_through = n.scratch < 0;
+        int64_t transient = std::max<int64_t>(n.scratch, 0);
+        bool moved = false;
+        for (Id in : n.grad_inputs) {
+          if (grad_[in] >= 0) {
+            transient += t_.grad_bytes(in);  // summed into the gradient already there
+          } else if (pass_through) {
+            // The first input takes over the incoming gradient's memory; the others share it.
+            grad_[in] = moved ? 0 : incoming;
+            moved = true;
+          } else {
+            set_grad(in, t_.grad_bytes(in));
+          }
+        }
+        for (int p : n.params) {
+          if (param_grad_[p]) {
+            transient += t_.params_[p];  // added into .grad, then freed
+          } else {
+            param_grad_[p] = true;
+            live_ += t_.params_[p];
+          }
+        }
+        peak_ = std::max(peak_, live_ + transient);
+        for (Id o : n.outputs) {
+          if (moved)
+            grad_[o] = -1;  // handed on, not freed
+          else
+            drop_grad(o);
+        }
+      }
+      for (Id s : n.saved) {
+        --saved_[s];
+        maybe_free(s);
+      }
+    }
+  }
+
+  // A checkpointed unit in backward: its forward again with a graph, then its backward.
+  void recompute(const Unit& u) {
+    if (grad_[u.out] >= 0) {
+      std::vector<Entry> inner;
+      forward(u.begin + 1, u.end, /*with_grad=*/true, false, inner);
+      backward(inner);
+      fwd_[u.out] = 0;
+      maybe_free(u.out);
+    }
+    --saved_[u.in];
+    maybe_free(u.in);
+  }
+
+  const MemoryTrace& t_;
+  Checkpointing ck_;
+  std::vector<int> fwd_, saved_;
+  std::vector<bool> allocated_;
+  std::vector<int64_t> grad_;  // -1: none
+  std::vector<bool> param_grad_;
+  std::vector<Unit> units_;
+  std::map<size_t, int> unit_at_;
+  int64_t live_ = 0, peak_ = 0;
+};
+
+MemoryTrace::Replay MemoryTrace::replay(const Checkpointing& checkpointing, bool grads_exist,
+                                        bool with_grad) const {
+  Replayer r(*this, checkpointing, grads_exist);
+  return r.run(with_grad);
+}
+
+}  // namespace gradscope

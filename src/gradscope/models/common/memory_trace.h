@@ -1,0 +1,137 @@
+// A model of one training step's memory, written beside each model's forward: the tensors the
+// forward allocates and drops, which of them autograd saves for backward, and the gradients
+// each backward node allocates. `gradscope estimate` replays it to predict peak memory
+// without allocating a tensor, for any preset (the paper sizes included).
+//
+// The rules follow what LibTorch's CPU kernels and autograd formulas do (1.13 and 2.x agree on
+// them for the math attention path): a linear layer saves its input, not its output; softmax
+// saves its output; a multiplication saves only the factors whose gradients need them; a
+// reshape of a non-contiguous tensor copies it, and a batched matmul saves its copies. Sizes
+// are bytes; the trace is in float32, the dtype of the CPU study.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace gradscope {
+
+class MemoryTrace {
+ public:
+  using Id = int;
+  static constexpr int64_t kFloat = 4;  // bytes per float32 element
+  static constexpr int64_t kLong = 8;   // bytes per int64 element
+
+  // A tensor that lives across steps or exists before the forward starts: the batch, rotary
+  // tables, cached masks. Counted in the steady state, never freed by the step.
+  Id persistent(int64_t bytes);
+  // A new tensor the forward code allocates and holds until release().
+  Id alloc(int64_t bytes);
+  // The forward code drops its reference; the tensor is freed unless a node saved it.
+  void release(Id id);
+  // A parameter; `bytes` is its size (and its gradient's).
+  int param(int64_t bytes);
+
+  // An autograd node: it saves `saved` until its backward runs; its backward takes the
+  // gradients of `outputs`, allocates one for each of `grad_inputs` (tensors that require
+  // grad) and for each parameter in `params`, plus `scratch` bytes of temporaries.
+  void node(std::vector<Id> saved, std::vector<Id> grad_inputs, std::vector<Id> outputs,
+            std::vector<int> params = {}, int64_t scratch = 0);
+
+  // Marks a block (blocks count in the order of model.blocks()) or a residual sub-layer of
+  // one, the units checkpointing wraps: `in` is its input, `out` the tensor it returns.
+  enum class Unit { kUnitBlock, kUnitAttention, kUnitMlp };
+  void begin(Unit unit, Id in);
+  void end(Unit unit, Id out);
+
+  // The step's loss; the forward releases everything else before the trace ends.
+  void set_loss(Id id) { loss_ = id; }
+
+  int64_t bytes(Id id) const { return tensors_[static_cast<size_t>(id)].bytes; }
+  int64_t grad_bytes(Id id) const { return tensors_[static_cast<size_t>(id)].grad_bytes; }
+
+  // ---- common layers, as gradscope's models implement them (models/common/layers.h) ----
+  // A view of an existing tensor: no bytes of its own, but a gradient of `grad_bytes`.
+  Id view(int64_t grad_bytes);
+  // y = x W^T (+ b) for n rows; saves x (or `keep`, the tensor a view x belongs to). `weight`
+  // reuses a parameter (tied embeddings); -1 makes a new one.
+  Id linear(Id x, int64_t n, int64_t in, int64_t out, bool bias, int weight = -1, Id keep = -1);
+  Id rms_norm(Id x, int64_t n, int64_t c);
+  Id layer_norm(Id x, int64_t n, int64_t c, bool bias);
+  // Returns the output; *weight receives the table's parameter (for tied heads).
+  Id embedding(int64_t n, int64_t vocab, int64_t c, int* weight = nullptr);
+  // Training-mode dropout on CPU: a float mask of the input's size is saved.
+  Id dropout(Id x, double p);
+  // Elementwise activation that saves its input (GELU, SiLU).
+  Id activation(Id x);
+  // a + b; neither is saved. `param`: b is that parameter (broadcast), not a tensor.
+  Id add(Id a, Id b, int param = -1);
+  // a * b, both requiring grad; saves both.
+  Id mul(Id a, Id b);
+  // A copy (contiguous(), a copying reshape, cat): the gradient passes through.
+  Id copy(Id x, int64_t bytes);
+  // Self-attention of SelfAttentionImpl: projections, optional rotary, math attention,
+  // output projection. `mask_bytes` is the bool mask's size (0 without one).
+  struct AttentionShape {
+    int64_t batch, tokens, hidden, heads, kv_heads, head_size;
+    bool bias = false, rotary = false;
+    double dropout = 0;
+    int64_t mask_bytes = 0;
+  };
+  Id self_attention(Id x, const AttentionShape& s);
+  // Cross-entropy (log_softmax then nll_loss) over n rows of v classes, summed.
+  Id cross_entropy(Id logits, int64_t n, int64_t v);
+
+  // ---- replay ----
+  struct Replay {
+    int64_t forward_peak = 0;   // most live at once during the forward, above its start
+    int64_t backward_peak = 0;  // most live at once during the backward, above the forward's start
+    int64_t saved_bytes = 0;    // held for backward when the forward ends
+    int64_t grads_bytes = 0;    // parameter gradients the backward leaves
+  };
+  struct Checkpointing {
+    bool enabled = false;
+    int64_t every = 1;             // blocks 0, k, 2k, ... are wrapped
+    Unit unit = Unit::kUnitBlock;  // what a wrapped block recomputes: all, attention or MLP
+  };
+  // Replays the forward and backward. `grads_exist`: parameter gradients from an earlier
+  // micro-batch are already allocated (accumulation), so new ones are added and freed.
+  // `with_grad` false replays a forward under no_grad (evaluation): nothing is saved.
+  Replay replay(const Checkpointing& checkpointing, bool grads_exist, bool with_grad) const;
+
+  int64_t persistent_bytes() const;
+  int64_t params_bytes() const;
+  const std::vector<int64_t>& param_sizes() const { return params_; }
+  // Blocks marked with begin(kUnitBlock, ...).
+  int64_t block_count() const;
+
+ private:
+  enum class Kind { kAlloc, kRelease, kNode, kBegin, kEnd };
+  struct Event {
+    Kind kind;
+    Id id = -1;  // alloc, release; begin/end: the unit's input/output
+    int node = -1;
+    Unit unit = Unit::kUnitBlock;
+  };
+  struct Tensor {
+    int64_t bytes;
+    bool persistent;
+    int64_t grad_bytes;
+  };
+  struct Node {
+    std::vector<Id> saved, grad_inputs, outputs;
+    std::vector<int> params;
+    int64_t scratch;
+  };
+  class Replayer;
+
+  Id rotary(Id x, int64_t elements);
+
+  std::vector<Tensor> tensors_;
+  std::vector<int64_t> params_;
+  std::vector<Node> nodes_;
+  std::vector<Event> events_;
+  Id loss_ = -1;
+};
+
+}  // namespace gradscope

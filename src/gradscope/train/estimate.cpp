@@ -1,0 +1,220 @@
+#include "gradscope/train/estimate.h"
+
+#include <algorithm>
+
+#include "gradscope/core/error.h"
+#include "gradscope/models/common/memory_trace.h"
+#include "gradscope/models/registry.h"
+#include "gradscope/optim/factory.h"
+#include "gradscope/strategy/strategy.h"
+
+namespace gradscope {
+namespace {
+
+double setting(const RunConfig& c, const std::string& key, double fallback) {
+  auto it = c.opt.find(key);
+  if (it == c.opt.end()) return fallback;
+  if (it->second == "true") return 1;
+  if (it->second == "false") return 0;
+  try {
+    return std::stod(it->second);
+  } catch (const std::exception&) {
+    return fallback;
+  }
+}
+
+// Optimizer state and the temporaries of one update, from each optimizer's update rule as
+// gradscope and LibTorch implement it: `per_param` holds the parameters' sizes in bytes.
+struct OptimizerMemory {
+  int64_t state = 0;
+  int64_t scratch = 0;
+};
+
+OptimizerMemory optimizer_memory(const RunConfig& c, const std::vector<int64_t>& per_param) {
+  int64_t total = 0, largest = 0;
+  for (int64_t b : per_param) {
+    total += b;
+    largest = std::max(largest, b);
+  }
+  const bool decay_in_grad = c.weight_decay > 0;  // grad.add(p, wd): one parameter-sized copy
+  const int64_t decay = decay_in_grad ? largest : 0;
+  const std::string& o = c.optimizer;
+  if (o == "sgd") {
+    const bool momentum = setting(c, "momentum", 0) > 0;
+    const bool nesterov = setting(c, "nesterov", 0) > 0;
+    return {momentum ? total : 0, decay + (nesterov ? largest : 0)};
+  }
+  if (o == "adam" || o == "adamw") {
+    // exp_avg, exp_avg_sq (and max_exp_avg_sq); denom = sqrt(v) / c then + eps: two
+    // temporaries of the parameter's size at once.
+    const bool amsgrad = setting(c, "amsgrad", 0) > 0;
+    return {(amsgrad ? 3 : 2) * total, 2 * largest + (o == "adam" ? decay : 0)};
+  }
+  if (o == "adagrad") return {total, largest + decay};           // sum; std = sqrt(sum) + eps
+  if (o == "adadelta") return {2 * total, 2 * largest + decay};  // square_avg, acc_delta
+  if (o == "cg") return {2 * total, 2 * largest + decay};        // previous gradient, direction
+  if (o == "lion") return {total, largest};                      // momentum; sign of the blend
+  if (o == "adam8bit") {
+    // Two 8-bit moments with a float32 scale per block for tensors of at least min_8bit_size
+    // elements; float32 moments below it. An update dequantizes one tensor's moments.
+    const auto block = static_cast<int64_t>(setting(c, "block_size", 256));
+    const auto min8 = static_cast<int64_t>(setting(c, "min_8bit_size", 4096));
+    int64_t state = 0;
+    for (int64_t b : per_param) {
+      const int64_t n = b / MemoryTrace::kFloat;
+      state += n >= min8 ? 2 * (n + (n + block - 1) / block * MemoryTrace::kFloat) : 2 * b;
+    }
+    return {state, 4 * largest + decay};
+  }
+  fail_usage("no memory model for optimizer '" + o + "'",
+             "estimate models sgd, adam, adamw, adagrad, adadelta, cg, lion and adam8bit");
+}
+
+MemoryTrace::Checkpointing checkpointing_of(const RunConfig& c) {
+  MemoryTrace::Checkpointing ck;
+  ck.enabled = c.strategy.find("checkpoint") != std::string::npos;
+  ck.every = std::max<int64_t>(1, c.checkpoint_every);
+  if (c.checkpoint_policy == "attention")
+    ck.unit = MemoryTrace::Unit::kUnitAttention;
+  else if (c.checkpoint_policy == "mlp")
+    ck.unit = MemoryTrace::Unit::kUnitMlp;
+  return ck;
+}
+
+}  // namespace
+
+MemoryEstimate estimate_run(const RunConfig& config, int64_t data_bytes) {
+  const ModelFamily& family = model_registry().get(config.model);
+  strategy_registry().get(config.strategy);
+  optimizer_registry().get(config.optimizer);
+  check_usage(family.trace_step != nullptr,
+              "no memory model for '" + config.model + "' (a toy problem)",
+              "estimate models the transformers: llama, modernbert, nanovlm, vit");
+  check_usage(config.batch > 0 && config.accum_steps > 0, "batch and accum-steps must be positive",
+              "pass --batch and --accum-steps of at least 1");
+  const nlohmann::json arch = resolve_arch(config);
+  MemoryTrace trace;
+  family.trace_step(arch, config.batch, trace);
+
+  MemoryEstimate e;
+  e.params_bytes = trace.params_bytes();
+  e.batch_bytes = trace.persistent_bytes();
+  e.data_bytes = data_bytes;
+  const OptimizerMemory om = optimizer_memory(config, trace.param_sizes());
+  e.optimizer_state_bytes = om.state;
+  e.optimizer_scratch_bytes = om.scratch;
+
+  const MemoryTrace::Checkpointing ck = checkpointing_of(config);
+  const auto first = trace.replay(ck, /*grads_exist=*/false, /*with_grad=*/true);
+  e.grads_bytes = first.grads_bytes;
+  e.activations_bytes = first.saved_bytes;
+  // The steady state from the second step on: parameters, optimizer state, batch and data.
+  const int64_t steady = e.params_bytes + e.optimizer_state_bytes + e.batch_bytes + data_bytes;
+  e.forward_peak_bytes = steady + first.forward_peak;
+  e.backward_peak_bytes = steady + first.backward_peak;
+  if (config.accum_steps > 1) {
+    // Later micro-batches run with the gradients of the earlier ones allocated.
+    const auto later = trace.replay(ck, /*grads_exist=*/true, /*with_grad=*/true);
+    e.forward_peak_bytes =
+        std::max(e.forward_peak_bytes, steady + e.grads_bytes + later.forward_peak);
+    e.backward_peak_bytes =
+        std::max(e.backward_peak_bytes, steady + e.grads_bytes + later.backward_peak);
+  }
+  if (config.strategy == "fused")
+    e.notes.push_back(
+        "fused is modelled as standard: an upper bound, since it frees each "
+        "gradient as soon as its parameter is updated");
+  e.optimizer_peak_bytes = steady + e.grads_bytes + e.optimizer_scratch_bytes;
+  // Evaluation: forwards of micro-batch size without a graph.
+  const auto eval = trace.replay(ck, false, /*with_grad=*/false);
+  e.eval_peak_bytes = steady + eval.forward_peak;
+
+  e.peak_bytes = e.forward_peak_bytes;
+  e.peak_phase = "forward";
+  auto consider = [&](int64_t bytes, const char* phase) {
+    if (bytes > e.peak_bytes) {
+      e.peak_bytes = bytes;
+      e.peak_phase = phase;
+    }
+  };
+  consider(e.backward_peak_bytes, "backward");
+  consider(e.optimizer_peak_bytes, "optimizer");
+  consider(e.eval_peak_bytes, "eval");
+  if (config.dtype != "fp32")
+    e.notes.push_back("activations are modelled in float32; bf16 autocast is not modelled");
+
+  const int64_t seq = arch.at("seq_len").get<int64_t>();
+  const double forward = family.forward_flops_per_token(arch, seq) *
+                         static_cast<double>(config.effective_batch() * seq);
+  e.model_flops_per_step = 3.0 * forward;
+  double recomputed = 0;
+  if (ck.enabled) {
+    // The share of the forward a checkpoint runs again: wrapped blocks of all blocks (half a
+    // block each under the attention or mlp policy).
+    const int64_t blocks = trace.block_count();
+    const int64_t wrapped = blocks > 0 ? (blocks + ck.every - 1) / ck.every : 0;
+    recomputed = blocks > 0 ? static_cast<double>(wrapped) / static_cast<double>(blocks) : 0;
+    if (ck.unit != MemoryTrace::Unit::kUnitBlock) recomputed *= 0.5;
+  }
+  e.hardware_flops_per_step = (3.0 + recomputed) * forward;
+  return e;
+}
+
+nlohmann::json estimate_to_json(const MemoryEstimate& e) {
+  return {{"peak_bytes", e.peak_bytes},
+          {"peak_phase", e.peak_phase},
+          {"params_bytes", e.params_bytes},
+          {"grads_bytes", e.grads_bytes},
+          {"optimizer_state_bytes", e.optimizer_state_bytes},
+          {"optimizer_scratch_bytes", e.optimizer_scratch_bytes},
+          {"activations_bytes", e.activations_bytes},
+          {"batch_bytes", e.batch_bytes},
+          {"data_bytes", e.data_bytes},
+          {"phase_peak_bytes",
+           {{"forward", e.forward_peak_bytes},
+            {"backward", e.backward_peak_bytes},
+            {"optimizer", e.optimizer_peak_bytes},
+            {"eval", e.eval_peak_bytes}}},
+          {"model_flops_per_step", e.model_flops_per_step},
+          {"hardware_flops_per_step", e.hardware_flops_per_step},
+          {"notes", e.notes}};
+}
+
+int64_t max_batch_within(RunConfig config, int64_t data_bytes, int64_t budget_bytes) {
+  auto fits = [&](int64_t b) {
+    config.batch = b;
+    return estimate_run(config, data_bytes).peak_bytes <= budget_bytes;
+  };
+  if (!fits(1)) return 0;
+  int64_t lo = 1, hi = 2;
+  while (fits(hi)) {
+    lo = hi;
+    hi *= 2;
+    if (hi > (int64_t{1} << 24)) return lo;
+  }
+  while (hi - lo > 1) {  // fits(lo), !fits(hi)
+    const int64_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+}  // namespace gradscope
+
+#include "gradscope/measure/memory.h"
+#include "gradscope/train/data_source.h"
+
+namespace gradscope {
+
+int64_t resident_data_bytes(const RunConfig& config) {
+  if (config.device != "cpu" || !CpuMemoryTracker::installed()) return 0;
+  const ModelFamily& family = model_registry().get(config.model);
+  if (family.kind == "toy") return 0;
+  const nlohmann::json arch = resolve_arch(config);
+  auto& tracker = CpuMemoryTracker::install();
+  const int64_t before = tracker.current_bytes();
+  auto source = make_data_source(family.kind, arch, config);
+  return std::max<int64_t>(0, tracker.current_bytes() - before);
+}
+
+}  // namespace gradscope

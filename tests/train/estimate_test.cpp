@@ -1,0 +1,129 @@
+// `gradscope estimate` against the model of each architecture and against measurement: the
+// trace counts every parameter, and the predicted peak lies close to the measured one.
+#include <gtest/gtest.h>
+
+#include "gradscope/models/registry.h"
+#include "gradscope/train/estimate.h"
+#include "gradscope/train/trainer.h"
+#include "test_util.h"
+
+namespace gradscope {
+namespace {
+
+const char* const kModels[] = {"llama", "modernbert", "nanovlm", "vit"};
+
+TEST(MemoryTraceModels, CountEveryParameterOfTheArchitecture) {
+  for (const char* model : kModels) {
+    for (const char* preset : {"tiny", "small", "paper"}) {
+      RunConfig c;
+      c.model = model;
+      c.preset = preset;
+      const auto arch = resolve_arch(c);
+      const ModelFamily& family = model_registry().get(model);
+      MemoryTrace trace;
+      family.trace_step(arch, 2, trace);
+      EXPECT_EQ(trace.params_bytes(), family.count_params(arch) * MemoryTrace::kFloat)
+          << model << " " << preset;
+    }
+  }
+}
+
+TEST(MemoryTraceReplay, ClosedFormTwoLayerChain) {
+  // x -> linear(4 -> 8) -> activation -> linear(8 -> 2) -> cross-entropy, 3 rows.
+  MemoryTrace t;
+  const auto x = t.persistent(3 * 4 * 4);
+  const auto h = t.linear(x, 3, 4, 8, false);  // 96 bytes; saves x (persistent)
+  const auto a = t.activation(h);              // 96 bytes; saves h
+  t.release(h);
+  const auto y = t.linear(a, 3, 8, 2, false);  // 24 bytes; saves a
+  t.release(a);
+  t.cross_entropy(y, 3, 2);  // log-probs 24 bytes (saved), loss 4
+  t.release(y);
+  const auto r = t.replay({}, false, true);
+  // Saved when the forward ends: h, a, log-probs and the loss.
+  EXPECT_EQ(r.saved_bytes, 96 + 96 + 24 + 4);
+  // Parameters' gradients: 4x8 and 8x2 floats.
+  EXPECT_EQ(r.grads_bytes, (32 + 16) * 4);
+  // Most at once in the forward: everything, y and the log-probs included.
+  EXPECT_EQ(r.forward_peak, 96 + 96 + 24 + 24 + 4);
+  EXPECT_GE(r.backward_peak, r.saved_bytes);
+  // Without a graph nothing is saved: the peak is the widest moment.
+  EXPECT_LT(t.replay({}, false, false).forward_peak, r.forward_peak);
+}
+
+TEST(MemoryTraceReplay, CheckpointingKeepsOnlyBlockInputs) {
+  RunConfig c;
+  c.model = "llama";
+  c.preset = "tiny";
+  const auto arch = resolve_arch(c);
+  MemoryTrace trace;
+  model_registry().get("llama").trace_step(arch, 8, trace);
+  MemoryTrace::Checkpointing ck;
+  ck.enabled = true;
+  const auto plain = trace.replay({}, false, true);
+  const auto wrapped = trace.replay(ck, false, true);
+  EXPECT_LT(wrapped.saved_bytes, plain.saved_bytes);
+  EXPECT_EQ(wrapped.grads_bytes, plain.grads_bytes);  // the same gradients either way
+  ck.every = 2;                                       // every other block: in between
+  const auto half = trace.replay(ck, false, true);
+  EXPECT_GT(half.saved_bytes, wrapped.saved_bytes);
+  EXPECT_LT(half.saved_bytes, plain.saved_bytes);
+}
+
+// The acceptance of the estimate at the tiny presets, where temporaries weigh most: within
+// 25% of the measured peak for every model and strategy (docs/metrics.md has the table).
+TEST(EstimateAgainstMeasurement, TinyPresetsWithinTwentyFivePercent) {
+  for (const char* model : kModels) {
+    for (const char* strategy : {"standard", "checkpoint", "accumulation"}) {
+      RunConfig c;
+      c.model = model;
+      c.preset = "tiny";
+      c.strategy = strategy;
+      c.accum_steps = std::string(strategy) == "accumulation" ? 4 : 1;
+      c.steps = 2;
+      c.warmup_steps = 1;
+      c.eval_batches = 1;
+      c.sample_period_s = 0;
+      Trainer trainer(c);
+      const auto record = trainer.run();
+      ASSERT_EQ(record["status"], "ok") << model << " " << strategy;
+      ASSERT_TRUE(record["estimate"].is_object()) << model;
+      const double measured = record["memory"]["peak_bytes"].get<double>();
+      const double estimated = record["estimate"]["peak_bytes"].get<double>();
+      EXPECT_NEAR(estimated / measured, 1.0, 0.25)
+          << model << " " << strategy << ": estimated " << estimated << ", measured " << measured;
+      // Parameters are exact, and so is the optimizer state of Adam (two moments).
+      EXPECT_EQ(record["estimate"]["params_bytes"], record["memory"]["params_bytes"]) << model;
+      EXPECT_EQ(record["estimate"]["optimizer_state_bytes"],
+                record["memory"]["optimizer_state_bytes"])
+          << model;
+    }
+  }
+}
+
+TEST(Estimate, RefusesWhatItHasNoModelOf) {
+  RunConfig c;
+  c.model = "quadratic";
+  const Error toy = testing::expect_usage_error([&] { estimate_run(c, 0); });
+  EXPECT_NE(std::string(toy.what()).find("no memory model"), std::string::npos) << toy.what();
+  c.model = "llama";
+  c.optimizer = "galore";
+  const Error galore = testing::expect_usage_error([&] { estimate_run(c, 0); });
+  EXPECT_NE(std::string(galore.what()).find("galore"), std::string::npos) << galore.what();
+}
+
+TEST(Estimate, MaxBatchIsTheLargestThatFits) {
+  RunConfig c;
+  c.model = "vit";
+  c.preset = "tiny";
+  const int64_t budget = 4 << 20;
+  const int64_t b = max_batch_within(c, 0, budget);
+  ASSERT_GT(b, 0);
+  c.batch = b;
+  EXPECT_LE(estimate_run(c, 0).peak_bytes, budget);
+  c.batch = b + 1;
+  EXPECT_GT(estimate_run(c, 0).peak_bytes, budget);
+}
+
+}  // namespace
+}  // namespace gradscope
