@@ -154,14 +154,14 @@ TEST(ProbeGemm, FlopCountIsTwoNCubed) {
 }
 
 TEST(ProbeDevice, ParsesCpuAndRefusesOthersWithAHint) {
-  EXPECT_TRUE(parse_probe_device("cpu").is_cpu());
-  expect_usage_error([] { parse_probe_device("gpu"); }, "cpu, cuda or cuda:N");
-  expect_usage_error([] { parse_probe_device(""); }, "cpu, cuda or cuda:N");
+  EXPECT_TRUE(parse_device("cpu").is_cpu());
+  expect_usage_error([] { parse_device("gpu"); }, "cpu, cuda or cuda:N");
+  expect_usage_error([] { parse_device(""); }, "cpu, cuda or cuda:N");
   if (!torch::cuda::is_available()) {
-    expect_usage_error([] { parse_probe_device("cuda"); }, "--device cpu");
-    expect_usage_error([] { parse_probe_device("cuda:0"); }, "--device cpu");
+    expect_usage_error([] { parse_device("cuda"); }, "--device cpu");
+    expect_usage_error([] { parse_device("cuda:0"); }, "--device cpu");
   } else {
-    expect_usage_error([] { parse_probe_device("cuda:99"); }, "CUDA device(s)");
+    expect_usage_error([] { parse_device("cuda:99"); }, "CUDA device(s)");
   }
 }
 

@@ -199,6 +199,49 @@ TEST_F(DbTest, RoundTripsARecord) {
   EXPECT_TRUE(db.steps_of(id + 1).empty());
 }
 
+TEST_F(DbTest, TimelineBecomesSampleRowsWithNullsKept) {
+  const std::string p = path("runs.db");
+  Database db(p);
+  json record = sample_record();
+  record["timeline"] = json::array({{{"t_s", 0.0},
+                                     {"allocated_bytes", 100},
+                                     {"util_pct", 50.0},
+                                     {"cpu_util_pct", 50.0},
+                                     {"rss_bytes", 4096},
+                                     {"gpu_util_pct", nullptr},
+                                     {"gpu_memory_used_bytes", nullptr},
+                                     {"power_w", nullptr},
+                                     {"sm_clock_mhz", nullptr},
+                                     {"energy_j", 0.0}},
+                                    {{"t_s", 0.1},
+                                     {"allocated_bytes", 300},
+                                     {"util_pct", 98.5},
+                                     {"cpu_util_pct", 98.5},
+                                     {"rss_bytes", 8192},
+                                     {"gpu_util_pct", nullptr},
+                                     {"gpu_memory_used_bytes", nullptr},
+                                     {"power_w", nullptr},
+                                     {"sm_clock_mhz", nullptr},
+                                     {"energy_j", 1.5}}});
+  const int64_t id = db.write_run(record, "", "", "");
+  EXPECT_EQ(query(p,
+                  "SELECT sample, allocated_bytes, gpu_util_pct, energy_j FROM samples "
+                  "ORDER BY sample"),
+            (std::vector<std::vector<std::string>>{{"0", "100", "NULL", "0.0"},
+                                                   {"1", "300", "NULL", "1.5"}}));
+  const auto rows = db.samples_of(id);
+  ASSERT_EQ(rows.size(), 2u);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    json expected = record["timeline"][i];
+    expected["sample"] = static_cast<int64_t>(i);
+    EXPECT_EQ(rows[i], expected) << i;
+  }
+  // A timeline entry of the wrong type is refused like any other field.
+  record["timeline"][1]["allocated_bytes"] = "lots";
+  EXPECT_THROW(db.write_run(record, "", "", ""), Error);
+  EXPECT_EQ(db.count_runs(), 1);
+}
+
 TEST_F(DbTest, MissingFieldsAndEmptyArgumentsAreNull) {
   const std::string p = path("sparse.db");
   Database db(p);

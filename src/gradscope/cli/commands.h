@@ -3,7 +3,9 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -23,6 +25,14 @@ void add_estimate_command(CLI::App& root, int& exit_code);
 // Parses `gradscope run` arguments (what follows the subcommand) into the run's configuration
 // with the command's own checks; a sweep uses it to know each run's id before starting it.
 RunConfig parse_run_arguments(const std::vector<std::string>& args);
+
+// Shared by the commands that write files and read settings (defined in run.cpp).
+// A usage error unless the file's folder exists and is writable.
+void check_output_path(const std::string& path);
+// Writes a temporary file and renames it, so a reader never sees half a record.
+void write_json_atomically(const std::string& path, const nlohmann::json& j);
+// --arch NAME=VALUE into `overrides`; a usage error for anything else.
+void parse_arch_setting(const std::string& text, std::map<std::string, std::string>& overrides);
 
 // `gradscope run --config FILE.toml ...`: the file's settings become flags right after `run`,
 // so that flags given on the command line (which come later) override them.

@@ -1,12 +1,11 @@
 // `gradscope estimate`: peak memory by component and FLOPs per step, predicted without
 // training; with --memory-budget, whether the run fits and which strategy and optimizer
 // combinations would; with --max-batch, the largest micro-batch that fits.
-#include <fstream>
-
+#include "gradscope/train/estimate.h"
 #include "gradscope/cli/commands.h"
 #include "gradscope/core/env.h"
 #include "gradscope/core/error.h"
-#include "gradscope/train/estimate.h"
+#include "gradscope/optim/factory.h"
 
 namespace gradscope {
 namespace {
@@ -18,19 +17,6 @@ struct EstimateOptions {
   bool max_batch = false;
   bool no_data = false;
 };
-
-std::map<std::string, std::string> name_values(const std::vector<std::string>& items,
-                                               const char* flag) {
-  std::map<std::string, std::string> out;
-  for (const auto& item : items) {
-    const auto eq = item.find('=');
-    check_usage(eq != std::string::npos && eq > 0,
-                fmt::format("{} '{}' is not NAME=VALUE", flag, item),
-                fmt::format("write e.g. {} name=value", flag));
-    out[item.substr(0, eq)] = item.substr(eq + 1);
-  }
-  return out;
-}
 
 std::string mib(int64_t bytes) { return format_bytes(bytes); }
 
@@ -98,12 +84,13 @@ void add_estimate_command(CLI::App& root, int& exit_code) {
   cmd->add_option("--json", o->json, "Also write the estimate to this JSON file");
   cmd->callback([o, &exit_code] {
     RunConfig c = o->config;
-    c.opt = name_values(o->opt, "--opt");
-    c.arch_overrides = name_values(o->arch, "--arch");
+    for (const auto& s : o->opt) parse_opt_setting(s, c.opt);
+    for (const auto& s : o->arch) parse_arch_setting(s, c.arch_overrides);
     check_usage(c.batch > 0, fmt::format("--batch {} must be positive", c.batch),
                 "pass --batch with a value of at least 1");
     check_usage(c.accum_steps > 0, fmt::format("--accum-steps {} must be positive", c.accum_steps),
                 "pass --accum-steps with a value of at least 1");
+    if (!o->json.empty()) check_output_path(o->json);
     const int64_t budget = o->budget.empty() ? 0 : parse_bytes(o->budget);
     check_usage(!o->max_batch || budget > 0, "--max-batch needs --memory-budget",
                 "add e.g. --memory-budget 8GiB");
@@ -166,11 +153,7 @@ void add_estimate_command(CLI::App& root, int& exit_code) {
         out["max_batch"] = b;
       }
     }
-    if (!o->json.empty()) {
-      std::ofstream f(o->json);
-      check_usage(static_cast<bool>(f), "cannot write " + o->json, "check the directory exists");
-      f << out.dump(2) << "\n";
-    }
+    if (!o->json.empty()) write_json_atomically(o->json, out);
     exit_code = 0;
   });
 }

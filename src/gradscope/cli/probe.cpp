@@ -27,29 +27,6 @@ struct ProbeCommandOptions {
   bool no_db = false;
 };
 
-void check_output_path(const std::string& path) {
-  namespace fs = std::filesystem;
-  fs::path dir = fs::path(path).parent_path();
-  if (dir.empty()) dir = ".";
-  check_usage(fs::is_directory(dir),
-              "cannot write '" + path + "': folder '" + dir.string() + "' does not exist",
-              "create the folder or choose another path");
-  check_usage(access(dir.c_str(), W_OK) == 0,
-              "cannot write '" + path + "': folder '" + dir.string() + "' is not writable",
-              "choose a path in a writable folder");
-}
-
-// Writes to a temporary file and renames it, so a reader never sees half a record.
-void write_json_atomically(const std::string& path, const nlohmann::json& j) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << j.dump(2) << "\n";
-    if (!out) fail_runtime("cannot write '" + tmp + "'", "check free disk space");
-  }
-  std::filesystem::rename(tmp, path);
-}
-
 // 4.21e10 -> "42.1 GFLOP/s", 9.9e14 -> "990.0 TFLOP/s".
 std::string format_flops(double flops_per_s) {
   if (flops_per_s >= 1e12) return fmt::format("{:.1f} TFLOP/s", flops_per_s / 1e12);
@@ -107,7 +84,7 @@ int execute(const ProbeCommandOptions& o) {
   check_usage(std::isfinite(o.seconds) && o.seconds > 0,
               fmt::format("--seconds {} must be positive", o.seconds),
               "pass --seconds with a value such as 3");
-  const torch::Device device = parse_probe_device(o.device);
+  const torch::Device device = parse_device(o.device);
   if (!o.json_path.empty()) check_output_path(o.json_path);
   // Opened before measuring so that a bad database path fails now, not after the probe.
   std::unique_ptr<Database> db;

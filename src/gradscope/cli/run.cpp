@@ -32,29 +32,6 @@ struct RunOptions {
   bool no_phase_timing = false;
 };
 
-void check_output_path(const std::string& path) {
-  namespace fs = std::filesystem;
-  fs::path dir = fs::path(path).parent_path();
-  if (dir.empty()) dir = ".";
-  check_usage(fs::is_directory(dir),
-              "cannot write '" + path + "': folder '" + dir.string() + "' does not exist",
-              "create the folder or choose another path");
-  check_usage(access(dir.c_str(), W_OK) == 0,
-              "cannot write '" + path + "': folder '" + dir.string() + "' is not writable",
-              "choose a path in a writable folder");
-}
-
-// Writes to a temporary file and renames it, so a reader never sees half a record.
-void write_json_atomically(const std::string& path, const nlohmann::json& j) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << j.dump(2) << "\n";
-    if (!out) fail_runtime("cannot write '" + tmp + "'", "check free disk space");
-  }
-  std::filesystem::rename(tmp, path);
-}
-
 // Turns the parsed options into the run configuration, with the checks CLI11 cannot make.
 void finish_config(RunOptions& o, const CLI::App& cmd) {
   RunConfig& c = o.config;
@@ -77,13 +54,7 @@ void finish_config(RunOptions& o, const CLI::App& cmd) {
     check_usage(c.seq_len > 0, fmt::format("--seq {} must be positive", c.seq_len),
                 "leave --seq out for the preset's sequence length");
   for (const auto& s : o.opt) parse_opt_setting(s, c.opt);
-  for (const auto& s : o.arch) {
-    auto eq = s.find('=');
-    check_usage(eq != std::string::npos && eq > 0 && eq + 1 < s.size(),
-                "cannot read architecture setting '" + s + "'",
-                "write --arch NAME=VALUE, e.g. --arch num_hidden_layers=4 or --arch dim=10");
-    c.arch_overrides[s.substr(0, eq)] = s.substr(eq + 1);
-  }
+  for (const auto& s : o.arch) parse_arch_setting(s, c.arch_overrides);
   if (!c.lr_auto)
     check_usage(!cmd.count("--lr-search-trials") && !cmd.count("--lr-search-steps") &&
                     !cmd.count("--lr-search-span"),
@@ -260,6 +231,37 @@ void define_run_options(CLI::App* cmd, RunOptions& options) {
 }
 
 }  // namespace
+
+void check_output_path(const std::string& path) {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  check_usage(fs::is_directory(dir),
+              "cannot write '" + path + "': folder '" + dir.string() + "' does not exist",
+              "create the folder or choose another path");
+  check_usage(access(dir.c_str(), W_OK) == 0,
+              "cannot write '" + path + "': folder '" + dir.string() + "' is not writable",
+              "choose a path in a writable folder");
+}
+
+// Writes to a temporary file and renames it, so a reader never sees half a record.
+void write_json_atomically(const std::string& path, const nlohmann::json& j) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << j.dump(2) << "\n";
+    if (!out) fail_runtime("cannot write '" + tmp + "'", "check free disk space");
+  }
+  std::filesystem::rename(tmp, path);
+}
+
+void parse_arch_setting(const std::string& s, std::map<std::string, std::string>& overrides) {
+  auto eq = s.find('=');
+  check_usage(eq != std::string::npos && eq > 0 && eq + 1 < s.size(),
+              "cannot read architecture setting '" + s + "'",
+              "write --arch NAME=VALUE, e.g. --arch num_hidden_layers=4 or --arch dim=10");
+  overrides[s.substr(0, eq)] = s.substr(eq + 1);
+}
 
 RunConfig parse_run_arguments(const std::vector<std::string>& args) {
   CLI::App app("run");

@@ -265,7 +265,7 @@ std::string reported_device_name(const torch::Device& device) {
   return current_env("cpu").device_name;
 }
 
-torch::Device parse_probe_device(const std::string& text) {
+torch::Device parse_device(const std::string& text) {
   if (text == "cpu") return torch::Device(torch::kCPU);
   if (text.rfind("cuda", 0) == 0) {
     check_usage(torch::cuda::is_available(), "device '" + text + "' asked for, but no CUDA device",

@@ -55,7 +55,7 @@ std::string reported_device_name(const torch::Device& device);
 
 // "cpu", "cuda" or "cuda:N" -> the device; anything else, or CUDA on a machine without it,
 // is a usage error whose hint says what to write.
-torch::Device parse_probe_device(const std::string& text);
+torch::Device parse_device(const std::string& text);
 
 // FLOPs of one (n x n) @ (n x n) matrix product: n^3 multiply-adds.
 inline double gemm_flops(int64_t n) {

@@ -313,12 +313,9 @@ MemoryTrace::Id trace_llama_blocks(const LlamaConfig& c, int64_t batch, int64_t 
     trace.begin(Unit::kUnitBlock, x);
     trace.begin(Unit::kUnitAttention, x);
     const auto normed = trace.rms_norm(x, n, C);
-    auto a = trace.self_attention(normed, shape);
+    const auto a = trace.self_attention(normed, shape);
     trace.release(normed);
-    const auto dropped = trace.dropout(a, c.hidden_dropout);
-    if (dropped != a) trace.release(a);
-    const auto h = trace.add(x, dropped);
-    trace.release(dropped);
+    const auto h = trace.residual(x, a, c.hidden_dropout);
     trace.end(Unit::kUnitAttention, h);
     trace.begin(Unit::kUnitMlp, h);
     const auto normed2 = trace.rms_norm(h, n, C);
@@ -333,10 +330,7 @@ MemoryTrace::Id trace_llama_blocks(const LlamaConfig& c, int64_t batch, int64_t 
     const auto m = trace.linear(product, n, c.intermediate_size, C, c.mlp_bias);
     trace.release(product);
     trace.release(normed2);
-    const auto m_dropped = trace.dropout(m, c.hidden_dropout);
-    if (m_dropped != m) trace.release(m);
-    const auto out = trace.add(h, m_dropped);
-    trace.release(m_dropped);
+    const auto out = trace.residual(h, m, c.hidden_dropout);
     trace.end(Unit::kUnitMlp, out);
     trace.end(Unit::kUnitBlock, out);
     trace.release(x);
@@ -344,6 +338,17 @@ MemoryTrace::Id trace_llama_blocks(const LlamaConfig& c, int64_t batch, int64_t 
     x = out;
   }
   return x;
+}
+
+void trace_llama_head(const LlamaConfig& c, MemoryTrace::Id x, int64_t rows, int embedding,
+                      MemoryTrace& trace) {
+  const auto hidden = trace.rms_norm(x, rows, c.hidden_size);
+  trace.release(x);
+  const auto logits = trace.linear(hidden, rows, c.hidden_size, c.vocab_size, false,
+                                   c.tie_word_embeddings ? embedding : -1);
+  trace.release(hidden);
+  trace.cross_entropy(logits, rows, c.vocab_size);
+  trace.release(logits);
 }
 
 void llama_trace_step(const json& arch, int64_t batch, MemoryTrace& trace) {
@@ -354,13 +359,7 @@ void llama_trace_step(const json& arch, int64_t batch, MemoryTrace& trace) {
   int embedding = -1;
   auto x = trace.embedding(n, c.vocab_size, C, &embedding);
   x = trace_llama_blocks(c, batch, T, x, 0, trace);
-  const auto hidden = trace.rms_norm(x, n, C);
-  trace.release(x);
-  const auto logits =
-      trace.linear(hidden, n, C, c.vocab_size, false, c.tie_word_embeddings ? embedding : -1);
-  trace.release(hidden);
-  trace.cross_entropy(logits, n, c.vocab_size);
-  trace.release(logits);
+  trace_llama_head(c, x, n, embedding, trace);
 }
 
 }  // namespace gradscope

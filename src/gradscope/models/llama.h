@@ -64,6 +64,10 @@ LlamaConfig llama_config(const nlohmann::json& arch);
 void llama_trace_step(const nlohmann::json& arch, int64_t batch, MemoryTrace& trace);
 // The decoder blocks of a trace over `tokens` positions, from hidden states x; mask_bytes is
 // the size of a bool mask the batch brings (0: the causal mask built per layer).
+// The final norm, LM head (tied to the embedding table `embedding` if the config says so)
+// and cross-entropy over `rows` positions of x; releases x.
+void trace_llama_head(const LlamaConfig& c, MemoryTrace::Id x, int64_t rows, int embedding,
+                      MemoryTrace& trace);
 MemoryTrace::Id trace_llama_blocks(const LlamaConfig& c, int64_t batch, int64_t tokens,
                                    MemoryTrace::Id x, int64_t mask_bytes, MemoryTrace& trace);
 

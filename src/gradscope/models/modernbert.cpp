@@ -282,13 +282,9 @@ void modernbert_trace_step(const json& arch, int64_t batch, MemoryTrace& trace) 
   trace.persistent(T * T);                       // the sliding-window mask (bool)
   int embedding = -1;
   const auto e = trace.embedding(n, c.vocab_size, C, &embedding);
-  auto x = trace.layer_norm(e, n, C, c.norm_bias);
+  const auto normed_e = trace.layer_norm(e, n, C, c.norm_bias);
   trace.release(e);
-  if (c.hidden_dropout > 0) {
-    const auto d = trace.dropout(x, c.hidden_dropout);
-    trace.release(x);
-    x = d;
-  }
+  auto x = trace.drop(normed_e, c.hidden_dropout);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const bool global = l % c.global_attn_every_n_layers == 0;
     MemoryTrace::AttentionShape shape{batch, T, C, c.num_attention_heads, c.num_attention_heads,
@@ -302,10 +298,7 @@ void modernbert_trace_step(const json& arch, int64_t batch, MemoryTrace& trace) 
     const auto normed = l > 0 ? trace.layer_norm(x, n, C, c.norm_bias) : x;
     const auto a = trace.self_attention(normed, shape);
     if (normed != x) trace.release(normed);
-    const auto a_dropped = trace.dropout(a, c.hidden_dropout);
-    if (a_dropped != a) trace.release(a);
-    const auto mid = trace.add(x, a_dropped);
-    trace.release(a_dropped);
+    const auto mid = trace.residual(x, a, c.hidden_dropout);
     trace.end(Unit::kUnitAttention, mid);
     trace.begin(Unit::kUnitMlp, mid);
     const auto normed2 = trace.layer_norm(mid, n, C, c.norm_bias);
@@ -321,13 +314,11 @@ void modernbert_trace_step(const json& arch, int64_t batch, MemoryTrace& trace) 
     trace.node({act, wi}, {act, half_b}, {product});
     trace.release(act);
     trace.release(wi);
-    const auto p_dropped = trace.dropout(product, c.hidden_dropout);
-    if (p_dropped != product) trace.release(product);
+    const auto p_dropped = trace.drop(product, c.hidden_dropout);
     const auto m = trace.linear(p_dropped, n, I, C, c.mlp_bias);
     trace.release(p_dropped);
     trace.release(normed2);
-    const auto out = trace.add(mid, m);
-    trace.release(m);
+    const auto out = trace.residual(mid, m, 0.0);  // the MLP dropped inside
     trace.end(Unit::kUnitMlp, out);
     trace.end(Unit::kUnitBlock, out);
     trace.release(x);

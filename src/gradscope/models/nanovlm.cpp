@@ -241,13 +241,7 @@ void nanovlm_trace_step(const json& arch, int64_t batch, MemoryTrace& trace) {
   const auto y = trace_llama_blocks(d, batch, S, x, mask_bytes, trace);
   trace.release(mask);
   // The norm reads the caption positions (a narrow view of y, which it keeps).
-  const auto hidden = trace.rms_norm(y, batch * T, C);
-  trace.release(y);
-  const auto logits = trace.linear(hidden, batch * T, C, d.vocab_size, false,
-                                   d.tie_word_embeddings ? embedding : -1);
-  trace.release(hidden);
-  trace.cross_entropy(logits, batch * T, d.vocab_size);
-  trace.release(logits);
+  trace_llama_head(d, y, batch * T, embedding, trace);
 }
 
 }  // namespace gradscope

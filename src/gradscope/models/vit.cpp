@@ -272,14 +272,9 @@ MemoryTrace::Id trace_vision_encoder(const VisionConfig& c, int64_t batch, Memor
     trace.release(grid);
   }
   const int positions = trace.param(T * C * F4);
-  auto h = trace.add(x, -1, positions);
+  const auto h = trace.add(x, -1, positions);
   trace.release(x);
-  if (c.hidden_dropout > 0) {
-    const auto d = trace.dropout(h, c.hidden_dropout);
-    trace.release(h);
-    h = d;
-  }
-  x = h;
+  x = trace.drop(h, c.hidden_dropout);
   MemoryTrace::AttentionShape shape{
       batch, T, C, c.num_attention_heads, c.num_attention_heads, C / c.num_attention_heads};
   shape.bias = c.qkv_bias;
@@ -290,10 +285,7 @@ MemoryTrace::Id trace_vision_encoder(const VisionConfig& c, int64_t batch, Memor
     const auto normed = trace.layer_norm(x, n, C, true);
     const auto a = trace.self_attention(normed, shape);
     trace.release(normed);
-    const auto a_dropped = trace.dropout(a, c.hidden_dropout);
-    if (a_dropped != a) trace.release(a);
-    const auto mid = trace.add(x, a_dropped);
-    trace.release(a_dropped);
+    const auto mid = trace.residual(x, a, c.hidden_dropout);
     trace.end(Unit::kUnitAttention, mid);
     trace.begin(Unit::kUnitMlp, mid);
     const auto normed2 = trace.layer_norm(mid, n, C, true);
@@ -301,15 +293,11 @@ MemoryTrace::Id trace_vision_encoder(const VisionConfig& c, int64_t batch, Memor
     const auto up = trace.linear(normed2, n, C, c.intermediate_size, true);
     const auto act = trace.activation(up);
     trace.release(up);
-    const auto act_dropped = trace.dropout(act, c.hidden_dropout);
-    if (act_dropped != act) trace.release(act);
+    const auto act_dropped = trace.drop(act, c.hidden_dropout);
     const auto m = trace.linear(act_dropped, n, c.intermediate_size, C, true);
     trace.release(act_dropped);
     trace.release(normed2);
-    const auto m_dropped = trace.dropout(m, c.hidden_dropout);
-    if (m_dropped != m) trace.release(m);
-    const auto out = trace.add(mid, m_dropped);
-    trace.release(m_dropped);
+    const auto out = trace.residual(mid, m, c.hidden_dropout);
     trace.end(Unit::kUnitMlp, out);
     trace.end(Unit::kUnitBlock, out);
     trace.release(x);

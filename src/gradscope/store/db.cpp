@@ -44,6 +44,11 @@ CREATE TABLE IF NOT EXISTS steps(
 CREATE TABLE IF NOT EXISTS evals(
   attempt_id INTEGER, step INTEGER, val_loss REAL, accuracy REAL,
   PRIMARY KEY(attempt_id, step));
+CREATE TABLE IF NOT EXISTS samples(
+  attempt_id INTEGER, sample INTEGER, t_s REAL, allocated_bytes INTEGER, util_pct REAL,
+  cpu_util_pct REAL, rss_bytes INTEGER, gpu_util_pct REAL, gpu_memory_used_bytes INTEGER,
+  power_w REAL, sm_clock_mhz REAL, energy_j REAL,
+  PRIMARY KEY(attempt_id, sample));
 CREATE TABLE IF NOT EXISTS probes(
   probe_id INTEGER PRIMARY KEY,
   host TEXT, device_name TEXT, threads INTEGER, created_at TEXT, probe_json TEXT);
@@ -411,9 +416,11 @@ int64_t Database::write_run(const json& record, const std::string& sweep,
   }
   const int64_t attempt_id = sqlite3_last_insert_rowid(db_);
 
-  // Rows of one array: each element an object with an integer "step" and the given fields.
+  // Rows of one array: each element an object with an integer "step" and the given fields
+  // (`numbered`: no step, the element's index is the key).
   const auto insert_rows = [&](const char* array_key, const char* sql,
-                               std::initializer_list<std::pair<const char*, Column>> columns) {
+                               std::initializer_list<std::pair<const char*, Column>> columns,
+                               bool numbered = false) {
     const json* rows = field(record, {array_key});
     if (rows == nullptr || rows->is_null()) return;
     if (!rows->is_array()) {
@@ -424,14 +431,14 @@ int64_t Database::write_run(const json& record, const std::string& sweep,
     for (size_t i = 0; i < rows->size(); ++i) {
       const json& row = (*rows)[i];
       const std::string where = fmt::format("{}[{}]", array_key, i);
-      const json* step = field(row, {"step"});
-      if (step == nullptr || !step->is_number_integer()) {
+      const json* step = numbered ? nullptr : field(row, {"step"});
+      if (!numbered && (step == nullptr || !step->is_number_integer())) {
         fail_runtime(fmt::format("run record entry {} has no integer step", where),
                      "the run record does not follow the layout in DESIGN.md (Run record)");
       }
       insert.reset();
       insert.bind_int(1, attempt_id);
-      insert.bind_int(2, step->get<int64_t>());
+      insert.bind_int(2, numbered ? static_cast<int64_t>(i) : step->get<int64_t>());
       int index = 3;
       for (const auto& [name, column] : columns) {
         bind_field(insert, index++, field(row, {name}), column, where + "." + name);
@@ -451,6 +458,22 @@ int64_t Database::write_run(const json& record, const std::string& sweep,
                {"targets", Column::kInteger}});
   insert_rows("eval", "INSERT INTO evals(attempt_id, step, val_loss, accuracy) VALUES (?,?,?,?)",
               {{"val_loss", Column::kReal}, {"accuracy", Column::kReal}});
+  // The sampler's time series (or one entry per timed step without it).
+  insert_rows("timeline",
+              "INSERT INTO samples(attempt_id, sample, t_s, allocated_bytes, util_pct, "
+              "cpu_util_pct, rss_bytes, gpu_util_pct, gpu_memory_used_bytes, power_w, "
+              "sm_clock_mhz, energy_j) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+              {{"t_s", Column::kReal},
+               {"allocated_bytes", Column::kInteger},
+               {"util_pct", Column::kReal},
+               {"cpu_util_pct", Column::kReal},
+               {"rss_bytes", Column::kInteger},
+               {"gpu_util_pct", Column::kReal},
+               {"gpu_memory_used_bytes", Column::kInteger},
+               {"power_w", Column::kReal},
+               {"sm_clock_mhz", Column::kReal},
+               {"energy_j", Column::kReal}},
+              /*numbered=*/true);
   check(txn.commit(), "commit the run");
   return attempt_id;
 }
@@ -506,36 +529,39 @@ int64_t Database::count_runs() {
   return count.step() ? count.column_int(0) : 0;
 }
 
-std::vector<json> Database::steps_of(int64_t attempt_id) {
-  static const char* const kColumns[] = {"step",   "loss",    "lr",     "grad_norm",
-                                         "time_s", "samples", "tokens", "targets"};
-  Statement select(db_, path_,
-                   "SELECT step, loss, lr, grad_norm, time_s, samples, tokens, targets FROM steps "
-                   "WHERE attempt_id = ? ORDER BY step",
-                   ErrorKind::kErrorKindRuntime);
+std::vector<json> Database::rows_of(const char* table, const std::vector<const char*>& columns,
+                                    const char* order, int64_t attempt_id) {
+  std::string list;
+  for (const char* c : columns) list += (list.empty() ? "" : ", ") + std::string(c);
+  const std::string sql =
+      fmt::format("SELECT {} FROM {} WHERE attempt_id = ? ORDER BY {}", list, table, order);
+  Statement select(db_, path_, sql.c_str(), ErrorKind::kErrorKindRuntime);
   select.bind_int(1, attempt_id);
   std::vector<json> out;
   while (select.step()) {
     json row = json::object();
-    for (int c = 0; c < 8; ++c) row[kColumns[c]] = select.column_json(c);
+    for (size_t c = 0; c < columns.size(); ++c)
+      row[columns[c]] = select.column_json(static_cast<int>(c));
     out.push_back(std::move(row));
   }
   return out;
 }
 
+std::vector<json> Database::steps_of(int64_t attempt_id) {
+  return rows_of("steps",
+                 {"step", "loss", "lr", "grad_norm", "time_s", "samples", "tokens", "targets"},
+                 "step", attempt_id);
+}
+
 std::vector<json> Database::evals_of(int64_t attempt_id) {
-  static const char* const kColumns[] = {"step", "val_loss", "accuracy"};
-  Statement select(db_, path_,
-                   "SELECT step, val_loss, accuracy FROM evals WHERE attempt_id = ? ORDER BY step",
-                   ErrorKind::kErrorKindRuntime);
-  select.bind_int(1, attempt_id);
-  std::vector<json> out;
-  while (select.step()) {
-    json row = json::object();
-    for (int c = 0; c < 3; ++c) row[kColumns[c]] = select.column_json(c);
-    out.push_back(std::move(row));
-  }
-  return out;
+  return rows_of("evals", {"step", "val_loss", "accuracy"}, "step", attempt_id);
+}
+
+std::vector<json> Database::samples_of(int64_t attempt_id) {
+  return rows_of("samples",
+                 {"sample", "t_s", "allocated_bytes", "util_pct", "cpu_util_pct", "rss_bytes",
+                  "gpu_util_pct", "gpu_memory_used_bytes", "power_w", "sm_clock_mhz", "energy_j"},
+                 "sample", attempt_id);
 }
 
 int64_t Database::save_probe(const json& probe) {

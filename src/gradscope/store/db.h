@@ -63,6 +63,10 @@ class Database {
   std::vector<nlohmann::json> steps_of(int64_t attempt_id);
   // The evals rows of one attempt in step order, as {step, val_loss, accuracy}.
   std::vector<nlohmann::json> evals_of(int64_t attempt_id);
+  // The samples rows of one attempt (the record's "timeline": the sampler's series) in order,
+  // as {sample, t_s, allocated_bytes, util_pct, cpu_util_pct, rss_bytes, gpu_util_pct,
+  // gpu_memory_used_bytes, power_w, sm_clock_mhz, energy_j}.
+  std::vector<nlohmann::json> samples_of(int64_t attempt_id);
 
   // Stores one `gradscope probe` record (measure/peak.h) as a `probes` row: its host,
   // device_name, threads and created_at as columns, the whole record as probe_json. Returns
@@ -74,6 +78,9 @@ class Database {
   nlohmann::json latest_probe(const std::string& host, const std::string& device_name, int threads);
 
  private:
+  // The given columns of a table's rows for one attempt, ordered by `order`.
+  std::vector<nlohmann::json> rows_of(const char* table, const std::vector<const char*>& columns,
+                                      const char* order, int64_t attempt_id);
   void exec(const std::string& sql);
   void check(int rc, const std::string& what) const;
 

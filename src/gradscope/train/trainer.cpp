@@ -26,24 +26,6 @@ namespace {
 constexpr uint64_t kDropoutStream = 0xd50;
 constexpr int kPhases = static_cast<int>(Phase::kPhaseCount);
 
-torch::Device parse_device(const std::string& text) {
-  if (text == "cpu") return torch::Device(torch::kCPU);
-  if (text.rfind("cuda", 0) == 0) {
-    check_usage(torch::cuda::is_available(), "device '" + text + "' asked for, but no CUDA device",
-                "use --device cpu, or build against a CUDA LibTorch (README, 'Running on a GPU')");
-    try {
-      torch::Device device(text);
-      check_usage(device.index() < static_cast<int>(torch::cuda::device_count()),
-                  "device '" + text + "' does not exist",
-                  fmt::format("this machine has {} CUDA device(s)", torch::cuda::device_count()));
-      return device;
-    } catch (const c10::Error&) {
-      fail_usage("cannot read device '" + text + "'", "write cpu, cuda or cuda:N");
-    }
-  }
-  fail_usage("unknown device '" + text + "'", "write cpu, cuda or cuda:N");
-}
-
 void validate(const RunConfig& c) {
   auto positive = [](int64_t v, const char* flag) {
     check_usage(v > 0, fmt::format("{} {} must be positive", flag, v),
@@ -534,10 +516,11 @@ nlohmann::json Trainer::run(ProgressSink* progress) {
         for (int p = 0; p < kPhases; ++p) phase_totals[p] += timer.seconds(p);
         if (timer.enabled())
           memory_timeline.push_back({{"step", step + 1}, {"phases", timer.boundaries()}});
-        timeline.push_back({{"t_s", clock.now_s() - timed_wall_start},
-                            {"allocated_bytes", meter_->current_bytes()},
-                            {"util_pct", util},
-                            {"power_w", nullptr}});
+        if (!sampler)  // without the sampler, one timeline entry per timed step
+          timeline.push_back({{"t_s", clock.now_s() - timed_wall_start},
+                              {"allocated_bytes", meter_->current_bytes()},
+                              {"util_pct", util},
+                              {"power_w", nullptr}});
       }
       if (progress)
         progress->on_step(step + 1, total_steps, loss, timed_s > 0 ? timed_tokens / timed_s : 0,

@@ -135,6 +135,19 @@ Id MemoryTrace::dropout(Id x, double p) {
   return y;
 }
 
+Id MemoryTrace::drop(Id x, double p) {
+  const Id y = dropout(x, p);
+  if (y != x) release(x);
+  return y;
+}
+
+Id MemoryTrace::residual(Id x, Id branch, double p) {
+  const Id dropped = drop(branch, p);
+  const Id y = add(x, dropped);
+  release(dropped);
+  return y;
+}
+
 Id MemoryTrace::activation(Id x) {
   const Id y = alloc(bytes(x));
   node({x}, {x}, {y});

@@ -62,6 +62,10 @@ class MemoryTrace {
   Id embedding(int64_t n, int64_t vocab, int64_t c, int* weight = nullptr);
   // Training-mode dropout on CPU: a float mask of the input's size is saved.
   Id dropout(Id x, double p);
+  // dropout(x, p) where the forward code keeps only the result: x is released if replaced.
+  Id drop(Id x, double p);
+  // x + dropout(branch, p), the end of a residual sub-layer; branch is released.
+  Id residual(Id x, Id branch, double p);
   // Elementwise activation that saves its input (GELU, SiLU).
   Id activation(Id x);
   // a + b; neither is saved. `param`: b is that parameter (broadcast), not a tensor.
