@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Instrumentation overhead: median step time with the sampler thread (100 ms) and phase
 # timing on, against both off, in paired runs interleaved on/off so that drift in the
-# machine's speed hits both alike. Prints each pair's ratio and the min/median/max.
+# machine's speed hits both alike. Prints each pair's ratio and the min/median/max, and the
+# sampler's own measured cost: the seconds it spent reading sensors over the timed seconds.
+# On a noisy virtual machine run-to-run spread can exceed the effect: use many pairs.
 # Usage: bench/instrumentation.sh [PAIRS] [extra run flags...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,7 +24,8 @@ for i in $(seq 1 "$pairs"); do
   off=$(median_step "$out/off.json")
   on=$(median_step "$out/on.json")
   ratio=$(/usr/bin/python3 -c "print(f'{$on / $off:.4f}')")
-  echo "pair $i: on ${on}s off ${off}s ratio ${ratio}"
+  busy=$(/usr/bin/python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print("%.5f" % (r["sampler"]["busy_s"] / r["time"]["total_s"]))' "$out/on.json")
+  echo "pair $i: on ${on}s off ${off}s ratio ${ratio} sampler busy ${busy} of the timed time"
   ratios+=("$ratio")
 done
 /usr/bin/python3 - "${ratios[@]}" <<'PY'

@@ -344,6 +344,10 @@ TEST(CliMicroscope, InstrumentationCanBeTurnedOff) {
   const auto r = nlohmann::json::parse(slurp(tmp.file("r.json")));
   EXPECT_TRUE(r["sampler"].is_null());
   EXPECT_TRUE(r["time"]["forward_s"].is_null());
+  EXPECT_TRUE(r["memory"]["phase_peak_bytes"].is_null());
+  EXPECT_TRUE(r["memory"]["activations_peak_bytes"].is_null());
+  EXPECT_TRUE(r["memory"]["timeline"].empty());
+  EXPECT_GT(r["memory"]["peak_bytes"].get<int64_t>(), 0);  // the allocator's peak still holds
   EXPECT_TRUE(r["time"]["total_s"].is_number());
   EXPECT_EQ(r["energy"]["source"], "estimate");
 }

@@ -12,6 +12,7 @@
 #include "gradscope/data/images.h"
 #include "gradscope/data/text.h"
 #include "gradscope/data/tokenizer.h"
+#include "gradscope/measure/memory.h"
 #include "gradscope/models/nanovlm.h"
 
 namespace gradscope {
@@ -403,8 +404,8 @@ class ToySource : public DataSource {
 
 }  // namespace
 
-std::unique_ptr<DataSource> make_data_source(const std::string& kind, const nlohmann::json& arch,
-                                             const RunConfig& config) {
+static std::unique_ptr<DataSource> make_source(const std::string& kind, const nlohmann::json& arch,
+                                               const RunConfig& config) {
   if (kind == "causal-lm") return std::make_unique<CausalLmSource>(arch, config);
   if (kind == "toy") return std::make_unique<ToySource>();
   if (kind == "masked-lm") return std::make_unique<MaskedLmSource>(arch, config);
@@ -412,6 +413,16 @@ std::unique_ptr<DataSource> make_data_source(const std::string& kind, const nloh
     return std::make_unique<ImageClassificationSource>(arch, config);
   if (kind == "vision-language") return std::make_unique<VisionLanguageSource>(arch, config);
   fail_usage("no data source for model kind '" + kind + "'");
+}
+
+std::unique_ptr<DataSource> make_data_source(const std::string& kind, const nlohmann::json& arch,
+                                             const RunConfig& config, int64_t* resident_bytes) {
+  if (resident_bytes == nullptr) return make_source(kind, arch, config);
+  auto& tracker = CpuMemoryTracker::install();
+  const int64_t before = tracker.current_bytes();
+  auto source = make_source(kind, arch, config);
+  *resident_bytes = std::max<int64_t>(0, tracker.current_bytes() - before);
+  return source;
 }
 
 }  // namespace gradscope

@@ -28,7 +28,10 @@ class DataSource {
 
 // Builds the data source of a model kind ("causal-lm") for the resolved architecture.
 // Throws a usage error when the data or the tokenizer is missing (the hint names the fetch).
+// `resident_bytes`, when given, receives what the source keeps in CPU tensor memory, measured
+// with the tracking allocator (installed here if need be) around the loading.
 std::unique_ptr<DataSource> make_data_source(const std::string& kind, const nlohmann::json& arch,
-                                             const RunConfig& config);
+                                             const RunConfig& config,
+                                             int64_t* resident_bytes = nullptr);
 
 }  // namespace gradscope

@@ -7,6 +7,7 @@
 #include "gradscope/models/registry.h"
 #include "gradscope/optim/factory.h"
 #include "gradscope/strategy/strategy.h"
+#include "gradscope/train/data_source.h"
 
 namespace gradscope {
 namespace {
@@ -199,22 +200,12 @@ int64_t max_batch_within(RunConfig config, int64_t data_bytes, int64_t budget_by
   return lo;
 }
 
-}  // namespace gradscope
-
-#include "gradscope/measure/memory.h"
-#include "gradscope/train/data_source.h"
-
-namespace gradscope {
-
 int64_t resident_data_bytes(const RunConfig& config) {
-  if (config.device != "cpu" || !CpuMemoryTracker::installed()) return 0;
   const ModelFamily& family = model_registry().get(config.model);
-  if (family.kind == "toy") return 0;
-  const nlohmann::json arch = resolve_arch(config);
-  auto& tracker = CpuMemoryTracker::install();
-  const int64_t before = tracker.current_bytes();
-  auto source = make_data_source(family.kind, arch, config);
-  return std::max<int64_t>(0, tracker.current_bytes() - before);
+  if (config.device != "cpu" || family.kind == "toy") return 0;
+  int64_t bytes = 0;
+  make_data_source(family.kind, resolve_arch(config), config, &bytes);
+  return bytes;
 }
 
 }  // namespace gradscope

@@ -52,8 +52,8 @@ int64_t max_batch_within(RunConfig config, int64_t data_bytes, int64_t budget_by
 namespace gradscope {
 
 // Bytes the run's data set keeps in CPU memory once loaded, measured with the tracking
-// allocator around loading it (0 when the tracker is not installed or the run is not on
-// the CPU). Loading errors propagate as usage errors.
+// allocator around loading it (0 when the run is not on the CPU, where the device's memory
+// does not hold it). Loading errors propagate as usage errors.
 int64_t resident_data_bytes(const RunConfig& config);
 
 }  // namespace gradscope

@@ -238,14 +238,9 @@ Trainer::Trainer(RunConfig config) : config_(std::move(config)), device_(torch::
   }
   lr_ = config_.lr > 0 ? config_.lr : default_lr(config_.optimizer, config_.model);
 
-  // What the data set keeps in memory, for the estimate beside the measurement.
-  // (On the CPU the tracking allocator is installed first, so the data set is counted.)
-  const bool tracked = device_.is_cpu();
-  if (tracked) CpuMemoryTracker::install();
-  const int64_t before_data = tracked ? CpuMemoryTracker::install().current_bytes() : 0;
-  data_ = make_data_source(family_->kind, arch_, config_);
-  data_bytes_ =
-      tracked ? std::max<int64_t>(0, CpuMemoryTracker::install().current_bytes() - before_data) : 0;
+  // What the data set keeps in the device's memory (CPU runs), for the estimate.
+  data_ =
+      make_data_source(family_->kind, arch_, config_, device_.is_cpu() ? &data_bytes_ : nullptr);
   check_usage(config_.sample_period_s >= 0 && std::isfinite(config_.sample_period_s),
               "--sample-period must be >= 0", "pass 0 to turn the sampler off, e.g. 0.1");
   check_usage(config_.watts_per_core > 0, "--watts-per-core must be positive",
@@ -388,7 +383,7 @@ nlohmann::json Trainer::run(ProgressSink* progress) {
     sources.allocated_bytes = [meter] { return meter->current_bytes(); };
     SamplerOptions options;
     options.period_s = config_.sample_period_s;
-    options.threads = std::max(at::get_num_threads(), blas_threads());
+    options.threads = threads;
     options.watts_per_core = config_.watts_per_core;
     if (config_.grid_g_per_kwh > 0) options.grid_g_per_kwh = config_.grid_g_per_kwh;
     sampler = std::make_unique<Sampler>(sources, options, clock);
@@ -627,12 +622,14 @@ nlohmann::json Trainer::run(ProgressSink* progress) {
       // Not measured with a fused step: each gradient lives only until its parameter's update.
       {"grads_bytes", optimizer_ ? nlohmann::json(grads_bytes_max) : nlohmann::json(nullptr)},
       {"optimizer_state_bytes", state_bytes},
-      {"activations_peak_bytes", timer.activations_peak()},
-      {"phase_peak_bytes",
-       {{"data", timer.phase_peak(0)},
-        {"forward", timer.phase_peak(1)},
-        {"backward", timer.phase_peak(2)},
-        {"optimizer", timer.phase_peak(3)}}},
+      {"activations_peak_bytes",
+       config_.phase_timing ? nlohmann::json(timer.activations_peak()) : nlohmann::json(nullptr)},
+      // Not measured without phase timing: null, not 0.
+      {"phase_peak_bytes", config_.phase_timing ? nlohmann::json{{"data", timer.phase_peak(0)},
+                                                                 {"forward", timer.phase_peak(1)},
+                                                                 {"backward", timer.phase_peak(2)},
+                                                                 {"optimizer", timer.phase_peak(3)}}
+                                                : nlohmann::json(nullptr)},
       {"reserved_peak_bytes", reserved ? nlohmann::json(*reserved) : nlohmann::json(nullptr)},
       {"peak_rss_bytes", peak_rss_bytes()}};
 
