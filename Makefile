@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 GS := $(BUILD)/gradscope
 DEMO_OUT ?= demo-out
 
-.PHONY: all deps data data-all configure build test demo clean format
+.PHONY: all deps data data-all configure build test demo bench clean format
 
 all: build
 
@@ -34,7 +34,8 @@ test: data build
 # The main job: the smoke sweep (the four models at their tiny presets x SGD and Adam x the
 # three memory strategies, each run in its own process; about 2-5 minutes on two cores,
 # resumable), then one longer run of the tiny Llama with its full summary: loss, time per
-# phase, memory, throughput and FLOP/s. Results land in $(DEMO_OUT)/.
+# phase, memory, throughput and FLOP/s; then the report of everything in the database.
+# Results land in $(DEMO_OUT)/.
 demo: data build
 	mkdir -p $(DEMO_OUT)
 	$(GS) sweep configs/sweeps/smoke.toml --db $(DEMO_OUT)/gradscope.db | tee $(DEMO_OUT)/sweep.txt
@@ -43,7 +44,17 @@ demo: data build
 	  --db $(DEMO_OUT)/gradscope.db --json $(DEMO_OUT)/llama-tiny-adam.json \
 	  > $(DEMO_OUT)/summary.txt
 	@cat $(DEMO_OUT)/summary.txt
+	$(GS) report $(DEMO_OUT)/gradscope.db --out $(DEMO_OUT)/report
 	@echo "results: $(DEMO_OUT)/ (sweep.txt, summary.txt, the run record llama-tiny-adam.json, gradscope.db)"
+	@echo "report:  $(DEMO_OUT)/report/report.html (figures, findings, recommendations; docs/reports.md)"
+
+# The benchmarks (not tests: nothing fails on a slow machine): gradscope against PyTorch
+# peers, the FLOP/s limit, the strategies' costs, the sampler's overhead and the tiny study
+# grid, as ratios over interleaved pairs in bench/results.md. About 30 minutes on two cores;
+# BENCH_FLAGS="--pairs 3 --only peers" and the like run less.
+bench: data build
+	bash scripts/install-deps.sh bench
+	/usr/bin/python3 bench/bench.py $(BENCH_FLAGS)
 
 clean:
 	rm -rf $(BUILD)

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs every Debian package gradscope needs to build, test, fetch data and draw figures.
 # Idempotent: packages already present are skipped, so a second run costs a few seconds.
+#   scripts/install-deps.sh          what `make test` and `make demo` need
+#   scripts/install-deps.sh bench    also the Python peers of `make bench` and perf
 set -euo pipefail
 
 packages=(
@@ -14,11 +16,15 @@ packages=(
   libsqlite3-dev sqlite3 libpcre2-dev zlib1g-dev libpng-dev
   # tests and micro-benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
-  # figures; plain gnuplot pulls in Qt
-  gnuplot-nox
+  # figures (plain gnuplot pulls in Qt); headless Chromium renders the HTML report in a test
+  gnuplot-nox chromium
   # data sets shipped by Debian
   dataset-fashion-mnist
 )
+if [ "${1:-}" = "bench" ]; then
+  # the benchmarks' peers (PyTorch and torchvision of the same LibTorch) and a profiler
+  packages+=(python3-torch python3-torchvision linux-perf)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

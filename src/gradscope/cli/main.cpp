@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   gradscope::add_collect_command(app, exit_code);
   gradscope::add_probe_command(app, exit_code);
   gradscope::add_estimate_command(app, exit_code);
+  gradscope::add_report_command(app, exit_code);
 
   try {
     app.name(argv[0]);

@@ -1,0 +1,92 @@
+// `gradscope report DB --out DIR`: the report of a results database (report/analysis.h for
+// what it computes, report/render.h for the files). Reads the database only.
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gradscope/cli/commands.h"
+#include "gradscope/core/env.h"
+#include "gradscope/core/error.h"
+#include "gradscope/report/analysis.h"
+#include "gradscope/report/render.h"
+#include "gradscope/store/db.h"
+
+namespace gradscope {
+namespace {
+
+struct ReportCommandOptions {
+  std::string db;
+  std::string out;
+  std::string format = "html";
+  std::vector<std::string> budgets;
+  std::string gnuplot = "gnuplot";
+};
+
+}  // namespace
+
+void add_report_command(CLI::App& root, int& exit_code) {
+  auto o = std::make_shared<ReportCommandOptions>();
+  CLI::App* cmd = root.add_subcommand(
+      "report",
+      "Build the report of a results database: recommendations (per model and memory budget,\n"
+      "the optimizer and strategy with the lowest loss at equal samples that fits), the study's\n"
+      "claims re-examined with verdicts, figures (loss by steps, samples, time and energy;\n"
+      "memory by component; time by phase; utilization; energy; loss against memory) and\n"
+      "tables. Seeds of one configuration are pooled: mean with a 95% interval.\n"
+      "  --format html (default): DIR/report.html (self-contained), DIR/figures/*.svg|png\n"
+      "      (with each figure's gnuplot script and data), runs.csv, steps.csv, summary.md\n"
+      "  --format md: print the tables as Markdown (and write DIR/summary.md with --out)\n"
+      "  --format csv: write DIR/runs.csv and DIR/steps.csv only\n"
+      "The same database always gives the same files.\n"
+      "Example: gradscope report runs.db --out report/ && xdg-open report/report.html");
+  cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  cmd->add_option("db", o->db, "Results database (from `gradscope run/sweep --db`)")->required();
+  cmd->add_option("--out", o->out, "Folder to write the report into (created if missing)");
+  cmd->add_option("--format", o->format, "html, md or csv")
+      ->check(CLI::IsMember({"html", "md", "csv"}))
+      ->capture_default_str();
+  cmd->add_option("--memory-budget", o->budgets,
+                  "Also recommend for this memory budget, e.g. 8GiB (repeatable)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_option("--gnuplot", o->gnuplot, "The gnuplot executable that draws the figures")
+      ->capture_default_str();
+  cmd->callback([o, &exit_code] {
+    check_usage(std::filesystem::is_regular_file(o->db), fmt::format("no database at {}", o->db),
+                "pass the file given to `gradscope run --db` or `gradscope sweep --db`");
+    check_usage(o->format == "md" || !o->out.empty(),
+                fmt::format("--format {} needs --out DIR", o->format), "add e.g. --out report/");
+    ReportOptions options;
+    for (const auto& b : o->budgets) {
+      const int64_t bytes = parse_bytes(b);
+      check_usage(bytes > 0, fmt::format("--memory-budget {} must be positive", b));
+      options.memory_budgets.push_back(bytes);
+    }
+    Database db(o->db);
+    const ReportData data = analyze(db, options);
+    if (o->format == "md") {
+      const std::string md = markdown_summary(data);
+      fmt::print("{}", md);
+      if (!o->out.empty()) {
+        std::filesystem::create_directories(o->out);
+        std::ofstream(std::filesystem::path(o->out) / "summary.md") << md;
+      }
+    } else if (o->format == "csv") {
+      std::filesystem::create_directories(o->out);
+      std::ofstream(std::filesystem::path(o->out) / "runs.csv") << runs_csv(data);
+      std::ofstream(std::filesystem::path(o->out) / "steps.csv") << steps_csv(data);
+      fmt::print("wrote {0}/runs.csv and {0}/steps.csv ({1} runs)\n", o->out, data.runs.size());
+    } else {
+      const auto figures = write_report(data, o->out, o->gnuplot);
+      fmt::print("{} runs in {} configurations, {} figures\n", data.runs.size(), data.groups.size(),
+                 figures.size());
+      for (const Finding& f : data.findings)
+        fmt::print("  {:<20} {}\n", f.id, verdict_name(f.verdict));
+      fmt::print("report: {}/report.html\n", o->out);
+    }
+    exit_code = 0;
+  });
+}
+
+}  // namespace gradscope

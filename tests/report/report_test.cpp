@@ -1,0 +1,515 @@
+// The report: statistics against reference values, findings and recommendations on hand-made
+// databases whose right answers are known, and the files of a report built from a real sweep
+// (valid SVG and PNG, CSV columns, no missing file, the same bytes twice, and a headless
+// Chromium rendering every figure).
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <regex>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "gradscope/report/analysis.h"
+#include "gradscope/report/render.h"
+#include "gradscope/store/db.h"
+#include "test_util.h"
+
+namespace gradscope {
+namespace {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+// ---- statistics ----
+
+TEST(ReportStats, StudentTQuantilesMatchTables) {
+  // Two-sided 95% critical values from any t table.
+  EXPECT_NEAR(student_t_quantile(0.975, 1), 12.7062, 1e-3);
+  EXPECT_NEAR(student_t_quantile(0.975, 2), 4.3027, 1e-4);
+  EXPECT_NEAR(student_t_quantile(0.975, 4), 2.7764, 1e-4);
+  EXPECT_NEAR(student_t_quantile(0.975, 10), 2.2281, 1e-4);
+  EXPECT_NEAR(student_t_quantile(0.975, 30), 2.0423, 1e-4);
+  EXPECT_NEAR(student_t_quantile(0.995, 5), 4.0321, 1e-4);
+  EXPECT_NEAR(student_t_quantile(0.025, 10), -2.2281, 1e-4);
+  EXPECT_NEAR(student_t_quantile(0.5, 3), 0.0, 1e-9);
+}
+
+TEST(ReportStats, MeanIntervalIsTTimesStandardError) {
+  const Interval i = mean_interval({1, 2, 3});
+  EXPECT_DOUBLE_EQ(i.mean, 2);
+  EXPECT_EQ(i.n, 3);
+  EXPECT_NEAR(i.half_width, 4.302653 / std::sqrt(3.0), 1e-5);
+  const Interval one = mean_interval({5});
+  EXPECT_FALSE(one.has_interval());
+  EXPECT_DOUBLE_EQ(one.lo(), 5);
+  EXPECT_EQ(mean_interval({}).n, 0);
+}
+
+TEST(ReportStats, LossAtAveragesTheLastTenthUpToThePoint) {
+  std::vector<CurvePoint> curve;
+  for (int i = 1; i <= 20; ++i) {
+    CurvePoint p;
+    p.step = i;
+    p.samples = 4.0 * i;
+    p.loss = i;
+    curve.push_back(p);
+  }
+  EXPECT_DOUBLE_EQ(*loss_at(curve, Axis::kSteps, 20), 19.5);  // steps 19 and 20
+  EXPECT_DOUBLE_EQ(*loss_at(curve, Axis::kSteps, 9.5), 9);    // one step: 9
+  EXPECT_DOUBLE_EQ(*loss_at(curve, Axis::kSamples, 40), 10);  // 40 samples = step 10
+  EXPECT_FALSE(loss_at(curve, Axis::kSteps, 0.5).has_value());
+}
+
+// ---- hand-made databases ----
+
+struct FakeRun {
+  std::string model = "llama", optimizer = "adam", strategy = "standard", device = "cpu";
+  int64_t seed = 0, batch = 8, accum = 1, steps = 20;
+  double peak = 100 * 1024.0 * 1024, step_s = 0.1, util = 99, memory_cap = 0;
+  std::string status = "ok";
+  // Loss of step i (1-based) given the samples seen after it.
+  std::function<double(int, double)> loss = [](int, double) { return 1.0; };
+};
+
+json record_of(const FakeRun& r) {
+  json config = {{"model", r.model},
+                 {"preset", "tiny"},
+                 {"optimizer", r.optimizer},
+                 {"strategy", r.strategy},
+                 {"seed", r.seed},
+                 {"batch", r.batch},
+                 {"accum_steps", r.accum},
+                 {"steps", r.steps},
+                 {"lr", 0.001},
+                 {"threads", 1},
+                 {"seq_len", 16},
+                 {"device", r.device},
+                 {"dtype", "fp32"},
+                 {"memory_cap_bytes", r.memory_cap}};
+  json steps = json::array();
+  double samples = 0;
+  for (int i = 1; i <= r.steps; ++i) {
+    samples += r.batch * r.accum;
+    steps.push_back({{"step", i},
+                     {"loss", r.loss(i, samples)},
+                     {"lr", 0.001},
+                     {"grad_norm", 1.0},
+                     {"time_s", r.step_s},
+                     {"samples", r.batch * r.accum},
+                     {"tokens", 16 * r.batch * r.accum},
+                     {"targets", 16 * r.batch * r.accum}});
+  }
+  const std::string id = fmt::format("{}-{}-{}-{}-{}-{}-{}", r.model, r.optimizer, r.strategy,
+                                     r.seed, r.batch, r.accum, r.memory_cap);
+  return {{"schema", "gradscope.run/1"},
+          {"run_id", id},
+          {"attempt_uid", id},
+          {"status", r.status},
+          {"config", config},
+          {"steps", steps},
+          {"eval", json::array()},
+          {"final_loss", r.loss(r.steps, samples)},
+          {"final_val_loss", nullptr},
+          {"params", 1000},
+          {"env", {{"device_name", "test device"}, {"libtorch", "1.13.0"}}},
+          {"time",
+           {{"step_median_s", r.step_s},
+            {"timed_steps", r.steps},
+            {"total_s", r.step_s * r.steps},
+            {"data_s", 0.1 * r.step_s * r.steps},
+            {"forward_s", 0.3 * r.step_s * r.steps},
+            {"backward_s", 0.5 * r.step_s * r.steps},
+            {"optimizer_s", 0.1 * r.step_s * r.steps}}},
+          {"memory",
+           {{"peak_bytes", r.peak},
+            {"breakdown",
+             {{"params", 0.1 * r.peak},
+              {"grads", 0.1 * r.peak},
+              {"optimizer_state", 0.2 * r.peak},
+              {"activations", 0.5 * r.peak},
+              {"other", 0.1 * r.peak}}}}},
+          {"utilization", {{"device", r.device}, {"mean_pct", r.util}, {"source", "test"}}},
+          {"energy", {{"joules", 50.0 * r.step_s * r.steps}, {"source", "nvml"}}},
+          {"timeline", json::array({{{"t_s", 0.0}, {"util_pct", r.util}},
+                                    {{"t_s", 1.0}, {"util_pct", r.util}}})}};
+}
+
+// Stores the runs in a fresh database and analyzes it, as `gradscope report` does.
+ReportData analyze_runs(const std::vector<FakeRun>& runs, const ReportOptions& options = {}) {
+  testing::TempDir dir("gradscope-report");
+  Database db(dir.file("runs.db"));
+  for (const FakeRun& r : runs)
+    db.write_run(record_of(r), "", "2026-01-01T00:00:00Z", "2026-01-01T00:00:01Z");
+  return analyze(db, options);
+}
+
+const Finding& finding(const ReportData& d, const std::string& id) {
+  for (const Finding& f : d.findings)
+    if (f.id == id) return f;
+  throw std::runtime_error("no finding " + id);
+}
+
+TEST(ReportFindings, AccumulationTenfoldOnTheVlmIsReproducedAtEqualStepsOnly) {
+  // The accumulated run's loss falls with the samples it has seen, like the standard run's,
+  // but it sees 4x the samples per step: 10x lower at equal steps, equal at equal samples.
+  const double a = std::log(10.0) / (20 * 8 * 3);
+  auto by_samples = [a](int, double s) { return 2.0 * std::exp(-a * s); };
+  FakeRun standard{"nanovlm"};
+  standard.loss = by_samples;
+  FakeRun accum = standard;
+  accum.strategy = "accumulation";
+  accum.accum = 4;
+  // The LM: accumulation only 1.5x better, at the same memory.
+  FakeRun lm{"llama"};
+  lm.loss = [](int, double) { return 1.5; };
+  FakeRun lm_accum = lm;
+  lm_accum.strategy = "accumulation";
+  lm_accum.accum = 4;
+  lm_accum.loss = [](int, double) { return 1.0; };
+  const ReportData d = analyze_runs({standard, accum, lm, lm_accum});
+  const Finding& vlm = finding(d, "accumulation-vlm");
+  EXPECT_EQ(vlm.verdict, Verdict::kReproduced) << vlm.measured;
+  EXPECT_EQ(vlm.verdict_equal_samples, Verdict::kNotReproduced) << vlm.measured;
+  ASSERT_EQ(vlm.evidence.size(), 1u);
+  EXPECT_TRUE(testing::contains(vlm.evidence[0].what, "same micro-batch 8"));
+  const Finding& llm = finding(d, "accumulation-lm");
+  EXPECT_EQ(llm.verdict, Verdict::kNotReproduced) << llm.measured;
+  EXPECT_TRUE(testing::contains(llm.measured, "1.50x")) << llm.measured;
+}
+
+TEST(ReportFindings, AccumulationThatNeedsMoreMemoryIsNotReproduced) {
+  FakeRun standard{"nanovlm"};
+  standard.loss = [](int, double) { return 2.0; };
+  FakeRun accum = standard;
+  accum.strategy = "accumulation";
+  accum.accum = 4;
+  accum.peak *= 1.5;
+  accum.loss = [](int, double) { return 0.1; };
+  const Finding& f = finding(analyze_runs({standard, accum}), "accumulation-vlm");
+  EXPECT_EQ(f.verdict, Verdict::kNotReproduced) << f.measured;
+}
+
+TEST(ReportFindings, WithoutComparableRunsThereIsNotEnoughData) {
+  FakeRun vit{"vit"};
+  vit.util = 50;
+  const ReportData d = analyze_runs({vit});
+  for (const char* id : {"accumulation-vlm", "accumulation-lm", "adam-not-best", "checkpoint-loss",
+                         "checkpoint-time", "utilization-lm"})
+    EXPECT_EQ(finding(d, id).verdict, Verdict::kNotEnoughData) << id;
+  EXPECT_EQ(finding(d, "utilization-vision").verdict, Verdict::kNotReproduced);
+}
+
+TEST(ReportFindings, AdamBeatenSomewhereIsReproducedAndAdamBestEverywhereIsNot) {
+  FakeRun adam{"vit"};
+  adam.loss = [](int, double) { return 1.0; };
+  FakeRun sgd = adam;
+  sgd.optimizer = "sgd";
+  sgd.loss = [](int, double) { return 0.5; };
+  EXPECT_EQ(finding(analyze_runs({adam, sgd}), "adam-not-best").verdict, Verdict::kReproduced);
+  sgd.loss = [](int, double) { return 1.5; };
+  EXPECT_EQ(finding(analyze_runs({adam, sgd}), "adam-not-best").verdict, Verdict::kNotReproduced);
+}
+
+TEST(ReportFindings, ADifferenceWithinTheSeedIntervalIsTooCloseToCall) {
+  // Three seeds each; SGD is ahead by 0.01 on average while seeds spread by 0.2.
+  std::vector<FakeRun> runs;
+  for (int seed = 0; seed < 3; ++seed) {
+    FakeRun adam{"vit"};
+    adam.seed = seed;
+    const double spread = 0.2 * (seed - 1);
+    adam.loss = [spread](int, double) { return 1.0 + spread; };
+    FakeRun sgd = adam;
+    sgd.optimizer = "sgd";
+    sgd.loss = [spread](int, double) { return 0.99 + spread; };
+    runs.push_back(adam);
+    runs.push_back(sgd);
+  }
+  const ReportData d = analyze_runs(runs);
+  ASSERT_EQ(d.groups.size(), 2u);  // seeds pooled
+  EXPECT_EQ(d.groups[0].runs.size(), 3u);
+  EXPECT_TRUE(d.groups[0].final_loss.has_interval());
+  const Finding& f = finding(d, "adam-not-best");
+  EXPECT_EQ(f.verdict, Verdict::kNotEnoughData) << f.measured;
+  ASSERT_FALSE(f.notes.empty());
+  EXPECT_TRUE(testing::contains(f.notes[0], "95% intervals"));
+}
+
+TEST(ReportFindings, CheckpointingWithTheSameLossAndThirtyPercentMoreTime) {
+  FakeRun standard{"llama"};
+  standard.loss = [](int i, double) { return 3.0 / i; };
+  FakeRun checkpoint = standard;
+  checkpoint.strategy = "checkpoint";
+  checkpoint.step_s = 0.13;
+  checkpoint.peak *= 0.6;
+  const ReportData d = analyze_runs({standard, checkpoint});
+  EXPECT_EQ(finding(d, "checkpoint-loss").verdict, Verdict::kNotReproduced);
+  EXPECT_EQ(finding(d, "checkpoint-time").verdict, Verdict::kReproduced)
+      << finding(d, "checkpoint-time").measured;
+  // Twice the time is more than "up to 60%"; a different loss is a change.
+  checkpoint.step_s = 0.2;
+  checkpoint.loss = [](int i, double) { return 3.1 / i; };
+  const ReportData e = analyze_runs({standard, checkpoint});
+  EXPECT_EQ(finding(e, "checkpoint-time").verdict, Verdict::kNotReproduced);
+  EXPECT_EQ(finding(e, "checkpoint-loss").verdict, Verdict::kReproduced);
+}
+
+TEST(ReportFindings, UtilizationRangesAndTheDeviceCaveat) {
+  FakeRun lm{"llama"};
+  lm.device = "cuda:0";
+  lm.util = 12;
+  FakeRun vit{"vit"};
+  vit.device = "cpu";
+  vit.util = 98;
+  const ReportData d = analyze_runs({lm, vit});
+  EXPECT_EQ(finding(d, "utilization-lm").verdict, Verdict::kReproduced);
+  EXPECT_TRUE(finding(d, "utilization-lm").notes.empty());
+  const Finding& v = finding(d, "utilization-vision");
+  EXPECT_EQ(v.verdict, Verdict::kReproduced);
+  ASSERT_EQ(v.notes.size(), 1u);
+  EXPECT_TRUE(testing::contains(v.notes[0], "GPU utilization"));
+}
+
+TEST(ReportRecommendations, TheBestThatFitsEachBudget) {
+  const double mib = 1024.0 * 1024;
+  FakeRun adam{"vit"};
+  adam.peak = 100 * mib;
+  adam.loss = [](int, double) { return 0.5; };
+  FakeRun sgd = adam;
+  sgd.optimizer = "sgd";
+  sgd.peak = 80 * mib;
+  sgd.loss = [](int, double) { return 1.0; };
+  // Checkpointed Adam ran out of memory under a 60 MiB cap.
+  FakeRun capped = adam;
+  capped.strategy = "checkpoint";
+  capped.status = "oom";
+  capped.memory_cap = 60 * mib;
+  ReportOptions options;
+  options.memory_budgets = {static_cast<int64_t>(50 * mib), static_cast<int64_t>(90 * mib),
+                            static_cast<int64_t>(200 * mib)};
+  const ReportData d = analyze_runs({adam, sgd, capped}, options);
+  std::map<double, const Recommendation*> by_budget;
+  for (const Recommendation& r : d.recommendations) by_budget[r.budget_bytes / mib] = &r;
+  ASSERT_EQ(by_budget.size(), 4u);  // three given and the cap in the data
+  EXPECT_FALSE(by_budget.at(50)->best.has_value());
+  EXPECT_FALSE(by_budget.at(60)->best.has_value());
+  ASSERT_TRUE(by_budget.at(90)->best.has_value());
+  EXPECT_EQ(d.groups[*by_budget.at(90)->best].optimizer, "sgd");
+  ASSERT_TRUE(by_budget.at(200)->best.has_value());
+  EXPECT_EQ(d.groups[*by_budget.at(200)->best].optimizer, "adam");
+  EXPECT_DOUBLE_EQ(by_budget.at(200)->best_loss.mean, 0.5);
+  EXPECT_NEAR(by_budget.at(200)->time_to_samples_s, 2.0, 1e-9);  // 20 steps x 0.1 s
+  // The capped run is listed as not fitting, with its reason.
+  const auto& misses = by_budget.at(200)->miss_reasons;
+  EXPECT_TRUE(std::any_of(misses.begin(), misses.end(), [](const std::string& m) {
+    return testing::contains(m, "ran out of memory under a 60.00 MiB cap");
+  })) << ::testing::PrintToString(misses);
+}
+
+TEST(ReportRecommendations, LatestAttemptWinsAndLabelsTellGroupsApart) {
+  FakeRun a{"llama"};
+  FakeRun b = a;
+  b.status = "diverged";
+  std::vector<json> records = {record_of(b), record_of(a)};  // same run_id: a is latest
+  FakeRun lr = a;
+  lr.batch = 4;
+  records.push_back(record_of(lr));
+  const ReportData d = analyze_records(records, {});
+  EXPECT_EQ(d.attempts, 3);
+  ASSERT_EQ(d.runs.size(), 2u);
+  ASSERT_EQ(d.groups.size(), 2u);
+  EXPECT_EQ(d.groups[0].statuses, "ok");
+  EXPECT_NE(d.groups[0].label, d.groups[1].label);
+  EXPECT_TRUE(testing::contains(d.groups[0].label + d.groups[1].label, "batch=4"));
+}
+
+TEST(ReportRender, CsvColumnsAndMarkdownTables) {
+  FakeRun a{"vit"};
+  FakeRun b = a;
+  b.optimizer = "sgd";
+  const ReportData d = analyze_runs({a, b});
+  const std::string runs = runs_csv(d);
+  EXPECT_EQ(runs.substr(0, runs.find('\n')).rfind("run_id,sweep,configuration,model,preset,", 0),
+            0u);
+  EXPECT_EQ(std::count(runs.begin(), runs.end(), '\n'), 3);
+  const std::string steps = steps_csv(d);
+  EXPECT_EQ(steps.substr(0, steps.find('\n')),
+            "run_id,step,samples,tokens,time_s,energy_j,loss,lr,grad_norm");
+  EXPECT_EQ(std::count(steps.begin(), steps.end(), '\n'), 41);
+  const std::string md = markdown_summary(d);
+  EXPECT_TRUE(testing::contains(md, "## Recommendations"));
+  EXPECT_TRUE(testing::contains(md, "| Adam is not the best optimizer everywhere."));
+}
+
+// ---- the files of a report ----
+
+bool have_program(const std::string& name) {
+  return std::system(("command -v " + name + " >/dev/null 2>&1").c_str()) == 0;
+}
+
+bool valid_svg(const std::string& text) {
+  return text.rfind("<?xml", 0) == 0 && testing::contains(text, "<svg") &&
+         text.find("</svg>") != std::string::npos &&
+         text.find_last_not_of(" \n") + 1 == text.find("</svg>") + 6;
+}
+
+// PNG signature, an IHDR with nonzero size first and an IEND chunk last.
+bool valid_png(const std::string& b) {
+  if (b.size() < 57 || b.compare(0, 8, "\x89PNG\r\n\x1a\n") != 0) return false;
+  if (b.compare(12, 4, "IHDR") != 0) return false;
+  auto be32 = [&](size_t at) {
+    return (uint32_t(uint8_t(b[at])) << 24) | (uint32_t(uint8_t(b[at + 1])) << 16) |
+           (uint32_t(uint8_t(b[at + 2])) << 8) | uint32_t(uint8_t(b[at + 3]));
+  };
+  return be32(16) > 0 && be32(20) > 0 && b.compare(b.size() - 8, 4, "IEND") == 0;
+}
+
+std::map<std::string, std::string> files_under(const fs::path& root) {
+  std::map<std::string, std::string> files;
+  for (const auto& e : fs::recursive_directory_iterator(root))
+    if (e.is_regular_file())
+      files[fs::relative(e.path(), root).string()] = testing::slurp(e.path());
+  return files;
+}
+
+#ifdef GRADSCOPE_BINARY
+// A tiny sweep (two models, two optimizers, standard and accumulation, a second seed for one
+// configuration), its report, and the checks the report must pass.
+TEST(ReportEndToEnd, ReportOfATinySweepIsCompleteValidAndDeterministic) {
+  if (!have_program("gnuplot")) GTEST_SKIP() << "gnuplot not installed";
+  testing::TempDir dir("gradscope-report-e2e");
+  // The Llama grid on the committed text, then one ViT run.
+  const std::string llama = fmt::format(R"(name = "tiny-report"
+[sweep]
+jobs = 1
+[fixed]
+model = "llama"
+preset = "tiny"
+steps = 6
+warmup_steps = 1
+batch = 4
+seq = 32
+eval_batches = 1
+dataset = "{0}/text/sotu-excerpt.txt"
+[axes]
+optimizer = ["sgd", "adam"]
+strategy = ["standard", "checkpoint", "accumulation"]
+seed = [0, 1]
+[[override]]
+when = {{ strategy = "accumulation" }}
+set = {{ accum_steps = 2 }}
+)",
+                                        GRADSCOPE_FIXTURES);
+  std::ofstream(dir.file("llama.toml")) << llama;
+  const std::string db = dir.file("runs.db");
+  const auto sweep = testing::run_gradscope("sweep " + dir.file("llama.toml") + " --db " + db);
+  ASSERT_EQ(sweep.code, 0) << sweep.out << sweep.err;
+  const auto vit = testing::run_gradscope(
+      "run --model vit --preset tiny --steps 6 --warmup-steps 1 --batch 4 --eval-batches 1 "
+      "--quiet --db " +
+      db);
+  ASSERT_EQ(vit.code, 0) << vit.out << vit.err;
+
+  const std::string out = dir.file("report");
+  const auto report = testing::run_gradscope("report " + db + " --out " + out);
+  ASSERT_EQ(report.code, 0) << report.out << report.err;
+  EXPECT_TRUE(testing::contains(report.out, "13 runs in 7 configurations")) << report.out;
+
+  // Every figure as valid SVG and PNG, with its script and data.
+  std::set<std::string> stems;
+  for (const auto& e : fs::directory_iterator(fs::path(out) / "figures"))
+    stems.insert(e.path().stem().string());
+  for (const char* expected :
+       {"loss-llama-steps", "loss-llama-samples", "loss-llama-time", "loss-llama-energy",
+        "memory-llama", "phases-llama", "pareto-llama", "loss-vit-steps", "utilization", "energy"})
+    EXPECT_TRUE(stems.count(expected)) << expected;
+  for (const std::string& stem : stems) {
+    const fs::path base = fs::path(out) / "figures" / stem;
+    EXPECT_TRUE(valid_svg(testing::slurp(base.string() + ".svg"))) << stem;
+    EXPECT_TRUE(valid_png(testing::slurp(base.string() + ".png"))) << stem;
+    EXPECT_TRUE(fs::exists(base.string() + ".gp")) << stem;
+    EXPECT_TRUE(fs::exists(base.string() + ".dat")) << stem;
+    EXPECT_FALSE(fs::exists(base.string() + ".log")) << stem;
+  }
+  // CSV columns.
+  const std::string runs = testing::slurp(out + "/runs.csv");
+  EXPECT_TRUE(testing::contains(runs.substr(0, runs.find('\n')),
+                                "status,final_loss,loss_last_tenth,final_val_loss"));
+  EXPECT_EQ(std::count(runs.begin(), runs.end(), '\n'), 14);
+  const std::string steps = testing::slurp(out + "/steps.csv");
+  EXPECT_EQ(steps.substr(0, steps.find('\n')),
+            "run_id,step,samples,tokens,time_s,energy_j,loss,lr,grad_norm");
+  EXPECT_EQ(std::count(steps.begin(), steps.end(), '\n'), 1 + 13 * 7);
+  // The HTML references no missing file, and inlines one image per figure.
+  const std::string html = testing::slurp(out + "/report.html");
+  // (Scanned by hand: std::regex recurses per character and overflows on inline images.)
+  int inline_images = 0;
+  for (const std::string attr : {" src=\"", " href=\""}) {
+    for (size_t at = html.find(attr); at != std::string::npos; at = html.find(attr, at + 1)) {
+      const size_t from = at + attr.size();
+      const std::string target = html.substr(from, html.find('"', from) - from);
+      if (target.rfind("data:image/svg+xml;base64,", 0) == 0) {
+        ++inline_images;
+        continue;
+      }
+      EXPECT_EQ(target.find("://"), std::string::npos) << "network reference " << target;
+      EXPECT_TRUE(fs::exists(fs::path(out) / target)) << "missing " << target;
+    }
+  }
+  EXPECT_EQ(inline_images, static_cast<int>(stems.size()));
+  // The same database gives the same bytes.
+  const auto again = testing::run_gradscope("report " + db + " --out " + dir.file("again"));
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_TRUE(files_under(out) == files_under(dir.file("again")));
+
+  // Headless Chromium renders it with every figure loaded and the shown ones visible; the
+  // screenshot is kept beside the test binary as a build artifact.
+  std::string chromium;
+  for (const char* name : {"chromium", "chromium-browser", "google-chrome"})
+    if (chromium.empty() && have_program(name)) chromium = name;
+  if (chromium.empty()) GTEST_SKIP() << "no chromium to render the report with";
+  const std::string flags =
+      " --headless --no-sandbox --disable-gpu --hide-scrollbars --virtual-time-budget=5000 ";
+  const std::string url = "file://" + fs::absolute(out + "/report.html").string();
+  const std::string dom = dir.file("dom.html");
+  ASSERT_EQ(
+      std::system((chromium + flags + "--dump-dom " + url + " >" + dom + " 2>/dev/null").c_str()),
+      0);
+  const std::string rendered = testing::slurp(dom);
+  auto attr = [&](const std::string& name) {
+    std::smatch m;
+    const std::regex re(name + "=\"([0-9]+)\"");
+    return std::regex_search(rendered, m, re) ? std::stoi(m[1]) : -1;
+  };
+  EXPECT_EQ(attr("data-figures-total"), static_cast<int>(stems.size()));
+  EXPECT_EQ(attr("data-figures-loaded"), attr("data-figures-total"));
+  EXPECT_GT(attr("data-figures-meant"), 0);
+  EXPECT_EQ(attr("data-figures-visible"), attr("data-figures-meant"));
+  const fs::path artifacts = fs::path(GRADSCOPE_BINARY).parent_path() / "artifacts";
+  fs::create_directories(artifacts);
+  const std::string shot = (artifacts / "report-screenshot.png").string();
+  fs::remove(shot);
+  ASSERT_EQ(std::system((chromium + flags + "--window-size=1400,3000 --screenshot=" + shot + " " +
+                         url + " >/dev/null 2>&1")
+                            .c_str()),
+            0);
+  EXPECT_TRUE(valid_png(testing::slurp(shot)));
+}
+
+TEST(ReportEndToEnd, UsageErrors) {
+  testing::TempDir dir("gradscope-report-cli");
+  auto r = testing::run_gradscope("report " + dir.file("missing.db") + " --out " + dir.file("o"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(testing::contains(r.err, "no database at")) << r.err;
+  { Database db(dir.file("empty.db")); }
+  r = testing::run_gradscope("report " + dir.file("empty.db") + " --out " + dir.file("o"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(testing::contains(r.err, "holds no runs")) << r.err;
+  r = testing::run_gradscope("report " + dir.file("empty.db"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(testing::contains(r.err, "needs --out")) << r.err;
+}
+#endif
+
+}  // namespace
+}  // namespace gradscope
