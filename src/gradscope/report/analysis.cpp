@@ -673,13 +673,14 @@ std::vector<Recommendation> recommend(const ReportData& data, const ReportOption
           continue;
         }
         rec.fits.push_back(i);
-        // The lowest loss; between equal losses (checkpointing does not change it), the
-        // faster step.
+        // The lowest loss; between losses equal to 0.01% (checkpointing, and accumulation at
+        // the same effective batch, change only the rounding), the faster step.
         const Interval l = group_loss_at(data, g, Axis::kSamples, equal);
+        const bool tie = rec.best && std::abs(l.mean - rec.best_loss.mean) <=
+                                         1e-4 * std::abs(rec.best_loss.mean);
         const bool better =
-            l.n > 0 &&
-            (!rec.best || l.mean < rec.best_loss.mean ||
-             (l.mean == rec.best_loss.mean && g.step_s.mean < data.groups[*rec.best].step_s.mean));
+            l.n > 0 && (!rec.best || (!tie && l.mean < rec.best_loss.mean) ||
+                        (tie && g.step_s.mean < data.groups[*rec.best].step_s.mean));
         if (better) {
           rec.best = i;
           rec.best_loss = l;
