@@ -407,59 +407,54 @@ class FigureWriter {
     emit(std::move(f), width, 330 + 14 * bmargin, dat_text, body);
   }
 
-  void memory_figure(const std::string& model) {
+  // One stacked bar per configuration of the model that has the components `parts` of
+  // `member` (memory breakdown or phase times), each mean scaled by `scale`.
+  void component_figure(const std::string& model,
+                        const std::map<std::string, Interval> Group::*member,
+                        const std::vector<std::string>& parts, double scale, Figure f,
+                        const std::vector<std::string>& series, const std::string& ylabel) {
     std::vector<std::string> labels;
     std::vector<std::vector<double>> values;
     for (size_t i : groups_of(model)) {
-      const Group& g = data_.groups[i];
-      if (g.memory.empty()) continue;
+      const auto& by_part = data_.groups[i].*member;
+      if (by_part.empty()) continue;
       std::vector<double> row;
-      for (const char* part : kMemoryParts) {
-        auto it = g.memory.find(part);
-        row.push_back(it == g.memory.end() ? 0.0 : it->second.mean / kMiB);
+      for (const std::string& part : parts) {
+        auto it = by_part.find(part);
+        row.push_back(it == by_part.end() ? 0.0 : scale * it->second.mean);
       }
-      labels.push_back(g.label);
+      labels.push_back(data_.groups[i].label);
       values.push_back(row);
     }
     if (labels.empty()) return;
+    f.section = model;
+    stacked_bars(f, labels, values, series, ylabel);
+  }
+
+  void memory_figure(const std::string& model) {
     Figure f;
     f.name = "memory-" + model;
-    f.section = model;
     f.kind = "memory";
     f.title = model + ": peak memory by component";
     f.caption =
         "Memory at the step's peak, by what holds it (memory.breakdown in each record; mean over "
         "seeds). Other: the batch, workspace and allocator overhead.";
-    stacked_bars(f, labels, values,
-                 std::vector<std::string>(std::begin(kMemoryLabels), std::end(kMemoryLabels)),
-                 "MiB");
+    component_figure(
+        model, &Group::memory,
+        std::vector<std::string>(std::begin(kMemoryParts), std::end(kMemoryParts)), 1.0 / kMiB, f,
+        std::vector<std::string>(std::begin(kMemoryLabels), std::end(kMemoryLabels)), "MiB");
   }
 
   void phases_figure(const std::string& model) {
-    std::vector<std::string> labels;
-    std::vector<std::vector<double>> values;
-    for (size_t i : groups_of(model)) {
-      const Group& g = data_.groups[i];
-      if (g.phase_s.empty()) continue;
-      std::vector<double> row;
-      for (const char* phase : kPhases) {
-        auto it = g.phase_s.find(phase);
-        row.push_back(it == g.phase_s.end() ? 0.0 : 1e3 * it->second.mean);
-      }
-      labels.push_back(g.label);
-      values.push_back(row);
-    }
-    if (labels.empty()) return;
     Figure f;
     f.name = "phases-" + model;
-    f.section = model;
     f.kind = "phases";
     f.title = model + ": time per step by phase";
     f.caption =
         "Mean time per timed step in each phase (the phase totals over timed steps); checkpointed "
         "runs recompute their forward inside backward.";
-    stacked_bars(f, labels, values,
-                 std::vector<std::string>(std::begin(kPhases), std::end(kPhases)), "ms per step");
+    const std::vector<std::string> phases(std::begin(kPhases), std::end(kPhases));
+    component_figure(model, &Group::phase_s, phases, 1e3, f, phases, "ms per step");
   }
 
   void pareto_figure(const std::string& model) {
