@@ -26,14 +26,8 @@ const std::set<std::string> kNotTheConfiguration = {
     "phase_timing", "memory_snapshot", "watts_per_core", "grid_g_per_kwh",
     "eval_every",   "eval_batches"};
 
-// The number at a path of nested objects, or NaN when absent or not a number.
 double num(const json& j, std::initializer_list<const char*> path) {
-  const json* at = &j;
-  for (const char* key : path) {
-    if (!at->is_object() || !at->contains(key)) return kNaN;
-    at = &(*at)[key];
-  }
-  return at->is_number() ? at->get<double>() : kNaN;
+  return record_number(j, path);
 }
 
 // Top-level and arch.* / opt.* settings as "name" -> canonical value text.
@@ -139,9 +133,6 @@ void summarize(ReportData& data, Group& g) {
   });
   g.util_pct = interval_of(data, g, [](const ReportRun& r) {
     return num(r.record, {"utilization", "mean_pct"});
-  });
-  g.samples_per_s = interval_of(data, g, [](const ReportRun& r) {
-    return num(r.record, {"throughput", "samples_per_s"});
   });
   for (const char* part : {"params", "grads", "optimizer_state", "activations", "other"}) {
     std::vector<double> v;
@@ -734,6 +725,15 @@ double incomplete_beta(double x, double a, double b) {
 }
 
 }  // namespace
+
+double record_number(const json& j, std::initializer_list<const char*> path) {
+  const json* at = &j;
+  for (const char* key : path) {
+    if (!at->is_object() || !at->contains(key)) return kNaN;
+    at = &(*at)[key];
+  }
+  return at->is_number() ? at->get<double>() : kNaN;
+}
 
 const char* axis_name(Axis a) {
   switch (a) {

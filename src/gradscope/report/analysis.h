@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <string>
@@ -68,7 +69,7 @@ struct Group {
   std::vector<size_t> runs;     // indices into ReportData::runs, in seed order
   std::vector<size_t> ok_runs;  // those whose status is "ok"
   // Figures over the ok runs (NaN-free; n = 0 when none has the value).
-  Interval final_loss, val_loss, step_s, peak_bytes, energy_j, util_pct, samples_per_s;
+  Interval final_loss, val_loss, step_s, peak_bytes, energy_j, util_pct;
   std::map<std::string, Interval> memory;   // breakdown component -> bytes
   std::map<std::string, Interval> phase_s;  // data/forward/backward/optimizer -> s per step
   double samples_total = 0;                 // smallest over its ok runs
@@ -135,6 +136,10 @@ ReportData analyze(Database& db, const ReportOptions& options);
 // The same from records (the latest attempt of each run_id wins; `attempts` = records.size()).
 ReportData analyze_records(const std::vector<nlohmann::json>& records,
                            const ReportOptions& options);
+
+// The number at a path of nested objects of a record, or NaN when absent, null or not a
+// number (JSON holds no NaN, so NaN always means "not there").
+double record_number(const nlohmann::json& j, std::initializer_list<const char*> path);
 
 // "1.23x", "+12%" and friends, shared with the renderers.
 std::string format_ratio(double r);

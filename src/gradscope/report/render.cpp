@@ -37,12 +37,7 @@ const char* const kPhases[] = {"data", "forward", "backward", "optimizer"};
 constexpr size_t kCurvePoints = 200;  // points per drawn loss curve (bucket means)
 
 double num(const json& j, std::initializer_list<const char*> path) {
-  const json* at = &j;
-  for (const char* key : path) {
-    if (!at->is_object() || !at->contains(key)) return std::nan("");
-    at = &(*at)[key];
-  }
-  return at->is_number() ? at->get<double>() : std::nan("");
+  return record_number(j, path);
 }
 
 std::string str(const json& j, std::initializer_list<const char*> path) {
