@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 GS := $(BUILD)/gradscope
 DEMO_OUT ?= demo-out
 
-.PHONY: all deps data data-all configure build test demo bench clean format
+.PHONY: all deps data data-all configure build test test-fast demo bench clean format
 
 all: build
 
@@ -16,7 +16,7 @@ deps:
 data: deps
 	bash scripts/fetch-data.sh tokenizers text
 
-# Everything DESIGN.md lists, images and emoji included.
+# Every data set, images and emoji included.
 data-all: deps
 	bash scripts/fetch-data.sh all
 
@@ -30,6 +30,11 @@ build: configure
 
 test: data build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# The fast tier: every suite but those that train for seconds or start gradscope processes
+# (CTest label "fast"); a few minutes on two cores, for a quick check while working.
+test-fast: data build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L fast
 
 # The main job: the smoke sweep (the four models at their tiny presets x SGD and Adam x the
 # three memory strategies, each run in its own process; about 2-5 minutes on two cores,

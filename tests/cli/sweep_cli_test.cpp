@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "gradscope/core/record.h"
 #include "gradscope/store/db.h"
 #include "test_util.h"
 
@@ -44,7 +45,7 @@ std::string write_sweep(const testing::TempDir& dir, int64_t steps,
 std::map<std::string, std::vector<std::string>> statuses(const std::string& db_path) {
   Database db(db_path);
   std::map<std::string, std::vector<std::string>> out;
-  for (const auto& r : db.records()) out[r["run_id"]].push_back(r["status"]);
+  for (const RunRecord& r : db.records()) out[r.run_id].push_back(status_name(r.status));
   return out;
 }
 
@@ -112,6 +113,23 @@ TEST(SweepCli, RunsEveryConfigThenResumeSkipsThem) {
   EXPECT_TRUE(contains(dry.out, "0 to run, 2 skipped")) << dry.out;
 }
 
+// The sweep plans each run under the id gradscope 0.1.0 (commit 048378a) gave it, so that a
+// sweep resumed on a database of that version skips what it ran.
+TEST(SweepCli, DryRunListsTheRunIdsOfVersionZeroOne) {
+  testing::TempDir dir("gradscope-sweep-ids");
+  const std::string path = dir.file("ids.toml");
+  std::ofstream(path) << "[fixed]\nmodel = \"llama\"\n"
+                      << "[axes]\nstrategy = [\"standard\", \"checkpoint\", \"accumulation\", "
+                         "\"fused\"]\n"
+                      << "[[override]]\nwhen = { strategy = \"accumulation\" }\n"
+                      << "set = { accum_steps = 4 }\n";
+  auto r = run_gradscope("sweep " + path + " --db " + dir.file("r.db") + " --dry-run");
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* id :
+       {"dc61552a07d43c5d", "84d47e0a65bdd4b6", "1d4e320eb6218798", "12e650da681bcb38"})
+    EXPECT_TRUE(contains(r.out, id)) << id << " in:\n" << r.out;
+}
+
 TEST(SweepCli, JobsRunChildrenSideBySideWithThreadsSplit) {
   testing::TempDir dir("gradscope-sweep-jobs");
   const std::string file = write_sweep(dir, 2, "jobs = 2\n", {"0", "1"});  // 4 runs
@@ -129,7 +147,7 @@ TEST(SweepCli, JobsRunChildrenSideBySideWithThreadsSplit) {
   for (const auto& [id, list] : s) EXPECT_EQ(list, std::vector<std::string>{"ok"}) << id;
   // Each child was told its share of the threads.
   Database d(db);
-  for (const auto& rec : d.records()) EXPECT_EQ(rec["config"]["threads"], threads);
+  for (const RunRecord& rec : d.records()) EXPECT_EQ(rec.config.threads, threads);
 }
 
 TEST(SweepCli, KillNineOfTheSweepThenResumeLosesAndDuplicatesNothing) {

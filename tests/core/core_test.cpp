@@ -5,6 +5,7 @@
 #include "gradscope/core/error.h"
 #include "gradscope/core/registry.h"
 #include "gradscope/core/rng.h"
+#include "gradscope/core/settings.h"
 
 namespace gradscope {
 namespace {

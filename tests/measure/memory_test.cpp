@@ -5,10 +5,8 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <sstream>
 #include <string>
 #include <thread>
-#include <type_traits>
 #include <vector>
 
 #include "gradscope/core/error.h"
@@ -181,144 +179,6 @@ TEST(Rss, PeakIsPositiveAndGrowsWhenABufferIsTouched) {
   volatile char sink = buffer[size / 2];
   (void)sink;
   std::free(buffer);
-}
-
-TEST(TensorsBytes, CountsSharedStorageOnce) {
-  auto a = torch::zeros({10, 10});              // 400 bytes
-  auto view = a.slice(0, 0, 2);                 // shares a's storage
-  auto b = torch::zeros({5}, torch::kFloat64);  // 40 bytes
-  torch::Tensor undefined;
-  EXPECT_EQ(tensors_bytes({a}), 400);
-  EXPECT_EQ(tensors_bytes({a, view, a, b, undefined}), 440);
-  EXPECT_EQ(tensors_bytes({view}), 400);  // a view keeps its whole storage alive
-  EXPECT_EQ(tensors_bytes({}), 0);
-}
-
-TEST(GradsBytes, OnlyDefinedGradients) {
-  auto w = torch::ones({3, 4}, torch::requires_grad());
-  auto v = torch::ones({5}, torch::requires_grad());
-  EXPECT_EQ(grads_bytes({w, v}), 0);
-  (w.sum() * 2).backward();
-  EXPECT_EQ(grads_bytes({w, v}), 48);
-}
-
-// A small model's parameters and one optimizer step on a fixed problem.
-struct Problem {
-  torch::nn::Linear linear{torch::nn::LinearOptions(8, 3)};
-  std::vector<torch::Tensor> params() { return linear->parameters(); }
-  int64_t params_bytes() { return tensors_bytes(params()); }
-  void step(torch::optim::Optimizer& optimizer) {
-    optimizer.zero_grad();
-    linear(torch::ones({4, 8})).pow(2).sum().backward();
-    optimizer.step();
-  }
-};
-
-TEST(OptimizerStateBytes, BuiltinOptimizers) {
-  {
-    Problem p;
-    torch::optim::Adam adam(p.params(), torch::optim::AdamOptions(1e-3));
-    EXPECT_EQ(optimizer_state_bytes(adam), 0);  // state is created lazily
-    p.step(adam);
-    EXPECT_EQ(optimizer_state_bytes(adam), 2 * p.params_bytes());
-  }
-  {
-    Problem p;
-    torch::optim::Adam amsgrad(p.params(), torch::optim::AdamOptions(1e-3).amsgrad(true));
-    p.step(amsgrad);
-    EXPECT_EQ(optimizer_state_bytes(amsgrad), 3 * p.params_bytes());
-  }
-  {
-    Problem p;
-    torch::optim::AdamW adamw(p.params(), torch::optim::AdamWOptions(1e-3));
-    p.step(adamw);
-    EXPECT_EQ(optimizer_state_bytes(adamw), 2 * p.params_bytes());
-  }
-  {
-    Problem p;
-    // Adagrad creates its `sum` state in the constructor.
-    torch::optim::Adagrad adagrad(p.params(), torch::optim::AdagradOptions(1e-2));
-    p.step(adagrad);
-    EXPECT_EQ(optimizer_state_bytes(adagrad), p.params_bytes());
-  }
-  {
-    Problem p;
-    torch::optim::SGD plain(p.params(), torch::optim::SGDOptions(0.1));
-    p.step(plain);
-    EXPECT_EQ(optimizer_state_bytes(plain), 0);
-  }
-  {
-    Problem p;
-    torch::optim::SGD momentum(p.params(), torch::optim::SGDOptions(0.1).momentum(0.9));
-    p.step(momentum);
-    EXPECT_EQ(optimizer_state_bytes(momentum), p.params_bytes());
-  }
-  {
-    Problem p;
-    torch::optim::RMSprop centered(p.params(),
-                                   torch::optim::RMSpropOptions(1e-2).centered(true).momentum(0.9));
-    p.step(centered);
-    EXPECT_EQ(optimizer_state_bytes(centered), 3 * p.params_bytes());
-  }
-}
-
-// An optimizer of the kind gradscope adds: its param state reports its own tensors.
-struct CountedState : public torch::optim::OptimizerCloneableParamState<CountedState>,
-                      public StateBytes {
-  torch::Tensor buffer;
-  std::vector<torch::Tensor> state_tensors() const override { return {buffer}; }
-};
-struct UncountedState : public torch::optim::OptimizerCloneableParamState<UncountedState> {
-  torch::Tensor buffer;
-};
-
-// The state map's key is a string in LibTorch 1.13 and the TensorImpl pointer in 2.x.
-template <class Key>
-Key state_key(const torch::Tensor& p) {
-  if constexpr (std::is_same_v<Key, std::string>) {
-    std::ostringstream key;
-    key << p.unsafeGetTensorImpl();
-    return key.str();
-  } else {
-    return p.unsafeGetTensorImpl();
-  }
-}
-
-class StatefulOptimizer : public torch::optim::Optimizer {
- public:
-  StatefulOptimizer(std::vector<torch::Tensor> params, bool counted)
-      : torch::optim::Optimizer({torch::optim::OptimizerParamGroup(std::move(params))},
-                                std::make_unique<torch::optim::SGDOptions>(0.1)) {
-    for (const auto& p : param_groups_[0].params()) {
-      const auto key = state_key<std::decay_t<decltype(state_)>::key_type>(p);
-      if (counted) {
-        auto s = std::make_unique<CountedState>();
-        s->buffer = torch::zeros_like(p);
-        state_[key] = std::move(s);
-      } else {
-        auto s = std::make_unique<UncountedState>();
-        s->buffer = torch::zeros_like(p);
-        state_[key] = std::move(s);
-      }
-    }
-  }
-  torch::Tensor step(LossClosure closure = nullptr) override { return {}; }
-  void save(torch::serialize::OutputArchive&) const override {}
-  void load(torch::serialize::InputArchive&) override {}
-};
-
-TEST(OptimizerStateBytes, CustomStatesImplementStateBytes) {
-  Problem p;
-  StatefulOptimizer counted(p.params(), /*counted=*/true);
-  EXPECT_EQ(optimizer_state_bytes(counted), p.params_bytes());
-  StatefulOptimizer uncounted(p.params(), /*counted=*/false);
-  try {
-    optimizer_state_bytes(uncounted);
-    FAIL() << "an unknown state type must not count as 0";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kErrorKindRuntime);
-    EXPECT_NE(e.hint().find("StateBytes"), std::string::npos);
-  }
 }
 
 }  // namespace

@@ -262,6 +262,14 @@ class PeakDevice : public ::testing::Test {
   testing::TempDir dir_{"gradscope-peak"};
 };
 
+// The peak a run finds: with the newest probe of its host, device and thread count in the
+// database, or with no probe when there is no database.
+DevicePeak run_peak(const std::string& device_name, const std::string& dtype,
+                    const std::string& host, int threads, Database* db) {
+  return device_peak(device_name, dtype,
+                     db ? db->latest_probe(host, device_name, threads) : json());
+}
+
 json probe_with_peak(const std::string& device_name, const std::string& host, int threads,
                      const std::string& created_at, const json& peak) {
   return {{"schema", "gradscope.probe/1"},
@@ -276,7 +284,7 @@ TEST_F(PeakDevice, TableComesBeforeAProbe) {
   Database db(dir_.file("peak.db"));
   db.save_probe(probe_with_peak("NVIDIA H100 80GB HBM3", "h", 1, "2024-05-01T00:00:00Z",
                                 {{"bf16", 7e14}, {"fp32", 5e13}}));
-  const DevicePeak peak = device_peak("NVIDIA H100 80GB HBM3", "bf16", "h", 1, &db);
+  const DevicePeak peak = run_peak("NVIDIA H100 80GB HBM3", "bf16", "h", 1, &db);
   ASSERT_TRUE(peak.flops_per_s.has_value());
   EXPECT_DOUBLE_EQ(*peak.flops_per_s, 989.5 * kTera);
   EXPECT_EQ(peak.source, "datasheet: NVIDIA H100 SXM, bf16 dense");
@@ -286,7 +294,7 @@ TEST_F(PeakDevice, ProbeOfTheSameHostDeviceAndThreadsWhenNotInTheTable) {
   Database db(dir_.file("peak.db"));
   db.save_probe(probe_with_peak("Some CPU", "h", 2, "2024-05-01T00:00:00Z", {{"fp32", 4e10}}));
   db.save_probe(probe_with_peak("Some CPU", "h", 2, "2024-06-01T00:00:00Z", {{"fp32", 5e10}}));
-  const DevicePeak peak = device_peak("Some CPU", "fp32", "h", 2, &db);
+  const DevicePeak peak = run_peak("Some CPU", "fp32", "h", 2, &db);
   ASSERT_TRUE(peak.flops_per_s.has_value());
   EXPECT_DOUBLE_EQ(*peak.flops_per_s, 5e10);
   EXPECT_EQ(peak.source, "probe 2024-06-01T00:00:00Z");
@@ -294,9 +302,9 @@ TEST_F(PeakDevice, ProbeOfTheSameHostDeviceAndThreadsWhenNotInTheTable) {
   // Another thread count, host or device, a dtype the probe did not measure, or no
   // database: unknown, not a neighbour's figure.
   for (const DevicePeak& other :
-       {device_peak("Some CPU", "fp32", "h", 1, &db), device_peak("Some CPU", "fp32", "g", 2, &db),
-        device_peak("Other CPU", "fp32", "h", 2, &db), device_peak("Some CPU", "bf16", "h", 2, &db),
-        device_peak("Some CPU", "fp32", "h", 2, nullptr)}) {
+       {run_peak("Some CPU", "fp32", "h", 1, &db), run_peak("Some CPU", "fp32", "g", 2, &db),
+        run_peak("Other CPU", "fp32", "h", 2, &db), run_peak("Some CPU", "bf16", "h", 2, &db),
+        run_peak("Some CPU", "fp32", "h", 2, nullptr)}) {
     EXPECT_FALSE(other.flops_per_s.has_value());
     EXPECT_EQ(other.source, "unknown");
   }
@@ -314,7 +322,7 @@ TEST_F(PeakDevice, AMeasuredProbeIsFoundByTheNameRunsRecord) {
   const json probe = run_probe(torch::Device(torch::kCPU), options);
   Database db(dir_.file("peak.db"));
   db.save_probe(probe);
-  const DevicePeak peak = device_peak(env.device_name, "fp32", env.host, 1, &db);
+  const DevicePeak peak = run_peak(env.device_name, "fp32", env.host, 1, &db);
   ASSERT_TRUE(peak.flops_per_s.has_value());
   EXPECT_DOUBLE_EQ(*peak.flops_per_s, probe["peak"]["fp32"].get<double>());
   EXPECT_EQ(peak.source, "probe " + probe["created_at"].get<std::string>());

@@ -6,8 +6,10 @@
 #include <chrono>
 #include <stdexcept>
 #include <thread>
+#include <vector>
 
 #include "gradscope/core/error.h"
+#include "gradscope/core/record.h"
 
 namespace gradscope {
 namespace {
@@ -134,6 +136,18 @@ TEST(SamplerCpu, UtilizationIsCpuTimeOverWallTimesThreads) {
   EXPECT_DOUBLE_EQ(*s[4].cpu_util_pct, 25.0);
 }
 
+// The samples and the energy as the run record writes them.
+nlohmann::json timeline_json(const std::vector<Sample>& samples) {
+  RunRecord record;
+  record.timeline = to_timeline(samples);
+  return record_to_json(record)["timeline"];
+}
+nlohmann::json energy_json(const EnergyResult& energy) {
+  RunRecord record;
+  record.energy = to_energy(energy);
+  return record_to_json(record)["energy"];
+}
+
 TEST(SamplerJson, NullsStayNull) {
   FakeClock clock;
   FakeCpuSensor cpu;
@@ -147,7 +161,7 @@ TEST(SamplerJson, NullsStayNull) {
   cpu.set(1.5);
   sampler.sample_now();
 
-  const nlohmann::json j = samples_to_json(sampler.samples());
+  const nlohmann::json j = timeline_json(sampler.samples());
   ASSERT_EQ(j.size(), 2u);
   for (const char* key :
        {"t_s", "allocated_bytes", "cpu_util_pct", "rss_bytes", "gpu_util_pct",
@@ -169,7 +183,7 @@ TEST(SamplerJson, NullsStayNull) {
   clock.advance(2.0);
   cpu.set(2.5);
   cpu_only.sample_now();
-  const nlohmann::json k = samples_to_json(cpu_only.samples());
+  const nlohmann::json k = timeline_json(cpu_only.samples());
   EXPECT_DOUBLE_EQ(k[1]["util_pct"].get<double>(), 50.0);
   EXPECT_TRUE(k[1]["allocated_bytes"].is_null());
   EXPECT_TRUE(k[1]["gpu_memory_used_bytes"].is_null());
@@ -307,7 +321,7 @@ TEST(SamplerEnergy, NothingToMeasure) {
   EXPECT_FALSE(e.joules.has_value());
   EXPECT_EQ(e.source, "");
   EXPECT_TRUE(contains(e.detail, "process CPU time could not be read")) << e.detail;
-  const nlohmann::json j = energy_to_json(e);
+  const nlohmann::json j = energy_json(e);
   EXPECT_TRUE(j["joules"].is_null());
   EXPECT_TRUE(j["source"].is_null());
   EXPECT_TRUE(j["co2_g"].is_null());
@@ -329,7 +343,7 @@ TEST(SamplerEnergy, CarbonFromGridIntensity) {
   const EnergyResult e = sampler.energy();
   ASSERT_TRUE(e.co2_g.has_value());
   EXPECT_DOUBLE_EQ(*e.co2_g, 200.0);  // 0.5 kWh x 400 g/kWh
-  const nlohmann::json j = energy_to_json(e);
+  const nlohmann::json j = energy_json(e);
   EXPECT_DOUBLE_EQ(j["joules"].get<double>(), 1.8e6);
   EXPECT_EQ(j["source"], "nvml");
   EXPECT_DOUBLE_EQ(j["co2_g"].get<double>(), 200.0);

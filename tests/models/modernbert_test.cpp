@@ -4,6 +4,7 @@
 #include "gradscope/core/error.h"
 #include "gradscope/models/modernbert.h"
 #include "gradscope/models/registry.h"
+#include "gradscope/train/session.h"
 #include "models/model_test_util.h"
 
 namespace gradscope {

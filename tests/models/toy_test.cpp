@@ -4,6 +4,7 @@
 
 #include "gradscope/models/registry.h"
 #include "gradscope/models/toy.h"
+#include "gradscope/train/session.h"
 #include "test_util.h"
 
 namespace gradscope {

@@ -8,9 +8,9 @@
 #include <iostream>
 #include <sstream>
 
-#include "gradscope/measure/memory.h"
 #include "gradscope/optim/adam8bit.h"
 #include "gradscope/optim/factory.h"
+#include "gradscope/optim/state_bytes.h"
 #include "gradscope/optim/state_key.h"
 #include "test_util.h"
 

@@ -7,9 +7,9 @@
 #include <sstream>
 
 #include "gradscope/core/error.h"
-#include "gradscope/measure/memory.h"
 #include "gradscope/optim/factory.h"
 #include "gradscope/optim/galore.h"
+#include "gradscope/optim/state_bytes.h"
 #include "gradscope/optim/state_key.h"
 #include "test_util.h"
 

@@ -4,11 +4,12 @@
 #include <sstream>
 
 #include "gradscope/core/error.h"
-#include "gradscope/measure/memory.h"
+#include "gradscope/core/tensors.h"
 #include "gradscope/optim/adadelta.h"
 #include "gradscope/optim/adafactor.h"
 #include "gradscope/optim/factory.h"
 #include "gradscope/optim/lion.h"
+#include "gradscope/optim/state_bytes.h"
 #include "test_util.h"
 
 namespace gradscope {

@@ -65,14 +65,16 @@ TEST(ReportStats, LossAtAveragesTheLastTenthUpToThePoint) {
 
 struct FakeRun {
   std::string model = "llama", optimizer = "adam", strategy = "standard", device = "cpu";
-  int64_t seed = 0, batch = 8, accum = 1, steps = 20;
+  int64_t seed = 0, batch = 8, accum = 1, steps = 20, eval_batches = 8;
   double peak = 100 * 1024.0 * 1024, step_s = 0.1, util = 99, memory_cap = 0;
   std::string status = "ok";
   // Loss of step i (1-based) given the samples seen after it.
   std::function<double(int, double)> loss = [](int, double) { return 1.0; };
 };
 
-json record_of(const FakeRun& r) {
+// The record of a run as JSON (schema 1, as older databases hold them).
+json record_json(const FakeRun& r) {
+  const auto bytes = [](double b) { return static_cast<int64_t>(b); };
   json config = {{"model", r.model},
                  {"preset", "tiny"},
                  {"optimizer", r.optimizer},
@@ -86,7 +88,9 @@ json record_of(const FakeRun& r) {
                  {"seq_len", 16},
                  {"device", r.device},
                  {"dtype", "fp32"},
-                 {"memory_cap_bytes", r.memory_cap}};
+                 {"eval_batches", r.eval_batches},
+                 {"memory_cap_bytes", bytes(r.memory_cap)},
+                 {"arch", {{"hidden_size", 64}, {"num_hidden_layers", 2}}}};
   json steps = json::array();
   double samples = 0;
   for (int i = 1; i <= r.steps; ++i) {
@@ -100,12 +104,14 @@ json record_of(const FakeRun& r) {
                      {"tokens", 16 * r.batch * r.accum},
                      {"targets", 16 * r.batch * r.accum}});
   }
-  const std::string id = fmt::format("{}-{}-{}-{}-{}-{}-{}", r.model, r.optimizer, r.strategy,
-                                     r.seed, r.batch, r.accum, r.memory_cap);
+  const std::string id = fmt::format("{}-{}-{}-{}-{}-{}-{}-{}", r.model, r.optimizer, r.strategy,
+                                     r.seed, r.batch, r.accum, r.memory_cap, r.eval_batches);
   return {{"schema", "gradscope.run/1"},
           {"run_id", id},
           {"attempt_uid", id},
           {"status", r.status},
+          {"started_at", "2026-01-01T00:00:00Z"},
+          {"finished_at", "2026-01-01T00:00:01Z"},
           {"config", config},
           {"steps", steps},
           {"eval", json::array()},
@@ -122,25 +128,26 @@ json record_of(const FakeRun& r) {
             {"backward_s", 0.5 * r.step_s * r.steps},
             {"optimizer_s", 0.1 * r.step_s * r.steps}}},
           {"memory",
-           {{"peak_bytes", r.peak},
+           {{"peak_bytes", bytes(r.peak)},
             {"breakdown",
-             {{"params", 0.1 * r.peak},
-              {"grads", 0.1 * r.peak},
-              {"optimizer_state", 0.2 * r.peak},
-              {"activations", 0.5 * r.peak},
-              {"other", 0.1 * r.peak}}}}},
+             {{"params", bytes(0.1 * r.peak)},
+              {"grads", bytes(0.1 * r.peak)},
+              {"optimizer_state", bytes(0.2 * r.peak)},
+              {"activations", bytes(0.5 * r.peak)},
+              {"other", bytes(0.1 * r.peak)}}}}},
           {"utilization", {{"device", r.device}, {"mean_pct", r.util}, {"source", "test"}}},
           {"energy", {{"joules", 50.0 * r.step_s * r.steps}, {"source", "nvml"}}},
           {"timeline", json::array({{{"t_s", 0.0}, {"util_pct", r.util}},
                                     {{"t_s", 1.0}, {"util_pct", r.util}}})}};
 }
 
+RunRecord record_of(const FakeRun& r) { return record_from_json(record_json(r)); }
+
 // Stores the runs in a fresh database and analyzes it, as `gradscope report` does.
 ReportData analyze_runs(const std::vector<FakeRun>& runs, const ReportOptions& options = {}) {
   testing::TempDir dir("gradscope-report");
   Database db(dir.file("runs.db"));
-  for (const FakeRun& r : runs)
-    db.write_run(record_of(r), "", "2026-01-01T00:00:00Z", "2026-01-01T00:00:01Z");
+  for (const FakeRun& r : runs) db.write_run(record_of(r));
   return analyze(db, options);
 }
 
@@ -310,7 +317,7 @@ TEST(ReportRecommendations, LatestAttemptWinsAndLabelsTellGroupsApart) {
   FakeRun a{"llama"};
   FakeRun b = a;
   b.status = "diverged";
-  std::vector<json> records = {record_of(b), record_of(a)};  // same run_id: a is latest
+  std::vector<RunRecord> records = {record_of(b), record_of(a)};  // same run_id: a is latest
   FakeRun lr = a;
   lr.batch = 4;
   records.push_back(record_of(lr));
@@ -321,6 +328,61 @@ TEST(ReportRecommendations, LatestAttemptWinsAndLabelsTellGroupsApart) {
   EXPECT_EQ(d.groups[0].statuses, "ok");
   EXPECT_NE(d.groups[0].label, d.groups[1].label);
   EXPECT_TRUE(testing::contains(d.groups[0].label + d.groups[1].label, "batch=4"));
+}
+
+TEST(ReportGroups, ASweepsFailureRecordJoinsItsSeeds) {
+  // Seeds 0 and 1 ran; seed 2's process died, so the sweep wrote its record: the same
+  // configuration and architecture, status crashed, nothing measured.
+  FakeRun seed0{"vit"};
+  FakeRun seed1 = seed0;
+  seed1.seed = 1;
+  FakeRun seed2 = seed0;
+  seed2.seed = 2;
+  const RunRecord measured = record_of(seed2);
+  RunRecord crashed;
+  crashed.run_id = measured.run_id;
+  crashed.attempt_uid = "crashed-attempt";
+  crashed.config = measured.config;
+  crashed.arch = measured.arch;
+  crashed.status = RunStatus::kStatusCrashed;
+  crashed.failure = RunFailure{std::nullopt, std::nullopt, "the process was killed"};
+  crashed.started_at = "2026-01-01T00:00:00Z";
+  crashed.finished_at = "2026-01-01T00:00:05Z";
+  testing::TempDir dir("gradscope-report");
+  Database db(dir.file("runs.db"));
+  db.write_run(record_of(seed0));
+  db.write_run(record_of(seed1));
+  db.write_run(crashed);
+  const ReportData d = analyze(db, {});
+  ASSERT_EQ(d.runs.size(), 3u);
+  ASSERT_EQ(d.groups.size(), 1u);
+  const Group& g = d.groups[0];
+  EXPECT_EQ(g.runs.size(), 3u);
+  EXPECT_EQ(g.ok_runs.size(), 2u);
+  EXPECT_EQ(g.statuses, "crashed, ok x2");
+  EXPECT_EQ(g.label, "adam, standard");
+  EXPECT_TRUE(g.final_loss.has_interval());  // the ok seeds alone
+  // Its row in runs.csv is there, with nothing measured.
+  const std::string runs = runs_csv(d);
+  EXPECT_EQ(std::count(runs.begin(), runs.end(), '\n'), 4);
+  EXPECT_TRUE(testing::contains(runs, ",crashed,,,,,")) << runs;
+}
+
+TEST(ReportGroups, EvaluationSettingsSplitGroupsButLabelOnlyWhenNothingElseDiffers) {
+  FakeRun eight{"vit"};
+  FakeRun four = eight;
+  four.eval_batches = 4;
+  const ReportData d = analyze_runs({eight, four});
+  ASSERT_EQ(d.groups.size(), 2u);
+  std::set<std::string> labels = {d.groups[0].label, d.groups[1].label};
+  EXPECT_EQ(labels, (std::set<std::string>{"adam, standard eval_batches=4",
+                                           "adam, standard eval_batches=8"}));
+  // When the batch tells the groups apart too, the label names the batch alone.
+  four.batch = 4;
+  const ReportData e = analyze_runs({eight, four});
+  ASSERT_EQ(e.groups.size(), 2u);
+  labels = {e.groups[0].label, e.groups[1].label};
+  EXPECT_EQ(labels, (std::set<std::string>{"adam, standard batch=4", "adam, standard batch=8"}));
 }
 
 TEST(ReportRender, CsvColumnsAndMarkdownTables) {

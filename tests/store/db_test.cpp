@@ -11,6 +11,8 @@
 #include <string>
 
 #include "gradscope/core/error.h"
+#include "gradscope/core/record.h"
+#include "test_util.h"
 
 namespace gradscope {
 namespace {
@@ -72,6 +74,7 @@ void exec_raw(const std::string& path, const std::string& sql) {
   sqlite3_close(db);
 }
 
+// A record as a file holds it; load() reads it as the database's writers get it.
 json sample_record(const std::string& run_id = "abc123") {
   return json{
       {"schema", "gradscope.run/1"},
@@ -110,6 +113,16 @@ json sample_record(const std::string& run_id = "abc123") {
   };
 }
 
+// The record of `j`, with the sweep and times the database stores beside it.
+RunRecord load(const json& j, const std::string& sweep = "", const std::string& started_at = "",
+               const std::string& finished_at = "") {
+  RunRecord r = record_from_json(j);
+  if (!sweep.empty()) r.sweep = sweep;
+  r.started_at = started_at;
+  r.finished_at = finished_at;
+  return r;
+}
+
 void expect_usage_error(const std::string& path, const std::string& fragment) {
   try {
     Database db(path);
@@ -139,7 +152,8 @@ TEST_F(DbTest, RoundTripsARecord) {
   const std::string p = path("runs.db");
   Database db(p);
   const json record = sample_record();
-  const int64_t id = db.write_run(record, "smoke", "2024-01-02T03:04:05Z", "2024-01-02T03:05:00Z");
+  const RunRecord loaded = load(record, "smoke", "2024-01-02T03:04:05Z", "2024-01-02T03:05:00Z");
+  const int64_t id = db.write_run(loaded);
   EXPECT_EQ(db.count_runs(), 1);
 
   const auto runs =
@@ -173,7 +187,8 @@ TEST_F(DbTest, RoundTripsARecord) {
                                              "real",
                                              "null"};
   EXPECT_EQ(runs[0], expected);
-  EXPECT_EQ(json::parse(query(p, "SELECT config_json FROM runs")[0][0]), record["config"]);
+  EXPECT_EQ(json::parse(query(p, "SELECT config_json FROM runs")[0][0]),
+            record_to_json(loaded)["config"]);
 
   const auto steps = query(p,
                            "SELECT step, loss, lr, grad_norm, time_s, samples, tokens, targets "
@@ -189,7 +204,7 @@ TEST_F(DbTest, RoundTripsARecord) {
   // The readers give back what was written.
   const auto records = db.records();
   ASSERT_EQ(records.size(), 1u);
-  EXPECT_EQ(records[0], record);
+  EXPECT_EQ(record_to_json(records[0]), record_to_json(loaded));
   const auto step_rows = db.steps_of(id);
   ASSERT_EQ(step_rows.size(), 2u);
   EXPECT_EQ(step_rows[0], record["steps"][0]);
@@ -223,7 +238,7 @@ TEST_F(DbTest, TimelineBecomesSampleRowsWithNullsKept) {
                                      {"power_w", nullptr},
                                      {"sm_clock_mhz", nullptr},
                                      {"energy_j", 1.5}}});
-  const int64_t id = db.write_run(record, "", "", "");
+  const int64_t id = db.write_run(load(record));
   EXPECT_EQ(query(p,
                   "SELECT sample, allocated_bytes, gpu_util_pct, energy_j FROM samples "
                   "ORDER BY sample"),
@@ -238,20 +253,24 @@ TEST_F(DbTest, TimelineBecomesSampleRowsWithNullsKept) {
   }
   // A timeline entry of the wrong type is refused like any other field.
   record["timeline"][1]["allocated_bytes"] = "lots";
-  EXPECT_THROW(db.write_run(record, "", "", ""), Error);
+  EXPECT_THROW(db.write_run(load(record)), Error);
   EXPECT_EQ(db.count_runs(), 1);
 }
 
 TEST_F(DbTest, MissingFieldsAndEmptyArgumentsAreNull) {
   const std::string p = path("sparse.db");
   Database db(p);
-  const json record = {{"run_id", "r"}, {"status", "crashed"}};
-  db.write_run(record, "", "", "");
+  // A record with nothing measured (what the sweep stores for a crashed run): its
+  // configuration is always there; everything unmeasured is NULL.
+  RunRecord record;
+  record.run_id = "r";
+  record.status = RunStatus::kStatusCrashed;
+  db.write_run(record);
   EXPECT_EQ(query(p,
-                  "SELECT sweep, started_at, config_json, model, params, final_loss, "
-                  "peak_bytes FROM runs"),
+                  "SELECT sweep, started_at, finished_at, params, final_loss, final_val_loss, "
+                  "total_s, peak_bytes, peak_rss_bytes FROM runs"),
             (std::vector<std::vector<std::string>>{
-                {"NULL", "NULL", "NULL", "NULL", "NULL", "NULL", "NULL"}}));
+                {"NULL", "NULL", "NULL", "NULL", "NULL", "NULL", "NULL", "NULL", "NULL"}}));
   EXPECT_EQ(query(p, "SELECT count(*) FROM steps")[0][0], "0");
 }
 
@@ -260,7 +279,7 @@ TEST_F(DbTest, FinalValLossPrefersTheRecordsOwnField) {
   Database db(p);
   json record = sample_record();
   record["final_val_loss"] = 4.25;
-  db.write_run(record, "", "", "");
+  db.write_run(load(record));
   EXPECT_EQ(query(p, "SELECT final_val_loss FROM runs")[0][0], "4.25");
 }
 
@@ -269,27 +288,27 @@ TEST_F(DbTest, ReopeningAppends) {
   int64_t first = 0;
   {
     Database db(p);
-    first = db.write_run(sample_record("one"), "s", "", "");
+    first = db.write_run(load(sample_record("one"), "s"));
   }
   Database db(p);
-  const int64_t second = db.write_run(sample_record("two"), "s", "", "");
+  const int64_t second = db.write_run(load(sample_record("two"), "s"));
   EXPECT_GT(second, first);
   EXPECT_EQ(db.count_runs(), 2);
   const auto records = db.records();
   ASSERT_EQ(records.size(), 2u);
-  EXPECT_EQ(records[0]["run_id"], "one");
-  EXPECT_EQ(records[1]["run_id"], "two");
+  EXPECT_EQ(records[0].run_id, "one");
+  EXPECT_EQ(records[1].run_id, "two");
   EXPECT_EQ(query(p, "SELECT count(*) FROM steps")[0][0], "4");
 }
 
 TEST_F(DbTest, FailedWriteLeavesNoPartialRows) {
   const std::string p = path("atomic.db");
   Database db(p);
-  db.write_run(sample_record("good"), "", "", "");
+  db.write_run(load(sample_record("good")));
   json bad = sample_record("bad");
   bad["steps"][1]["step"] = 0;  // duplicates step 0: violates PRIMARY KEY(attempt_id, step)
   try {
-    db.write_run(bad, "", "", "");
+    db.write_run(load(bad));
     FAIL() << "expected the duplicate step to fail";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kErrorKindRuntime);
@@ -300,7 +319,7 @@ TEST_F(DbTest, FailedWriteLeavesNoPartialRows) {
   EXPECT_EQ(query(p, "SELECT count(*) FROM steps")[0][0], "2");
   EXPECT_EQ(query(p, "SELECT count(*) FROM evals")[0][0], "1");
   // The database stays usable after the rollback.
-  db.write_run(sample_record("after"), "", "", "");
+  db.write_run(load(sample_record("after")));
   EXPECT_EQ(db.count_runs(), 2);
 }
 
@@ -310,15 +329,15 @@ TEST_F(DbTest, WrongTypesAreRefusedWithoutPartialRows) {
   json bad = sample_record();
   bad["eval"][0]["val_loss"] = "low";
   try {
-    db.write_run(bad, "", "", "");
+    db.write_run(load(bad));
     FAIL() << "expected a type error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("eval[0].val_loss"), std::string::npos) << e.what();
   }
   json no_step = sample_record();
   no_step["steps"][0].erase("step");
-  EXPECT_THROW(db.write_run(no_step, "", "", ""), Error);
-  EXPECT_THROW(db.write_run(json::array(), "", "", ""), Error);
+  EXPECT_THROW(db.write_run(load(no_step)), Error);
+  EXPECT_THROW(db.write_run(load(json::array())), Error);
   EXPECT_EQ(db.count_runs(), 0);
   EXPECT_EQ(query(p, "SELECT count(*) FROM steps")[0][0], "0");
 }
@@ -475,6 +494,49 @@ TEST(UtcNow, Iso8601) {
   EXPECT_EQ(now[10], 'T');
   EXPECT_EQ(now.back(), 'Z');
   EXPECT_GE(now.substr(0, 4), "2024");
+}
+
+}  // namespace
+}  // namespace gradscope
+
+namespace gradscope {
+namespace {
+
+// Records of version 1 hold what version 1 let through: the failure record of a configuration
+// its run refused (an unknown dtype; a strategy with settings that disagree). The database
+// still reads the others, and says which it could not.
+TEST(DbVersionOne, RecordsOfRefusedConfigurationsAreListedOrKept) {
+  testing::TempDir dir;
+  Database db(dir.file("v1.db"));
+  db.write_run(load(sample_record("good")));
+  json unknown = sample_record("fp16");
+  unknown["config"]["dtype"] = "fp16";
+  json disagreeing = sample_record("standard-accum");
+  disagreeing["status"] = "error";
+  disagreeing["config"]["accum_steps"] = 4;  // with strategy standard: refused by the run
+  // As version 1 stored them: the record's JSON as written.
+  for (const json& r : {unknown, disagreeing}) {
+    sqlite3* raw = nullptr;
+    ASSERT_EQ(sqlite3_open(dir.file("v1.db").c_str(), &raw), SQLITE_OK);
+    const std::string sql = "INSERT INTO runs(run_id, status, record_json) VALUES ('" +
+                            r["run_id"].get<std::string>() + "', '" +
+                            r["status"].get<std::string>() + "', '" + r.dump() + "')";
+    ASSERT_EQ(sqlite3_exec(raw, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
+    sqlite3_close(raw);
+  }
+  EXPECT_THROW(db.records(), Error);  // a caller that asks for all of them learns of the gap
+  std::vector<std::string> unreadable;
+  const auto records = db.records(&unreadable);
+  ASSERT_EQ(records.size(), 2u);
+  EXPECT_EQ(records[0].run_id, "good");
+  // The disagreeing one reads, and is written and named as it was asked for.
+  EXPECT_EQ(records[1].run_id, "standard-accum");
+  EXPECT_EQ(records[1].config.strategy_label(), "standard");
+  EXPECT_EQ(record_to_json(records[1])["config"]["accum_steps"], 4);
+  ASSERT_EQ(unreadable.size(), 1u);
+  EXPECT_NE(unreadable[0].find("attempt 2"), std::string::npos) << unreadable[0];
+  EXPECT_NE(unreadable[0].find("dtype"), std::string::npos) << unreadable[0];
+  EXPECT_EQ(unreadable[0].find(dir.path()), std::string::npos) << "no path: " << unreadable[0];
 }
 
 }  // namespace

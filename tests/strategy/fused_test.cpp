@@ -7,11 +7,12 @@
 #include <torch/torch.h>
 
 #include "gradscope/core/error.h"
+#include "gradscope/core/tensors.h"
 #include "gradscope/measure/memory.h"
 #include "gradscope/models/llama.h"
 #include "gradscope/optim/factory.h"
-#include "gradscope/strategy/builtin.h"
 #include "gradscope/strategy/strategy.h"
+#include "gradscope/strategy/updater.h"
 #include "gradscope/train/trainer.h"
 #include "test_util.h"
 
@@ -58,11 +59,18 @@ RunConfig optimizer_config(const std::string& optimizer, OptSettings opt = {}) {
   RunConfig c;
   c.model = "llama";
   c.preset = "tiny";
-  c.strategy = "fused";
+  c.strategy = parse_strategy("fused");
   c.optimizer = optimizer;
   c.opt = std::move(opt);
   c.weight_decay = 0.01;
   return c;
+}
+
+// The step plan of a --strategy shorthand.
+StepPlan plan_of(const std::string& name) {
+  RunConfig c;
+  c.strategy = parse_strategy(name);
+  return c.step_plan();
 }
 
 // The learning rate of step i: changes every step, so the schedule must reach the optimizers.
@@ -71,14 +79,14 @@ double lr_of(int step, double lr) { return lr * (1.0 + 0.5 * step); }
 // The parameters after kSteps steps of standard training + the unfused optimizer.
 std::vector<torch::Tensor> unfused_params(const RunConfig& c, double lr) {
   auto model = tiny_llama();
-  auto strategy = make_standard(c);
+  const Strategy strategy(plan_of("standard"));
   auto optimizer = make_optimizer(c.optimizer, model->parameters(), lr, c.weight_decay, c.opt);
   NoPhases phases;
   for (int i = 0; i < kSteps; ++i) {
     const Batch batch = text_batch(2, 16, 100 + i);
     set_learning_rate(*optimizer, lr_of(i, lr));
-    strategy->compute_gradients(
-        *model, 1, [&](int64_t) { return batch; }, phases);
+    strategy.compute_gradients(
+        *model, [&](int64_t) { return batch; }, phases);
     optimizer->step();
     for (auto& p : model->parameters()) p.mutable_grad() = torch::Tensor();
   }
@@ -90,20 +98,27 @@ std::vector<torch::Tensor> unfused_params(const RunConfig& c, double lr) {
 // The same with the fused step; checks that no gradient outlives the backward.
 std::vector<torch::Tensor> fused_params(const RunConfig& c, double lr) {
   auto model = tiny_llama();
-  auto strategy = make_fused(c);
-  EXPECT_TRUE(strategy->steps_optimizer());
-  strategy->attach(*model);
-  strategy->attach_optimizer(model->parameters(), c, lr);
+  const StepPlan plan = plan_of("fused");
+  EXPECT_EQ(plan.optimizer_step, OptimizerStep::kOptimizerStepInBackward);
+  Strategy strategy(plan);
+  strategy.attach(*model);
+  auto updater = make_updater(plan, model->parameters(),
+                              OptimizerSpec{c.optimizer, lr, c.weight_decay, c.opt}, {});
   NoPhases phases;
   for (int i = 0; i < kSteps; ++i) {
     const Batch batch = text_batch(2, 16, 100 + i);
-    strategy->set_learning_rate(lr_of(i, lr));
-    strategy->compute_gradients(
-        *model, 1, [&](int64_t) { return batch; }, phases);
+    updater->set_learning_rate(lr_of(i, lr));
+    const UpdateResult r = updater->step(
+        [&] {
+          return strategy.compute_gradients(
+              *model, [&](int64_t) { return batch; }, phases);
+        },
+        phases);
+    EXPECT_TRUE(std::isnan(r.grad_norm));
     for (const auto& p : model->parameters())
       EXPECT_FALSE(p.grad().defined()) << "a gradient outlived the backward at step " << i;
   }
-  EXPECT_GT(strategy->optimizer_state_bytes(), 0);
+  EXPECT_GT(updater->state_bytes(), 0);
   std::vector<torch::Tensor> out;
   for (const auto& p : model->parameters()) out.push_back(p.detach().clone());
   return out;
@@ -149,10 +164,13 @@ int64_t backward_peak(bool fused) {
   CpuMemoryTracker::install();
   const RunConfig c = optimizer_config("sgd", {{"momentum", "0.9"}});
   auto model = tiny_llama();
-  std::unique_ptr<Strategy> strategy = fused ? make_fused(c) : make_standard(c);
+  const StepPlan plan = plan_of(fused ? "fused" : "standard");
+  const Strategy strategy(plan);
+  std::unique_ptr<Updater> updater;
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   if (fused)
-    strategy->attach_optimizer(model->parameters(), c, 0.01);
+    updater =
+        make_updater(plan, model->parameters(), OptimizerSpec{c.optimizer, 0.01, 0, c.opt}, {});
   else
     optimizer = make_optimizer(c.optimizer, model->parameters(), 0.01, 0, c.opt);
   BackwardPeak observer;
@@ -161,8 +179,8 @@ int64_t backward_peak(bool fused) {
     // A short batch: its activations are small beside the gradients, whose bytes then decide
     // the backward's peak.
     const Batch batch = text_batch(1, 4, 100 + i);
-    strategy->compute_gradients(
-        *model, 1, [&](int64_t) { return batch; }, observer);
+    strategy.compute_gradients(
+        *model, [&](int64_t) { return batch; }, observer);
     peak = CpuMemoryTracker::install().peak_bytes();
     if (optimizer) optimizer->step();
     for (auto& p : model->parameters()) p.mutable_grad() = torch::Tensor();
@@ -182,7 +200,7 @@ TEST(Fused, BackwardPeakIsLowerThanStandards) {
 
 RunConfig trainer_config() {
   RunConfig c = testing::tiny_llama_config();
-  c.strategy = "fused";
+  c.strategy = parse_strategy("fused");
   c.optimizer = "sgd";
   c.lr = 1e-2;
   c.batch = 2;
@@ -218,7 +236,7 @@ TEST(Fused, TrainerRecordsWhatItCanMeasure) {
   c.optimizer = "adam";
   c.lr = 3e-3;
   Trainer trainer(c);
-  const auto record = trainer.run();
+  const auto record = record_to_json(trainer.run());
   ASSERT_EQ(record["status"], "ok") << record["failure"].dump();
   ASSERT_EQ(record["steps"].size(), 2u);
   for (const auto& s : record["steps"]) {

@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include "gradscope/core/error.h"
+#include "gradscope/core/settings.h"
 #include "gradscope/models/llama.h"
 #include "gradscope/strategy/checkpoint.h"
 #include "gradscope/strategy/strategy.h"
@@ -80,17 +81,21 @@ std::vector<torch::Tensor> take_grads(Model& model) {
   return out;
 }
 
-std::unique_ptr<Strategy> make_strategy(const std::string& name, const RunConfig& config = {}) {
-  return strategy_registry().get(name).make(config);
+// The strategy `name` (a --strategy shorthand) over k micro-batches per step.
+std::unique_ptr<Strategy> make_strategy(const std::string& name, RunConfig config = {},
+                                        int64_t k = 1) {
+  find_setting("strategy")->parse(config, name);
+  config.accum_steps = k;
+  return std::make_unique<Strategy>(config.step_plan());
 }
 
 // One step of `strategy` on a fresh tiny Llama (same weights every time), with the dropout
 // generator seeded identically before it. Returns the gradients.
-std::vector<torch::Tensor> step_grads(Strategy& strategy, Model& model, int64_t k,
+std::vector<torch::Tensor> step_grads(const Strategy& strategy, Model& model,
                                       const MicroBatchSource& next, StepOutput* output = nullptr) {
   PhaseLog log;
   torch::manual_seed(1234);
-  StepOutput out = strategy.compute_gradients(model, k, next, log);
+  StepOutput out = strategy.compute_gradients(model, next, log);
   if (output) *output = out;
   return take_grads(model);
 }
@@ -99,9 +104,9 @@ std::vector<torch::Tensor> strategy_grads(const std::string& name, double dropou
                                           const Batch& batch, StepOutput* output = nullptr,
                                           const RunConfig& config = {}) {
   auto model = tiny_llama(dropout);
-  auto strategy = make_strategy(name, config);
+  auto strategy = make_strategy(name, config, k);
   strategy->attach(*model);
-  return step_grads(*strategy, *model, k, split(batch, k), output);
+  return step_grads(*strategy, *model, split(batch, k), output);
 }
 
 // ||a - b|| / ||b||, per tensor; the largest over the lists.
@@ -133,30 +138,36 @@ bool all_nonzero(const std::vector<torch::Tensor>& grads) {
 // Registry
 
 TEST(StrategyRegistry, ListsTheStrategiesAndWhichAccumulate) {
-  const auto& r = strategy_registry();
-  EXPECT_FALSE(r.get("standard").uses_micro_batches);
-  EXPECT_FALSE(r.get("checkpoint").uses_micro_batches);
-  EXPECT_TRUE(r.get("accumulation").uses_micro_batches);
-  EXPECT_TRUE(r.get("checkpoint+accumulation").uses_micro_batches);
-  for (const auto& item : r.items()) EXPECT_FALSE(item.description.empty()) << item.name;
+  EXPECT_FALSE(parse_strategy("standard")->accumulation);
+  EXPECT_FALSE(parse_strategy("checkpoint")->accumulation);
+  EXPECT_TRUE(parse_strategy("accumulation")->accumulation);
+  EXPECT_TRUE(parse_strategy("checkpoint+accumulation")->accumulation);
+  for (const auto& s : strategy_shorthands()) {
+    EXPECT_FALSE(s.description.empty()) << s.name;
+    ASSERT_TRUE(parse_strategy(s.name).has_value()) << s.name;
+    EXPECT_EQ(strategy_name(*parse_strategy(s.name)), s.name);
+  }
 }
 
 TEST(StrategyRegistry, CheckpointSettingsAreChecked) {
   auto usage_error = [](const std::string& name, const std::function<void(RunConfig&)>& edit) {
     RunConfig c;
-    edit(c);
     try {
+      edit(c);
       make_strategy(name, c);
     } catch (const Error& e) {
       return e.kind() == ErrorKind::kErrorKindUsage;
     }
     return false;
   };
+  const auto policy = [](const char* name) {
+    return [name](RunConfig& c) { find_setting("checkpoint-policy")->parse(c, name); };
+  };
   for (const std::string name : {"checkpoint", "checkpoint+accumulation"}) {
     EXPECT_TRUE(usage_error(name, [](RunConfig& c) { c.checkpoint_every = 0; })) << name;
-    EXPECT_FALSE(usage_error(name, [](RunConfig& c) { c.checkpoint_policy = "attention"; }));
-    EXPECT_FALSE(usage_error(name, [](RunConfig& c) { c.checkpoint_policy = "mlp"; }));
-    EXPECT_TRUE(usage_error(name, [](RunConfig& c) { c.checkpoint_policy = "half"; }));
+    EXPECT_FALSE(usage_error(name, policy("attention")));
+    EXPECT_FALSE(usage_error(name, policy("mlp")));
+    EXPECT_TRUE(usage_error(name, policy("half")));
     EXPECT_FALSE(usage_error(name, [](RunConfig& c) { c.checkpoint_every = 3; }));
   }
 }
@@ -167,7 +178,7 @@ TEST(StrategyRegistry, CheckpointRefusesAccumSteps) {
   RunConfig c;
   c.model = "llama";
   c.preset = "tiny";
-  c.strategy = "checkpoint";
+  c.strategy = parse_strategy("checkpoint");
   c.accum_steps = 2;
   c.dataset = testing::fixture("text/sotu-excerpt.txt");
   try {
@@ -177,11 +188,7 @@ TEST(StrategyRegistry, CheckpointRefusesAccumSteps) {
     EXPECT_EQ(e.kind(), ErrorKind::kErrorKindUsage);
     EXPECT_NE(std::string(e.what()).find("accum-steps"), std::string::npos) << e.what();
   }
-  PhaseLog log;
-  auto strategy = make_strategy("checkpoint");
-  auto model = tiny_llama(0);
-  strategy->attach(*model);
-  EXPECT_THROW(strategy->compute_gradients(*model, 2, split(text_batch(4, 8, 1), 2), log), Error);
+  EXPECT_THROW(make_strategy("checkpoint", {}, 2), Error);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -209,7 +216,7 @@ TEST(Checkpoint, DiffersWithoutRngRestore) {
   options.restore_rng = false;
   auto runner = install_checkpointing(*model, options);
   auto strategy = make_strategy("standard");
-  const auto unrestored = step_grads(*strategy, *model, 1, split(batch, 1));
+  const auto unrestored = step_grads(*strategy, *model, split(batch, 1));
   EXPECT_EQ(runner->counters().recomputed, 2);
   EXPECT_FALSE(bitwise_equal(unrestored, standard));
   EXPECT_GT(max_relative_diff(unrestored, standard), 1e-3);
@@ -229,8 +236,7 @@ class TanhBlockForPolicy : public Block {
 TEST(Checkpoint, SelectivePoliciesAreBitwiseAndRecomputeOneBranch) {
   const Batch batch = text_batch(4, 32, 11);
   const auto standard = strategy_grads("standard", 0.1, 1, batch);
-  for (const auto policy :
-       {CheckpointPolicy::kCheckpointPolicyAttention, CheckpointPolicy::kCheckpointPolicyMlp}) {
+  for (const auto policy : {Recompute::kRecomputeAttention, Recompute::kRecomputeMlp}) {
     for (const bool restore : {true, false}) {
       auto model = tiny_llama(0.1);
       CheckpointOptions options;
@@ -238,7 +244,7 @@ TEST(Checkpoint, SelectivePoliciesAreBitwiseAndRecomputeOneBranch) {
       options.restore_rng = restore;
       auto runner = install_checkpointing(*model, options);
       auto strategy = make_strategy("standard");
-      const auto grads = step_grads(*strategy, *model, 1, split(batch, 1));
+      const auto grads = step_grads(*strategy, *model, split(batch, 1));
       EXPECT_EQ(runner->counters().checkpointed, 2);  // one branch in each of 2 blocks
       EXPECT_EQ(runner->counters().recomputed, 2);
       EXPECT_TRUE(all_nonzero(grads));
@@ -255,9 +261,9 @@ TEST(Checkpoint, SelectivePoliciesAreBitwiseAndRecomputeOneBranch) {
 TEST(Checkpoint, SelectivePolicyNeedsSubLayers) {
   std::vector<std::shared_ptr<Block>> blocks = {std::make_shared<TanhBlockForPolicy>()};
   CheckpointOptions options;
-  options.policy = CheckpointPolicy::kCheckpointPolicyMlp;
+  options.policy = Recompute::kRecomputeMlp;
   testing::expect_usage_error([&] { CheckpointRunner runner(blocks, options); });
-  options.policy = CheckpointPolicy::kCheckpointPolicyFull;
+  options.policy = Recompute::kRecomputeFull;
   CheckpointRunner full(blocks, options);  // whole blocks need nothing more
 }
 
@@ -268,7 +274,7 @@ TEST(Checkpoint, LeavesTheGeneratorWhereStandardDoes) {
     auto model = tiny_llama(0.1);
     auto strategy = make_strategy(name);
     strategy->attach(*model);
-    step_grads(*strategy, *model, 1, split(batch, 1));
+    step_grads(*strategy, *model, split(batch, 1));
     return torch::rand({8});
   };
   EXPECT_TRUE(torch::equal(after_step("checkpoint"), after_step("standard")));
@@ -378,7 +384,7 @@ TEST(Checkpoint, EveryKWrapsEveryKthBlock) {
   const Batch batch = text_batch(2, 16, 8);
   auto plain_model = tiny_llama(0, 4);
   auto standard = make_strategy("standard");
-  const auto reference = step_grads(*standard, *plain_model, 1, split(batch, 1));
+  const auto reference = step_grads(*standard, *plain_model, split(batch, 1));
 
   auto model = tiny_llama(0, 4);
   CheckpointOptions options;
@@ -388,7 +394,7 @@ TEST(Checkpoint, EveryKWrapsEveryKthBlock) {
   EXPECT_FALSE(runner->wraps(1));
   EXPECT_TRUE(runner->wraps(2));
   EXPECT_FALSE(runner->wraps(3));
-  const auto grads = step_grads(*standard, *model, 1, split(batch, 1));
+  const auto grads = step_grads(*standard, *model, split(batch, 1));
   EXPECT_EQ(runner->counters().checkpointed, 2);
   EXPECT_EQ(runner->counters().plain, 2);
   EXPECT_EQ(runner->counters().recomputed, 2);
@@ -397,7 +403,7 @@ TEST(Checkpoint, EveryKWrapsEveryKthBlock) {
   runner->reset_counters();
   options.every = 3;  // blocks 0 and 3
   auto runner3 = install_checkpointing(*model, options);
-  step_grads(*standard, *model, 1, split(batch, 1));
+  step_grads(*standard, *model, split(batch, 1));
   EXPECT_EQ(runner3->counters().checkpointed, 2);
   EXPECT_EQ(runner3->counters().plain, 2);
   EXPECT_EQ(runner->counters().checkpointed, 0);  // the old runner is no longer installed
@@ -470,9 +476,9 @@ TEST(Accumulation, LoggedLossIsTheFullBatchMean) {
 // before any backward), then forward and backward of each.
 TEST(Accumulation, AnnouncesPhasesPerMicroBatch) {
   auto model = tiny_llama(0);
-  auto strategy = make_strategy("accumulation");
+  auto strategy = make_strategy("accumulation", {}, 3);
   PhaseLog log;
-  strategy->compute_gradients(*model, 3, split(text_batch(6, 8, 2), 3), log);
+  strategy->compute_gradients(*model, split(text_batch(6, 8, 2), 3), log);
   using P = Phase;
   const std::vector<Phase> expected = {P::kPhaseData,     P::kPhaseData,     P::kPhaseData,
                                        P::kPhaseForward,  P::kPhaseBackward, P::kPhaseForward,
@@ -490,7 +496,7 @@ TEST(Accumulation, TrainerRunsMatchStandard) {
     c.preset = "tiny";
     c.optimizer = "sgd";
     c.lr = 0.1;
-    c.strategy = strategy;
+    c.strategy = parse_strategy(strategy);
     c.batch = batch;
     c.accum_steps = accum;
     c.seq_len = 32;
@@ -501,7 +507,7 @@ TEST(Accumulation, TrainerRunsMatchStandard) {
     c.dataset = testing::fixture("text/sotu-excerpt.txt");
     c.quiet = true;
     Trainer trainer(c);
-    auto record = trainer.run(nullptr);
+    auto record = record_to_json(trainer.run(nullptr));
     EXPECT_EQ(record["status"], "ok") << record["failure"].dump();
     std::vector<double> losses;
     for (const auto& s : record["steps"]) losses.push_back(s["loss"].get<double>());

@@ -7,6 +7,7 @@
 #include "gradscope/data/tokenizer.h"
 #include "gradscope/models/registry.h"
 #include "gradscope/train/data_source.h"
+#include "gradscope/train/session.h"
 #include "test_util.h"
 
 namespace gradscope {
@@ -20,7 +21,7 @@ struct Source {
 Source source_for(RunConfig c) {
   Source s;
   s.arch = resolve_arch(c);
-  s.data = make_data_source(model_registry().get(c.model).kind, s.arch, c);
+  s.data = make_data_source(model_registry().get(c.model), s.arch, c);
   return s;
 }
 
@@ -35,7 +36,7 @@ TEST(MaskedLmSource, ModernBertMaskingRates) {
   Source s = source_for(bert_config());
   // The unmasked stream of the same windows: a causal-LM source's inputs.
   RunConfig plain = bert_config();
-  auto causal = make_data_source("causal-lm", s.arch, plain);
+  auto causal = make_data_source(model_registry().get("llama"), s.arch, plain);
   const Batch b = s.data->train_batch(0, 64);
   const Batch original = causal->train_batch(0, 64);
   ASSERT_EQ(b.input_ids.sizes(), (std::vector<int64_t>{64, 64}));
@@ -164,6 +165,42 @@ TEST(VisionLanguageSource, RealEmojiCaptions) {
   EXPECT_EQ(d["train_images"].get<int64_t>() + d["val_images"].get<int64_t>(), 3786);
   EXPECT_EQ(d["val_images"], 379);  // every tenth
   EXPECT_EQ(s.data->train_batch(0, 2).images.sizes(), (std::vector<int64_t>{2, 3, 32, 32}));
+}
+
+}  // namespace
+}  // namespace gradscope
+
+namespace gradscope {
+namespace {
+
+// Every source counts a batch's targets on the CPU, and counts what the model's loss takes:
+// the strategy normalizes by that count without asking the device, so it must be exact.
+TEST(DataSourceTargets, EveryKindCountsItsTargetsOnTheCpu) {
+  std::vector<RunConfig> configs;
+  RunConfig llama = testing::tiny_llama_config();
+  configs.push_back(llama);
+  configs.push_back(bert_config());
+  for (const char* model : {"vit", "nanovlm", "quadratic"}) {
+    RunConfig c;
+    c.model = model;
+    configs.push_back(c);
+  }
+  for (const RunConfig& c : configs) {
+    Source s = source_for(c);
+    for (const Batch& b : {s.data->train_batch(3, 5), s.data->val_batch(0, 5)}) {
+      int64_t counted = b.targets_count;
+      if (b.targets.defined())
+        counted = b.targets.ne(kIgnoreIndex).sum().item<int64_t>();
+      else if (b.labels.defined())
+        counted = b.labels.ne(kIgnoreIndex).sum().item<int64_t>();
+      EXPECT_GT(b.targets_count, 0) << c.model;
+      EXPECT_EQ(b.targets_count, counted) << c.model;
+      // The model takes its loss over exactly those targets.
+      auto model = model_registry().get(c.model).build(s.arch, 0);
+      torch::NoGradGuard no_grad;
+      EXPECT_EQ(model->loss(b).target_count, counted) << c.model;
+    }
+  }
 }
 
 }  // namespace

@@ -78,14 +78,14 @@ TEST(EstimateAgainstMeasurement, TinyPresetsWithinTwentyFivePercent) {
       RunConfig c;
       c.model = model;
       c.preset = "tiny";
-      c.strategy = strategy;
+      c.strategy = parse_strategy(strategy);
       c.accum_steps = std::string(strategy) == "accumulation" ? 4 : 1;
       c.steps = 2;
       c.warmup_steps = 1;
       c.eval_batches = 1;
       c.sample_period_s = 0;
       Trainer trainer(c);
-      const auto record = trainer.run();
+      const auto record = record_to_json(trainer.run());
       ASSERT_EQ(record["status"], "ok") << model << " " << strategy;
       ASSERT_TRUE(record["estimate"].is_object()) << model;
       const double measured = record["memory"]["peak_bytes"].get<double>();

@@ -20,7 +20,7 @@ TEST(StudyGrid, EveryModelOptimizerAndStrategyRunsAtTiny) {
         RunConfig c;
         c.model = model;
         c.optimizer = optimizer;
-        c.strategy = strategy;
+        c.strategy = parse_strategy(strategy);
         c.batch = 2;
         c.accum_steps = strategy == "accumulation" ? 2 : 1;
         c.steps = 2;
@@ -29,7 +29,7 @@ TEST(StudyGrid, EveryModelOptimizerAndStrategyRunsAtTiny) {
         c.quiet = true;
         if (model == "llama" || model == "modernbert")
           c.dataset = testing::fixture("text/sotu-excerpt.txt");
-        const auto r = Trainer(c).run();
+        const auto r = record_to_json(Trainer(c).run());
         const std::string label = model + " / " + optimizer + " / " + strategy;
         EXPECT_EQ(r["status"], "ok") << label << ": " << r["failure"].dump();
         ASSERT_EQ(r["steps"].size(), 2u) << label;

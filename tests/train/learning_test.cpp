@@ -29,7 +29,7 @@ TEST(Learning, VitReaches70PercentOnFashionMnist) {
   c.batch = 64;
   c.steps = 600;
   c.eval_batches = 32;  // 2048 test images
-  const auto r = Trainer(c).run();
+  const auto r = record_to_json(Trainer(c).run());
   ASSERT_EQ(r["status"], "ok");
   const double accuracy = r["final_accuracy"].get<double>();
   std::printf("ViT tiny: test accuracy %.1f%% after %d steps\n", 100 * accuracy, 600);
@@ -43,7 +43,7 @@ TEST(Learning, ModernBertBeatsTheUnigramEntropy) {
   c.batch = 16;
   c.steps = 300;
   c.eval_batches = 8;
-  const auto r = Trainer(c).run();
+  const auto r = record_to_json(Trainer(c).run());
   ASSERT_EQ(r["status"], "ok");
   const double entropy = r["data"]["unigram_entropy_nats"].get<double>();
   const double loss = r["final_val_loss"].get<double>();
@@ -59,9 +59,9 @@ TEST(Learning, NanoVlmReadsTheImage) {
   c.steps = 300;
   c.eval_batches = 1;
   Trainer trainer(c);
-  const auto r = trainer.run();
+  const auto r = record_to_json(trainer.run());
   ASSERT_EQ(r["status"], "ok");
-  auto data = make_data_source("vision-language", trainer.arch(), c);
+  auto data = make_data_source(model_registry().get("nanovlm"), trainer.arch(), c);
   Model& model = trainer.model();
   model.eval();
   torch::NoGradGuard no_grad;

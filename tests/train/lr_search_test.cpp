@@ -39,10 +39,10 @@ TEST(LrSearch, KeepsEveryTrialAndPicksTheLowestValidationLoss) {
   double best = INFINITY, best_lr = 0;
   for (size_t i = 0; i < 5; ++i) {
     const auto& t = result.trials[i];
-    EXPECT_DOUBLE_EQ(t["lr"].get<double>(), grid[i]);
-    EXPECT_EQ(t["steps"], 30);
-    if (t["status"] == "ok" && t["val_loss"].get<double>() < best) {
-      best = t["val_loss"].get<double>();
+    EXPECT_DOUBLE_EQ(t.lr, grid[i]);
+    EXPECT_EQ(t.steps, 30);
+    if (t.status == "ok" && *t.val_loss < best) {
+      best = *t.val_loss;
       best_lr = grid[i];
     }
   }

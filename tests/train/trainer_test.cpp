@@ -4,6 +4,7 @@
 #include <map>
 
 #include "gradscope/core/error.h"
+#include "gradscope/core/settings.h"
 #include "gradscope/data/text.h"
 #include "gradscope/data/tokenizer.h"
 #include "gradscope/measure/memory.h"
@@ -34,9 +35,9 @@ std::vector<double> losses(const nlohmann::json& record) {
 TEST(Trainer, RecordHasTheDesignedShape) {
   RunConfig c = fixture_config();
   Trainer trainer(c);
-  const nlohmann::json r = trainer.run();
+  const nlohmann::json r = record_to_json(trainer.run());
   ASSERT_EQ(r["status"], "ok") << r.dump(2);
-  EXPECT_EQ(r["schema"], "gradscope.run/1");
+  EXPECT_EQ(r["schema"], "gradscope.run/2");
   EXPECT_EQ(r["run_id"].get<std::string>().size(), 16u);
   EXPECT_EQ(r["params"].get<int64_t>(), trainer.params());
   ASSERT_EQ(r["steps"].size(), 7u);  // warm-up steps train too
@@ -78,21 +79,21 @@ TEST(Trainer, RecordHasTheDesignedShape) {
 
 TEST(Trainer, SameSeedSameLossesOtherSeedDifferent) {
   RunConfig c = fixture_config();
-  const auto a = losses(Trainer(c).run());
-  const auto b = losses(Trainer(c).run());
+  const auto a = losses(record_to_json(Trainer(c).run()));
+  const auto b = losses(record_to_json(Trainer(c).run()));
   EXPECT_EQ(a, b);  // bitwise
   c.seed = 1;
-  const auto d = losses(Trainer(c).run());
+  const auto d = losses(record_to_json(Trainer(c).run()));
   EXPECT_NE(a, d);
 }
 
 TEST(Trainer, ThreadsDoNotChangeTheRunId) {
   RunConfig c = fixture_config();
   c.steps = 1;
-  const auto a = Trainer(c).run();
+  const auto a = record_to_json(Trainer(c).run());
   c.threads = 2;
   c.db_path = "other.db";
-  const auto b = Trainer(c).run();
+  const auto b = record_to_json(Trainer(c).run());
   EXPECT_EQ(a["run_id"], b["run_id"]);
 }
 
@@ -101,7 +102,7 @@ TEST(Trainer, DivergenceStopsTheRun) {
   c.optimizer = "sgd";
   c.lr = 1e12;
   c.steps = 20;
-  const auto r = Trainer(c).run();
+  const auto r = record_to_json(Trainer(c).run());
   EXPECT_EQ(r["status"], "diverged");
   ASSERT_TRUE(r["failure"].is_object());
   EXPECT_LT(r["steps"].size(), 21u);
@@ -115,7 +116,7 @@ TEST(Trainer, MemoryCapGivesOomWithStepAndPhase) {
   // Parameters and Adam's state fit; a forward at this batch does not.
   c.memory_cap_bytes = 3 * 1024 * 1024;
   Trainer trainer(c);
-  const auto r = trainer.run();
+  const auto r = record_to_json(trainer.run());
   EXPECT_EQ(r["status"], "oom") << r["failure"].dump();
   EXPECT_EQ(r["failure"]["step"], 1);
   EXPECT_TRUE(r["failure"]["phase"] == "forward" || r["failure"]["phase"] == "backward")
@@ -125,8 +126,8 @@ TEST(Trainer, MemoryCapGivesOomWithStepAndPhase) {
 TEST(Trainer, RefusesBadConfigurations) {
   auto refused = [](const std::function<void(RunConfig&)>& edit) {
     RunConfig c = fixture_config();
-    edit(c);
     try {
+      edit(c);
       Trainer t(c);
     } catch (const Error& e) {
       return e.kind() == ErrorKind::kErrorKindUsage;
@@ -140,20 +141,23 @@ TEST(Trainer, RefusesBadConfigurations) {
   EXPECT_TRUE(refused([](RunConfig& c) { c.model = "gpt5"; }));
   EXPECT_TRUE(refused([](RunConfig& c) { c.preset = "huge"; }));
   EXPECT_TRUE(refused([](RunConfig& c) { c.optimizer = "adamax"; }));
-  EXPECT_TRUE(refused([](RunConfig& c) { c.strategy = "magic"; }));
-  EXPECT_TRUE(refused([](RunConfig& c) { c.accum_steps = 4; }));  // standard has no micro-batches
+  EXPECT_TRUE(refused([](RunConfig& c) { find_setting("strategy")->parse(c, "magic"); }));
+  EXPECT_TRUE(refused([](RunConfig& c) {  // standard has no micro-batches
+    c.strategy = parse_strategy("standard");
+    c.accum_steps = 4;
+  }));
   EXPECT_TRUE(refused([](RunConfig& c) { c.device = "tpu"; }));
   EXPECT_TRUE(refused([](RunConfig& c) { c.dataset = "/nonexistent/corpus.txt"; }));
-  EXPECT_TRUE(refused([](RunConfig& c) { c.lr_schedule = "sawtooth"; }));
+  EXPECT_TRUE(refused([](RunConfig& c) { find_setting("lr-schedule")->parse(c, "sawtooth"); }));
 }
 
 TEST(Trainer, CosineScheduleWarmsUpAndDecays) {
   RunConfig c = fixture_config();
-  c.lr_schedule = "cosine";
+  c.lr_schedule = LrSchedule::kLrScheduleCosine;
   c.lr_warmup_steps = 2;
   c.warmup_steps = 0;
   c.steps = 6;
-  const auto r = Trainer(c).run();
+  const auto r = record_to_json(Trainer(c).run());
   std::vector<double> lr;
   for (const auto& s : r["steps"]) lr.push_back(s["lr"].get<double>());
   ASSERT_EQ(lr.size(), 6u);
@@ -173,7 +177,7 @@ TEST(Trainer, GradientClippingBoundsTheUpdate) {
   Trainer clipped(c);
   std::vector<torch::Tensor> before;
   for (const auto& p : clipped.model().parameters()) before.push_back(p.detach().clone());
-  const auto r = clipped.run();
+  const auto r = record_to_json(clipped.run());
   // The recorded norm is the norm before clipping; SGD moved by lr x the clipped gradient.
   EXPECT_GT(r["steps"][0]["grad_norm"].get<double>(), 1e-3);
   std::vector<torch::Tensor> moves;
@@ -198,7 +202,7 @@ TEST(Trainer, TinyLlamaLearnsContextOnSotu) {
   c.eval_batches = 16;
   c.quiet = true;
   Trainer trainer(c);
-  const auto r = trainer.run();
+  const auto r = record_to_json(trainer.run());
   ASSERT_EQ(r["status"], "ok");
 
   // The unigram entropy, counted here from the training split.
@@ -240,7 +244,7 @@ TEST(TrainerToy, CgTakesRosenbrockToItsMinimumAndRecordsThePoint) {
   RunConfig c = toy_config("rosenbrock", "cg");
   c.steps = 60;
   Trainer trainer(c);
-  const auto record = trainer.run();
+  const auto record = record_to_json(trainer.run());
   ASSERT_EQ(record["status"], "ok") << record["failure"];
   const auto x = record["final_params"].get<std::vector<double>>();
   ASSERT_EQ(x.size(), 2u);
@@ -260,7 +264,7 @@ TEST(TrainerToy, PlainOptimizersEvaluateOncePerStepAndRecordNoExtraPasses) {
   RunConfig c = toy_config("quadratic", "sgd");
   c.steps = 5;
   Trainer trainer(c);
-  const auto record = trainer.run();
+  const auto record = record_to_json(trainer.run());
   for (const auto& s : record["steps"]) EXPECT_EQ(s["evaluations"], 1);
   EXPECT_EQ(record["final_params"].size(), 2u);
   EXPECT_FALSE(record.contains("final_params") && record["config"]["model"] == "llama");
@@ -269,7 +273,7 @@ TEST(TrainerToy, PlainOptimizersEvaluateOncePerStepAndRecordNoExtraPasses) {
 TEST(TrainerToy, LanguageModelRecordsHaveNoFinalParams) {
   RunConfig c = fixture_config();
   c.steps = 1;
-  const auto record = Trainer(c).run();
+  const auto record = record_to_json(Trainer(c).run());
   EXPECT_FALSE(record.contains("final_params"));
   EXPECT_FALSE(record.contains("known_minimum"));
 }
@@ -292,7 +296,7 @@ TEST(TrainerCg, LineSearchEvaluatesTheStepsBatchAndLowersTheLoss) {
   c.lr = 0;  // its default
   c.steps = 8;
   c.warmup_steps = 0;
-  const auto record = Trainer(c).run();
+  const auto record = record_to_json(Trainer(c).run());
   ASSERT_EQ(record["status"], "ok") << record["failure"];
   int64_t evaluations = 0;
   for (const auto& s : record["steps"]) {
@@ -322,10 +326,10 @@ namespace {
 TEST(TrainerDtype, Bf16AutocastTrainsCloseToFp32) {
   RunConfig c = fixture_config();
   c.steps = 8;
-  const auto fp32 = Trainer(c).run();
-  c.dtype = "bf16";
+  const auto fp32 = record_to_json(Trainer(c).run());
+  c.dtype = Dtype::kDtypeBf16;
   Trainer trainer(c);
-  const auto bf16 = trainer.run();
+  const auto bf16 = record_to_json(trainer.run());
   ASSERT_EQ(bf16["status"], "ok") << bf16["failure"];
   EXPECT_EQ(bf16["config"]["dtype"], "bf16");
   const auto a = losses(fp32), b = losses(bf16);
@@ -335,8 +339,7 @@ TEST(TrainerDtype, Bf16AutocastTrainsCloseToFp32) {
   for (const auto& p : trainer.model().parameters()) EXPECT_EQ(p.scalar_type(), torch::kFloat);
   EXPECT_NE(bf16["run_id"], fp32["run_id"]);
   RunConfig bad = c;
-  bad.dtype = "fp16";
-  testing::expect_usage_error([&] { Trainer t(bad); });
+  testing::expect_usage_error([&] { find_setting("dtype")->parse(bad, "fp16"); });
 }
 
 }  // namespace

@@ -32,8 +32,6 @@ RunConfig parse_run_arguments(const std::vector<std::string>& args);
 void check_output_path(const std::string& path);
 // Writes a temporary file and renames it, so a reader never sees half a record.
 void write_json_atomically(const std::string& path, const nlohmann::json& j);
-// --arch NAME=VALUE into `overrides`; a usage error for anything else.
-void parse_arch_setting(const std::string& text, std::map<std::string, std::string>& overrides);
 
 // `gradscope run --config FILE.toml ...`: the file's settings become flags right after `run`,
 // so that flags given on the command line (which come later) override them.

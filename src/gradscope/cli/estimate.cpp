@@ -3,16 +3,17 @@
 // combinations would; with --max-batch, the largest micro-batch that fits.
 #include "gradscope/train/estimate.h"
 #include "gradscope/cli/commands.h"
+#include "gradscope/cli/settings_options.h"
 #include "gradscope/core/env.h"
 #include "gradscope/core/error.h"
+#include "gradscope/core/settings.h"
 #include "gradscope/optim/factory.h"
 
 namespace gradscope {
 namespace {
 
 struct EstimateOptions {
-  RunConfig config;
-  std::vector<std::string> opt, arch;
+  SettingOptions settings;
   std::string budget, json;
   bool max_batch = false;
   bool no_data = false;
@@ -22,7 +23,7 @@ std::string mib(int64_t bytes) { return format_bytes(bytes); }
 
 void print_estimate(const RunConfig& c, const MemoryEstimate& e) {
   fmt::print("{} {} | {} | {} | batch {} x {} accumulation steps\n", c.model, c.preset, c.optimizer,
-             c.strategy, c.batch, c.accum_steps);
+             c.strategy_label(), c.batch, c.accum_steps);
   const std::pair<const char*, int64_t> rows[] = {
       {"parameters", e.params_bytes},
       {"gradients", e.grads_bytes},
@@ -45,7 +46,6 @@ void print_estimate(const RunConfig& c, const MemoryEstimate& e) {
 
 void add_estimate_command(CLI::App& root, int& exit_code) {
   auto o = std::make_shared<EstimateOptions>();
-  RunConfig& c = o->config;
   CLI::App* cmd = root.add_subcommand(
       "estimate",
       "Predict a run's peak memory (parameters, gradients, optimizer state, activations per\n"
@@ -55,41 +55,18 @@ void add_estimate_command(CLI::App& root, int& exit_code) {
       "With --memory-budget: whether it fits, and which strategies and optimizers would.\n"
       "With --max-batch: the largest micro-batch within the budget.\n"
       "Example: gradscope estimate --model llama --preset small --memory-budget 1GiB --max-batch");
-  cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  cmd->add_option("--model", c.model, "Architecture (see `gradscope list`)")->capture_default_str();
-  cmd->add_option("--preset", c.preset, "tiny, small or paper")->capture_default_str();
-  cmd->add_option("--optimizer", c.optimizer, "Optimizer")->capture_default_str();
-  cmd->add_option("--strategy", c.strategy, "Memory strategy")->capture_default_str();
-  cmd->add_option("--batch", c.batch, "Micro-batch size")->capture_default_str();
-  cmd->add_option("--accum-steps", c.accum_steps, "Micro-batches per optimizer step")
-      ->capture_default_str();
-  cmd->add_option("--checkpoint-every", c.checkpoint_every, "With checkpointing: every K-th block")
-      ->capture_default_str();
-  cmd->add_option("--checkpoint-policy", c.checkpoint_policy, "full, attention or mlp")
-      ->capture_default_str();
-  cmd->add_option("--seq", c.seq_len, "Sequence length (default: the preset's)");
-  cmd->add_option("--dtype", c.dtype, "fp32 or bf16")->capture_default_str();
-  cmd->add_option("--device", c.device, "cpu or cuda (where the data set is counted)")
-      ->capture_default_str();
-  cmd->add_option("--weight-decay", c.weight_decay, "Weight decay")->capture_default_str();
-  cmd->add_option("--opt", o->opt, "Optimizer setting NAME=VALUE (repeatable)")
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  cmd->add_option("--arch", o->arch, "Architecture override NAME=VALUE (repeatable)")
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  cmd->add_option("--dataset", c.dataset, "Data set (default: the model's)");
-  cmd->add_option("--tokenizer", c.tokenizer, "Tokenizer (default: the preset's)");
+  o->settings.add_to(cmd, RunConfig{},
+                     {"model", "preset", "optimizer", "strategy", "recompute", "checkpoint-policy",
+                      "checkpoint-every", "accum-steps", "optimizer-step", "batch", "seq", "dtype",
+                      "device", "weight-decay", "opt", "arch", "dataset", "tokenizer"});
   cmd->add_option("--memory-budget", o->budget, "Device memory to fit in, e.g. 8GiB or 512MiB");
   cmd->add_flag("--max-batch", o->max_batch, "Find the largest micro-batch within the budget");
   cmd->add_flag("--no-data", o->no_data, "Do not load the data set (its bytes count as 0)");
   cmd->add_option("--json", o->json, "Also write the estimate to this JSON file");
   cmd->callback([o, &exit_code] {
-    RunConfig c = o->config;
-    for (const auto& s : o->opt) parse_opt_setting(s, c.opt);
-    for (const auto& s : o->arch) parse_arch_setting(s, c.arch_overrides);
-    check_usage(c.batch > 0, fmt::format("--batch {} must be positive", c.batch),
-                "pass --batch with a value of at least 1");
-    check_usage(c.accum_steps > 0, fmt::format("--accum-steps {} must be positive", c.accum_steps),
-                "pass --accum-steps with a value of at least 1");
+    RunConfig c;
+    o->settings.apply(c);
+    check_config(c);
     if (!o->json.empty()) check_output_path(o->json);
     const int64_t budget = o->budget.empty() ? 0 : parse_bytes(o->budget);
     check_usage(!o->max_batch || budget > 0, "--max-batch needs --memory-budget",
@@ -118,7 +95,12 @@ void add_estimate_command(CLI::App& root, int& exit_code) {
           RunConfig alt = c;
           alt.optimizer = opt;
           alt.opt.clear();
-          alt.strategy = strategy;
+          // The shorthand, keeping what a checkpoint recomputes however it was asked for.
+          alt.strategy = parse_strategy(strategy);
+          if (c.recompute && *c.recompute != Recompute::kRecomputeNone)
+            alt.checkpoint_policy = c.recompute;
+          alt.recompute.reset();
+          alt.optimizer_step.reset();
           const bool accum = std::string(strategy) == "accumulation";
           if (accum && effective % k != 0) continue;
           alt.accum_steps = accum ? k : 1;

@@ -5,7 +5,7 @@
 #include "gradscope/data/tokenizer.h"
 #include "gradscope/models/registry.h"
 #include "gradscope/optim/factory.h"
-#include "gradscope/strategy/strategy.h"
+#include "gradscope/train/session.h"
 
 namespace gradscope {
 namespace {
@@ -22,7 +22,7 @@ nlohmann::json catalogue() {
       presets[preset] = {{"params", item.entry.count_params(arch)}, {"arch", arch}};
     }
     j["models"][item.name] = {{"description", item.description},
-                              {"kind", item.entry.kind},
+                              {"kind", model_kind_name(item.entry.kind)},
                               {"preset_order", item.entry.presets},
                               {"presets", presets}};
   }
@@ -35,8 +35,8 @@ nlohmann::json catalogue() {
                                   {"default_lr_by_model", by_model},
                                   {"settings", item.entry.keys}};
   }
-  for (const auto& item : strategy_registry().items())
-    j["strategies"][item.name] = {{"description", item.description}};
+  for (const auto& s : strategy_shorthands())
+    j["strategies"][s.name] = {{"description", s.description}};
   for (const auto& item : text_dataset_registry().items())
     j["datasets"][item.name] = {{"description", item.description}, {"folder", item.entry}};
   for (const auto& item : tokenizer_registry().items())

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "gradscope/cli/commands.h"
 #include "gradscope/core/env.h"
 #include "gradscope/core/error.h"

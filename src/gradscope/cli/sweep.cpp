@@ -48,7 +48,8 @@ void print_plan(const Sweep& sweep, const std::vector<PlannedRun>& plan) {
     std::string why;
     if (!p.previous.empty()) {
       std::string list;
-      for (const auto& s : p.previous) list += (list.empty() ? "" : ", ") + s;
+      for (const RunStatus s : p.previous)
+        list += (list.empty() ? "" : ", ") + std::string(status_name(s));
       why = " (stored: " + list + ")";
     }
     fmt::print("  {:>4}  {:<{}}  {:<16}  {}{}\n", i + 1, p.label, width, p.run_id, p.action, why);

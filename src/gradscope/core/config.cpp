@@ -1,72 +1,169 @@
 #include "gradscope/core/config.h"
 
-#include <torch/torch.h>
-#include "gradscope/core/rng.h"
+#include <fmt/format.h>
+
+#include "gradscope/core/error.h"
 
 namespace gradscope {
+namespace {
 
-nlohmann::json canonical_config_json(const RunConfig& c) {
-  nlohmann::json j;
-  j["model"] = c.model;
-  j["preset"] = c.preset;
-  j["dataset"] = c.dataset;
-  j["tokenizer"] = c.tokenizer;
-  j["dropout"] = c.dropout ? nlohmann::json(*c.dropout) : nlohmann::json(nullptr);
-  // Keys that are new since the first runs appear only when set, so old run ids still hold.
-  if (!c.arch_overrides.empty()) j["arch_overrides"] = c.arch_overrides;
-  j["optimizer"] = c.optimizer;
-  j["lr"] = c.lr;
-  if (c.lr_auto)
-    j["lr_search"] = {{"trials", c.lr_search_trials},
-                      {"steps", c.lr_search_steps},
-                      {"span_decades", c.lr_search_span}};
-  j["opt"] = c.opt;
-  j["weight_decay"] = c.weight_decay;
-  j["lr_schedule"] = c.lr_schedule;
-  j["lr_warmup_steps"] = c.lr_warmup_steps;
-  j["clip_grad_norm"] = c.clip_grad_norm;
-  j["strategy"] = c.strategy;
-  j["checkpoint_every"] = c.checkpoint_every;
-  j["checkpoint_policy"] = c.checkpoint_policy;
-  j["accum_steps"] = c.accum_steps;
-  j["batch"] = c.batch;
-  j["seq_len"] = c.seq_len;
-  j["steps"] = c.steps;
-  j["warmup_steps"] = c.warmup_steps;
-  j["eval_every"] = c.eval_every;
-  j["eval_batches"] = c.eval_batches;
-  j["seed"] = c.seed;
-  // The device kind matters (cpu vs cuda), its index does not.
-  j["device"] = c.device.substr(0, c.device.find(':'));
-  j["dtype"] = c.dtype;
-  j["memory_cap_bytes"] = c.memory_cap_bytes;
-  return j;
+template <typename Enum, size_t N>
+std::optional<Enum> parse_named(const std::string& name,
+                                const std::pair<Enum, const char*> (&names)[N]) {
+  for (const auto& [value, text] : names)
+    if (name == text) return value;
+  return std::nullopt;
 }
 
-nlohmann::json config_to_json(const RunConfig& c) {
-  nlohmann::json j = canonical_config_json(c);
-  j["device"] = c.device;
-  j["lr_auto"] = c.lr_auto;
-  j["threads"] = c.threads;
-  j["timeout_s"] = c.timeout_s;
-  j["sample_period_s"] = c.sample_period_s;
-  j["phase_timing"] = c.phase_timing;
-  j["watts_per_core"] = c.watts_per_core;
-  j["grid_g_per_kwh"] =
-      c.grid_g_per_kwh > 0 ? nlohmann::json(c.grid_g_per_kwh) : nlohmann::json(nullptr);
-  return j;
+template <typename Enum, size_t N>
+const char* name_of(Enum value, const std::pair<Enum, const char*> (&names)[N]) {
+  for (const auto& [v, text] : names)
+    if (v == value) return text;
+  return "?";
 }
 
-std::string run_id_of(const nlohmann::json& canonical) {
-  // nlohmann::json keeps object keys sorted, so dump() is canonical.
-  const std::string text = canonical.dump();
-  // FNV-1a over the text, then two mixed halves: a stable 64-bit digest.
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (unsigned char ch : text) {
-    h ^= ch;
-    h *= 0x100000001b3ULL;
+constexpr std::pair<Dtype, const char*> kDtypes[] = {{Dtype::kDtypeFp32, "fp32"},
+                                                     {Dtype::kDtypeBf16, "bf16"}};
+constexpr std::pair<LrSchedule, const char*> kSchedules[] = {
+    {LrSchedule::kLrScheduleConstant, "constant"}, {LrSchedule::kLrScheduleCosine, "cosine"}};
+constexpr std::pair<Recompute, const char*> kRecomputes[] = {
+    {Recompute::kRecomputeNone, "none"},
+    {Recompute::kRecomputeFull, "full"},
+    {Recompute::kRecomputeAttention, "attention"},
+    {Recompute::kRecomputeMlp, "mlp"}};
+constexpr std::pair<OptimizerStep, const char*> kOptimizerSteps[] = {
+    {OptimizerStep::kOptimizerStepAfterBackward, "after-backward"},
+    {OptimizerStep::kOptimizerStepInBackward, "in-backward"}};
+
+}  // namespace
+
+const char* dtype_name(Dtype d) { return name_of(d, kDtypes); }
+const char* lr_schedule_name(LrSchedule s) { return name_of(s, kSchedules); }
+const char* recompute_name(Recompute r) { return name_of(r, kRecomputes); }
+const char* optimizer_step_name(OptimizerStep s) { return name_of(s, kOptimizerSteps); }
+std::optional<Dtype> parse_dtype(const std::string& name) { return parse_named(name, kDtypes); }
+std::optional<LrSchedule> parse_lr_schedule(const std::string& name) {
+  return parse_named(name, kSchedules);
+}
+std::optional<Recompute> parse_recompute(const std::string& name) {
+  return parse_named(name, kRecomputes);
+}
+std::optional<OptimizerStep> parse_optimizer_step(const std::string& name) {
+  return parse_named(name, kOptimizerSteps);
+}
+
+std::string strategy_name(const StrategyShorthand& s) {
+  std::string name;
+  for (const auto& [on, part] : {std::pair<bool, const char*>{s.checkpoint, "checkpoint"},
+                                 {s.accumulation, "accumulation"},
+                                 {s.fused, "fused"}})
+    if (on) name += (name.empty() ? "" : "+") + std::string(part);
+  return name.empty() ? "standard" : name;
+}
+
+std::optional<StrategyShorthand> parse_strategy(const std::string& name) {
+  if (name == "standard") return StrategyShorthand{};
+  // The parts in their one order, each at most once: a name is what strategy_name writes.
+  for (int bits = 1; bits < 8; ++bits) {
+    const StrategyShorthand s{(bits & 1) != 0, (bits & 2) != 0, (bits & 4) != 0};
+    if (strategy_name(s) == name) return s;
   }
-  return fmt::format("{:016x}", mix64(h));
+  return std::nullopt;
+}
+
+const std::vector<StrategyDescription>& strategy_shorthands() {
+  static const std::vector<StrategyDescription> list = {
+      {"standard", "one forward and one backward over the whole batch, then the optimizer"},
+      {"checkpoint",
+       "standard, recomputing every k-th block in backward instead of storing it "
+       "(--recompute, --checkpoint-every)"},
+      {"accumulation",
+       "k micro-batches per step, gradients summed, exact per-target mean "
+       "(--accum-steps)"},
+      {"checkpoint+accumulation", "accumulation with every k-th block recomputed in backward"},
+      {"fused",
+       "standard, each parameter updated in backward and its gradient freed at once "
+       "(--optimizer-step in-backward)"},
+  };
+  return list;
+}
+
+std::string StepPlan::strategy_name() const {
+  StrategyShorthand s;
+  s.checkpoint = recompute != Recompute::kRecomputeNone;
+  s.accumulation = micro_batches;
+  s.fused = optimizer_step == OptimizerStep::kOptimizerStepInBackward;
+  return gradscope::strategy_name(s);
+}
+
+StepPlan RunConfig::step_plan_as_given() const {
+  try {
+    return step_plan();
+  } catch (const Error&) {
+  }
+  StepPlan plan;
+  plan.recompute_every = checkpoint_every;
+  plan.accum_steps = accum_steps;
+  const Recompute policy = checkpoint_policy.value_or(Recompute::kRecomputeFull);
+  if (strategy) {
+    plan.recompute = strategy->checkpoint ? recompute.value_or(policy) : Recompute::kRecomputeNone;
+    if (strategy->checkpoint && plan.recompute == Recompute::kRecomputeNone)
+      plan.recompute = policy;
+    plan.micro_batches = strategy->accumulation;
+    plan.optimizer_step = strategy->fused ? OptimizerStep::kOptimizerStepInBackward
+                                          : OptimizerStep::kOptimizerStepAfterBackward;
+  } else {
+    plan.recompute = recompute.value_or(Recompute::kRecomputeNone);
+    plan.micro_batches = accum_steps > 1;
+    plan.optimizer_step = optimizer_step.value_or(OptimizerStep::kOptimizerStepAfterBackward);
+  }
+  return plan;
+}
+
+StepPlan RunConfig::step_plan() const {
+  StepPlan plan;
+  plan.recompute_every = checkpoint_every;
+  plan.accum_steps = accum_steps;
+  if (recompute && checkpoint_policy && *recompute != Recompute::kRecomputeNone)
+    check_usage(*checkpoint_policy == *recompute,
+                fmt::format("--recompute {} disagrees with --checkpoint-policy {}",
+                            recompute_name(*recompute), recompute_name(*checkpoint_policy)),
+                "give one of them: --recompute none|full|attention|mlp says it all");
+  if (!strategy) {
+    plan.recompute = recompute.value_or(Recompute::kRecomputeNone);
+    plan.micro_batches = accum_steps > 1;
+    plan.optimizer_step = optimizer_step.value_or(OptimizerStep::kOptimizerStepAfterBackward);
+    return plan;
+  }
+  const StrategyShorthand& s = *strategy;
+  const std::string name = gradscope::strategy_name(s);
+  if (s.checkpoint) {
+    check_usage(!recompute || *recompute != Recompute::kRecomputeNone,
+                fmt::format("strategy '{}' recomputes blocks, got --recompute none", name),
+                "pass --recompute full, attention or mlp, or a strategy without checkpoint");
+    plan.recompute = recompute ? *recompute : checkpoint_policy.value_or(Recompute::kRecomputeFull);
+  } else {
+    check_usage(!recompute || *recompute == Recompute::kRecomputeNone,
+                fmt::format("strategy '{}' recomputes nothing, got --recompute {}", name,
+                            recompute ? recompute_name(*recompute) : ""),
+                "leave --strategy out (the settings then say how a step is computed), or use a "
+                "checkpoint strategy");
+  }
+  check_usage(s.accumulation || accum_steps == 1,
+              fmt::format("strategy '{}' computes a step in one batch, got --accum-steps {}", name,
+                          accum_steps),
+              "use --accum-steps 1, or a strategy that accumulates micro-batches (or leave "
+              "--strategy out)");
+  plan.micro_batches = s.accumulation;
+  const OptimizerStep step = s.fused ? OptimizerStep::kOptimizerStepInBackward
+                                     : OptimizerStep::kOptimizerStepAfterBackward;
+  check_usage(!optimizer_step || *optimizer_step == step,
+              fmt::format("strategy '{}' steps the optimizer {}, got --optimizer-step {}", name,
+                          optimizer_step_name(step),
+                          optimizer_step ? optimizer_step_name(*optimizer_step) : ""),
+              "leave --optimizer-step out, or --strategy out");
+  plan.optimizer_step = step;
+  return plan;
 }
 
 }  // namespace gradscope

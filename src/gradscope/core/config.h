@@ -1,91 +1,166 @@
-// The resolved configuration of one run. Every field says what it means, its default and,
-// where there is one, the trade-off. Field names match the run record's "config" keys.
+// The configuration of one run: a plain struct (leveldb's Options) whose every field is one
+// row of the settings table (core/settings.h). The table gives each its flag, TOML key, record
+// key, help, check and role; the defaults are the member initializers below, so that a
+// default-constructed RunConfig is the documented default run.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
-
-#include <nlohmann/json.hpp>
+#include <vector>
 
 namespace gradscope {
 
+// --dtype: the dtype the matrix products run in.
+enum class Dtype {
+  kDtypeFp32,  // float32 everywhere
+  kDtypeBf16,  // bfloat16 autocast; parameters, gradients and optimizer state stay float32
+};
+
+// --lr-schedule
+enum class LrSchedule {
+  kLrScheduleConstant,
+  kLrScheduleCosine,  // linear warm-up over --lr-warmup-steps, then cosine to 0
+};
+
+// --recompute (and --checkpoint-policy): what a checkpointed block recomputes in backward.
+enum class Recompute {
+  kRecomputeNone,       // nothing: every activation is kept for backward
+  kRecomputeFull,       // the whole block (least memory, one extra forward of it)
+  kRecomputeAttention,  // only its attention sub-layer (keeps the MLP's activations)
+  kRecomputeMlp,        // only its MLP sub-layer
+};
+
+// --optimizer-step: where the parameters are updated.
+enum class OptimizerStep {
+  kOptimizerStepAfterBackward,  // one optimizer step over all gradients once backward ends
+  kOptimizerStepInBackward,     // each parameter as soon as its gradient is complete (fused)
+};
+
+// --strategy: the study's memory strategies, each a shorthand for a way of computing a step.
+// "standard" is none of the parts; the others join the parts they use with '+', in the order
+// checkpoint, accumulation, fused ("checkpoint+accumulation").
+struct StrategyShorthand {
+  bool checkpoint = false;    // recompute blocks in backward (--checkpoint-policy says what)
+  bool accumulation = false;  // micro-batches (--accum-steps of them)
+  bool fused = false;         // the optimizer steps in backward
+  bool operator==(const StrategyShorthand& o) const {
+    return checkpoint == o.checkpoint && accumulation == o.accumulation && fused == o.fused;
+  }
+};
+
+// How one optimizer step is computed, resolved from --strategy and the settings that refine it
+// (--recompute, --checkpoint-policy, --checkpoint-every, --accum-steps, --optimizer-step).
+// Without --strategy the settings alone say it: --accum-steps 4 is accumulation. A strategy
+// fixes the parts it names, and the settings may only refine them: checkpoint recomputes
+// (full, or as --recompute / --checkpoint-policy say), standard and fused take one batch.
+struct StepPlan {
+  Recompute recompute = Recompute::kRecomputeNone;
+  int64_t recompute_every = 1;  // blocks 0, k, 2k, ... are recomputed
+  int64_t accum_steps = 1;      // micro-batches per optimizer step
+  bool micro_batches = false;   // accumulation asked for (by name or by accum_steps > 1)
+  OptimizerStep optimizer_step = OptimizerStep::kOptimizerStepAfterBackward;
+
+  // The strategy's name: "standard", or the parts in use joined by '+' (as StrategyShorthand).
+  // The study's five strategies keep the names they had, so run ids stay as they were.
+  std::string strategy_name() const;
+};
+
 struct RunConfig {
   // --- what is trained ---
-  std::string model = "llama";    // registry name: see `gradscope list`
-  std::string preset = "tiny";    // tiny (tests), small (CPU), paper (published size)
-  std::string dataset;            // "" = the model's default data set
-  std::string tokenizer;          // "" = the preset's tokenizer
-  std::optional<double> dropout;  // unset = the model's published dropout
-  // --arch NAME=VALUE: overrides of the preset's architecture keys (Hugging Face names, or a
-  // toy problem's dim/condition), e.g. num_hidden_layers=4.
-  std::map<std::string, std::string> arch_overrides;
+  std::string model = "llama";
+  std::string preset = "tiny";
+  std::string dataset;                                // "" = the model's
+  std::string tokenizer;                              // "" = the preset's
+  std::optional<double> dropout;                      // unset = the model's published dropout
+  std::map<std::string, std::string> arch_overrides;  // --arch NAME=VALUE
 
   // --- how it is optimized ---
   std::string optimizer = "adam";
-  double lr = 0;  // 0 = the optimizer's default for this model family
-  // --lr auto: train `lr_search_trials` short runs of `lr_search_steps` steps each (0 = a tenth
-  // of --steps, at least 10) at learning rates log-spaced over `lr_search_span` decades either
-  // side of the default, then the run itself with the one of lowest validation loss.
-  bool lr_auto = false;
+  double lr = 0;         // 0 = the optimizer's default for the model
+  bool lr_auto = false;  // --lr auto
   int64_t lr_search_trials = 5;
-  int64_t lr_search_steps = 0;
-  double lr_search_span = 1.0;
+  int64_t lr_search_steps = 0;             // 0 = a tenth of --steps, at least 10
+  double lr_search_span = 1.0;             // decades either side of the default
   std::map<std::string, std::string> opt;  // --opt NAME=VALUE, PyTorch's names
-  double weight_decay = 0;  // decoupled for AdamW, Lion, Adafactor; L2 in the gradient otherwise
-  std::string lr_schedule = "constant";  // constant | cosine (linear warm-up, then cosine)
-  int64_t lr_warmup_steps = 0;           // linear warm-up length of the cosine schedule
-  double clip_grad_norm = 0;             // 0 = off; the norm is recorded every step either way
+  double weight_decay = 0;
+  LrSchedule lr_schedule = LrSchedule::kLrScheduleConstant;
+  int64_t lr_warmup_steps = 0;
+  double clip_grad_norm = 0;  // 0 = off
 
-  // --- memory strategy ---
-  std::string strategy = "standard";
-  int64_t checkpoint_every = 1;  // with checkpointing: every k-th block
-  int64_t accum_steps = 1;       // micro-batches per optimizer step
-  // With checkpointing: what a wrapped block recomputes in backward. full (the whole block:
-  // least memory, one extra forward of it), attention or mlp (only that residual branch:
-  // keeps the other's activations, recomputes less).
-  std::string checkpoint_policy = "full";
+  // --- how a step is computed (memory) ---
+  // Unset: the step is what the settings below say; given: they must agree with it.
+  std::optional<StrategyShorthand> strategy;
+  std::optional<Recompute> recompute;          // unset = as --strategy says, else none
+  std::optional<Recompute> checkpoint_policy;  // unset = full; never none
+  int64_t checkpoint_every = 1;
+  int64_t accum_steps = 1;
+  std::optional<OptimizerStep> optimizer_step;  // unset = as --strategy says
 
   // --- shape of the work ---
-  int64_t batch = 8;         // micro-batch size; effective batch = batch * accum_steps
-  int64_t seq_len = 0;       // 0 = the preset's sequence length
-  int64_t steps = 100;       // timed optimizer steps
-  int64_t warmup_steps = 2;  // untimed steps before the timed ones (they train too)
-  int64_t eval_every = 0;    // 0 = evaluate only at the end
-  int64_t eval_batches = 8;  // validation batches per evaluation
+  int64_t batch = 8;    // micro-batch; effective batch = batch * accum_steps
+  int64_t seq_len = 0;  // 0 = the preset's
+  int64_t steps = 100;
+  int64_t warmup_steps = 2;
   uint64_t seed = 0;
 
+  // --- evaluation ---
+  int64_t eval_every = 0;  // 0 = only at the end
+  int64_t eval_batches = 8;
+
   // --- where it runs ---
-  std::string device = "cpu";    // cpu | cuda | cuda:N
-  std::string dtype = "fp32";    // fp32 | bf16 (autocast)
-  int threads = 0;               // intra-op threads; 0 = LibTorch's default
+  std::string device = "cpu";  // cpu | cuda | cuda:N
+  Dtype dtype = Dtype::kDtypeFp32;
+  int threads = 0;               // 0 = LibTorch's default
   int64_t memory_cap_bytes = 0;  // 0 = no cap
-  double timeout_s = 0;          // 0 = no limit; stops with status "timeout"
+  double timeout_s = 0;          // 0 = no limit
 
-  // --- how it is measured (not part of the run id) ---
-  double sample_period_s = 0.1;  // sampler thread period; 0 = no sampler
-  bool phase_timing = true;      // synchronize and read the clock at every phase change
-  double watts_per_core = 10.0;  // CPU energy estimate when nothing measures energy
-  double grid_g_per_kwh = 0;     // carbon intensity of the electricity; 0 = no carbon figure
-  std::string memory_snapshot;   // CUDA allocator history file ("" = none)
+  // --- how it is measured ---
+  double sample_period_s = 0.1;  // 0 = no sampler
+  bool phase_timing = true;
+  double watts_per_core = 10.0;
+  double grid_g_per_kwh = 0;  // 0 = no carbon figure
 
-  // --- outputs (not part of the run id) ---
+  // --- outputs ---
+  std::string memory_snapshot;  // CUDA allocator history file, "" = none
   std::string db_path = "gradscope.db";
   std::string json_path;  // "" = no JSON record
-  std::string sweep;      // sweep name the run belongs to, "" for a single run
+  std::string sweep;      // the sweep the run belongs to, "" for a single run
   bool quiet = false;
 
-  // The effective batch of one optimizer step.
   int64_t effective_batch() const { return batch * accum_steps; }
+  // How a step is computed, from the strategy and the settings that refine it. A usage error
+  // when they disagree (--strategy standard with --accum-steps 4, --recompute attention with
+  // --checkpoint-policy mlp).
+  StepPlan step_plan() const;
+  // The same, but never refusing: where the parts disagree, the strategy's name wins and the
+  // other settings are taken as given. For what a record says of a configuration that was
+  // refused (a failed attempt's record), so that writing or grouping it cannot fail.
+  StepPlan step_plan_as_given() const;
+  // step_plan_as_given().strategy_name(): the name the record and every table show.
+  std::string strategy_label() const { return step_plan_as_given().strategy_name(); }
 };
 
-// Canonical JSON of the settings that define the run (no threads, device index, paths or
-// output settings), so that a resumed or re-threaded run keeps its id.
-nlohmann::json canonical_config_json(const RunConfig& config);
-// Everything, for the record.
-nlohmann::json config_to_json(const RunConfig& config);
-// Hex digest (16 chars) of canonical_config_json plus the resolved architecture.
-std::string run_id_of(const nlohmann::json& canonical);
+// Names of the enumerations, as flags and records write them ("bf16", "cosine", "mlp",
+// "in-backward"), and back (nullopt for an unknown name).
+const char* dtype_name(Dtype d);
+const char* lr_schedule_name(LrSchedule s);
+const char* recompute_name(Recompute r);
+const char* optimizer_step_name(OptimizerStep s);
+std::string strategy_name(const StrategyShorthand& s);
+std::optional<Dtype> parse_dtype(const std::string& name);
+std::optional<LrSchedule> parse_lr_schedule(const std::string& name);
+std::optional<Recompute> parse_recompute(const std::string& name);
+std::optional<OptimizerStep> parse_optimizer_step(const std::string& name);
+std::optional<StrategyShorthand> parse_strategy(const std::string& name);
+
+// The study's strategies and the fused step, with what each does, in documentation order.
+// --strategy also takes the other combinations of the parts by name ("checkpoint+fused").
+struct StrategyDescription {
+  std::string name;
+  std::string description;
+};
+const std::vector<StrategyDescription>& strategy_shorthands();
 
 }  // namespace gradscope

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <ctime>
 #include <fstream>
 
 #include <torch/torch.h>
@@ -136,6 +137,24 @@ std::string format_si(double value) {
     ++u;
   }
   return fmt::format("{:.3g}{}", v, units[u]);
+}
+
+std::string utc_now_iso8601() {
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  char text[32];
+  std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return text;
+}
+
+std::string format_duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "n/a";
+  if (s < 1) return fmt::format("{:.0f}ms", s * 1000);
+  if (s < 60) return fmt::format("{:.1f}s", s);
+  if (s < 3600)
+    return fmt::format("{}m{:02d}s", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
+  return fmt::format("{}h{:02d}m", static_cast<int>(s) / 3600, static_cast<int>(s) % 3600 / 60);
 }
 
 }  // namespace gradscope

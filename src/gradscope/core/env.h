@@ -34,5 +34,9 @@ int64_t parse_bytes(const std::string& text);
 std::string format_bytes(double bytes);
 // 1.2e9 -> "1.20 G"
 std::string format_si(double value);
+// Now, in UTC, as "2024-05-01T12:34:56Z" (sorts as text in time order).
+std::string utc_now_iso8601();
+// "1m23s", "4.2s", "850ms"; "n/a" for a negative or non-finite value
+std::string format_duration(double seconds);
 
 }  // namespace gradscope

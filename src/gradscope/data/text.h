@@ -1,7 +1,7 @@
 // Text data: a corpus tokenized once (cached), split into train and validation, cut into
 // windows of seq_len + 1 tokens.
 //
-// Semantics (DESIGN.md, "Data, randomness, exactness"):
+// Semantics (docs/metrics.md, "Steps, samples, tokens"):
 // - documents are joined with the tokenizer's eot id, in a fixed order (sorted file names);
 // - the last 2% of tokens are the validation split;
 // - the training tokens are cut into W = floor((N_train - 1) / seq_len) windows, window w

@@ -293,83 +293,6 @@ int64_t current_rss_bytes() {
   return 0;
 }
 
-int64_t tensors_bytes(const std::vector<torch::Tensor>& tensors) {
-  std::unordered_set<const void*> seen;
-  int64_t total_bytes = 0;
-  for (const auto& t : tensors) {
-    if (!t.defined()) continue;
-    if (!t.has_storage()) {
-      // Sparse and other storage-less layouts: what the tensor reports for itself.
-      total_bytes += static_cast<int64_t>(t.nbytes());
-      continue;
-    }
-    const c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
-    if (seen.insert(storage).second) total_bytes += static_cast<int64_t>(t.storage().nbytes());
-  }
-  return total_bytes;
-}
-
-int64_t grads_bytes(const std::vector<torch::Tensor>& params) {
-  std::vector<torch::Tensor> grads;
-  grads.reserve(params.size());
-  for (const auto& p : params) {
-    if (p.defined() && p.grad().defined()) grads.push_back(p.grad());
-  }
-  return tensors_bytes(grads);
-}
-
-namespace {
-
-// Appends the tensors of one of LibTorch's built-in param states; false if the type is not
-// one of them.
-bool append_builtin_state(const torch::optim::OptimizerParamState& state,
-                          std::vector<torch::Tensor>& out) {
-  namespace optim = torch::optim;
-  if (const auto* s = dynamic_cast<const optim::SGDParamState*>(&state)) {
-    out.push_back(s->momentum_buffer());
-  } else if (const auto* s = dynamic_cast<const optim::AdamParamState*>(&state)) {
-    out.insert(out.end(), {s->exp_avg(), s->exp_avg_sq(), s->max_exp_avg_sq()});
-  } else if (const auto* s = dynamic_cast<const optim::AdamWParamState*>(&state)) {
-    out.insert(out.end(), {s->exp_avg(), s->exp_avg_sq(), s->max_exp_avg_sq()});
-  } else if (const auto* s = dynamic_cast<const optim::AdagradParamState*>(&state)) {
-    out.push_back(s->sum());
-  } else if (const auto* s = dynamic_cast<const optim::RMSpropParamState*>(&state)) {
-    out.insert(out.end(), {s->square_avg(), s->momentum_buffer(), s->grad_avg()});
-  } else if (const auto* s = dynamic_cast<const optim::LBFGSParamState*>(&state)) {
-    out.insert(out.end(), {s->d(), s->H_diag(), s->prev_flat_grad()});
-    out.insert(out.end(), s->old_dirs().begin(), s->old_dirs().end());
-    out.insert(out.end(), s->old_stps().begin(), s->old_stps().end());
-    out.insert(out.end(), s->ro().begin(), s->ro().end());
-    if (s->al()) out.insert(out.end(), s->al()->begin(), s->al()->end());
-  } else {
-    return false;
-  }
-  return true;
-}
-
-}  // namespace
-
-int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer) {
-  if (const auto* own = dynamic_cast<const StateBytes*>(&optimizer)) {
-    return tensors_bytes(own->state_tensors());
-  }
-  std::vector<torch::Tensor> tensors;
-  for (const auto& entry : optimizer.state()) {
-    const torch::optim::OptimizerParamState* state = entry.second.get();
-    if (state == nullptr) continue;
-    if (const auto* custom = dynamic_cast<const StateBytes*>(state)) {
-      const auto more = custom->state_tensors();
-      tensors.insert(tensors.end(), more.begin(), more.end());
-    } else if (!append_builtin_state(*state, tensors)) {
-      fail_runtime(
-          fmt::format("cannot count the optimizer state of type {}", typeid(*state).name()),
-          "make the optimizer's param state implement gradscope::StateBytes "
-          "(measure/memory.h)");
-    }
-  }
-  return tensors_bytes(tensors);
-}
-
 void set_cuda_memory_cap(const torch::Device& device, int64_t cap_bytes) {
 #if GRADSCOPE_HAS_CUDA_STATS
   const c10::DeviceIndex index = device.has_index() ? device.index() : c10::cuda::current_device();
@@ -389,6 +312,13 @@ void set_cuda_memory_cap(const torch::Device& device, int64_t cap_bytes) {
 #else
   fail_usage("--memory-cap on " + device.str() + " needs a CUDA build of LibTorch",
              "use --device cpu, or rebuild against a CUDA LibTorch");
+#endif
+}
+
+void clear_cuda_memory_cap(const torch::Device& device) {
+#if GRADSCOPE_HAS_CUDA_STATS
+  const c10::DeviceIndex index = device.has_index() ? device.index() : c10::cuda::current_device();
+  c10::cuda::CUDACachingAllocator::setMemoryFraction(1.0, index);
 #endif
 }
 

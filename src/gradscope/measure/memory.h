@@ -1,5 +1,5 @@
 // Memory measurement: what the allocator hands out (current and peak), what the process
-// holds (RSS), and what parameters, gradients and optimizer state take.
+// holds (RSS).
 //
 // CPU: LibTorch's allocator keeps no statistics, so gradscope installs its own tracking
 // allocator with c10::SetCPUAllocator. It counts the bytes LibTorch asks for (not the
@@ -79,6 +79,8 @@ std::unique_ptr<MemoryMeter> make_memory_meter(const torch::Device& device);
 // --memory-cap on CUDA: the caching allocator may hold at most cap_bytes of the device (its
 // memory fraction); past it allocations fail with CUDA's out-of-memory error.
 void set_cuda_memory_cap(const torch::Device& device, int64_t cap_bytes);
+// Lets the caching allocator use the whole device again (a no-op without CUDA).
+void clear_cuda_memory_cap(const torch::Device& device);
 // --memory-snapshot: whether this build and device can record the allocator's history (CUDA,
 // LibTorch >= 2.1); start_memory_history() starts recording, write_memory_snapshot() writes
 // the pickle that PyTorch's memory_viz page reads.
@@ -90,30 +92,5 @@ void write_memory_snapshot(const std::string& path);
 int64_t peak_rss_bytes();
 // Resident set size now (VmRSS), in bytes; 0 when the system says nothing.
 int64_t current_rss_bytes();
-
-// Bytes of the storages behind the defined tensors, each storage counted once: views and
-// tensors sharing memory are not counted twice, and a view counts its whole storage, since
-// that is the memory it keeps alive.
-int64_t tensors_bytes(const std::vector<torch::Tensor>& tensors);
-// tensors_bytes of the parameters' defined gradients.
-int64_t grads_bytes(const std::vector<torch::Tensor>& params);
-
-// Implemented by optimizer parameter states (and optimizers) that gradscope adds, so that
-// optimizer_state_bytes can count them without knowing their type. An optimizer that holds
-// state outside its per-parameter states (projection matrices, a search direction)
-// implements it on the optimizer itself; its answer is then taken as the whole total.
-class StateBytes {
- public:
-  virtual ~StateBytes() = default;
-  // The tensors this state holds (undefined ones are skipped by the caller).
-  virtual std::vector<torch::Tensor> state_tensors() const = 0;
-};
-
-// Bytes of every tensor in the optimizer's state, shared storage counted once. LibTorch's
-// own param states (SGD, Adam, AdamW, Adagrad, RMSprop, LBFGS) are recognised by type,
-// since they have no common accessor for their tensors (serializing them would copy every
-// byte); states of any other type must implement StateBytes, and a state that does neither
-// throws a runtime error naming the gap rather than being counted as 0.
-int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer);
 
 }  // namespace gradscope

@@ -12,7 +12,6 @@
 #include "gradscope/core/env.h"
 #include "gradscope/core/error.h"
 #include "gradscope/measure/clock.h"
-#include "gradscope/store/db.h"
 
 namespace gradscope {
 namespace {
@@ -236,12 +235,11 @@ std::string known_peak_source(const std::string& device_name, const std::string&
 }
 
 DevicePeak device_peak(const std::string& device_name, const std::string& dtype,
-                       const std::string& host, int threads, Database* db) {
+                       const json& probe) {
   if (const auto known = known_peak_flops(device_name, dtype)) {
     return {known, known_peak_source(device_name, dtype)};
   }
-  if (db != nullptr) {
-    const json probe = db->latest_probe(host, device_name, threads);
+  {
     if (probe.is_object()) {
       const auto peak = probe.find("peak");
       const std::string d = canonical_dtype(dtype);

@@ -23,8 +23,6 @@
 
 namespace gradscope {
 
-class Database;
-
 // The published dense peak of `dtype` on the GPU CUDA/NVML calls `device_name` (e.g.
 // "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "Tesla T4"), case-insensitive; nullopt
 // for a device not in the table or a dtype the product has no figure for (bf16 on a V100).
@@ -41,11 +39,12 @@ struct DevicePeak {
   std::string source;
 };
 
-// The table first; else, when the newest probe in `db` (may be null) of the same host,
-// device_name and threads measured `dtype`, its best FLOP/s; else {nullopt, "unknown"}.
-// A CPU's peak depends on its thread count, so a probe with other threads is not used.
+// The table first; else, when `probe` (the newest probe of the same host, device name and
+// thread count, as the database finds it; null when there is none) measured `dtype`, its best
+// FLOP/s; else {nullopt, "unknown"}. A CPU's peak depends on its thread count, so the caller
+// must not pass a probe with other threads.
 DevicePeak device_peak(const std::string& device_name, const std::string& dtype,
-                       const std::string& host, int threads, Database* db);
+                       const nlohmann::json& probe);
 
 // The name runs and probes record for a device: the CPU model (as current_env() gives it)
 // on the CPU; on CUDA the GPU's own name as the driver reports it ("NVIDIA H200"), read

@@ -49,11 +49,6 @@ namespace {
 
 const char* const kSourceNames[] = {"nvml", "nvml-power", "rapl", "estimate"};
 
-template <typename T>
-nlohmann::json or_null(const std::optional<T>& value) {
-  return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
-}
-
 }  // namespace
 
 Sampler::Sampler(SamplerSources sources, SamplerOptions options, const Clock& clock)
@@ -315,29 +310,33 @@ std::string Sampler::thread_error() const {
   return thread_error_;
 }
 
-nlohmann::json samples_to_json(const std::vector<Sample>& samples) {
-  nlohmann::json out = nlohmann::json::array();
+std::vector<TimelineSample> to_timeline(const std::vector<Sample>& samples) {
+  std::vector<TimelineSample> out;
+  out.reserve(samples.size());
   for (const Sample& s : samples) {
-    out.push_back({{"t_s", s.t_s},
-                   {"allocated_bytes", or_null(s.allocated_bytes)},
-                   {"cpu_util_pct", or_null(s.cpu_util_pct)},
-                   {"rss_bytes", or_null(s.rss_bytes)},
-                   {"gpu_util_pct", or_null(s.gpu_util_pct)},
-                   {"gpu_memory_used_bytes", or_null(s.gpu_memory_used_bytes)},
-                   {"power_w", or_null(s.power_w)},
-                   {"sm_clock_mhz", or_null(s.sm_clock_mhz)},
-                   {"energy_j", or_null(s.energy_j)},
-                   {"util_pct", or_null(s.gpu_sensor ? s.gpu_util_pct : s.cpu_util_pct)}});
+    TimelineSample t;
+    t.t_s = s.t_s;
+    t.allocated_bytes = s.allocated_bytes;
+    t.cpu_util_pct = s.cpu_util_pct;
+    t.rss_bytes = s.rss_bytes;
+    t.gpu_util_pct = s.gpu_util_pct;
+    t.gpu_memory_used_bytes = s.gpu_memory_used_bytes;
+    t.power_w = s.power_w;
+    t.sm_clock_mhz = s.sm_clock_mhz;
+    t.energy_j = s.energy_j;
+    t.util_pct = s.gpu_sensor ? s.gpu_util_pct : s.cpu_util_pct;
+    out.push_back(t);
   }
   return out;
 }
 
-nlohmann::json energy_to_json(const EnergyResult& energy) {
-  return {
-      {"joules", or_null(energy.joules)},
-      {"source", energy.source.empty() ? nlohmann::json(nullptr) : nlohmann::json(energy.source)},
-      {"co2_g", or_null(energy.co2_g)},
-      {"detail", energy.detail.empty() ? nlohmann::json(nullptr) : nlohmann::json(energy.detail)}};
+RunEnergy to_energy(const EnergyResult& energy) {
+  RunEnergy e;
+  e.joules = energy.joules;
+  if (!energy.source.empty()) e.source = energy.source;
+  e.co2_g = energy.co2_g;
+  if (!energy.detail.empty()) e.detail = energy.detail;
+  return e;
 }
 
 }  // namespace gradscope

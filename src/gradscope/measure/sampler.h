@@ -17,8 +17,6 @@
 // device, whole run). Carbon: co2_g = joules / 3.6e6 (J per kWh) x grid intensity in g/kWh.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <array>
 #include <condition_variable>
 #include <cstdint>
@@ -29,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "gradscope/core/record.h"
 #include "gradscope/measure/clock.h"
 #include "gradscope/measure/sensors.h"
 
@@ -204,11 +203,10 @@ class Sampler {
   std::thread thread_;
 };
 
-// The timeline: an array of objects with t_s, allocated_bytes, cpu_util_pct, rss_bytes,
-// gpu_util_pct, gpu_memory_used_bytes, power_w, sm_clock_mhz, energy_j, and util_pct (the
-// GPU's when a GPU sensor was attached, else the CPU's). Unknown values are null, never 0.
-nlohmann::json samples_to_json(const std::vector<Sample>& samples);
-// {"joules", "source", "co2_g", "detail"}, null where unknown.
-nlohmann::json energy_to_json(const EnergyResult& energy);
+// The record's timeline: the samples, with util_pct the GPU's when a GPU sensor was attached,
+// else the CPU's. Unknown values stay unknown (null in the record), never 0.
+std::vector<TimelineSample> to_timeline(const std::vector<Sample>& samples);
+// The record's energy part; an empty source or detail is unknown.
+RunEnergy to_energy(const EnergyResult& energy);
 
 }  // namespace gradscope

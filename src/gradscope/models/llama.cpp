@@ -281,7 +281,9 @@ LossOutput LlamaModel::loss(const Batch& batch) {
   out.loss_sum = F::cross_entropy(
       lg.reshape({-1, lg.size(-1)}), batch.targets.reshape({-1}),
       F::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(kIgnoreIndex));  // ()
-  out.target_count = batch.targets.ne(kIgnoreIndex).sum().item<int64_t>();
+  // The batch counted its targets on the CPU; counting them here would wait for the device.
+  out.target_count = batch.targets_count > 0 ? batch.targets_count
+                                             : batch.targets.ne(kIgnoreIndex).sum().item<int64_t>();
   return out;
 }
 

@@ -19,15 +19,17 @@ namespace gradscope {
 
 // One micro-batch. Unused tensors stay undefined.
 struct Batch {
-  torch::Tensor input_ids;    // (B, T) int64 token ids
-  torch::Tensor targets;      // (B, T) int64, kIgnoreIndex where no loss is taken
-  torch::Tensor images;       // (B, 3, H, W) float
-  torch::Tensor labels;       // (B) int64 class labels
-  torch::Tensor text_mask;    // (B, T) bool, true at real tokens, false at padding; undefined
-                              // when nothing is padded
-  int64_t samples = 0;        // B
-  int64_t tokens = 0;         // positions through the transformer (image tokens included)
-  int64_t targets_count = 0;  // positions in the loss
+  torch::Tensor input_ids;  // (B, T) int64 token ids
+  torch::Tensor targets;    // (B, T) int64, kIgnoreIndex where no loss is taken
+  torch::Tensor images;     // (B, 3, H, W) float
+  torch::Tensor labels;     // (B) int64 class labels
+  torch::Tensor text_mask;  // (B, T) bool, true at real tokens, false at padding; undefined
+                            // when nothing is padded
+  int64_t samples = 0;      // B
+  int64_t tokens = 0;       // positions through the transformer (image tokens included)
+  // Positions in the loss (targets other than kIgnoreIndex), counted on the CPU by whoever
+  // made the batch, so that neither a model nor a strategy waits for the device to learn it.
+  int64_t targets_count = 0;
 
   Batch to(const torch::Device& device) const;
 };

@@ -90,6 +90,8 @@ torch::Tensor NanoVlmModel::logits(const torch::Tensor& images, const torch::Ten
   return decoder->lm_logits(hidden);                       // (B, T, V)
 }
 
+int64_t nanovlm_image_tokens(const json& arch) { return nanovlm_config(arch).image_tokens(); }
+
 LossOutput NanoVlmModel::loss(const Batch& batch) {
   TORCH_CHECK(batch.images.defined() && batch.input_ids.defined() && batch.targets.defined(),
               "nanovlm: a batch needs images, input_ids and targets");
@@ -100,7 +102,9 @@ LossOutput NanoVlmModel::loss(const Batch& batch) {
   out.loss_sum = F::cross_entropy(
       lg.reshape({-1, lg.size(-1)}).to(torch::kFloat), batch.targets.reshape({-1}),
       F::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(kIgnoreIndex));  // ()
-  out.target_count = batch.targets.ne(kIgnoreIndex).sum().item<int64_t>();
+  // The batch counted its targets on the CPU; counting them here would wait for the device.
+  out.target_count = batch.targets_count > 0 ? batch.targets_count
+                                             : batch.targets.ne(kIgnoreIndex).sum().item<int64_t>();
   return out;
 }
 

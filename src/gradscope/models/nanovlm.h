@@ -48,6 +48,8 @@ struct NanoVlmConfig {
 };
 
 NanoVlmConfig nanovlm_config(const nlohmann::json& arch);
+// The image tokens the decoder sees before the caption (ModelFamily::image_tokens).
+int64_t nanovlm_image_tokens(const nlohmann::json& arch);
 // The memory trace of one training step at micro-batch `batch` (memory_trace.h).
 void nanovlm_trace_step(const nlohmann::json& arch, int64_t batch, MemoryTrace& trace);
 

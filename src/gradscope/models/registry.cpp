@@ -1,7 +1,6 @@
 #include "gradscope/models/registry.h"
 
 #include "gradscope/core/error.h"
-#include "gradscope/data/tokenizer.h"
 #include "gradscope/models/llama.h"
 #include "gradscope/models/modernbert.h"
 #include "gradscope/models/nanovlm.h"
@@ -21,11 +20,27 @@ Batch Batch::to(const torch::Device& device) const {
   return out;
 }
 
+const char* model_kind_name(ModelKind kind) {
+  switch (kind) {
+    case ModelKind::kModelKindCausalLm:
+      return "causal-lm";
+    case ModelKind::kModelKindMaskedLm:
+      return "masked-lm";
+    case ModelKind::kModelKindImageClassification:
+      return "image-classification";
+    case ModelKind::kModelKindVisionLanguage:
+      return "vision-language";
+    case ModelKind::kModelKindToy:
+      return "toy";
+  }
+  return "?";
+}
+
 const Registry<ModelFamily>& model_registry() {
   static const Registry<ModelFamily> registry = [] {
     Registry<ModelFamily> r("model");
     r.add("llama", "Llama 3 decoder (paper: Llama 3.2 1B), causal language modelling",
-          {"causal-lm",
+          {ModelKind::kModelKindCausalLm,
            llama_preset,
            llama_count_params,
            make_llama,
@@ -34,7 +49,7 @@ const Registry<ModelFamily>& model_registry() {
            nullptr,
            llama_trace_step});
     r.add("vit", "Vision Transformer (paper: ViT-B/16), image classification",
-          {"image-classification",
+          {ModelKind::kModelKindImageClassification,
            vit_preset,
            vit_count_params,
            make_vit,
@@ -43,7 +58,7 @@ const Registry<ModelFamily>& model_registry() {
            vit_finalize_arch,
            vit_trace_step});
     r.add("modernbert", "ModernBERT encoder (paper: ModernBERT-base), masked language modelling",
-          {"masked-lm",
+          {ModelKind::kModelKindMaskedLm,
            modernbert_preset,
            modernbert_count_params,
            make_modernbert,
@@ -53,23 +68,24 @@ const Registry<ModelFamily>& model_registry() {
            modernbert_trace_step});
     r.add("nanovlm",
           "vision-language model (paper: nanoVLM-222M, SigLIP + SmolLM2), image captioning",
-          {"vision-language",
+          {ModelKind::kModelKindVisionLanguage,
            nanovlm_preset,
            nanovlm_count_params,
            make_nanovlm,
            nanovlm_forward_flops_per_token,
            {"tiny", "small", "paper"},
            nullptr,
-           nanovlm_trace_step});
+           nanovlm_trace_step,
+           nanovlm_image_tokens});
     r.add("quadratic", "toy: n-dimensional quadratic with a set condition number, known minimum",
-          {"toy",
+          {ModelKind::kModelKindToy,
            quadratic_preset,
            toy_count_params,
            make_quadratic,
            quadratic_forward_flops,
            {"tiny", "small"}});
     r.add("rosenbrock", "toy: n-dimensional Rosenbrock function, minimum at (1, ..., 1)",
-          {"toy",
+          {ModelKind::kModelKindToy,
            rosenbrock_preset,
            toy_count_params,
            make_rosenbrock,
@@ -121,44 +137,5 @@ void apply_arch_overrides(const std::string& model,
 }
 
 int64_t padded_vocab(int64_t tokenizer_vocab) { return (tokenizer_vocab + 63) / 64 * 64; }
-
-nlohmann::json resolve_arch(const RunConfig& config) {
-  const ModelFamily& family = model_registry().get(config.model);
-  nlohmann::json arch = family.preset(config.preset);
-  if (family.kind == "toy")
-    check_usage(config.tokenizer.empty() && config.dataset.empty() && !config.dropout &&
-                    config.seq_len <= 0,
-                "toy problem '" + config.model +
-                    "' takes no --tokenizer, --dataset, --dropout "
-                    "or --seq",
-                "set its size with --arch dim=N (and --arch condition=K for the quadratic)");
-  apply_arch_overrides(config.model, config.arch_overrides, arch);
-  if (family.kind == "image-classification")
-    check_usage(config.tokenizer.empty() && config.seq_len <= 0,
-                "model '" + config.model + "' reads images: it takes no --tokenizer or --seq",
-                "its tokens are the image's patches: change --arch image_size=N or patch_size=N");
-  const std::string preset_tokenizer = arch.value("tokenizer", "");
-  if (!config.tokenizer.empty()) {
-    tokenizer_registry().get(config.tokenizer);  // validates the name
-    arch["tokenizer"] = config.tokenizer;
-  }
-  if (arch.contains("tokenizer")) {
-    const auto& tok = tokenizer_registry().get(arch["tokenizer"].get<std::string>());
-    const int64_t preset_vocab = arch.value("vocab_size", int64_t{0});
-    const bool keep = arch["tokenizer"] == preset_tokenizer && preset_vocab >= tok.vocab_size;
-    if (!keep) arch["vocab_size"] = padded_vocab(tok.vocab_size);
-  }
-  if (config.seq_len > 0) arch["seq_len"] = config.seq_len;
-  if (!config.dataset.empty()) arch["dataset"] = config.dataset;
-  if (config.dropout) {
-    check_usage(*config.dropout >= 0 && *config.dropout < 1,
-                fmt::format("dropout {} must lie in [0, 1)", *config.dropout),
-                "pass --dropout 0 to turn dropout off, or a probability below 1");
-    arch["hidden_dropout"] = *config.dropout;
-    arch["attention_dropout"] = *config.dropout;
-  }
-  if (family.finalize) family.finalize(arch);
-  return arch;
-}
 
 }  // namespace gradscope

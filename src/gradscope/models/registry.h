@@ -9,18 +9,25 @@
 
 #include <nlohmann/json.hpp>
 
-#include "gradscope/core/config.h"
 #include "gradscope/core/registry.h"
 #include "gradscope/models/common/memory_trace.h"
 #include "gradscope/models/model.h"
 
 namespace gradscope {
 
+// What a model learns, which also picks its data.
+enum class ModelKind {
+  kModelKindCausalLm,             // next token
+  kModelKindMaskedLm,             // masked tokens
+  kModelKindImageClassification,  // labelled images
+  kModelKindVisionLanguage,       // captions of images
+  kModelKindToy,                  // a function with a known minimum, no data
+};
+// "causal-lm", "masked-lm", "image-classification", "vision-language", "toy".
+const char* model_kind_name(ModelKind kind);
+
 struct ModelFamily {
-  // What it learns, which also picks its data: "causal-lm" (next token), "masked-lm",
-  // "image-classification", "vision-language" (captions of images), or "toy" (a function
-  // with a known minimum, no data).
-  std::string kind;
+  ModelKind kind;
   // The architecture of a preset: Hugging Face config names plus gradscope's "tokenizer",
   // "seq_len" and "dataset" defaults. Throws a usage error for an unknown preset.
   nlohmann::json (*preset)(const std::string& preset);
@@ -38,15 +45,12 @@ struct ModelFamily {
   // The memory trace of one training step at micro-batch `batch` (`gradscope estimate`);
   // null for toy problems, whose memory is a handful of scalars.
   void (*trace_step)(const nlohmann::json& arch, int64_t batch, MemoryTrace& trace) = nullptr;
+  // Vision-language models: the image tokens the decoder sees before the caption, which the
+  // data source leaves without targets; null for the other kinds.
+  int64_t (*image_tokens)(const nlohmann::json& arch) = nullptr;
 };
 
 const Registry<ModelFamily>& model_registry();
-
-// The architecture of the run: the preset, with the run's tokenizer, sequence length and
-// dropout applied. The vocabulary is the preset's when it uses the preset's own tokenizer and
-// holds its ids (ModernBERT-base's published 50368), else the tokenizer's size padded up to a
-// multiple of 64.
-nlohmann::json resolve_arch(const RunConfig& config);
 
 // Applies --arch NAME=VALUE overrides to a preset's architecture: the key must exist (else a
 // usage error listing those that do) and the value must have the preset value's type.

@@ -126,7 +126,7 @@ class ViTModel : public Model {
   torch::nn::Linear classifier{nullptr};  // C -> K
 };
 
-// Presets "tiny", "small", "paper" (DESIGN.md, "Models and presets").
+// Presets "tiny", "small", "paper" (README.md, "Models").
 nlohmann::json vit_preset(const std::string& preset);
 int64_t vit_count_params(const nlohmann::json& arch);
 // Forward FLOPs per token (patches and class token), head included, at the architecture's

@@ -14,8 +14,8 @@
 
 #include <torch/torch.h>
 
-#include "gradscope/measure/memory.h"
 #include "gradscope/optim/serializing_optimizer.h"
+#include "gradscope/optim/state_bytes.h"
 
 namespace gradscope {
 

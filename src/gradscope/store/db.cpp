@@ -15,7 +15,9 @@
 #include <initializer_list>
 #include <limits>
 
+#include "gradscope/core/env.h"
 #include "gradscope/core/error.h"
+#include "gradscope/core/settings.h"
 
 namespace gradscope {
 namespace {
@@ -154,60 +156,18 @@ class Transaction {
   bool open_ = false;
 };
 
-// record[a][b]..., or nullptr where a key is missing or a level is not an object.
-const json* field(const json& record, std::initializer_list<const char*> keys) {
-  const json* node = &record;
-  for (const char* key : keys) {
-    if (!node->is_object()) return nullptr;
-    auto it = node->find(key);
-    if (it == node->end()) return nullptr;
-    node = &*it;
-  }
-  return node;
+// Binds an optional value: NULL where it was not measured, never 0.
+void bind_value(Statement& stmt, int index, const std::optional<double>& v) {
+  if (v && std::isfinite(*v)) return stmt.bind_real(index, *v);
+  stmt.bind_null(index);
 }
-
-enum class Column { kText, kInteger, kReal };
-
-// Binds one JSON value to a column of the given type: null or missing is NULL; a value of
-// the wrong kind is an error naming the field, since a silent cast would put a wrong number
-// (or a 0 where nothing was measured) into the table.
-void bind_field(Statement& stmt, int index, const json* value, Column column,
-                const std::string& name) {
-  if (value == nullptr || value->is_null()) return stmt.bind_null(index);
-  const auto wrong = [&](const char* expected) {
-    fail_runtime(
-        fmt::format("run record field {} is {}, expected {}", name, value->dump(), expected),
-        "the run record does not follow the layout in DESIGN.md (Run record)");
-  };
-  switch (column) {
-    case Column::kText:
-      if (!value->is_string()) wrong("a string or null");
-      return stmt.bind_text(index, value->get<std::string>());
-    case Column::kInteger:
-      if (value->is_number_unsigned()) {
-        const auto v = value->get<uint64_t>();
-        if (v <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-          return stmt.bind_int(index, static_cast<int64_t>(v));
-        }
-        return stmt.bind_real(index, static_cast<double>(v));
-      }
-      if (value->is_number_integer()) return stmt.bind_int(index, value->get<int64_t>());
-      if (value->is_number()) {
-        const double v = value->get<double>();
-        // An integral float (1e9 written by a formatter) is the integer it spells.
-        if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 9.0e18) {
-          return stmt.bind_int(index, static_cast<int64_t>(v));
-        }
-        return stmt.bind_real(index, v);
-      }
-      if (value->is_boolean()) return stmt.bind_int(index, value->get<bool>() ? 1 : 0);
-      wrong("an integer or null");
-      break;
-    case Column::kReal:
-      if (value->is_number()) return stmt.bind_real(index, value->get<double>());
-      wrong("a number or null");
-      break;
-  }
+void bind_value(Statement& stmt, int index, const std::optional<int64_t>& v) {
+  if (v) return stmt.bind_int(index, *v);
+  stmt.bind_null(index);
+}
+void bind_value(Statement& stmt, int index, const std::optional<std::string>& v) {
+  if (v && !v->empty()) return stmt.bind_text(index, *v);
+  stmt.bind_null(index);
 }
 
 bool has_sqlite_header(const std::string& path) {
@@ -345,60 +305,20 @@ void Database::exec(const std::string& sql) {
                "check the disk (space, permissions); the database itself is left consistent");
 }
 
-int64_t Database::write_run(const json& record, const std::string& sweep,
-                            const std::string& started_at, const std::string& finished_at) {
-  if (!record.is_object()) {
-    fail_runtime("the run record to store is not a JSON object",
-                 "pass the record built by train/ (DESIGN.md, Run record)");
-  }
+int64_t Database::write_run(const RunRecord& record) {
+  check_usage(!record.run_id.empty(), "the run record to store has no run_id",
+              "pass a record built by train/ or read by record_from_json");
   // Where the record has no final_val_loss, the last evaluation is the final one.
-  const json* final_val_loss = field(record, {"final_val_loss"});
-  std::string final_val_loss_name = "final_val_loss";
-  if (final_val_loss == nullptr) {
-    const json* evals = field(record, {"eval"});
-    if (evals != nullptr && evals->is_array() && !evals->empty()) {
-      final_val_loss = field(evals->back(), {"val_loss"});
-      final_val_loss_name = fmt::format("eval[{}].val_loss", evals->size() - 1);
-    }
-  }
-  const json* config = field(record, {"config"});
-  const std::string config_json =
-      config != nullptr && !config->is_null() ? config->dump() : std::string();
-  const json sweep_json = sweep.empty() ? json(nullptr) : json(sweep);
-  const json started_json = started_at.empty() ? json(nullptr) : json(started_at);
-  const json finished_json = finished_at.empty() ? json(nullptr) : json(finished_at);
-  const json config_text = config_json.empty() ? json(nullptr) : json(config_json);
-  const json record_text = record.dump();
-
-  struct Flat {
-    std::string name;
-    const json* value;
-    Column column;
+  std::optional<double> final_val_loss = record.final_val_loss;
+  if (!final_val_loss && !record.evals.empty()) final_val_loss = record.evals.back().val_loss;
+  const json j = record_to_json(record);
+  const auto text = [](const std::string& v) {
+    return v.empty() ? std::nullopt : std::optional<std::string>(v);
   };
-  const Flat flat[] = {
-      {"run_id", field(record, {"run_id"}), Column::kText},
-      {"sweep", &sweep_json, Column::kText},
-      {"status", field(record, {"status"}), Column::kText},
-      {"started_at", &started_json, Column::kText},
-      {"finished_at", &finished_json, Column::kText},
-      {"config_json", &config_text, Column::kText},
-      {"record_json", &record_text, Column::kText},
-      {"config.model", field(record, {"config", "model"}), Column::kText},
-      {"config.preset", field(record, {"config", "preset"}), Column::kText},
-      {"config.optimizer", field(record, {"config", "optimizer"}), Column::kText},
-      {"config.strategy", field(record, {"config", "strategy"}), Column::kText},
-      {"params", field(record, {"params"}), Column::kInteger},
-      {"final_loss", field(record, {"final_loss"}), Column::kReal},
-      {final_val_loss_name, final_val_loss, Column::kReal},
-      {"time.total_s", field(record, {"time", "total_s"}), Column::kReal},
-      {"time.step_median_s", field(record, {"time", "step_median_s"}), Column::kReal},
-      {"throughput.samples_per_s", field(record, {"throughput", "samples_per_s"}), Column::kReal},
-      {"throughput.tokens_per_s", field(record, {"throughput", "tokens_per_s"}), Column::kReal},
-      {"memory.peak_bytes", field(record, {"memory", "peak_bytes"}), Column::kInteger},
-      {"memory.peak_rss_bytes", field(record, {"memory", "peak_rss_bytes"}), Column::kInteger},
-      {"memory.optimizer_state_bytes", field(record, {"memory", "optimizer_state_bytes"}),
-       Column::kInteger},
-  };
+  const RunConfig& c = record.config;
+  const auto& time = record.time;
+  const auto& put = record.throughput;
+  const auto& memory = record.memory;
 
   Transaction txn(db_);
   check(txn.begin(), "begin a transaction");
@@ -410,110 +330,147 @@ int64_t Database::write_run(const json& record, const std::string& sweep,
                      "tokens_per_s, peak_bytes, peak_rss_bytes, optimizer_state_bytes) "
                      "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                      ErrorKind::kErrorKindRuntime);
-    int index = 1;
-    for (const Flat& f : flat) bind_field(insert, index++, f.value, f.column, f.name);
+    int i = 1;
+    insert.bind_text(i++, record.run_id);
+    bind_value(insert, i++, record.sweep);
+    insert.bind_text(i++, status_name(record.status));
+    bind_value(insert, i++, text(record.started_at));
+    bind_value(insert, i++, text(record.finished_at));
+    insert.bind_text(i++, j.at("config").dump());
+    insert.bind_text(i++, j.dump());
+    insert.bind_text(i++, c.model);
+    insert.bind_text(i++, c.preset);
+    insert.bind_text(i++, c.optimizer);
+    insert.bind_text(i++, c.strategy_label());
+    bind_value(insert, i++, record.params);
+    bind_value(insert, i++, record.final_loss);
+    bind_value(insert, i++, final_val_loss);
+    bind_value(insert, i++, time ? time->total_s : std::nullopt);
+    bind_value(insert, i++, time ? time->step_median_s : std::nullopt);
+    bind_value(insert, i++, put ? put->samples_per_s : std::nullopt);
+    bind_value(insert, i++, put ? put->tokens_per_s : std::nullopt);
+    bind_value(insert, i++, memory ? std::optional<int64_t>(memory->peak_bytes) : std::nullopt);
+    bind_value(insert, i++, memory ? memory->peak_rss_bytes : std::nullopt);
+    bind_value(insert, i++,
+               memory ? std::optional<int64_t>(memory->optimizer_state_bytes) : std::nullopt);
     insert.step();
   }
   const int64_t attempt_id = sqlite3_last_insert_rowid(db_);
-
-  // Rows of one array: each element an object with an integer "step" and the given fields
-  // (`numbered`: no step, the element's index is the key).
-  const auto insert_rows = [&](const char* array_key, const char* sql,
-                               std::initializer_list<std::pair<const char*, Column>> columns,
-                               bool numbered = false) {
-    const json* rows = field(record, {array_key});
-    if (rows == nullptr || rows->is_null()) return;
-    if (!rows->is_array()) {
-      fail_runtime(fmt::format("run record field {} is not an array", array_key),
-                   "the run record does not follow the layout in DESIGN.md (Run record)");
-    }
-    Statement insert(db_, path_, sql, ErrorKind::kErrorKindRuntime);
-    for (size_t i = 0; i < rows->size(); ++i) {
-      const json& row = (*rows)[i];
-      const std::string where = fmt::format("{}[{}]", array_key, i);
-      const json* step = numbered ? nullptr : field(row, {"step"});
-      if (!numbered && (step == nullptr || !step->is_number_integer())) {
-        fail_runtime(fmt::format("run record entry {} has no integer step", where),
-                     "the run record does not follow the layout in DESIGN.md (Run record)");
-      }
+  {
+    Statement insert(db_, path_,
+                     "INSERT INTO steps(attempt_id, step, loss, lr, grad_norm, time_s, samples, "
+                     "tokens, targets) VALUES (?,?,?,?,?,?,?,?,?)",
+                     ErrorKind::kErrorKindRuntime);
+    for (const StepEntry& s : record.steps) {
       insert.reset();
       insert.bind_int(1, attempt_id);
-      insert.bind_int(2, numbered ? static_cast<int64_t>(i) : step->get<int64_t>());
-      int index = 3;
-      for (const auto& [name, column] : columns) {
-        bind_field(insert, index++, field(row, {name}), column, where + "." + name);
-      }
+      insert.bind_int(2, s.step);
+      bind_value(insert, 3, s.loss);
+      insert.bind_real(4, s.lr);
+      bind_value(insert, 5, s.grad_norm);
+      insert.bind_real(6, s.time_s);
+      insert.bind_int(7, s.samples);
+      insert.bind_int(8, s.tokens);
+      insert.bind_int(9, s.targets);
       insert.step();
     }
-  };
-  insert_rows("steps",
-              "INSERT INTO steps(attempt_id, step, loss, lr, grad_norm, time_s, samples, tokens, "
-              "targets) VALUES (?,?,?,?,?,?,?,?,?)",
-              {{"loss", Column::kReal},
-               {"lr", Column::kReal},
-               {"grad_norm", Column::kReal},
-               {"time_s", Column::kReal},
-               {"samples", Column::kInteger},
-               {"tokens", Column::kInteger},
-               {"targets", Column::kInteger}});
-  insert_rows("eval", "INSERT INTO evals(attempt_id, step, val_loss, accuracy) VALUES (?,?,?,?)",
-              {{"val_loss", Column::kReal}, {"accuracy", Column::kReal}});
-  // The sampler's time series (or one entry per timed step without it).
-  insert_rows("timeline",
-              "INSERT INTO samples(attempt_id, sample, t_s, allocated_bytes, util_pct, "
-              "cpu_util_pct, rss_bytes, gpu_util_pct, gpu_memory_used_bytes, power_w, "
-              "sm_clock_mhz, energy_j) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-              {{"t_s", Column::kReal},
-               {"allocated_bytes", Column::kInteger},
-               {"util_pct", Column::kReal},
-               {"cpu_util_pct", Column::kReal},
-               {"rss_bytes", Column::kInteger},
-               {"gpu_util_pct", Column::kReal},
-               {"gpu_memory_used_bytes", Column::kInteger},
-               {"power_w", Column::kReal},
-               {"sm_clock_mhz", Column::kReal},
-               {"energy_j", Column::kReal}},
-              /*numbered=*/true);
+  }
+  {
+    Statement insert(db_, path_,
+                     "INSERT INTO evals(attempt_id, step, val_loss, accuracy) VALUES (?,?,?,?)",
+                     ErrorKind::kErrorKindRuntime);
+    for (const EvalEntry& e : record.evals) {
+      insert.reset();
+      insert.bind_int(1, attempt_id);
+      insert.bind_int(2, e.step);
+      bind_value(insert, 3, e.val_loss);
+      bind_value(insert, 4, e.accuracy);
+      insert.step();
+    }
+  }
+  {
+    // The sampler's time series (or one entry per timed step without it), numbered in order.
+    Statement insert(db_, path_,
+                     "INSERT INTO samples(attempt_id, sample, t_s, allocated_bytes, util_pct, "
+                     "cpu_util_pct, rss_bytes, gpu_util_pct, gpu_memory_used_bytes, power_w, "
+                     "sm_clock_mhz, energy_j) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                     ErrorKind::kErrorKindRuntime);
+    for (size_t n = 0; n < record.timeline.size(); ++n) {
+      const TimelineSample& s = record.timeline[n];
+      insert.reset();
+      insert.bind_int(1, attempt_id);
+      insert.bind_int(2, static_cast<int64_t>(n));
+      insert.bind_real(3, s.t_s);
+      bind_value(insert, 4, s.allocated_bytes);
+      bind_value(insert, 5, s.util_pct);
+      bind_value(insert, 6, s.cpu_util_pct);
+      bind_value(insert, 7, s.rss_bytes);
+      bind_value(insert, 8, s.gpu_util_pct);
+      bind_value(insert, 9, s.gpu_memory_used_bytes);
+      bind_value(insert, 10, s.power_w);
+      bind_value(insert, 11, s.sm_clock_mhz);
+      bind_value(insert, 12, s.energy_j);
+      insert.step();
+    }
+  }
   check(txn.commit(), "commit the run");
   return attempt_id;
 }
 
-std::vector<json> Database::records() {
-  std::vector<json> out;
+std::vector<RunRecord> Database::records(std::vector<std::string>* unreadable) {
+  std::vector<RunRecord> out;
   Statement select(db_, path_, "SELECT attempt_id, record_json FROM runs ORDER BY attempt_id",
                    ErrorKind::kErrorKindRuntime);
   while (select.step()) {
-    if (select.is_null(1)) {
-      out.emplace_back(nullptr);
+    const int64_t attempt = select.column_int(0);
+    if (unreadable == nullptr) {
+      out.push_back(parse_record(attempt, select.column_text(1)));
       continue;
     }
     try {
-      out.push_back(json::parse(select.column_text(1)));
-    } catch (const json::exception& e) {
-      fail_runtime(fmt::format("database {}: attempt {} has a damaged record_json: {}", path_,
-                               select.column_int(0), e.what()),
-                   "delete that row, or rerun the attempt");
+      out.push_back(record_from_json(json::parse(select.column_text(1))));
+    } catch (const std::exception& e) {
+      unreadable->push_back(fmt::format("attempt {}: {}", attempt, e.what()));
     }
   }
   return out;
 }
 
-std::vector<std::string> Database::statuses_of(const std::string& run_id) {
-  Statement select(db_, path_, "SELECT status FROM runs WHERE run_id = ? ORDER BY attempt_id",
+RunRecord Database::parse_record(int64_t attempt_id, const std::string& text) const {
+  try {
+    return record_from_json(json::parse(text));
+  } catch (const std::exception& e) {
+    fail_runtime(fmt::format("database {}: attempt {} has a damaged record_json: {}", path_,
+                             attempt_id, e.what()),
+                 "delete that row, or rerun the attempt");
+  }
+}
+
+std::vector<RunStatus> Database::statuses_of(const std::string& run_id) {
+  Statement select(db_, path_,
+                   "SELECT attempt_id, status FROM runs WHERE run_id = ? ORDER BY attempt_id",
                    ErrorKind::kErrorKindRuntime);
   select.bind_text(1, run_id);
-  std::vector<std::string> out;
-  while (select.step()) out.push_back(select.is_null(0) ? "" : select.column_text(0));
+  std::vector<RunStatus> out;
+  while (select.step()) {
+    const auto status = parse_status(select.column_text(1));
+    if (!status)
+      fail_runtime(fmt::format("database {}: attempt {} has the unknown status '{}'", path_,
+                               select.column_int(0), select.column_text(1)),
+                   "delete that row, or rerun the attempt");
+    out.push_back(*status);
+  }
   return out;
 }
 
-json Database::latest_record(const std::string& run_id) {
+std::optional<RunRecord> Database::latest_record(const std::string& run_id) {
   Statement select(db_, path_,
-                   "SELECT record_json FROM runs WHERE run_id = ? ORDER BY attempt_id DESC LIMIT 1",
+                   "SELECT attempt_id, record_json FROM runs WHERE run_id = ? ORDER BY "
+                   "attempt_id DESC LIMIT 1",
                    ErrorKind::kErrorKindRuntime);
   select.bind_text(1, run_id);
-  if (!select.step() || select.is_null(0)) return nullptr;
-  return json::parse(select.column_text(0), nullptr, /*allow_exceptions=*/false);
+  if (!select.step()) return std::nullopt;
+  return parse_record(select.column_int(0), select.column_text(1));
 }
 
 bool Database::has_attempt(const std::string& attempt_uid) {
@@ -599,15 +556,6 @@ json Database::latest_probe(const std::string& host, const std::string& device_n
   if (!select.step() || select.is_null(0)) return nullptr;
   json probe = json::parse(select.column_text(0), nullptr, /*allow_exceptions=*/false);
   return probe.is_discarded() ? json(nullptr) : probe;
-}
-
-std::string utc_now_iso8601() {
-  const std::time_t now = std::time(nullptr);
-  std::tm utc{};
-  gmtime_r(&now, &utc);
-  char text[32];
-  std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", &utc);
-  return text;
 }
 
 std::string new_attempt_uid() {

@@ -21,8 +21,11 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "gradscope/core/record.h"
 
 struct sqlite3;
 
@@ -41,20 +44,22 @@ class Database {
 
   const std::string& path() const { return path_; }
 
-  // Inserts one attempt: the runs row and all of the record's steps and evals rows, all or
-  // nothing. Flat columns come from the record's fields (DESIGN.md, "Run record"); a missing
-  // or null field is SQL NULL. final_val_loss is the record's "final_val_loss" if it has
-  // one, else the val_loss of its last eval entry. Returns the new attempt_id. Throws a
-  // runtime error (and writes nothing) on a malformed record or a database failure.
-  int64_t write_run(const nlohmann::json& record, const std::string& sweep,
-                    const std::string& started_at, const std::string& finished_at);
+  // Inserts one attempt: the runs row (its record as JSON, flat columns of its headline
+  // figures, its sweep and times) and all of its steps, evals and samples rows, all or
+  // nothing. final_val_loss is the record's, else the val_loss of its last evaluation.
+  // Returns the new attempt_id. Throws a runtime error (and writes nothing) when the
+  // database fails.
+  int64_t write_run(const RunRecord& record);
 
-  // The record_json of every attempt, in attempt order.
-  std::vector<nlohmann::json> records();
+  // Every attempt's record, in attempt order. A record that does not parse (a damaged row,
+  // or a version-1 record of a configuration this version cannot express, such as an
+  // unknown dtype a run refused) is a runtime error naming its attempt; with `unreadable`,
+  // it is left out and described there instead ("attempt 12: ...").
+  std::vector<RunRecord> records(std::vector<std::string>* unreadable = nullptr);
   // The statuses of every attempt of one run, in attempt order.
-  std::vector<std::string> statuses_of(const std::string& run_id);
-  // The latest attempt of one run (its record), or null when it has none.
-  nlohmann::json latest_record(const std::string& run_id);
+  std::vector<RunStatus> statuses_of(const std::string& run_id);
+  // The latest attempt of one run, or nullopt when it has none.
+  std::optional<RunRecord> latest_record(const std::string& run_id);
   // Whether an attempt with this record "attempt_uid" is stored (collect merges each once).
   bool has_attempt(const std::string& attempt_uid);
   int64_t count_runs();
@@ -82,14 +87,12 @@ class Database {
   std::vector<nlohmann::json> rows_of(const char* table, const std::vector<const char*>& columns,
                                       const char* order, int64_t attempt_id);
   void exec(const std::string& sql);
+  RunRecord parse_record(int64_t attempt_id, const std::string& text) const;
   void check(int rc, const std::string& what) const;
 
   std::string path_;
   sqlite3* db_ = nullptr;
 };
-
-// Now, in UTC, as "2024-05-01T12:34:56Z" (sorts as text in time order).
-std::string utc_now_iso8601();
 
 // A random identity for one attempt of a run (32 hex digits), stored in its record as
 // "attempt_uid", so that merging the same result file twice stores it once.

@@ -14,18 +14,6 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-const char* policy_name(CheckpointPolicy policy) {
-  switch (policy) {
-    case CheckpointPolicy::kCheckpointPolicyFull:
-      return "full";
-    case CheckpointPolicy::kCheckpointPolicyAttention:
-      return "attention";
-    case CheckpointPolicy::kCheckpointPolicyMlp:
-      return "mlp";
-  }
-  return "unknown";
-}
-
 // ---------------------------------------------------------------------------------------
 // Generator states
 
@@ -139,14 +127,6 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
 
 }  // namespace
 
-CheckpointPolicy parse_checkpoint_policy(const std::string& name) {
-  if (name == "full") return CheckpointPolicy::kCheckpointPolicyFull;
-  if (name == "attention") return CheckpointPolicy::kCheckpointPolicyAttention;
-  if (name == "mlp") return CheckpointPolicy::kCheckpointPolicyMlp;
-  fail_usage("unknown checkpoint policy '" + name + "'",
-             "valid checkpoint policies: full, attention, mlp");
-}
-
 torch::Tensor checkpoint_block(Block& block, const torch::Tensor& x, const BlockContext& ctx,
                                bool restore_rng,
                                const std::shared_ptr<CheckpointCounters>& counters) {
@@ -177,13 +157,15 @@ void check_checkpoint_options(const CheckpointOptions& options) {
   check_usage(options.every >= 1,
               "--checkpoint-every " + std::to_string(options.every) + " must be at least 1",
               "pass 1 to checkpoint every block, k to checkpoint every k-th block");
+  check_usage(options.policy != Recompute::kRecomputeNone,
+              "a checkpoint runner needs a policy that recomputes something",
+              "use --recompute full, attention or mlp");
 }
 
-CheckpointOptions checkpoint_options(const RunConfig& config) {
+CheckpointOptions checkpoint_options(const StepPlan& plan) {
   CheckpointOptions options;
-  options.every = config.checkpoint_every;
-  options.policy = parse_checkpoint_policy(config.checkpoint_policy);
-  check_checkpoint_options(options);
+  options.every = plan.recompute_every;
+  options.policy = plan.recompute;
   return options;
 }
 
@@ -191,8 +173,8 @@ CheckpointRunner::CheckpointRunner(const std::vector<std::shared_ptr<Block>>& bl
                                    CheckpointOptions options)
     : options_(options), counters_(std::make_shared<CheckpointCounters>()) {
   check_checkpoint_options(options_);
-  const bool selective = options_.policy != CheckpointPolicy::kCheckpointPolicyFull;
-  const SubLayer target = options_.policy == CheckpointPolicy::kCheckpointPolicyAttention
+  const bool selective = options_.policy != Recompute::kRecomputeFull;
+  const SubLayer target = options_.policy == Recompute::kRecomputeAttention
                               ? SubLayer::kSubLayerAttention
                               : SubLayer::kSubLayerMlp;
   for (size_t i = 0; i < blocks.size(); ++i) {
@@ -200,10 +182,10 @@ CheckpointRunner::CheckpointRunner(const std::vector<std::shared_ptr<Block>>& bl
     wrapped_.insert(blocks[i].get());
     if (!selective) continue;
     check_usage(blocks[i]->exposes_sublayers(),
-                std::string("checkpoint policy '") + policy_name(options_.policy) +
+                std::string("checkpoint policy '") + recompute_name(options_.policy) +
                     "' needs blocks that expose their attention and MLP sub-layers; this "
                     "model's do not",
-                "use --checkpoint-policy full");
+                "use --recompute full");
     // The sub-layer runner holds the counters, not the runner: it may outlive it.
     blocks[i]->set_sublayer_runner(
         [target, restore = options_.restore_rng, counters = counters_](
@@ -217,7 +199,7 @@ CheckpointRunner::CheckpointRunner(const std::vector<std::shared_ptr<Block>>& bl
 torch::Tensor CheckpointRunner::operator()(Block& block, const torch::Tensor& x,
                                            const BlockContext& ctx) {
   // A selective policy wraps sub-layers from inside the block (see the constructor).
-  if (wrapped_.count(&block) == 0 || options_.policy != CheckpointPolicy::kCheckpointPolicyFull) {
+  if (wrapped_.count(&block) == 0 || options_.policy != Recompute::kRecomputeFull) {
     ++counters_->plain;
     return block.forward(x, ctx);
   }

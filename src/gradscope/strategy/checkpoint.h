@@ -26,16 +26,6 @@
 
 namespace gradscope {
 
-// What a wrapped block recomputes in backward (--checkpoint-policy).
-enum class CheckpointPolicy {
-  kCheckpointPolicyFull,       // the whole block
-  kCheckpointPolicyAttention,  // only its attention sub-layer
-  kCheckpointPolicyMlp,        // only its MLP sub-layer
-};
-
-// "full", "attention" or "mlp"; any other name is a usage error listing them.
-CheckpointPolicy parse_checkpoint_policy(const std::string& name);
-
 // Counts kept by a checkpoint runner (shared with the backward nodes it creates).
 struct CheckpointCounters {
   // Forwards of wrapped functions (whole blocks, or the chosen sub-layers under a selective
@@ -47,7 +37,8 @@ struct CheckpointCounters {
 
 struct CheckpointOptions {
   int64_t every = 1;  // wrap blocks 0, k, 2k, ... (every k-th block, the first included)
-  CheckpointPolicy policy = CheckpointPolicy::kCheckpointPolicyFull;
+  // What a wrapped block recomputes: full, attention or mlp (never none).
+  Recompute policy = Recompute::kRecomputeFull;
   // Test switch: false skips saving and restoring the generator state, so the recompute
   // draws fresh dropout masks. Only tests turn it off, to show that the restore matters.
   bool restore_rng = true;
@@ -92,10 +83,9 @@ class CheckpointRunner {
   std::shared_ptr<CheckpointCounters> counters_;
 };
 
-// The checkpoint settings of a run (--checkpoint-every, --checkpoint-policy), checked: `every`
-// must be at least 1.
-CheckpointOptions checkpoint_options(const RunConfig& config);
-// Throws the usage error checkpoint_options would for these options.
+// The checkpoint settings of a step plan that recomputes (--recompute, --checkpoint-every).
+CheckpointOptions checkpoint_options(const StepPlan& plan);
+// A usage error unless `every` is at least 1 and the policy recomputes something.
 void check_checkpoint_options(const CheckpointOptions& options);
 
 // Builds a runner for `model`'s blocks and installs it with model.set_block_runner. The

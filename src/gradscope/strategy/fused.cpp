@@ -1,7 +1,6 @@
-// The fused optimizer step: standard training in which each parameter is updated during the
-// backward pass, as soon as its gradient has been accumulated, and its gradient freed at
-// once. No buffer of every gradient ever exists; the backward's peak drops by about the
-// gradients' bytes.
+// The fused optimizer step: each parameter is updated during the backward pass, as soon as
+// its gradient has been accumulated, and its gradient freed at once. No buffer of every
+// gradient ever exists; the backward's peak drops by about the gradients' bytes.
 //
 // Each parameter gets an optimizer of its own, built by the optimizer factory from the run's
 // settings, so hyperparameters are read as for the unfused run. The supported optimizers
@@ -12,9 +11,8 @@
 // The hook: `Tensor::register_hook` runs before the gradient is accumulated and cannot free
 // it. The post hook of the parameter's AccumulateGrad node runs after it. This node API
 // (grad_accumulator, add_post_hook, FunctionPostHook) is the same in LibTorch 1.13 and 2.x,
-// so one code path serves both versions. The tensor holds its
-// AccumulateGrad node weakly: the strategy keeps the nodes alive, or a later graph would get a
-// fresh node without the hook.
+// so one code path serves both versions. The tensor holds its AccumulateGrad node weakly: the
+// updater keeps the nodes alive, or a later graph would get a fresh node without the hook.
 #include <algorithm>
 #include <utility>
 
@@ -25,9 +23,9 @@
 #include <fmt/format.h>
 
 #include "gradscope/core/error.h"
-#include "gradscope/measure/memory.h"
 #include "gradscope/optim/factory.h"
-#include "gradscope/strategy/builtin.h"
+#include "gradscope/optim/state_bytes.h"
+#include "gradscope/strategy/fused.h"
 
 namespace gradscope {
 namespace {
@@ -54,28 +52,12 @@ class StepAfterAccumulate : public torch::autograd::FunctionPostHook {
   torch::optim::Optimizer* optimizer_;
 };
 
-class FusedStrategy : public Strategy {
+class InBackward : public Updater {
  public:
-  explicit FusedStrategy(const RunConfig& config) : standard_(make_standard(config)) {}
-
-  StepOutput compute_gradients(Model& model, int64_t micro_batches, const MicroBatchSource& next,
-                               PhaseObserver& observer) override {
-    if (optimizers_.empty())
-      fail_runtime("strategy 'fused' has no optimizer: attach_optimizer was not called",
-                   "call attach_optimizer after attach");
-    return standard_->compute_gradients(model, micro_batches, next, observer);
-  }
-
-  bool steps_optimizer() const override { return true; }
-
-  void attach_optimizer(const std::vector<torch::Tensor>& params, const RunConfig& config,
-                        double lr) override {
-    optimizers_.clear();
-    accumulators_.clear();
+  InBackward(const std::vector<torch::Tensor>& params, const OptimizerSpec& spec) {
     for (const auto& p : params) {
       if (!p.requires_grad()) continue;
-      optimizers_.push_back(
-          make_optimizer(config.optimizer, {p}, lr, config.weight_decay, config.opt));
+      optimizers_.push_back(make_optimizer(spec.name, {p}, spec.lr, spec.weight_decay, spec.opt));
       std::shared_ptr<torch::autograd::Node> node = torch::autograd::impl::grad_accumulator(p);
       if (!node)
         fail_runtime("a parameter has no gradient accumulator",
@@ -85,18 +67,29 @@ class FusedStrategy : public Strategy {
     }
   }
 
+  // The parameters were updated in backward and the gradients freed there: no norm can be
+  // taken (recorded as null) and nothing is left to do here.
+  UpdateResult step(const GradientFn& gradients, PhaseObserver& observer) override {
+    UpdateResult r;
+    r.out = gradients();
+    r.evaluations = 1;
+    observer.enter(Phase::kPhaseOptimizer);
+    return r;
+  }
+
   void set_learning_rate(double lr) override {
     for (auto& o : optimizers_) gradscope::set_learning_rate(*o, lr);
   }
 
-  int64_t optimizer_state_bytes() const override {
+  int64_t state_bytes() const override {
     int64_t total = 0;
-    for (const auto& o : optimizers_) total += gradscope::optimizer_state_bytes(*o);
+    for (const auto& o : optimizers_) total += optimizer_state_bytes(*o);
     return total;
   }
 
+  std::optional<int64_t> grads_bytes() const override { return std::nullopt; }
+
  private:
-  std::unique_ptr<Strategy> standard_;
   std::vector<std::unique_ptr<torch::optim::Optimizer>> optimizers_;  // one per parameter
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // holding the hooks
 };
@@ -114,17 +107,26 @@ const std::vector<std::string>& fused_optimizers() {
   return names;
 }
 
-std::unique_ptr<Strategy> make_fused(const RunConfig& config) {
+std::unique_ptr<Updater> make_in_backward_updater(const StepPlan& plan,
+                                                  const std::vector<torch::Tensor>& params,
+                                                  const OptimizerSpec& optimizer,
+                                                  const UpdaterOptions& options) {
+  const std::string name = plan.strategy_name();
   const auto& names = fused_optimizers();
-  check_usage(std::find(names.begin(), names.end(), config.optimizer) != names.end(),
-              "strategy 'fused' does not support optimizer '" + config.optimizer + "'",
+  check_usage(std::find(names.begin(), names.end(), optimizer.name) != names.end(),
+              "strategy '" + name + "' does not support optimizer '" + optimizer.name + "'",
               "optimizers the fused step supports: " + optimizer_list());
-  check_usage(config.clip_grad_norm == 0,
-              fmt::format("strategy 'fused' cannot clip gradients (--clip-grad-norm {}): each "
+  check_usage(options.clip_grad_norm == 0,
+              fmt::format("strategy '{}' cannot clip gradients (--clip-grad-norm {}): each "
                           "parameter is updated before the norm of all gradients is known",
-                          config.clip_grad_norm),
-              "pass --clip-grad-norm 0, or use strategy standard to clip");
-  return std::make_unique<FusedStrategy>(config);
+                          name, options.clip_grad_norm),
+              "pass --clip-grad-norm 0, or use --optimizer-step after-backward to clip");
+  check_usage(!plan.micro_batches,
+              fmt::format("strategy '{}' updates each parameter in backward, so it cannot sum "
+                          "micro-batches (--accum-steps {})",
+                          name, plan.accum_steps),
+              "use --accum-steps 1 and a strategy without accumulation for the fused step");
+  return std::make_unique<InBackward>(params, optimizer);
 }
 
 }  // namespace gradscope

@@ -1,8 +1,19 @@
+// The step's gradient over its micro-batches.
+//
+// Exactness: the step's gradient must be that of the mean per-target loss over the whole
+// effective batch. Each micro-batch's summed loss is divided by the target count of the
+// whole step (not by its own count and then by k: with padded or masked targets the counts
+// differ, and a mean of means weights the targets of short micro-batches more). That count
+// must be known before the first backward, so the k micro-batches are fetched first (their
+// inputs are held until their turn: index tensors for text, small beside the activations).
+// Each batch knows its target count on the CPU (the data source counts it), so the step
+// needs no device synchronization to learn it. With one micro-batch this is standard
+// training: one forward and one backward over the whole batch.
 #include "gradscope/strategy/strategy.h"
 
+#include <fmt/format.h>
+
 #include "gradscope/core/error.h"
-#include "gradscope/strategy/builtin.h"
-#include "gradscope/strategy/checkpoint.h"
 
 namespace gradscope {
 
@@ -21,76 +32,55 @@ const char* phase_name(Phase phase) {
   }
 }
 
-namespace {
+Strategy::Strategy(const StepPlan& plan) : plan_(plan) {
+  check_usage(plan_.accum_steps >= 1,
+              fmt::format("--accum-steps {} must be positive", plan_.accum_steps),
+              "pass --accum-steps with a value of at least 1");
+  if (plan_.recompute != Recompute::kRecomputeNone)
+    check_checkpoint_options(checkpoint_options(plan_));
+}
 
-// Standard training: the whole effective batch in one forward and one backward.
-class StandardStrategy : public Strategy {
- public:
-  explicit StandardStrategy(std::string name) : name_(std::move(name)) {}
+void Strategy::attach(Model& model) {
+  if (plan_.recompute != Recompute::kRecomputeNone)
+    runner_ = install_checkpointing(model, checkpoint_options(plan_));
+}
 
-  StepOutput compute_gradients(Model& model, int64_t micro_batches, const MicroBatchSource& next,
-                               PhaseObserver& observer) override {
-    check_usage(micro_batches == 1,
-                "strategy '" + name_ + "' computes a step in one batch, got --accum-steps " +
-                    std::to_string(micro_batches),
-                "use --accum-steps 1, or a strategy that accumulates micro-batches");
+StepOutput Strategy::compute_gradients(Model& model, const MicroBatchSource& next,
+                                       PhaseObserver& observer) const {
+  const int64_t k = plan_.accum_steps;
+  // All micro-batches first, so that the step's target count is known before any backward.
+  std::vector<Batch> batches;
+  batches.reserve(static_cast<size_t>(k));
+  int64_t total = 0;
+  for (int64_t i = 0; i < k; ++i) {
     observer.enter(Phase::kPhaseData);
-    Batch batch = next(0);
+    batches.push_back(next(i));
+    total += batches.back().targets_count;
+  }
+  const double denominator = static_cast<double>(std::max<int64_t>(total, 1));
+
+  StepOutput step;
+  step.target_count = total;
+  for (int64_t i = 0; i < k; ++i) {
+    Batch& batch = batches[static_cast<size_t>(i)];
     observer.enter(Phase::kPhaseForward);
     LossOutput out = model.loss(batch);
-    // Mean per target over the effective batch.
-    torch::Tensor loss = out.loss_sum / static_cast<double>(std::max<int64_t>(out.target_count, 1));
+    if (out.target_count != batch.targets_count)
+      fail_runtime(fmt::format("micro-batch {} has {} targets but the model counted {}, so the "
+                               "step's loss cannot be normalized exactly",
+                               i, batch.targets_count, out.target_count),
+                   "the model must take its loss over targets other than kIgnoreIndex");
+    // This micro-batch's share of the mean per target over the whole effective batch.
+    torch::Tensor loss = out.loss_sum / denominator;
     observer.enter(Phase::kPhaseBackward);
     loss.backward();
-    StepOutput step;
-    step.loss_sum = out.loss_sum.detach();
-    step.target_count = out.target_count;
-    step.samples = batch.samples;
-    step.tokens = batch.tokens;
-    return step;
+    const torch::Tensor summed = out.loss_sum.detach();
+    step.loss_sum = step.loss_sum.defined() ? step.loss_sum + summed : summed;
+    step.samples += batch.samples;
+    step.tokens += batch.tokens;
+    batch = Batch();  // its inputs are no longer needed
   }
-
- private:
-  std::string name_;
-};
-
-// Standard training with checkpointed blocks: the blocks' activations are dropped in the
-// forward and recomputed in the backward.
-class CheckpointStrategy : public StandardStrategy {
- public:
-  explicit CheckpointStrategy(CheckpointOptions options)
-      : StandardStrategy("checkpoint"), options_(options) {}
-  void attach(Model& model) override { install_checkpointing(model, options_); }
-
- private:
-  CheckpointOptions options_;
-};
-
-}  // namespace
-
-std::unique_ptr<Strategy> make_standard(const RunConfig&) {
-  return std::make_unique<StandardStrategy>("standard");
-}
-
-std::unique_ptr<Strategy> make_checkpoint(const RunConfig& config) {
-  return std::make_unique<CheckpointStrategy>(checkpoint_options(config));
-}
-
-const Registry<StrategyEntry>& strategy_registry() {
-  static const Registry<StrategyEntry> registry = [] {
-    Registry<StrategyEntry> r("strategy");
-    r.add("standard", "one forward and one backward over the whole batch", {make_standard, false});
-    r.add("checkpoint", "standard, recomputing every k-th block in backward instead of storing it",
-          {make_checkpoint, false});
-    r.add("accumulation", "k micro-batches per step, gradients summed, exact per-target mean",
-          {make_accumulation, true});
-    r.add("checkpoint+accumulation", "accumulation with every k-th block recomputed in backward",
-          {make_checkpoint_accumulation, true});
-    r.add("fused", "standard, each parameter updated in backward and its gradient freed at once",
-          {make_fused, false, true});
-    return r;
-  }();
-  return registry;
+  return step;
 }
 
 }  // namespace gradscope

@@ -1,19 +1,28 @@
-// Memory strategies own how the gradient of one optimizer step is computed: how the
-// effective batch is split into micro-batches and what is kept or recomputed. They never
-// read a clock: they announce phase changes to an observer, and the training loop times them.
+// How the gradient of one optimizer step is computed, and how the parameters are updated from
+// it, as the run's step plan (core/config.h) says: which blocks are recomputed in backward,
+// how many micro-batches the effective batch is split into, and where the optimizer steps.
+// Strategies never read a clock: they announce phase changes to an observer, and the training
+// loop times them.
+//
+// Two parts, so that each setting combines with the others:
+//   - Strategy computes the step's gradients: it installs recomputation on the model once and
+//     runs the micro-batches (one, or --accum-steps of them) forward and backward;
+//   - Updater (updater.h) turns them into an update: after backward (an optimizer over all
+//     gradients, the default) or inside it (the fused step). It is the one seam through which
+//     a way of computing a step owns the optimizer step; the training loop calls it the same
+//     way whatever it is.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <string>
 #include <vector>
 
 #include <torch/torch.h>
 
 #include "gradscope/core/config.h"
-#include "gradscope/core/registry.h"
 #include "gradscope/models/model.h"
+#include "gradscope/strategy/checkpoint.h"
 
 namespace gradscope {
 
@@ -40,34 +49,26 @@ using MicroBatchSource = std::function<Batch(int64_t index)>;
 
 class Strategy {
  public:
-  virtual ~Strategy() = default;
-  // Installs what the strategy needs on the model (e.g. a block runner). Called once.
-  virtual void attach(Model& model) {}
-  // Leaves the gradient of the mean per-target loss of the whole step in the parameters'
-  // .grad. The loss is never divided by the number of micro-batches.
-  virtual StepOutput compute_gradients(Model& model, int64_t micro_batches,
-                                       const MicroBatchSource& next, PhaseObserver& observer) = 0;
+  // Checks the plan's settings (a usage error for a bad --checkpoint-every).
+  explicit Strategy(const StepPlan& plan);
 
-  // A strategy that steps the optimizer itself (the fused step) updates the parameters during
-  // compute_gradients and leaves no gradient behind; the training loop then builds no
-  // optimizer of its own and calls none of optimizer.step(), clipping or the gradient norm.
-  virtual bool steps_optimizer() const { return false; }
-  // Builds the optimizer it steps, from the run's --optimizer, --weight-decay and --opt
-  // settings (a usage error when they are bad). Called once, after attach.
-  virtual void attach_optimizer(const std::vector<torch::Tensor>& params, const RunConfig& config,
-                                double lr) {}
-  // The learning rate of the optimizer it steps (the schedule's value for the coming step).
-  virtual void set_learning_rate(double lr) {}
-  // Bytes of the state of the optimizer it steps (momentum, moments, accumulators).
-  virtual int64_t optimizer_state_bytes() const { return 0; }
-};
+  // Installs recomputation on the model's blocks, if the plan recomputes. Called once.
+  void attach(Model& model);
 
-struct StrategyEntry {
-  // Builds the strategy for a run; refuses settings it cannot honour (a usage error).
-  std::unique_ptr<Strategy> (*make)(const RunConfig& config);
-  bool uses_micro_batches;       // whether --accum-steps > 1 is meaningful
-  bool steps_optimizer = false;  // whether it updates the parameters itself (Strategy above)
+  // Leaves the gradient of the mean per-target loss of the whole step (plan.accum_steps
+  // micro-batches from `next`) in the parameters' .grad, accumulated onto what is there. Each
+  // micro-batch's summed loss is divided by the target count of the whole step, never by the
+  // number of micro-batches, so accumulation is exact with padded or masked targets.
+  StepOutput compute_gradients(Model& model, const MicroBatchSource& next,
+                               PhaseObserver& observer) const;
+
+  const StepPlan& plan() const { return plan_; }
+  // The installed checkpoint runner (its counters), null when nothing is recomputed.
+  const CheckpointRunner* checkpoint_runner() const { return runner_.get(); }
+
+ private:
+  StepPlan plan_;
+  std::shared_ptr<CheckpointRunner> runner_;
 };
-const Registry<StrategyEntry>& strategy_registry();
 
 }  // namespace gradscope

@@ -12,6 +12,7 @@
 
 #include "gradscope/core/env.h"
 #include "gradscope/core/error.h"
+#include "gradscope/core/settings.h"
 
 namespace gradscope {
 namespace {
@@ -27,51 +28,46 @@ enum class ValueKind {
   kValueKindNumber,  // integer or float
   kValueKindLr,      // a number or "auto"
   kValueKindBytes,   // a positive integer, or text such as "512MiB"
+  kValueKindFlag,    // a boolean: the flag is given when true
 };
 
 struct RunKey {
-  const char* name;
+  std::string name;
   ValueKind kind;
 };
 
-// `gradscope run`'s options (cli/run.cpp) with '-' -> '_', less the output ones (--db, --json,
-// --quiet, --memory-snapshot, --config): a sweep decides those per run itself.
+// The run settings (core/settings.h) with '-' as '_', less the output ones (--db, --json,
+// --quiet, --memory-snapshot, --sweep): a sweep decides those per run itself. opt and arch
+// are tables, not scalar keys.
 const std::vector<RunKey>& run_key_table() {
-  static const std::vector<RunKey> keys = {
-      {"model", ValueKind::kValueKindText},
-      {"preset", ValueKind::kValueKindText},
-      {"optimizer", ValueKind::kValueKindText},
-      {"strategy", ValueKind::kValueKindText},
-      {"checkpoint_every", ValueKind::kValueKindInteger},
-      {"checkpoint_policy", ValueKind::kValueKindText},
-      {"batch", ValueKind::kValueKindInteger},
-      {"accum_steps", ValueKind::kValueKindInteger},
-      {"seq", ValueKind::kValueKindInteger},
-      {"steps", ValueKind::kValueKindInteger},
-      {"warmup_steps", ValueKind::kValueKindInteger},
-      {"lr", ValueKind::kValueKindLr},
-      {"lr_search_trials", ValueKind::kValueKindInteger},
-      {"lr_search_steps", ValueKind::kValueKindInteger},
-      {"lr_search_span", ValueKind::kValueKindNumber},
-      {"lr_schedule", ValueKind::kValueKindText},
-      {"lr_warmup_steps", ValueKind::kValueKindInteger},
-      {"weight_decay", ValueKind::kValueKindNumber},
-      {"clip_grad_norm", ValueKind::kValueKindNumber},
-      {"seed", ValueKind::kValueKindInteger},
-      {"device", ValueKind::kValueKindText},
-      {"dtype", ValueKind::kValueKindText},
-      {"threads", ValueKind::kValueKindInteger},
-      {"dataset", ValueKind::kValueKindText},
-      {"tokenizer", ValueKind::kValueKindText},
-      {"dropout", ValueKind::kValueKindNumber},
-      {"memory_cap", ValueKind::kValueKindBytes},
-      {"eval_every", ValueKind::kValueKindInteger},
-      {"eval_batches", ValueKind::kValueKindInteger},
-      {"timeout", ValueKind::kValueKindNumber},
-      {"sample_period", ValueKind::kValueKindNumber},
-      {"watts_per_core", ValueKind::kValueKindNumber},
-      {"grid_intensity", ValueKind::kValueKindNumber},
-  };
+  static const std::vector<RunKey> keys = [] {
+    std::vector<RunKey> out;
+    for (const Setting& s : run_settings()) {
+      if (s.role == SettingRole::kRoleOutput || s.type == SettingType::kTypePairs) continue;
+      ValueKind kind = ValueKind::kValueKindText;
+      switch (s.type) {
+        case SettingType::kTypeInteger:
+          kind = ValueKind::kValueKindInteger;
+          break;
+        case SettingType::kTypeNumber:
+          kind = ValueKind::kValueKindNumber;
+          break;
+        case SettingType::kTypeLr:
+          kind = ValueKind::kValueKindLr;
+          break;
+        case SettingType::kTypeBytes:
+          kind = ValueKind::kValueKindBytes;
+          break;
+        case SettingType::kTypeFlag:
+          kind = ValueKind::kValueKindFlag;
+          break;
+        default:
+          break;
+      }
+      out.push_back({s.toml_key(), kind});
+    }
+    return out;
+  }();
   return keys;
 }
 
@@ -81,7 +77,10 @@ const RunKey* find_run_key(std::string_view name) {
   return nullptr;
 }
 
-bool is_table_key(std::string_view name) { return name == "opt" || name == "arch"; }
+bool is_table_key(std::string_view name) {
+  const Setting* s = find_setting(std::string(name));
+  return s != nullptr && s->type == SettingType::kTypePairs;
+}
 
 std::string joined(const std::vector<std::string>& items) {
   std::string out;
@@ -196,6 +195,9 @@ std::string run_value_text(const std::string& file, const RunKey& key, const std
     case ValueKind::kValueKindLr:
       if (!node.is_number() && !(node.is_string() && node.as_string()->get() == "auto"))
         wrong("a number or \"auto\"", "3e-4");
+      break;
+    case ValueKind::kValueKindFlag:
+      if (!node.is_boolean()) wrong("true or false", "true");
       break;
     case ValueKind::kValueKindBytes:
       if (node.is_integer()) {
@@ -472,6 +474,12 @@ std::vector<std::string> RunSpec::args() const {
   for (const auto& key : keys) {
     std::string flag = "--" + key;
     std::replace(flag.begin(), flag.end(), '_', '-');
+    const Setting* setting = find_setting(key);
+    if (setting != nullptr && setting->type == SettingType::kTypeFlag) {
+      // A flag takes no value: given when true, left out when false.
+      if (values.at(key) == "true") out.push_back(flag);
+      continue;
+    }
     out.push_back(flag);
     out.push_back(values.at(key));
   }

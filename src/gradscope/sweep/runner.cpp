@@ -21,8 +21,6 @@
 
 #include "gradscope/core/env.h"
 #include "gradscope/core/error.h"
-#include "gradscope/report/console.h"
-#include "gradscope/train/trainer.h"
 
 extern char** environ;
 
@@ -31,21 +29,17 @@ namespace gradscope {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-bool is_final_status(const std::string& status) {
-  return status == "ok" || status == "oom" || status == "diverged";
-}
-
 namespace {
 
 // Failed attempts (error, crashed, timeout) a run may have before the sweep stops trying.
 constexpr int64_t kMaxFailedAttempts = 2;
 
-int64_t failed_attempts(const std::vector<std::string>& statuses) {
+int64_t failed_attempts(const std::vector<RunStatus>& statuses) {
   return std::count_if(statuses.begin(), statuses.end(),
-                       [](const std::string& s) { return !is_final_status(s); });
+                       [](RunStatus s) { return !is_final_status(s); });
 }
 
-std::string decide(const std::vector<std::string>& statuses) {
+std::string decide(const std::vector<RunStatus>& statuses) {
   if (std::any_of(statuses.begin(), statuses.end(), is_final_status)) return "done";
   const int64_t failed = failed_attempts(statuses);
   if (failed >= kMaxFailedAttempts) return "given up";
@@ -162,6 +156,7 @@ struct Attempt {
   std::chrono::steady_clock::time_point started;
   std::string started_at, log, result;
   int64_t stored_before = 0;  // attempts of this run in the database when it started
+  int64_t threads = 0;        // --threads the sweep gave the child (0: the run sets its own)
   bool timed_out = false;
   double last_heartbeat_s = 0;
 };
@@ -169,27 +164,6 @@ struct Attempt {
 std::string signal_name(int sig) {
   const char* name = strsignal(sig);
   return fmt::format("signal {} ({})", sig, name != nullptr ? name : "unknown");
-}
-
-// The record the sweep stores for a child that ended without writing its own.
-json failure_record(const PlannedRun& run, const std::string& sweep, const std::string& status,
-                    const std::string& message, const Attempt& attempt, double elapsed_s) {
-  json config = config_to_json(run.config);
-  return {{"schema", "gradscope.run/1"},
-          {"run_id", run.run_id},
-          {"attempt_uid", new_attempt_uid()},
-          {"sweep", sweep},
-          {"config", config},
-          {"status", status},
-          {"failure", {{"step", nullptr}, {"phase", nullptr}, {"message", message}}},
-          {"params", nullptr},
-          {"steps", json::array()},
-          {"eval", json::array()},
-          {"final_loss", nullptr},
-          {"time", {{"total_s", elapsed_s}}},
-          {"log", attempt.log},
-          {"started_at", attempt.started_at},
-          {"finished_at", utc_now_iso8601()}};
 }
 
 int visible_gpus() {
@@ -210,13 +184,32 @@ std::string shell_quote(const std::string& s) {
   return out + "'";
 }
 
-std::string one_line(const json& record, const std::string& key, const char* fmt_spec) {
-  const auto it = record.find(key);
-  if (it == record.end() || !it->is_number()) return "n/a";
-  return fmt::format(fmt::runtime(fmt_spec), it->get<double>());
+std::string loss_text(const std::optional<double>& v) {
+  return v ? fmt::format("{:.4f}", *v) : std::string("n/a");
 }
 
 }  // namespace
+
+RunRecord failure_record(const PlannedRun& run, const std::string& sweep, RunStatus status,
+                         const std::string& message, const std::string& log,
+                         const std::string& started_at, double elapsed_s, int64_t threads) {
+  RunRecord r;
+  r.run_id = run.run_id;
+  r.attempt_uid = new_attempt_uid();
+  r.sweep = sweep;
+  r.config = run.resolved.config;
+  if (threads > 0) r.config.threads = static_cast<int>(threads);
+  r.arch = run.resolved.arch;
+  r.status = status;
+  r.failure = RunFailure{std::nullopt, std::nullopt, message};
+  RunTime time;
+  time.wall_s = elapsed_s;
+  r.time = time;
+  r.log = log;
+  r.started_at = started_at;
+  r.finished_at = utc_now_iso8601();
+  return r;
+}
 
 std::vector<PlannedRun> plan_sweep(const Sweep& sweep, Database& db,
                                    const RunArgumentParser& parse) {
@@ -227,8 +220,8 @@ std::vector<PlannedRun> plan_sweep(const Sweep& sweep, Database& db,
     p.spec = sweep.runs[i];
     p.label = p.spec.label(sweep.axes);
     try {
-      p.config = parse(p.spec.args());
-      p.run_id = run_id_for(p.config);
+      p.resolved = resolve_run(parse(p.spec.args()));
+      p.run_id = p.resolved.run_id;
     } catch (const Error& e) {
       fail_usage(fmt::format("{}: run {} of {} ({}) is not a valid run: {}", sweep.path, i + 1,
                              sweep.runs.size(), p.label, e.what()),
@@ -248,7 +241,7 @@ int64_t run_sweep(const Sweep& sweep, std::vector<PlannedRun>& plan, Database& d
 
   // CUDA runs get one GPU each: as many places as GPUs, each child sees its own.
   const bool cuda = std::any_of(plan.begin(), plan.end(), [](const PlannedRun& p) {
-    return p.pending() && p.config.device.rfind("cuda", 0) == 0;
+    return p.pending() && p.resolved.config.device.rfind("cuda", 0) == 0;
   });
   int64_t jobs = std::max<int64_t>(1, o.jobs);
   const int gpus = cuda ? visible_gpus() : 0;
@@ -291,6 +284,7 @@ int64_t run_sweep(const Sweep& sweep, std::vector<PlannedRun>& plan, Database& d
     if (!run.spec.values.count("threads")) {
       args.push_back("--threads");
       args.push_back(std::to_string(threads));
+      a.threads = threads;
     }
     const auto spec_args = run.spec.args();
     args.insert(args.end(), spec_args.begin(), spec_args.end());
@@ -315,31 +309,36 @@ int64_t run_sweep(const Sweep& sweep, std::vector<PlannedRun>& plan, Database& d
     slot_busy[static_cast<size_t>(a.slot)] = false;
     const double elapsed = seconds_since(a.started);
     const bool stored = static_cast<int64_t>(db.statuses_of(run.run_id).size()) > a.stored_before;
-    std::string status, detail;
+    RunStatus status = RunStatus::kStatusError;
+    std::string detail;
     if (stored) {
       // The child stored its own record: take its status from there.
-      const json record = db.latest_record(run.run_id);
-      status = record.is_object() ? record.value("status", "error") : "error";
-      detail = fmt::format("loss {}", one_line(record, "final_loss", "{:.4f}"));
-      if (record.is_object() && record.contains("failure") && record["failure"].is_object())
-        detail = record["failure"].value("message", detail);
+      const std::optional<RunRecord> record = db.latest_record(run.run_id);
+      if (record) {
+        status = record->status;
+        detail = record->failure ? record->failure->message
+                                 : fmt::format("loss {}", loss_text(record->final_loss));
+      }
     } else {
       std::string message;
       if (a.timed_out) {
-        status = "timeout";
+        status = RunStatus::kStatusTimeout;
         message = fmt::format("stopped after {:.0f} s (run_timeout)", elapsed);
       } else if (WIFSIGNALED(wait_status)) {
         const std::string tail = file_tail(a.log);
-        status = o.memory_limit_bytes > 0 && looks_like_oom(tail) ? "oom" : "crashed";
+        status = o.memory_limit_bytes > 0 && looks_like_oom(tail) ? RunStatus::kStatusOom
+                                                                  : RunStatus::kStatusCrashed;
         message = fmt::format("killed by {}", signal_name(WTERMSIG(wait_status)));
       } else {
         const int code = WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : -1;
         const std::string tail = file_tail(a.log);
-        status = looks_like_oom(tail) ? "oom" : (code == 2 ? "error" : "crashed");
+        status = looks_like_oom(tail) ? RunStatus::kStatusOom
+                 : code == 2          ? RunStatus::kStatusError
+                                      : RunStatus::kStatusCrashed;
         message = fmt::format("exit code {}: {}", code, failure_message(a.log));
       }
-      db.write_run(failure_record(run, sweep.name, status, message, a, elapsed), sweep.name,
-                   a.started_at, utc_now_iso8601());
+      db.write_run(failure_record(run, sweep.name, status, message, a.log, a.started_at, elapsed,
+                                  a.threads));
       detail = message;
     }
     std::error_code ec;
@@ -359,7 +358,7 @@ int64_t run_sweep(const Sweep& sweep, std::vector<PlannedRun>& plan, Database& d
                                           static_cast<double>(left) / static_cast<double>(jobs)
                                     : 0.0;
     fmt::print(out, "[{}/{}] {}: {} in {} ({}){}; done {}, failed {}, left {}{}\n", finished, total,
-               run.label, status, format_duration(elapsed), detail,
+               run.label, status_name(status), format_duration(elapsed), detail,
                retry ? ", will retry once" : "", finished - failed, failed, left,
                finished > 0 && left > 0 ? ", eta " + format_duration(eta) : "");
     std::fflush(out);
@@ -405,24 +404,17 @@ std::string sweep_summary(const std::vector<PlannedRun>& plan, Database& db) {
   std::vector<std::vector<std::string>> rows = {
       {"run", "status", "attempts", "final loss", "val loss", "val acc", "step", "peak memory"}};
   for (const PlannedRun& p : plan) {
-    const json r = db.latest_record(p.run_id);
+    const std::optional<RunRecord> r = db.latest_record(p.run_id);
     const auto statuses = db.statuses_of(p.run_id);
     std::string step = "n/a", peak = "n/a", acc = "n/a";
-    if (r.is_object()) {
-      if (r.contains("time") && r["time"].is_object() &&
-          r["time"].value("step_median_s", json()).is_number())
-        step = format_duration(r["time"]["step_median_s"].get<double>());
-      if (r.contains("memory") && r["memory"].is_object() &&
-          r["memory"].value("peak_bytes", json()).is_number())
-        peak = format_bytes(r["memory"]["peak_bytes"].get<double>());
-      if (r.value("final_accuracy", json()).is_number())
-        acc = fmt::format("{:.1f}%", 100 * r["final_accuracy"].get<double>());
+    if (r) {
+      if (r->time && r->time->step_median_s) step = format_duration(*r->time->step_median_s);
+      if (r->memory) peak = format_bytes(static_cast<double>(r->memory->peak_bytes));
+      if (r->final_accuracy) acc = fmt::format("{:.1f}%", 100 * *r->final_accuracy);
     }
-    rows.push_back({p.label, r.is_object() ? r.value("status", "?") : "not run",
-                    std::to_string(statuses.size()),
-                    r.is_object() ? one_line(r, "final_loss", "{:.4f}") : "n/a",
-                    r.is_object() ? one_line(r, "final_val_loss", "{:.4f}") : "n/a", acc, step,
-                    peak});
+    rows.push_back({p.label, r ? status_name(r->status) : "not run",
+                    std::to_string(statuses.size()), r ? loss_text(r->final_loss) : "n/a",
+                    r ? loss_text(r->final_val_loss) : "n/a", acc, step, peak});
   }
   std::vector<size_t> width(rows[0].size(), 0);
   for (const auto& row : rows)
@@ -528,20 +520,24 @@ CollectReport collect_results(const std::string& dir, Database& db) {
   CollectReport report;
   for (const fs::path& file : files) {
     std::ifstream in(file);
-    json record = json::parse(in, nullptr, /*allow_exceptions=*/false);
-    check_usage(record.is_object() && record.value("schema", "") == "gradscope.run/1" &&
-                    record.value("attempt_uid", json()).is_string(),
-                fmt::format("{} is not a gradscope run record (schema gradscope.run/1 with an "
-                            "attempt_uid)",
-                            file.string()),
-                "collect reads the files `gradscope run --json` writes; move others away");
-    if (db.has_attempt(record["attempt_uid"].get<std::string>())) {
+    const json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
+    const auto not_a_record = [&](const std::string& why) {
+      fail_usage(fmt::format("{} is not a gradscope run record ({})", file.string(), why),
+                 "collect reads the files `gradscope run --json` writes; move others away");
+    };
+    if (j.is_discarded()) not_a_record("not JSON");
+    RunRecord record;
+    try {
+      record = record_from_json(j);
+    } catch (const Error& e) {
+      not_a_record(e.what());
+    }
+    if (record.attempt_uid.empty()) not_a_record("it has no attempt_uid");
+    if (db.has_attempt(record.attempt_uid)) {
       ++report.present;
       continue;
     }
-    const json sweep = record.value("sweep", json());
-    db.write_run(record, sweep.is_string() ? sweep.get<std::string>() : "",
-                 record.value("started_at", ""), record.value("finished_at", ""));
+    db.write_run(record);
     ++report.merged;
   }
   if (fs::exists(root / "runs.txt")) {

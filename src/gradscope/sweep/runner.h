@@ -22,8 +22,10 @@
 #include <nlohmann/json.hpp>
 
 #include "gradscope/core/config.h"
+#include "gradscope/core/record.h"
 #include "gradscope/store/db.h"
 #include "gradscope/sweep/grid.h"
+#include "gradscope/train/session.h"
 
 namespace gradscope {
 
@@ -32,23 +34,29 @@ using RunArgumentParser = std::function<RunConfig(const std::vector<std::string>
 
 struct PlannedRun {
   RunSpec spec;
-  RunConfig config;
+  ResolvedRun resolved;  // its configuration, resolved as the run will resolve it, and run id
   std::string run_id;
   std::string label;
-  std::vector<std::string> previous;  // statuses of the attempts already stored
+  std::vector<RunStatus> previous;  // statuses of the attempts already stored
   // "run" (no attempt yet), "retry" (one failed attempt), "done" (a final status is stored),
   // "given up" (two failed attempts).
   std::string action;
   bool pending() const { return action == "run" || action == "retry"; }
 };
 
-// Whether a status ends a run for good (deterministic outcomes) or deserves one retry.
-bool is_final_status(const std::string& status);
-
 // Resolves every run of the grid (a usage error names the first bad one) and decides, from
 // the database, what each needs.
 std::vector<PlannedRun> plan_sweep(const Sweep& sweep, Database& db,
                                    const RunArgumentParser& parse);
+
+// The record the sweep stores for an attempt that ended without its own (crashed, killed,
+// past its run_timeout, out of its memory_limit): the run's identity and its configuration
+// resolved as the run resolves it (so the report files it with the run's other attempts and
+// seeds), the status and the failure, the attempt's elapsed time; nothing else was measured.
+// `threads`: the --threads the sweep gave the child (0: none).
+RunRecord failure_record(const PlannedRun& run, const std::string& sweep, RunStatus status,
+                         const std::string& message, const std::string& log,
+                         const std::string& started_at, double elapsed_s, int64_t threads);
 
 struct SweepOptions {
   std::string db_path;

@@ -13,7 +13,7 @@
 #include "gradscope/data/text.h"
 #include "gradscope/data/tokenizer.h"
 #include "gradscope/measure/memory.h"
-#include "gradscope/models/nanovlm.h"
+#include "gradscope/models/registry.h"
 
 namespace gradscope {
 namespace {
@@ -244,13 +244,13 @@ class ImageClassificationSource : public DataSource {
 // (padded with eot), the targets the next tokens where they exist.
 class VisionLanguageSource : public DataSource {
  public:
-  VisionLanguageSource(const nlohmann::json& arch, const RunConfig& config)
+  VisionLanguageSource(const nlohmann::json& arch, const RunConfig& config, int64_t image_tokens)
       : dataset_(arch.at("dataset").get<std::string>()),
         folder_(image_dataset_folder(dataset_, data_dir())),
         tokenizer_(tokenizer_for(arch)),
         image_size_(arch.at("image_size").get<int64_t>()),
         seq_len_(arch.at("seq_len").get<int64_t>()),
-        image_tokens_(nanovlm_config(arch).image_tokens()) {
+        image_tokens_(image_tokens) {
     check_usage(seq_len_ >= 2, fmt::format("caption length {} must be at least 2", seq_len_),
                 "pass --seq 32 or more");
     if (dataset_ == "emoji" ||
@@ -404,23 +404,33 @@ class ToySource : public DataSource {
 
 }  // namespace
 
-static std::unique_ptr<DataSource> make_source(const std::string& kind, const nlohmann::json& arch,
+static std::unique_ptr<DataSource> make_source(const ModelFamily& family,
+                                               const nlohmann::json& arch,
                                                const RunConfig& config) {
-  if (kind == "causal-lm") return std::make_unique<CausalLmSource>(arch, config);
-  if (kind == "toy") return std::make_unique<ToySource>();
-  if (kind == "masked-lm") return std::make_unique<MaskedLmSource>(arch, config);
-  if (kind == "image-classification")
-    return std::make_unique<ImageClassificationSource>(arch, config);
-  if (kind == "vision-language") return std::make_unique<VisionLanguageSource>(arch, config);
-  fail_usage("no data source for model kind '" + kind + "'");
+  switch (family.kind) {
+    case ModelKind::kModelKindCausalLm:
+      return std::make_unique<CausalLmSource>(arch, config);
+    case ModelKind::kModelKindToy:
+      return std::make_unique<ToySource>();
+    case ModelKind::kModelKindMaskedLm:
+      return std::make_unique<MaskedLmSource>(arch, config);
+    case ModelKind::kModelKindImageClassification:
+      return std::make_unique<ImageClassificationSource>(arch, config);
+    case ModelKind::kModelKindVisionLanguage:
+      if (family.image_tokens == nullptr)
+        fail_runtime("a vision-language model does not say how many image tokens it has",
+                     "set ModelFamily::image_tokens in models/registry.cpp");
+      return std::make_unique<VisionLanguageSource>(arch, config, family.image_tokens(arch));
+  }
+  fail_usage(std::string("no data source for model kind '") + model_kind_name(family.kind) + "'");
 }
 
-std::unique_ptr<DataSource> make_data_source(const std::string& kind, const nlohmann::json& arch,
+std::unique_ptr<DataSource> make_data_source(const ModelFamily& family, const nlohmann::json& arch,
                                              const RunConfig& config, int64_t* resident_bytes) {
-  if (resident_bytes == nullptr) return make_source(kind, arch, config);
+  if (resident_bytes == nullptr) return make_source(family, arch, config);
   auto& tracker = CpuMemoryTracker::install();
   const int64_t before = tracker.current_bytes();
-  auto source = make_source(kind, arch, config);
+  auto source = make_source(family, arch, config);
   *resident_bytes = std::max<int64_t>(0, tracker.current_bytes() - before);
   return source;
 }

@@ -11,6 +11,7 @@
 
 #include "gradscope/core/config.h"
 #include "gradscope/models/model.h"
+#include "gradscope/models/registry.h"
 
 namespace gradscope {
 
@@ -26,11 +27,11 @@ class DataSource {
   virtual nlohmann::json describe() const = 0;
 };
 
-// Builds the data source of a model kind ("causal-lm") for the resolved architecture.
+// Builds the data source of a model family's kind for the resolved architecture.
 // Throws a usage error when the data or the tokenizer is missing (the hint names the fetch).
 // `resident_bytes`, when given, receives what the source keeps in CPU tensor memory, measured
 // with the tracking allocator (installed here if need be) around the loading.
-std::unique_ptr<DataSource> make_data_source(const std::string& kind, const nlohmann::json& arch,
+std::unique_ptr<DataSource> make_data_source(const ModelFamily& family, const nlohmann::json& arch,
                                              const RunConfig& config,
                                              int64_t* resident_bytes = nullptr);
 

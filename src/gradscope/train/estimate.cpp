@@ -6,8 +6,8 @@
 #include "gradscope/models/common/memory_trace.h"
 #include "gradscope/models/registry.h"
 #include "gradscope/optim/factory.h"
-#include "gradscope/strategy/strategy.h"
 #include "gradscope/train/data_source.h"
+#include "gradscope/train/session.h"
 
 namespace gradscope {
 namespace {
@@ -71,13 +71,13 @@ OptimizerMemory optimizer_memory(const RunConfig& c, const std::vector<int64_t>&
              "estimate models sgd, adam, adamw, adagrad, adadelta, cg, lion and adam8bit");
 }
 
-MemoryTrace::Checkpointing checkpointing_of(const RunConfig& c) {
+MemoryTrace::Checkpointing checkpointing_of(const StepPlan& plan) {
   MemoryTrace::Checkpointing ck;
-  ck.enabled = c.strategy.find("checkpoint") != std::string::npos;
-  ck.every = std::max<int64_t>(1, c.checkpoint_every);
-  if (c.checkpoint_policy == "attention")
+  ck.enabled = plan.recompute != Recompute::kRecomputeNone;
+  ck.every = std::max<int64_t>(1, plan.recompute_every);
+  if (plan.recompute == Recompute::kRecomputeAttention)
     ck.unit = MemoryTrace::Unit::kUnitAttention;
-  else if (c.checkpoint_policy == "mlp")
+  else if (plan.recompute == Recompute::kRecomputeMlp)
     ck.unit = MemoryTrace::Unit::kUnitMlp;
   return ck;
 }
@@ -86,7 +86,7 @@ MemoryTrace::Checkpointing checkpointing_of(const RunConfig& c) {
 
 MemoryEstimate estimate_run(const RunConfig& config, int64_t data_bytes) {
   const ModelFamily& family = model_registry().get(config.model);
-  strategy_registry().get(config.strategy);
+  const StepPlan plan = config.step_plan();
   optimizer_registry().get(config.optimizer);
   check_usage(family.trace_step != nullptr,
               "no memory model for '" + config.model + "' (a toy problem)",
@@ -105,7 +105,7 @@ MemoryEstimate estimate_run(const RunConfig& config, int64_t data_bytes) {
   e.optimizer_state_bytes = om.state;
   e.optimizer_scratch_bytes = om.scratch;
 
-  const MemoryTrace::Checkpointing ck = checkpointing_of(config);
+  const MemoryTrace::Checkpointing ck = checkpointing_of(plan);
   const auto first = trace.replay(ck, /*grads_exist=*/false, /*with_grad=*/true);
   e.grads_bytes = first.grads_bytes;
   e.activations_bytes = first.saved_bytes;
@@ -121,7 +121,7 @@ MemoryEstimate estimate_run(const RunConfig& config, int64_t data_bytes) {
     e.backward_peak_bytes =
         std::max(e.backward_peak_bytes, steady + e.grads_bytes + later.backward_peak);
   }
-  if (config.strategy == "fused")
+  if (plan.optimizer_step == OptimizerStep::kOptimizerStepInBackward)
     e.notes.push_back(
         "fused is modelled as standard: an upper bound, since it frees each "
         "gradient as soon as its parameter is updated");
@@ -141,7 +141,7 @@ MemoryEstimate estimate_run(const RunConfig& config, int64_t data_bytes) {
   consider(e.backward_peak_bytes, "backward");
   consider(e.optimizer_peak_bytes, "optimizer");
   consider(e.eval_peak_bytes, "eval");
-  if (config.dtype != "fp32")
+  if (config.dtype != Dtype::kDtypeFp32)
     e.notes.push_back("activations are modelled in float32; bf16 autocast is not modelled");
 
   const int64_t seq = arch.at("seq_len").get<int64_t>();
@@ -202,9 +202,9 @@ int64_t max_batch_within(RunConfig config, int64_t data_bytes, int64_t budget_by
 
 int64_t resident_data_bytes(const RunConfig& config) {
   const ModelFamily& family = model_registry().get(config.model);
-  if (config.device != "cpu" || family.kind == "toy") return 0;
+  if (config.device != "cpu" || family.kind == ModelKind::kModelKindToy) return 0;
   int64_t bytes = 0;
-  make_data_source(family.kind, resolve_arch(config), config, &bytes);
+  make_data_source(family, resolve_arch(config), config, &bytes);
   return bytes;
 }
 

@@ -4,10 +4,18 @@
 #include <limits>
 
 #include "gradscope/core/error.h"
-#include "gradscope/optim/factory.h"
 #include "gradscope/train/trainer.h"
 
 namespace gradscope {
+namespace {
+
+// The centre of the search: the optimizer's default rate for the model.
+double default_lr_of(RunConfig config) {
+  config.lr = 0;
+  return learning_rate_of(config);
+}
+
+}  // namespace
 
 std::vector<double> lr_search_grid(double center, int64_t trials, double span_decades) {
   check_usage(trials >= 1, fmt::format("--lr-search-trials {} must be at least 1", trials),
@@ -33,23 +41,26 @@ void check_lr_search(const RunConfig& config) {
   check_usage(config.lr_search_steps >= 0,
               fmt::format("--lr-search-steps {} must be >= 0", config.lr_search_steps),
               "pass 0 for a tenth of --steps");
-  lr_search_grid(default_lr(config.optimizer, config.model), config.lr_search_trials,
-                 config.lr_search_span);
+  lr_search_grid(default_lr_of(config), config.lr_search_trials, config.lr_search_span);
 }
 
 LrSearchResult search_learning_rate(
     const RunConfig& config,
-    const std::function<void(const nlohmann::json&, int64_t, int64_t)>& on_trial) {
+    const std::function<void(const LrTrial&, int64_t, int64_t)>& on_trial) {
   check_lr_search(config);
   const int64_t steps = config.lr_search_steps > 0 ? config.lr_search_steps
                                                    : std::max<int64_t>(10, config.steps / 10);
-  const auto grid = lr_search_grid(default_lr(config.optimizer, config.model),
-                                   config.lr_search_trials, config.lr_search_span);
+  const auto grid =
+      lr_search_grid(default_lr_of(config), config.lr_search_trials, config.lr_search_span);
   LrSearchResult result;
   double best_val = std::numeric_limits<double>::infinity();
   for (size_t i = 0; i < grid.size(); ++i) {
     RunConfig trial = config;
     trial.lr_auto = false;
+    const RunConfig defaults;  // a trial is a plain run: the search's own settings go
+    trial.lr_search_trials = defaults.lr_search_trials;
+    trial.lr_search_steps = defaults.lr_search_steps;
+    trial.lr_search_span = defaults.lr_search_span;
     trial.lr = grid[i];
     trial.steps = steps;
     trial.warmup_steps = 0;
@@ -57,14 +68,15 @@ LrSearchResult search_learning_rate(
     trial.json_path.clear();
     trial.quiet = true;
     Trainer trainer(trial);
-    const nlohmann::json record = trainer.run();
-    const std::string status = record.value("status", "error");
-    const nlohmann::json& val = record["final_val_loss"];
-    nlohmann::json entry = {
-        {"lr", grid[i]},   {"steps", steps},   {"final_loss", record["final_loss"]},
-        {"val_loss", val}, {"status", status}, {"time_s", record["time"]["wall_s"]}};
-    if (status == "ok" && val.is_number() && val.get<double>() < best_val) {
-      best_val = val.get<double>();
+    const RunRecord record = trainer.run();
+    const LrTrial entry{grid[i],
+                        steps,
+                        record.final_loss,
+                        record.final_val_loss,
+                        status_name(record.status),
+                        record.time ? record.time->wall_s : std::nullopt};
+    if (record.ok() && entry.val_loss && *entry.val_loss < best_val) {
+      best_val = *entry.val_loss;
       result.best_lr = grid[i];
     }
     result.trials.push_back(entry);

@@ -6,16 +6,14 @@
 #include <functional>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "gradscope/core/config.h"
+#include "gradscope/core/record.h"
 
 namespace gradscope {
 
 struct LrSearchResult {
   double best_lr = 0;
-  // One entry per trial, in order: {"lr", "final_loss", "val_loss", "status", "time_s"}.
-  nlohmann::json trials = nlohmann::json::array();
+  std::vector<LrTrial> trials;  // in order
 };
 
 // The learning rates tried: `trials` values log-spaced over [center / 10^span,
@@ -30,9 +28,8 @@ void check_lr_search(const RunConfig& config);
 // with no warm-up, and picks the lowest final validation loss among the trials that ended ok
 // (ties go to the smaller rate). Trials are not written anywhere; `on_trial` sees each one.
 // A runtime error when every trial failed.
-LrSearchResult search_learning_rate(
-    const RunConfig& config,
-    const std::function<void(const nlohmann::json& trial, int64_t index, int64_t total)>& on_trial =
-        nullptr);
+LrSearchResult search_learning_rate(const RunConfig& config,
+                                    const std::function<void(const LrTrial& trial, int64_t index,
+                                                             int64_t total)>& on_trial = nullptr);
 
 }  // namespace gradscope

@@ -1,15 +1,15 @@
-#include "gradscope/strategy/verify.h"
+#include "gradscope/train/verify.h"
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
+
+#include <fmt/format.h>
 
 #include "gradscope/core/error.h"
-#include "gradscope/core/rng.h"
 #include "gradscope/models/registry.h"
-#include "gradscope/optim/factory.h"
-#include "gradscope/strategy/builtin.h"
-#include "gradscope/strategy/strategy.h"
-#include "gradscope/train/data_source.h"
+#include "gradscope/strategy/fused.h"
+#include "gradscope/train/session.h"
 
 namespace gradscope {
 namespace {
@@ -29,53 +29,55 @@ struct StepResult {
   std::vector<std::pair<std::string, torch::Tensor>> tensors;
 };
 
-// One gradient computation of `strategy` from freshly built (identical) weights. With
-// `optimizer_step`, also one step of config.optimizer (fused into the backward when the
-// strategy steps the optimizer itself); the result then holds the updated parameters.
-StepResult one_step(const RunConfig& base, const nlohmann::json& arch, const DataSource& data,
-                    const std::string& strategy, int64_t micro_batches, int64_t micro_batch,
-                    const torch::Device& device, bool optimizer_step = false) {
-  RunConfig c = base;
-  c.strategy = strategy;
-  c.accum_steps = micro_batches;
-  c.batch = micro_batch;
-  const ModelFamily& family = model_registry().get(c.model);
-  std::shared_ptr<Model> model = family.build(arch, c.seed);
-  model->to(device);
-  model->train();
-  std::unique_ptr<Strategy> s = strategy_registry().get(strategy).make(c);
-  s->attach(*model);
-  const double lr = c.lr > 0 ? c.lr : default_lr(c.optimizer, c.model);
-  std::unique_ptr<torch::optim::Optimizer> optimizer;
-  if (optimizer_step) {
-    if (s->steps_optimizer())
-      s->attach_optimizer(model->parameters(), c, lr);
-    else
-      optimizer = make_optimizer(c.optimizer, model->parameters(), lr, c.weight_decay, c.opt);
-  }
+// One step of `config` (its strategy, micro-batch and micro-batches) from freshly built
+// (identical) weights over `data`: the gradients, or with `optimizer_step` the parameters
+// after one step of config.optimizer (fused into the backward when the strategy steps the
+// optimizer itself).
+StepResult one_step(const RunConfig& config, const std::shared_ptr<const DataSource>& data,
+                    bool optimizer_step) {
+  SessionOptions options;
+  options.data = data;
+  options.updater = optimizer_step;
+  Session session(config, options);
   // The same dropout stream for the reference and the candidate.
-  torch::manual_seed(hash3(c.seed, 0xd50, 0));
+  seed_dropout(session.config());
   NullObserver observer;
-  MicroBatchSource next = [&](int64_t i) {
-    return data.train_batch(i * micro_batch, micro_batch).to(device);
+  const MicroBatchSource next = session.step_batches(0);
+  const auto gradients = [&] {
+    return session.strategy().compute_gradients(session.model(), next, observer);
   };
-  StepOutput out = s->compute_gradients(*model, micro_batches, next, observer);
+  const StepOutput out =
+      optimizer_step ? session.updater()->step(gradients, observer).out : gradients();
   StepResult r;
   r.loss =
       out.loss_sum.item<double>() / static_cast<double>(std::max<int64_t>(out.target_count, 1));
-  if (optimizer_step) {
-    if (optimizer) optimizer->step();
-    for (const auto& p : model->named_parameters())
+  const std::string name = session.strategy().plan().strategy_name();
+  for (const auto& p : session.model().named_parameters()) {
+    if (optimizer_step) {
       r.tensors.emplace_back(p.key(), p.value().detach().to(torch::kCPU).to(torch::kFloat64));
-    return r;
-  }
-  for (const auto& p : model->named_parameters()) {
+      continue;
+    }
     check_usage(p.value().grad().defined(),
-                "strategy '" + strategy + "' left no gradient in parameter '" + p.key() + "'",
+                "strategy '" + name + "' left no gradient in parameter '" + p.key() + "'",
                 "every parameter must receive a gradient");
     r.tensors.emplace_back(p.key(), p.value().grad().detach().to(torch::kCPU).to(torch::kFloat64));
   }
   return r;
+}
+
+// `base` with the strategy `shorthand`, split into `micro_batches` of `micro_batch`.
+RunConfig with_strategy(const RunConfig& base, const StrategyShorthand& shorthand,
+                        int64_t micro_batches, int64_t micro_batch) {
+  RunConfig c = base;
+  // What a checkpoint recomputes, however it was asked for, goes with the shorthand.
+  if (base.recompute && *base.recompute != Recompute::kRecomputeNone)
+    c.checkpoint_policy = base.recompute;
+  c.strategy = shorthand;
+  c.recompute.reset();
+  c.optimizer_step.reset();
+  c.accum_steps = micro_batches;
+  c.batch = micro_batch;
+  return c;
 }
 
 VerifyCheck compare(const std::string& strategy, const StepResult& got, const StepResult& ref,
@@ -128,11 +130,22 @@ std::vector<VerifyCheck> verify_strategies(const RunConfig& config,
                                            const std::vector<std::string>& strategies) {
   std::vector<std::string> names = strategies;
   if (names.empty())
-    for (const auto& n : strategy_registry().names())
-      if (n != "standard") names.push_back(n);
-  for (const auto& n : names) strategy_registry().get(n);  // unknown names fail before work
+    for (const auto& s : strategy_shorthands())
+      if (s.name != "standard") names.push_back(s.name);
+  std::vector<StrategyShorthand> shorthands;
+  for (const auto& n : names) {  // unknown names fail before any work
+    const auto s = parse_strategy(n);
+    if (!s) {
+      std::string valid;
+      for (const auto& d : strategy_shorthands()) valid += (valid.empty() ? "" : ", ") + d.name;
+      fail_usage("unknown strategy '" + n + "'", "valid strategies: " + valid);
+    }
+    shorthands.push_back(*s);
+  }
 
-  const torch::Device device(config.device);
+  check_usage(!config.recompute || *config.recompute != Recompute::kRecomputeNone,
+              "verify checks what checkpointing recomputes; --recompute none leaves nothing",
+              "pass --recompute full, attention or mlp, or leave it out to check all three");
   const int64_t micro = config.batch;
   const int64_t k = std::max<int64_t>(config.accum_steps, 2);
   const ModelFamily& family = model_registry().get(config.model);
@@ -141,13 +154,20 @@ std::vector<VerifyCheck> verify_strategies(const RunConfig& config,
   // (A toy problem has no dropout: both stay unset there.)
   RunConfig with_dropout = config;
   RunConfig without_dropout = config;
-  if (family.kind != "toy") {
+  if (family.kind != ModelKind::kModelKindToy) {
     with_dropout.dropout = kDropoutForCheckpointCheck;
     without_dropout.dropout = 0.0;
   }
-  const nlohmann::json arch_dropout = resolve_arch(with_dropout);
   const nlohmann::json arch_plain = resolve_arch(without_dropout);
-  auto data = make_data_source(family.kind, arch_plain, config);
+  const std::shared_ptr<const DataSource> data = make_data_source(family, arch_plain, config);
+
+  // Whether the model's blocks run their attention and MLP branches as sub-layers.
+  const auto exposes_sublayers = [&] {
+    auto model = family.build(arch_plain, config.seed);
+    for (const auto& block : model->blocks())
+      if (!block->exposes_sublayers()) return false;
+    return !model->blocks().empty();
+  };
 
   std::vector<VerifyCheck> checks;
   std::optional<StepResult> ref_dropout, ref_plain, ref_step;
@@ -157,40 +177,43 @@ std::vector<VerifyCheck> verify_strategies(const RunConfig& config,
   if (std::find(fused.begin(), fused.end(), stepped.optimizer) == fused.end())
     stepped.optimizer = "sgd";
   stepped.clip_grad_norm = 0;
-  for (const auto& name : names) {
-    const StrategyEntry& entry = strategy_registry().get(name);
-    const bool accumulates = entry.uses_micro_batches;
-    if (entry.steps_optimizer) {
+  const StrategyShorthand standard{};
+  const bool cpu = torch::Device(config.device).is_cpu();
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string& name = names[i];
+    const StrategyShorthand& s = shorthands[i];
+    if (s.fused) {
       // Parameters after one step against standard + the unfused optimizer. SGD's update is
       // the same arithmetic in either order, bitwise; the others within 1e-6 per tensor.
       if (!ref_step)
-        ref_step = one_step(stepped, arch_dropout, *data, "standard", 1, micro * k, device, true);
-      const StepResult got =
-          one_step(stepped, arch_dropout, *data, name, 1, micro * k, device, true);
-      const bool bitwise = device.is_cpu() && stepped.optimizer == "sgd";
+        ref_step = one_step(with_strategy(stepped, standard, 1, micro * k), data, true);
+      const StepResult got = one_step(with_strategy(stepped, s, 1, micro * k), data, true);
+      const bool bitwise = cpu && stepped.optimizer == "sgd";
       checks.push_back(compare(name, got, *ref_step, bitwise, kFusedTolerance, true));
-    } else if (!accumulates) {
+    } else if (!s.accumulation) {
       if (!ref_dropout)
-        ref_dropout = one_step(with_dropout, arch_dropout, *data, "standard", 1, micro * k, device);
+        ref_dropout = one_step(with_strategy(with_dropout, standard, 1, micro * k), data, false);
       // Checkpointing is checked under each policy (whole blocks, then each residual branch
       // alone) unless the configuration names one.
-      std::vector<std::string> policies = {with_dropout.checkpoint_policy};
-      if (name == "checkpoint" && with_dropout.checkpoint_policy == "full" &&
-          model_exposes_sublayers(with_dropout, arch_dropout))
-        policies = {"full", "attention", "mlp"};
-      for (const auto& policy : policies) {
-        RunConfig c = with_dropout;
+      const Recompute given = with_dropout.recompute.value_or(
+          with_dropout.checkpoint_policy.value_or(Recompute::kRecomputeFull));
+      std::vector<Recompute> policies = {given};
+      if (s.checkpoint && given == Recompute::kRecomputeFull && exposes_sublayers())
+        policies = {Recompute::kRecomputeFull, Recompute::kRecomputeAttention,
+                    Recompute::kRecomputeMlp};
+      for (const Recompute policy : policies) {
+        RunConfig c = with_strategy(with_dropout, s, 1, micro * k);
         c.checkpoint_policy = policy;
-        const StepResult got = one_step(c, arch_dropout, *data, name, 1, micro * k, device);
+        const StepResult got = one_step(c, data, false);
+        const std::string label =
+            policy == Recompute::kRecomputeFull ? name : name + " (" + recompute_name(policy) + ")";
         // Bitwise on the CPU; CUDA kernels may pick other reduction orders on a recompute.
-        const bool bitwise = device.is_cpu();
-        const std::string label = policy == "full" ? name : name + " (" + policy + ")";
-        checks.push_back(compare(label, got, *ref_dropout, bitwise, 1e-6));
+        checks.push_back(compare(label, got, *ref_dropout, cpu, 1e-6));
       }
     } else {
       if (!ref_plain)
-        ref_plain = one_step(without_dropout, arch_plain, *data, "standard", 1, micro * k, device);
-      const StepResult got = one_step(without_dropout, arch_plain, *data, name, k, micro, device);
+        ref_plain = one_step(with_strategy(without_dropout, standard, 1, micro * k), data, false);
+      const StepResult got = one_step(with_strategy(without_dropout, s, k, micro), data, false);
       checks.push_back(compare(name, got, *ref_plain, false, kAccumulationTolerance));
     }
   }

@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "gradscope/core/error.h"
-#include "gradscope/strategy/verify.h"
+#include "gradscope/train/verify.h"
 #include "test_util.h"
 
 namespace gradscope {

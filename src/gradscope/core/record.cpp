@@ -1,0 +1,516 @@
+#include "gradscope/core/record.h"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "gradscope/core/error.h"
+#include "gradscope/core/settings.h"
+
+namespace gradscope {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr std::pair<RunStatus, const char*> kStatuses[] = {{RunStatus::kStatusOk, "ok"},
+                                                           {RunStatus::kStatusOom, "oom"},
+                                                           {RunStatus::kStatusDiverged, "diverged"},
+                                                           {RunStatus::kStatusTimeout, "timeout"},
+                                                           {RunStatus::kStatusError, "error"},
+                                                           {RunStatus::kStatusCrashed, "crashed"}};
+
+template <typename T>
+json or_null(const std::optional<T>& v) {
+  return v ? json(*v) : json(nullptr);
+}
+
+// Reads one object of a record, naming the path of a bad field in its errors. A missing key
+// and null read as "not there"; a value of another type is an error.
+class Reader {
+ public:
+  Reader(const json& j, std::string path) : j_(j), path_(std::move(path)) {
+    if (!j_.is_object()) fail("an object", j_);
+  }
+
+  bool has(const char* key) const {
+    const auto it = j_.find(key);
+    return it != j_.end() && !it->is_null();
+  }
+  const json& at(const char* key) const { return j_.at(key); }
+  Reader object(const char* key) const { return Reader(j_.at(key), name(key)); }
+
+  std::optional<double> number(const char* key) const {
+    if (!has(key)) return std::nullopt;
+    const json& v = j_.at(key);
+    if (!v.is_number()) fail(key, "a number", v);
+    return v.get<double>();
+  }
+  std::optional<int64_t> integer(const char* key) const {
+    if (!has(key)) return std::nullopt;
+    return integer_of(j_.at(key), name(key));
+  }
+  // An integer that must be there (a step's number: rows are keyed by it).
+  int64_t required_integer(const char* key) const {
+    if (!has(key)) fail_at(name(key), "an integer", j_.value(key, json(nullptr)));
+    return integer_of(j_.at(key), name(key));
+  }
+  std::optional<std::string> text(const char* key) const {
+    if (!has(key)) return std::nullopt;
+    const json& v = j_.at(key);
+    if (!v.is_string()) fail(key, "text", v);
+    return v.get<std::string>();
+  }
+  std::optional<bool> boolean(const char* key) const {
+    if (!has(key)) return std::nullopt;
+    const json& v = j_.at(key);
+    if (!v.is_boolean()) fail(key, "true or false", v);
+    return v.get<bool>();
+  }
+  // An array's elements, each read by `read(element, "path[i]")`.
+  template <typename T, typename F>
+  std::vector<T> array(const char* key, F read) const {
+    std::vector<T> out;
+    if (!has(key)) return out;
+    const json& v = j_.at(key);
+    if (!v.is_array()) fail(key, "an array", v);
+    out.reserve(v.size());
+    for (size_t i = 0; i < v.size(); ++i)
+      out.push_back(read(v[i], fmt::format("{}[{}]", name(key), i)));
+    return out;
+  }
+
+  std::string name(const char* key) const { return path_.empty() ? key : path_ + "." + key; }
+
+  static int64_t integer_of(const json& v, const std::string& path) {
+    if (v.is_number_integer()) return v.get<int64_t>();
+    if (v.is_number_float()) {
+      const double d = v.get<double>();
+      if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9e18)
+        return static_cast<int64_t>(d);
+    }
+    fail_at(path, "an integer", v);
+  }
+  [[noreturn]] static void fail_at(const std::string& path, const char* expected, const json& v) {
+    std::string shown = v.dump();
+    if (shown.size() > 60) shown = shown.substr(0, 57) + "...";
+    fail_usage(fmt::format("run record field {} is {}, expected {}", path, shown, expected),
+               "the record does not follow docs/record.md");
+  }
+
+ private:
+  [[noreturn]] void fail(const char* expected, const json& v) const {
+    fail_at(path_.empty() ? "(the record)" : path_, expected, v);
+  }
+  [[noreturn]] void fail(const char* key, const char* expected, const json& v) const {
+    fail_at(name(key), expected, v);
+  }
+
+  const json& j_;
+  std::string path_;
+};
+
+// ---- parts: to JSON ----
+
+json step_to_json(const StepEntry& s) {
+  return {{"step", s.step},
+          {"loss", or_null(s.loss)},
+          {"lr", s.lr},
+          {"grad_norm", or_null(s.grad_norm)},
+          {"time_s", s.time_s},
+          {"samples", s.samples},
+          {"tokens", s.tokens},
+          {"targets", s.targets},
+          {"evaluations", s.evaluations},
+          {"warmup", s.warmup}};
+}
+
+json memory_to_json(const RunMemory& m) {
+  json timeline = json::array();
+  for (const StepMemory& s : m.timeline) {
+    json phases = json::array();
+    for (const PhaseMemory& p : s.phases)
+      phases.push_back({p.phase, p.entry_bytes, p.peak_bytes, p.exit_bytes});
+    timeline.push_back({{"step", s.step}, {"phases", phases}});
+  }
+  const MemoryBreakdown& b = m.breakdown;
+  return {
+      {"peak_bytes", m.peak_bytes},
+      {"breakdown",
+       {{"params", b.params},
+        {"grads", or_null(b.grads)},
+        {"optimizer_state", b.optimizer_state},
+        {"activations", or_null(b.activations)},
+        {"other", b.other}}},
+      {"timeline", timeline},
+      {"params_bytes", m.params_bytes},
+      {"grads_bytes", or_null(m.grads_bytes)},
+      {"optimizer_state_bytes", m.optimizer_state_bytes},
+      {"activations_peak_bytes", or_null(m.activations_peak_bytes)},
+      {"phase_peak_bytes", m.phase_peak_bytes ? json{{"data", m.phase_peak_bytes->data},
+                                                     {"forward", m.phase_peak_bytes->forward},
+                                                     {"backward", m.phase_peak_bytes->backward},
+                                                     {"optimizer", m.phase_peak_bytes->optimizer}}
+                                              : json(nullptr)},
+      {"reserved_peak_bytes", or_null(m.reserved_peak_bytes)},
+      {"peak_rss_bytes", or_null(m.peak_rss_bytes)}};
+}
+
+json sample_to_json(const TimelineSample& s) {
+  return {{"t_s", s.t_s},
+          {"allocated_bytes", or_null(s.allocated_bytes)},
+          {"util_pct", or_null(s.util_pct)},
+          {"cpu_util_pct", or_null(s.cpu_util_pct)},
+          {"rss_bytes", or_null(s.rss_bytes)},
+          {"gpu_util_pct", or_null(s.gpu_util_pct)},
+          {"gpu_memory_used_bytes", or_null(s.gpu_memory_used_bytes)},
+          {"power_w", or_null(s.power_w)},
+          {"sm_clock_mhz", or_null(s.sm_clock_mhz)},
+          {"energy_j", or_null(s.energy_j)}};
+}
+
+// ---- parts: from JSON ----
+
+StepEntry step_from_json(const json& j, const std::string& path) {
+  const Reader r(j, path);
+  StepEntry s;
+  s.step = r.required_integer("step");
+  s.loss = r.number("loss");
+  s.lr = r.number("lr").value_or(0);
+  s.grad_norm = r.number("grad_norm");
+  s.time_s = r.number("time_s").value_or(0);
+  s.samples = r.integer("samples").value_or(0);
+  s.tokens = r.integer("tokens").value_or(0);
+  s.targets = r.integer("targets").value_or(0);
+  s.evaluations = r.integer("evaluations").value_or(1);
+  s.warmup = r.boolean("warmup").value_or(false);
+  return s;
+}
+
+EvalEntry eval_from_json(const json& j, const std::string& path) {
+  const Reader r(j, path);
+  EvalEntry e;
+  e.step = r.required_integer("step");
+  e.val_loss = r.number("val_loss");
+  e.accuracy = r.number("accuracy");
+  return e;
+}
+
+RunTime time_from_json(const Reader& r) {
+  RunTime t;
+  t.total_s = r.number("total_s");
+  t.wall_s = r.number("wall_s");
+  t.step_median_s = r.number("step_median_s");
+  t.data_s = r.number("data_s");
+  t.forward_s = r.number("forward_s");
+  t.backward_s = r.number("backward_s");
+  t.optimizer_s = r.number("optimizer_s");
+  t.timed_steps = r.integer("timed_steps");
+  return t;
+}
+
+RunMemory memory_from_json(const Reader& r) {
+  RunMemory m;
+  m.peak_bytes = r.integer("peak_bytes").value_or(0);
+  if (r.has("breakdown")) {
+    const Reader b = r.object("breakdown");
+    m.breakdown.params = b.integer("params").value_or(0);
+    m.breakdown.grads = b.integer("grads");
+    m.breakdown.optimizer_state = b.integer("optimizer_state").value_or(0);
+    m.breakdown.activations = b.integer("activations");
+    m.breakdown.other = b.integer("other").value_or(0);
+  }
+  m.timeline = r.array<StepMemory>("timeline", [](const json& j, const std::string& path) {
+    const Reader s(j, path);
+    StepMemory step;
+    step.step = s.integer("step").value_or(0);
+    step.phases = s.array<PhaseMemory>("phases", [](const json& p, const std::string& at) {
+      if (!p.is_array() || p.size() != 4 || !p[0].is_string())
+        Reader::fail_at(at, "[phase, entry, peak, exit]", p);
+      return PhaseMemory{p[0].get<std::string>(), Reader::integer_of(p[1], at + "[1]"),
+                         Reader::integer_of(p[2], at + "[2]"),
+                         Reader::integer_of(p[3], at + "[3]")};
+    });
+    return step;
+  });
+  m.params_bytes = r.integer("params_bytes").value_or(0);
+  m.grads_bytes = r.integer("grads_bytes");
+  m.optimizer_state_bytes = r.integer("optimizer_state_bytes").value_or(0);
+  m.activations_peak_bytes = r.integer("activations_peak_bytes");
+  if (r.has("phase_peak_bytes")) {
+    const Reader p = r.object("phase_peak_bytes");
+    m.phase_peak_bytes =
+        PhasePeaks{p.integer("data").value_or(0), p.integer("forward").value_or(0),
+                   p.integer("backward").value_or(0), p.integer("optimizer").value_or(0)};
+  }
+  m.reserved_peak_bytes = r.integer("reserved_peak_bytes");
+  m.peak_rss_bytes = r.integer("peak_rss_bytes");
+  return m;
+}
+
+TimelineSample sample_from_json(const json& j, const std::string& path) {
+  const Reader r(j, path);
+  TimelineSample s;
+  s.t_s = r.number("t_s").value_or(0);
+  s.allocated_bytes = r.integer("allocated_bytes");
+  s.util_pct = r.number("util_pct");
+  s.cpu_util_pct = r.number("cpu_util_pct");
+  s.rss_bytes = r.integer("rss_bytes");
+  s.gpu_util_pct = r.number("gpu_util_pct");
+  s.gpu_memory_used_bytes = r.integer("gpu_memory_used_bytes");
+  s.power_w = r.number("power_w");
+  s.sm_clock_mhz = r.number("sm_clock_mhz");
+  s.energy_j = r.number("energy_j");
+  return s;
+}
+
+std::vector<double> doubles(const Reader& r, const char* key) {
+  std::vector<double> out;
+  if (!r.has(key)) return out;
+  const json& v = r.at(key);
+  if (!v.is_array()) Reader::fail_at(r.name(key), "an array of numbers", v);
+  for (const json& x : v) {
+    if (!x.is_number()) Reader::fail_at(r.name(key), "an array of numbers", v);
+    out.push_back(x.get<double>());
+  }
+  return out;
+}
+
+}  // namespace
+
+const char* status_name(RunStatus s) {
+  for (const auto& [v, name] : kStatuses)
+    if (v == s) return name;
+  return "?";
+}
+
+std::optional<RunStatus> parse_status(const std::string& name) {
+  for (const auto& [v, text] : kStatuses)
+    if (name == text) return v;
+  return std::nullopt;
+}
+
+bool is_final_status(RunStatus s) {
+  return s == RunStatus::kStatusOk || s == RunStatus::kStatusOom || s == RunStatus::kStatusDiverged;
+}
+
+json record_to_json(const RunRecord& r) {
+  json j;
+  j["schema"] = kRunSchema;
+  j["run_id"] = r.run_id;
+  if (!r.attempt_uid.empty()) j["attempt_uid"] = r.attempt_uid;
+  j["sweep"] = or_null(r.sweep);
+  j["config"] = config_to_json(r.config);
+  j["config"]["arch"] = r.arch;
+  j["status"] = status_name(r.status);
+  j["failure"] = r.failure ? json{{"step", or_null(r.failure->step)},
+                                  {"phase", or_null(r.failure->phase)},
+                                  {"message", r.failure->message}}
+                           : json(nullptr);
+  j["params"] = or_null(r.params);
+  j["data"] = r.data;
+  json steps = json::array();
+  for (const StepEntry& s : r.steps) steps.push_back(step_to_json(s));
+  j["steps"] = steps;
+  json evals = json::array();
+  for (const EvalEntry& e : r.evals)
+    evals.push_back(
+        {{"step", e.step}, {"val_loss", or_null(e.val_loss)}, {"accuracy", or_null(e.accuracy)}});
+  j["eval"] = evals;
+  j["final_loss"] = or_null(r.final_loss);
+  j["final_val_loss"] = or_null(r.final_val_loss);
+  j["final_accuracy"] = or_null(r.final_accuracy);
+  if (r.lr_search) {
+    json trials = json::array();
+    for (const LrTrial& t : *r.lr_search)
+      trials.push_back({{"lr", t.lr},
+                        {"steps", t.steps},
+                        {"final_loss", or_null(t.final_loss)},
+                        {"val_loss", or_null(t.val_loss)},
+                        {"status", t.status},
+                        {"time_s", or_null(t.time_s)}});
+    j["lr_search"] = trials;
+  } else {
+    j["lr_search"] = nullptr;
+  }
+  if (r.toy) {
+    j["final_params"] = r.toy->final_params;
+    j["known_minimum"] = {
+        {"loss", r.toy->min_loss}, {"params", r.toy->min_params}, {"distance", r.toy->distance}};
+  }
+  j["estimate"] = r.estimate;
+  j["time"] = r.time ? json{{"total_s", or_null(r.time->total_s)},
+                            {"wall_s", or_null(r.time->wall_s)},
+                            {"step_median_s", or_null(r.time->step_median_s)},
+                            {"data_s", or_null(r.time->data_s)},
+                            {"forward_s", or_null(r.time->forward_s)},
+                            {"backward_s", or_null(r.time->backward_s)},
+                            {"optimizer_s", or_null(r.time->optimizer_s)},
+                            {"timed_steps", or_null(r.time->timed_steps)}}
+                     : json(nullptr);
+  j["throughput"] = r.throughput ? json{{"samples_per_s", or_null(r.throughput->samples_per_s)},
+                                        {"tokens_per_s", or_null(r.throughput->tokens_per_s)}}
+                                 : json(nullptr);
+  j["memory"] = r.memory ? memory_to_json(*r.memory) : json(nullptr);
+  j["utilization"] = r.utilization ? json{{"device", r.utilization->device},
+                                          {"mean_pct", or_null(r.utilization->mean_pct)},
+                                          {"p50_pct", or_null(r.utilization->p50_pct)},
+                                          {"p95_pct", or_null(r.utilization->p95_pct)},
+                                          {"samples", r.utilization->samples},
+                                          {"source", r.utilization->source}}
+                                   : json(nullptr);
+  json timeline = json::array();
+  for (const TimelineSample& s : r.timeline) timeline.push_back(sample_to_json(s));
+  j["timeline"] = timeline;
+  j["energy"] = r.energy ? json{{"joules", or_null(r.energy->joules)},
+                                {"source", or_null(r.energy->source)},
+                                {"co2_g", or_null(r.energy->co2_g)},
+                                {"detail", or_null(r.energy->detail)}}
+                         : json(nullptr);
+  j["sampler"] = r.sampler ? json{{"period_s", r.sampler->period_s},
+                                  {"samples", r.sampler->samples},
+                                  {"busy_s", r.sampler->busy_s},
+                                  {"gpu", r.sampler->gpu},
+                                  {"rapl", r.sampler->rapl}}
+                           : json(nullptr);
+  j["flops"] = r.flops ? json{{"per_step", r.flops->per_step},
+                              {"hardware_per_step", r.flops->hardware_per_step},
+                              {"achieved_per_s", or_null(r.flops->achieved_per_s)},
+                              {"mfu", or_null(r.flops->mfu)},
+                              {"hfu", or_null(r.flops->hfu)},
+                              {"peak_per_s", or_null(r.flops->peak_per_s)},
+                              {"peak_source", or_null(r.flops->peak_source)},
+                              {"formula", r.flops->formula}}
+                       : json(nullptr);
+  j["env"] = r.env ? json{{"gradscope", r.env->gradscope},
+                          {"libtorch", r.env->libtorch},
+                          {"cuda", or_null(r.env->cuda)},
+                          {"device_name", r.env->device_name},
+                          {"threads", r.env->threads},
+                          {"blas_threads", r.env->blas_threads},
+                          {"git_commit", r.env->git_commit},
+                          {"host", r.env->host},
+                          {"build", r.env->build}}
+                   : json(nullptr);
+  j["started_at"] = r.started_at.empty() ? json(nullptr) : json(r.started_at);
+  j["finished_at"] = r.finished_at.empty() ? json(nullptr) : json(r.finished_at);
+  if (r.log) j["log"] = *r.log;
+  return j;
+}
+
+RunRecord record_from_json(const json& j) {
+  const Reader r(j, "");
+  RunRecord out;
+  const auto schema = r.text("schema");
+  check_usage(
+      schema && (*schema == kRunSchema || *schema == kRunSchemaV1),
+      fmt::format("not a gradscope run record: schema is {}",
+                  schema ? "'" + *schema + "'" : std::string("missing")),
+      fmt::format("a run record has \"schema\": \"{}\" (or \"{}\")", kRunSchema, kRunSchemaV1));
+  out.schema = *schema;
+  const auto run_id = r.text("run_id");
+  check_usage(run_id && !run_id->empty(), "run record has no run_id",
+              "the record does not follow docs/record.md");
+  out.run_id = *run_id;
+  out.attempt_uid = r.text("attempt_uid").value_or("");
+  out.sweep = r.text("sweep");
+  if (out.sweep && out.sweep->empty()) out.sweep.reset();
+  check_usage(r.has("config"), "run record " + out.run_id + " has no config",
+              "the record does not follow docs/record.md");
+  out.config = config_from_json(r.at("config"));
+  out.arch = r.at("config").value("arch", json(nullptr));
+  const auto status_text = r.text("status");
+  const auto status = status_text ? parse_status(*status_text) : std::nullopt;
+  check_usage(status.has_value(),
+              fmt::format("run record {} has status {}", out.run_id,
+                          status_text ? "'" + *status_text + "'" : std::string("missing")),
+              "statuses: ok, oom, diverged, timeout, error, crashed");
+  out.status = *status;
+  if (r.has("failure")) {
+    const Reader f = r.object("failure");
+    out.failure = RunFailure{f.integer("step"), f.text("phase"), f.text("message").value_or("")};
+  }
+  out.params = r.integer("params");
+  out.data = j.value("data", json(nullptr));
+  out.steps = r.array<StepEntry>("steps", step_from_json);
+  out.evals = r.array<EvalEntry>("eval", eval_from_json);
+  out.final_loss = r.number("final_loss");
+  out.final_val_loss = r.number("final_val_loss");
+  out.final_accuracy = r.number("final_accuracy");
+  if (r.has("lr_search"))
+    out.lr_search = r.array<LrTrial>("lr_search", [](const json& t, const std::string& path) {
+      const Reader tr(t, path);
+      return LrTrial{tr.number("lr").value_or(0),    tr.integer("steps").value_or(0),
+                     tr.number("final_loss"),        tr.number("val_loss"),
+                     tr.text("status").value_or(""), tr.number("time_s")};
+    });
+  if (r.has("known_minimum")) {
+    const Reader k = r.object("known_minimum");
+    ToyResult toy;
+    toy.final_params = doubles(r, "final_params");
+    toy.min_loss = k.number("loss").value_or(0);
+    toy.min_params = doubles(k, "params");
+    toy.distance = k.number("distance").value_or(0);
+    out.toy = toy;
+  }
+  out.estimate = j.value("estimate", json(nullptr));
+  if (r.has("time")) out.time = time_from_json(r.object("time"));
+  if (r.has("throughput")) {
+    const Reader t = r.object("throughput");
+    out.throughput = RunThroughput{t.number("samples_per_s"), t.number("tokens_per_s")};
+  }
+  if (r.has("memory")) out.memory = memory_from_json(r.object("memory"));
+  if (r.has("utilization")) {
+    const Reader u = r.object("utilization");
+    out.utilization = RunUtilization{u.text("device").value_or(""),
+                                     u.number("mean_pct"),
+                                     u.number("p50_pct"),
+                                     u.number("p95_pct"),
+                                     u.integer("samples").value_or(0),
+                                     u.text("source").value_or("")};
+  }
+  out.timeline = r.array<TimelineSample>("timeline", sample_from_json);
+  if (r.has("energy")) {
+    const Reader e = r.object("energy");
+    out.energy =
+        RunEnergy{e.number("joules"), e.text("source"), e.number("co2_g"), e.text("detail")};
+  }
+  if (r.has("sampler")) {
+    const Reader s = r.object("sampler");
+    out.sampler = SamplerInfo{s.number("period_s").value_or(0), s.integer("samples").value_or(0),
+                              s.number("busy_s").value_or(0), s.text("gpu").value_or(""),
+                              s.text("rapl").value_or("")};
+  }
+  if (r.has("flops")) {
+    const Reader f = r.object("flops");
+    RunFlops flops;
+    flops.per_step = f.number("per_step").value_or(0);
+    flops.hardware_per_step = f.number("hardware_per_step").value_or(flops.per_step);
+    flops.achieved_per_s = f.number("achieved_per_s");
+    flops.mfu = f.number("mfu");
+    flops.hfu = f.number("hfu");
+    flops.peak_per_s = f.number("peak_per_s");
+    flops.peak_source = f.text("peak_source");
+    flops.formula = f.text("formula").value_or("");
+    out.flops = flops;
+  }
+  if (r.has("env")) {
+    const Reader e = r.object("env");
+    RunEnv env;
+    env.gradscope = e.text("gradscope").value_or("");
+    env.libtorch = e.text("libtorch").value_or("");
+    env.cuda = e.text("cuda");
+    env.device_name = e.text("device_name").value_or("");
+    env.threads = static_cast<int>(e.integer("threads").value_or(0));
+    env.blas_threads = static_cast<int>(e.integer("blas_threads").value_or(0));
+    env.git_commit = e.text("git_commit").value_or("");
+    env.host = e.text("host").value_or("");
+    env.build = e.text("build").value_or("");
+    out.env = env;
+  }
+  out.started_at = r.text("started_at").value_or("");
+  out.finished_at = r.text("finished_at").value_or("");
+  out.log = r.text("log");
+  return out;
+}
+
+}  // namespace gradscope

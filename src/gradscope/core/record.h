@@ -1,0 +1,241 @@
+// The run record: what one attempt of a run measured, as one typed struct. Its JSON is schema
+// gradscope.run/2 (docs/record.md gives every field and its unit); record_to_json and
+// record_from_json are the one mapping, used by the trainer, the database, `collect`, the
+// sweep and the report. Records of schema gradscope.run/1 load too: version 2 added settings
+// to "config" (recompute and optimizer_step) and nothing else.
+//
+// A value that was not measured is nullopt here and null in the JSON, never 0. A record the
+// sweep writes for a run that ended without its own (crashed, killed, past its time) has the
+// identity, the configuration, the status, the failure and the attempt's elapsed time
+// (time.wall_s); every other measured part is null.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "gradscope/core/config.h"
+
+namespace gradscope {
+
+inline constexpr const char* kRunSchema = "gradscope.run/2";
+inline constexpr const char* kRunSchemaV1 = "gradscope.run/1";
+
+enum class RunStatus {
+  kStatusOk,
+  kStatusOom,       // out of memory (allocator, --memory-cap, or the sweep's memory limit)
+  kStatusDiverged,  // the loss became NaN or infinite
+  kStatusTimeout,   // --timeout, or the sweep's run_timeout
+  kStatusError,     // any other failure of the run
+  kStatusCrashed,   // the process ended without a record (the sweep writes it)
+};
+const char* status_name(RunStatus s);  // "ok", "oom", ...
+std::optional<RunStatus> parse_status(const std::string& name);
+// ok, oom and diverged end a run for good (they are what the configuration does); error,
+// crashed and timeout may be retried.
+bool is_final_status(RunStatus s);
+
+// Where a failed run stopped. Step and phase are unknown for a run the sweep had to record.
+struct RunFailure {
+  std::optional<int64_t> step;       // 1-based, warm-up steps included
+  std::optional<std::string> phase;  // data, forward, backward, optimizer
+  std::string message;
+};
+
+// One optimizer step (warm-up included).
+struct StepEntry {
+  int64_t step = 0;                 // 1-based
+  std::optional<double> loss;       // mean per-target loss of the step's effective batch
+  double lr = 0;                    // the learning rate the step used
+  std::optional<double> grad_norm;  // global L2 norm before clipping; null when not taken
+  double time_s = 0;
+  int64_t samples = 0;
+  int64_t tokens = 0;
+  int64_t targets = 0;
+  int64_t evaluations = 1;  // forward + backward passes over the step's batch
+  bool warmup = false;
+};
+
+struct EvalEntry {
+  int64_t step = 0;  // steps done when evaluated
+  std::optional<double> val_loss;
+  std::optional<double> accuracy;  // classifiers only
+};
+
+struct RunTime {
+  std::optional<double> total_s;  // sum of the timed steps' time_s
+  std::optional<double> wall_s;   // the whole run: warm-up and evaluation included
+  std::optional<double> step_median_s;
+  // Per phase, summed over the timed steps; null without phase timing.
+  std::optional<double> data_s, forward_s, backward_s, optimizer_s;
+  std::optional<int64_t> timed_steps;
+};
+
+struct RunThroughput {
+  std::optional<double> samples_per_s;
+  std::optional<double> tokens_per_s;
+};
+
+// The peak split into its parts; null parts were not measured.
+struct MemoryBreakdown {
+  int64_t params = 0;
+  std::optional<int64_t> grads;  // null when no buffer of every gradient exists (fused step)
+  int64_t optimizer_state = 0;
+  std::optional<int64_t> activations;  // null without phase timing
+  int64_t other = 0;
+};
+
+// One phase of a step, as the memory timeline holds it: [phase, entry, peak, exit].
+struct PhaseMemory {
+  std::string phase;
+  int64_t entry_bytes = 0;
+  int64_t peak_bytes = 0;
+  int64_t exit_bytes = 0;
+};
+
+struct StepMemory {
+  int64_t step = 0;
+  std::vector<PhaseMemory> phases;  // in the order entered
+};
+
+struct PhasePeaks {
+  int64_t data = 0, forward = 0, backward = 0, optimizer = 0;
+};
+
+struct RunMemory {
+  int64_t peak_bytes = 0;
+  MemoryBreakdown breakdown;
+  std::vector<StepMemory> timeline;  // every timed step, with phase timing
+  int64_t params_bytes = 0;
+  std::optional<int64_t> grads_bytes;
+  int64_t optimizer_state_bytes = 0;
+  std::optional<int64_t> activations_peak_bytes;
+  std::optional<PhasePeaks> phase_peak_bytes;
+  std::optional<int64_t> reserved_peak_bytes;  // CUDA's caching allocator only
+  std::optional<int64_t> peak_rss_bytes;  // null where the system does not say
+};
+
+struct RunUtilization {
+  std::string device;  // "cpu" or "gpu"
+  std::optional<double> mean_pct, p50_pct, p95_pct;
+  int64_t samples = 0;
+  std::string source;
+};
+
+// One sample of the sampler's series (or, without the sampler, one per timed step).
+struct TimelineSample {
+  double t_s = 0;  // from the first timed step
+  std::optional<int64_t> allocated_bytes;
+  std::optional<double> util_pct;
+  std::optional<double> cpu_util_pct;
+  std::optional<int64_t> rss_bytes;
+  std::optional<double> gpu_util_pct;
+  std::optional<int64_t> gpu_memory_used_bytes;
+  std::optional<double> power_w;
+  std::optional<double> sm_clock_mhz;
+  std::optional<double> energy_j;
+};
+
+struct RunEnergy {
+  std::optional<double> joules;
+  std::optional<std::string> source;  // "rapl", "nvml", "estimate", ...
+  std::optional<double> co2_g;
+  std::optional<std::string> detail;
+};
+
+struct SamplerInfo {
+  double period_s = 0;
+  int64_t samples = 0;
+  double busy_s = 0;
+  std::string gpu;
+  std::string rapl;
+};
+
+struct RunFlops {
+  double per_step = 0;           // model FLOPs of one optimizer step (3 x forward)
+  double hardware_per_step = 0;  // with the forward a checkpoint recomputes
+  std::optional<double> achieved_per_s;
+  std::optional<double> mfu, hfu;
+  std::optional<double> peak_per_s;
+  std::optional<std::string> peak_source;
+  std::string formula;
+};
+
+struct RunEnv {
+  std::string gradscope;
+  std::string libtorch;
+  std::optional<std::string> cuda;
+  std::string device_name;
+  int threads = 0;
+  int blas_threads = 0;
+  std::string git_commit;
+  std::string host;
+  std::string build;
+};
+
+// One trial of --lr auto.
+struct LrTrial {
+  double lr = 0;
+  int64_t steps = 0;
+  std::optional<double> final_loss;
+  std::optional<double> val_loss;
+  std::string status;
+  std::optional<double> time_s;
+};
+
+// Toy problems: where the optimizer ended and the known minimum.
+struct ToyResult {
+  std::vector<double> final_params;
+  double min_loss = 0;
+  std::vector<double> min_params;
+  double distance = 0;  // ||final - minimum||
+};
+
+struct RunRecord {
+  std::string schema = kRunSchema;
+  std::string run_id;
+  std::string attempt_uid;  // one attempt of the run; "" until the attempt is stored
+  std::optional<std::string> sweep;
+  // The configuration as it ran: the run's settings with its defaults resolved (learning
+  // rate, sequence length, data set, tokenizer); `arch` is the resolved architecture (in the
+  // JSON, config.arch).
+  RunConfig config;
+  nlohmann::json arch;  // null when the run never resolved one
+  RunStatus status = RunStatus::kStatusOk;
+  std::optional<RunFailure> failure;
+  std::optional<int64_t> params;
+  nlohmann::json data;  // what the data source says of itself (kind-specific)
+  std::vector<StepEntry> steps;
+  std::vector<EvalEntry> evals;
+  std::optional<double> final_loss;
+  std::optional<double> final_val_loss;
+  std::optional<double> final_accuracy;
+  std::optional<std::vector<LrTrial>> lr_search;
+  std::optional<ToyResult> toy;
+  nlohmann::json estimate;  // `gradscope estimate`'s prediction, null where it has no model
+  std::optional<RunTime> time;
+  std::optional<RunThroughput> throughput;
+  std::optional<RunMemory> memory;
+  std::optional<RunUtilization> utilization;
+  std::vector<TimelineSample> timeline;
+  std::optional<RunEnergy> energy;
+  std::optional<SamplerInfo> sampler;
+  std::optional<RunFlops> flops;
+  std::optional<RunEnv> env;
+  std::string started_at;  // UTC, ISO 8601; "" until set
+  std::string finished_at;
+  std::optional<std::string> log;  // the output of a run the sweep recorded
+
+  bool ok() const { return status == RunStatus::kStatusOk; }
+};
+
+// The JSON of schema gradscope.run/2.
+nlohmann::json record_to_json(const RunRecord& record);
+// A record of schema 1 or 2. A usage error names the first field that is missing where it is
+// required (schema, run_id, config, status) or has the wrong type, or an unknown schema.
+RunRecord record_from_json(const nlohmann::json& json);
+
+}  // namespace gradscope

@@ -1,0 +1,479 @@
+// The settings table: one row per run setting, in the order --help shows them.
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "gradscope/core/env.h"
+#include "gradscope/core/error.h"
+#include "gradscope/core/setting_rows.h"
+#include "gradscope/core/settings.h"
+
+namespace gradscope {
+
+using namespace setting_rows;
+
+namespace {
+
+std::vector<std::string> names_of(const std::vector<StrategyDescription>& list) {
+  std::vector<std::string> out;
+  for (const auto& d : list) out.push_back(d.name);
+  return out;
+}
+
+}  // namespace
+
+std::vector<Setting> build_settings_table() {
+  using R = SettingRole;
+  using S = SettingSection;
+  using T = SettingType;
+  std::vector<Setting> t;
+
+  // --- what is trained ---
+  t.push_back(member_row("model", "model", &RunConfig::model, T::kTypeText, R::kRoleDefines,
+                         S::kSectionModel, "Architecture (see `gradscope list`)"));
+  t.push_back(member_row("preset", "preset", &RunConfig::preset, T::kTypeText, R::kRoleDefines,
+                         S::kSectionModel, "tiny (tests), small (CPU) or paper (published size)"));
+  t.push_back(member_row("dataset", "dataset", &RunConfig::dataset, T::kTypeText, R::kRoleDefines,
+                         S::kSectionModel,
+                         "Data set: sotu, moby-dick, brown, or a .txt file or folder (default: "
+                         "the model's)"));
+  t.push_back(member_row("tokenizer", "tokenizer", &RunConfig::tokenizer, T::kTypeText,
+                         R::kRoleDefines, S::kSectionModel,
+                         "bytes, gpt2 or llama3 (default: the preset's)"));
+  {
+    Setting s = custom_row("dropout", "dropout", T::kTypeNumber, R::kRoleDefines, S::kSectionModel,
+                           "Dropout probability (default: the published one)");
+    s.parse = [flag = s.flag()](RunConfig& c, const std::string& text) {
+      c.dropout = parse_number(flag, text);
+    };
+    s.text = [](const RunConfig& c) { return c.dropout ? number_text(*c.dropout) : std::string(); };
+    s.check = [](const RunConfig& c) {
+      if (c.dropout)
+        check_usage(*c.dropout >= 0 && *c.dropout < 1,
+                    fmt::format("dropout {} must lie in [0, 1)", *c.dropout),
+                    "pass --dropout 0 to turn dropout off, or a probability below 1");
+    };
+    s.write = [](const RunConfig& c, json& out, JsonPurpose) {
+      out["dropout"] = c.dropout ? json(*c.dropout) : json(nullptr);
+    };
+    s.read = [](RunConfig& c, const json& in) {
+      const auto it = in.find("dropout");
+      if (it != in.end() && !it->is_null()) c.dropout = json_number("dropout", *it);
+    };
+    t.push_back(std::move(s));
+  }
+  {
+    Setting s = custom_row(
+        "arch", "arch_overrides", T::kTypePairs, R::kRoleDefines, S::kSectionModel,
+        "Override an architecture key NAME=VALUE (repeatable; Hugging Face names, e.g. --arch "
+        "num_hidden_layers=4; toy problems: dim, condition)");
+    s.parse = [](RunConfig& c, const std::string& text) {
+      auto [name, value] = parse_pair("--arch", text, "num_hidden_layers=4");
+      c.arch_overrides[name] = value;
+    };
+    // Only when set: the key is newer than the first records, whose ids must hold.
+    s.write = [](const RunConfig& c, json& out, JsonPurpose) {
+      if (!c.arch_overrides.empty()) out["arch_overrides"] = c.arch_overrides;
+    };
+    s.read = [](RunConfig& c, const json& in) {
+      const auto it = in.find("arch_overrides");
+      if (it != in.end() && !it->is_null()) c.arch_overrides = json_pairs("arch_overrides", *it);
+    };
+    t.push_back(std::move(s));
+  }
+
+  // --- how it is optimized ---
+  t.push_back(member_row("optimizer", "optimizer", &RunConfig::optimizer, T::kTypeText,
+                         R::kRoleDefines, S::kSectionOptimizer,
+                         "Optimizer (see `gradscope list`)"));
+  {
+    Setting s =
+        member_row("lr", "lr", &RunConfig::lr, T::kTypeLr, R::kRoleDefines, S::kSectionOptimizer,
+                   "Learning rate, or auto: a short search first (default: the "
+                   "optimizer's for the model, see `gradscope list`)");
+    s.parse = [](RunConfig& c, const std::string& text) {
+      if (text == "auto") {
+        c.lr_auto = true;
+        c.lr = 0;
+        return;
+      }
+      size_t pos = 0;
+      double lr = 0;
+      try {
+        lr = std::stod(text, &pos);
+      } catch (const std::exception&) {
+        pos = 0;
+      }
+      check_usage(pos == text.size() && pos > 0, "cannot read --lr '" + text + "' as a number",
+                  "write e.g. --lr 3e-4");
+      check_usage(lr > 0 && std::isfinite(lr), fmt::format("--lr {} must be > 0", text),
+                  "write e.g. --lr 3e-4");
+      c.lr = lr;
+      c.lr_auto = false;
+    };
+    s.text = [](const RunConfig& c) {
+      return c.lr_auto ? std::string("auto") : c.lr > 0 ? number_text(c.lr) : std::string();
+    };
+    s.check = [](const RunConfig& c) {
+      check_usage(c.lr >= 0 && std::isfinite(c.lr), fmt::format("--lr {} must be > 0", c.lr),
+                  "pass a positive learning rate, e.g. --lr 1e-3");
+    };
+    // The record says whether the rate was searched; the id knows it from "lr_search".
+    s.write = [](const RunConfig& c, json& out, JsonPurpose purpose) {
+      out["lr"] = c.lr;
+      if (purpose == JsonPurpose::kPurposeRecord) out["lr_auto"] = c.lr_auto;
+    };
+    s.read = [](RunConfig& c, const json& in) {
+      if (in.contains("lr") && !in["lr"].is_null()) c.lr = json_number("lr", in["lr"]);
+      if (in.contains("lr_auto") && !in["lr_auto"].is_null())
+        c.lr_auto = json_bool("lr_auto", in["lr_auto"]);
+      else if (in.contains("lr_search") && in["lr_search"].is_object())
+        c.lr_auto = true;
+    };
+    t.push_back(std::move(s));
+  }
+  // The search's three settings are one "lr_search" object of the record and the id, present
+  // only with --lr auto.
+  const auto search_row = [&](const char* name, const char* sub, auto member, SettingType type,
+                              const char* help, std::function<void(const RunConfig&)> check) {
+    Setting s =
+        member_row(name, "lr_search", member, type, R::kRoleDefines, S::kSectionOptimizer, help);
+    s.check = std::move(check);
+    s.write = [member, sub](const RunConfig& c, json& out, JsonPurpose) {
+      if (c.lr_auto) out["lr_search"][sub] = c.*member;
+    };
+    s.read = [member, sub](RunConfig& c, const json& in) {
+      const auto it = in.find("lr_search");
+      if (it == in.end() || !it->is_object() || !it->contains(sub)) return;
+      const std::string key = std::string("lr_search.") + sub;
+      using V = std::decay_t<decltype(c.*member)>;
+      if constexpr (std::is_same_v<V, double>)
+        c.*member = json_number(key, (*it)[sub]);
+      else
+        c.*member = json_integer(key, (*it)[sub]);
+    };
+    t.push_back(std::move(s));
+  };
+  search_row("lr-search-trials", "trials", &RunConfig::lr_search_trials, T::kTypeInteger,
+             "With --lr auto: learning rates tried, log-spaced around the default",
+             [](const RunConfig& c) {
+               check_usage(
+                   c.lr_search_trials >= 1,
+                   fmt::format("--lr-search-trials {} must be at least 1", c.lr_search_trials),
+                   "pass e.g. --lr-search-trials 5");
+             });
+  search_row("lr-search-steps", "steps", &RunConfig::lr_search_steps, T::kTypeInteger,
+             "With --lr auto: steps of each trial (0 = a tenth of --steps, at least 10)",
+             at_least(&RunConfig::lr_search_steps, "--lr-search-steps", 0,
+                      "pass 0 for a tenth of --steps"));
+  search_row("lr-search-span", "span_decades", &RunConfig::lr_search_span, T::kTypeNumber,
+             "With --lr auto: decades searched either side of the default",
+             non_negative(&RunConfig::lr_search_span, "--lr-search-span",
+                          "pass the decades either side of the default, e.g. --lr-search-span "
+                          "1"));
+  {
+    Setting s = custom_row("opt", "opt", T::kTypePairs, R::kRoleDefines, S::kSectionOptimizer,
+                           "Optimizer setting NAME=VALUE under PyTorch's name (repeatable), "
+                           "e.g. --opt momentum=0.9 --opt nesterov=true, --opt betas=0.9,0.95");
+    s.parse = [](RunConfig& c, const std::string& text) {
+      auto [name, value] = parse_pair("--opt", text, "momentum=0.9");
+      c.opt[name] = value;
+    };
+    s.write = [](const RunConfig& c, json& out, JsonPurpose) { out["opt"] = c.opt; };
+    s.read = [](RunConfig& c, const json& in) {
+      const auto it = in.find("opt");
+      if (it != in.end() && !it->is_null()) c.opt = json_pairs("opt", *it);
+    };
+    t.push_back(std::move(s));
+  }
+  {
+    Setting s = member_row("weight-decay", "weight_decay", &RunConfig::weight_decay, T::kTypeNumber,
+                           R::kRoleDefines, S::kSectionOptimizer,
+                           "Weight decay (decoupled for AdamW, Lion, Adafactor; L2 in the "
+                           "gradient otherwise)");
+    t.push_back(std::move(s));
+  }
+  t.push_back(choice_row<LrSchedule>(
+      "lr-schedule", "lr_schedule", &RunConfig::lr_schedule, S::kSectionOptimizer,
+      "constant, or cosine (linear warm-up over --lr-warmup-steps, then cosine to 0)",
+      parse_lr_schedule, lr_schedule_name, {"constant", "cosine"}));
+  {
+    Setting s = member_row("lr-warmup-steps", "lr_warmup_steps", &RunConfig::lr_warmup_steps,
+                           T::kTypeInteger, R::kRoleDefines, S::kSectionOptimizer,
+                           "Warm-up length of the cosine schedule");
+    s.check =
+        at_least(&RunConfig::lr_warmup_steps, s.flag(), 0, "pass 0 for no learning-rate warm-up");
+    t.push_back(std::move(s));
+  }
+  {
+    Setting s = member_row("clip-grad-norm", "clip_grad_norm", &RunConfig::clip_grad_norm,
+                           T::kTypeNumber, R::kRoleDefines, S::kSectionOptimizer,
+                           "Clip the global gradient norm to this value (0 = off)");
+    s.check = non_negative(&RunConfig::clip_grad_norm, s.flag(), "pass 0 to turn clipping off");
+    t.push_back(std::move(s));
+  }
+
+  // --- how a step is computed ---
+  {
+    const auto& shorthands = strategy_shorthands();
+    Setting s = choice_row<StrategyShorthand>(
+        "strategy", "strategy", &RunConfig::strategy, S::kSectionStep,
+        "Memory strategy: a shorthand for the settings below (see `gradscope list`; default: what "
+        "they say, standard when none is given)",
+        parse_strategy, nullptr, names_of(shorthands));
+    s.text = [](const RunConfig& c) {
+      return c.strategy ? strategy_name(*c.strategy) : std::string();
+    };
+    // Written as what the step plan does, so a refined shorthand records its own name and the
+    // study's five strategies keep the names (and the run ids) they had.
+    s.write = [](const RunConfig& c, json& out, JsonPurpose) {
+      out["strategy"] = c.strategy_label();
+    };
+    t.push_back(std::move(s));
+  }
+  {
+    Setting s = choice_row<Recompute>(
+        "recompute", "recompute", &RunConfig::recompute, S::kSectionStep,
+        "What a checkpointed block recomputes in backward: none, full (the whole block), "
+        "attention or mlp (only that residual branch) (default: as --strategy says)",
+        parse_recompute, recompute_name, {"none", "full", "attention", "mlp"});
+    // The id knows it through the strategy's name and checkpoint_policy (as it always has).
+    s.write = [](const RunConfig& c, json& out, JsonPurpose purpose) {
+      if (purpose == JsonPurpose::kPurposeRecord)
+        out["recompute"] = recompute_name(c.step_plan_as_given().recompute);
+    };
+    t.push_back(std::move(s));
+  }
+  {
+    Setting s = choice_row<Recompute>(
+        "checkpoint-policy", "checkpoint_policy", &RunConfig::checkpoint_policy, S::kSectionStep,
+        "With checkpointing, what a wrapped block recomputes in backward: full, attention or "
+        "mlp (as --recompute)",
+        parse_recompute, recompute_name, {"full", "attention", "mlp"});
+    const std::string flag = s.flag();
+    s.parse = [flag](RunConfig& c, const std::string& text) {
+      const auto v = parse_recompute(text);
+      check_usage(v && *v != Recompute::kRecomputeNone, fmt::format("unknown {} '{}'", flag, text),
+                  "valid values: full, attention, mlp");
+      c.checkpoint_policy = *v;
+    };
+    s.text = [](const RunConfig& c) {
+      return std::string(recompute_name(c.checkpoint_policy.value_or(Recompute::kRecomputeFull)));
+    };
+    s.write = [](const RunConfig& c, json& out, JsonPurpose) {
+      const Recompute r = c.step_plan_as_given().recompute;
+      out["checkpoint_policy"] = recompute_name(
+          r != Recompute::kRecomputeNone ? r
+                                         : c.checkpoint_policy.value_or(Recompute::kRecomputeFull));
+    };
+    t.push_back(std::move(s));
+  }
+  {
+    Setting s = member_row("checkpoint-every", "checkpoint_every", &RunConfig::checkpoint_every,
+                           T::kTypeInteger, R::kRoleDefines, S::kSectionStep,
+                           "With recomputation: recompute every K-th block (1 = every block)");
+    s.check = at_least(&RunConfig::checkpoint_every, s.flag(), 1,
+                       "pass 1 to checkpoint every block, k to checkpoint every k-th block");
+    t.push_back(std::move(s));
+  }
+  {
+    Setting s = member_row("accum-steps", "accum_steps", &RunConfig::accum_steps, T::kTypeInteger,
+                           R::kRoleDefines, S::kSectionStep,
+                           "Micro-batches per optimizer step (effective batch = batch x "
+                           "accum-steps)");
+    s.check = at_least(&RunConfig::accum_steps, s.flag(), 1,
+                       "pass --accum-steps with a value of at least 1");
+    t.push_back(std::move(s));
+  }
+  {
+    Setting s = choice_row<OptimizerStep>(
+        "optimizer-step", "optimizer_step", &RunConfig::optimizer_step, S::kSectionStep,
+        "Where the parameters are updated: after-backward, or in-backward (each as soon as its "
+        "gradient is complete, then the gradient freed) (default: as --strategy says)",
+        parse_optimizer_step, optimizer_step_name, {"after-backward", "in-backward"});
+    s.write = [](const RunConfig& c, json& out, JsonPurpose purpose) {
+      if (purpose == JsonPurpose::kPurposeRecord)
+        out["optimizer_step"] = optimizer_step_name(c.step_plan_as_given().optimizer_step);
+    };
+    t.push_back(std::move(s));
+  }
+
+  // --- shape of the work ---
+  {
+    Setting s = member_row("batch", "batch", &RunConfig::batch, T::kTypeInteger, R::kRoleDefines,
+                           S::kSectionShape, "Micro-batch size (samples)");
+    s.check = at_least(&RunConfig::batch, s.flag(), 1, "pass --batch with a value of at least 1");
+    t.push_back(std::move(s));
+  }
+  {
+    Setting s = member_row("seq", "seq_len", &RunConfig::seq_len, T::kTypeInteger, R::kRoleDefines,
+                           S::kSectionShape, "Sequence length (default: the preset's)");
+    const auto base = s.parse;
+    s.parse = [base](RunConfig& c, const std::string& text) {
+      base(c, text);
+      check_usage(c.seq_len > 0, fmt::format("--seq {} must be positive", c.seq_len),
+                  "leave --seq out for the preset's sequence length");
+    };
+    s.text = [](const RunConfig& c) {
+      return c.seq_len > 0 ? std::to_string(c.seq_len) : std::string();
+    };
+    s.check = [](const RunConfig& c) {
+      check_usage(c.seq_len >= 0, fmt::format("--seq {} must be positive", c.seq_len),
+                  "pass --seq with a value of at least 1, or leave it out for the preset's");
+    };
+    t.push_back(std::move(s));
+  }
+  {
+    Setting s = member_row("steps", "steps", &RunConfig::steps, T::kTypeInteger, R::kRoleDefines,
+                           S::kSectionShape, "Timed optimizer steps");
+    s.check = at_least(&RunConfig::steps, s.flag(), 1, "pass --steps with a value of at least 1");
+    t.push_back(std::move(s));
+  }
+  {
+    Setting s = member_row("warmup-steps", "warmup_steps", &RunConfig::warmup_steps,
+                           T::kTypeInteger, R::kRoleDefines, S::kSectionShape,
+                           "Untimed optimizer steps before the timed ones (they train too)");
+    s.check =
+        at_least(&RunConfig::warmup_steps, s.flag(), 0, "pass 0 for no untimed warm-up steps");
+    t.push_back(std::move(s));
+  }
+  t.push_back(member_row("seed", "seed", &RunConfig::seed, T::kTypeInteger, R::kRoleDefines,
+                         S::kSectionShape, "Seed of weights, data order and dropout"));
+
+  // --- evaluation ---
+  {
+    Setting s = member_row("eval-every", "eval_every", &RunConfig::eval_every, T::kTypeInteger,
+                           R::kRoleDefines, S::kSectionEvaluation,
+                           "Evaluate on the validation split every N steps (0 = only at the "
+                           "end)");
+    s.check = at_least(&RunConfig::eval_every, s.flag(), 0, "pass 0 to evaluate only at the end");
+    t.push_back(std::move(s));
+  }
+  {
+    Setting s = member_row("eval-batches", "eval_batches", &RunConfig::eval_batches,
+                           T::kTypeInteger, R::kRoleDefines, S::kSectionEvaluation,
+                           "Validation batches per evaluation, of the effective batch size "
+                           "(batch x accum-steps), so that every strategy is evaluated on the "
+                           "same samples");
+    s.check = at_least(&RunConfig::eval_batches, s.flag(), 1,
+                       "pass --eval-batches with a value of at least 1");
+    t.push_back(std::move(s));
+  }
+
+  // --- where it runs ---
+  {
+    Setting s = member_row("device", "device", &RunConfig::device, T::kTypeText, R::kRoleDefines,
+                           S::kSectionDevice, "cpu, cuda or cuda:N");
+    // The device kind defines the run (cpu or cuda), its index does not.
+    s.write = [](const RunConfig& c, json& out, JsonPurpose purpose) {
+      out["device"] = purpose == JsonPurpose::kPurposeIdentity
+                          ? c.device.substr(0, c.device.find(':'))
+                          : c.device;
+    };
+    t.push_back(std::move(s));
+  }
+  t.push_back(choice_row<Dtype>("dtype", "dtype", &RunConfig::dtype, S::kSectionDevice,
+                                "fp32, or bf16: bfloat16 autocast (matrix products in bfloat16; "
+                                "parameters, gradients and optimizer state stay float32)",
+                                parse_dtype, dtype_name, {"fp32", "bf16"}));
+  {
+    Setting s =
+        member_row("threads", "threads", &RunConfig::threads, T::kTypeInteger, R::kRoleMeasures,
+                   S::kSectionDevice, "Intra-op and BLAS threads (0 = LibTorch's default)");
+    s.check = at_least(&RunConfig::threads, s.flag(), 0, "pass 0 for LibTorch's default");
+    t.push_back(std::move(s));
+  }
+  {
+    Setting s = member_row("memory-cap", "memory_cap_bytes", &RunConfig::memory_cap_bytes,
+                           T::kTypeBytes, R::kRoleDefines, S::kSectionDevice,
+                           "Refuse allocations beyond this many bytes (e.g. 512MiB, 8GiB): the "
+                           "run behaves as on a smaller device and ends with status oom");
+    s.parse = [](RunConfig& c, const std::string& text) { c.memory_cap_bytes = parse_bytes(text); };
+    s.text = [](const RunConfig& c) {
+      return c.memory_cap_bytes > 0 ? std::to_string(c.memory_cap_bytes) : std::string();
+    };
+    s.check = [](const RunConfig& c) {
+      check_usage(c.memory_cap_bytes >= 0, "--memory-cap must be positive",
+                  "write a size such as 512MiB or 8GiB");
+    };
+    t.push_back(std::move(s));
+  }
+  {
+    Setting s = member_row("timeout", "timeout_s", &RunConfig::timeout_s, T::kTypeNumber,
+                           R::kRoleMeasures, S::kSectionDevice,
+                           "Stop with status timeout after this many seconds (0 = no limit)");
+    s.check = non_negative(&RunConfig::timeout_s, s.flag(), "pass 0 for no time limit");
+    t.push_back(std::move(s));
+  }
+
+  // --- how it is measured ---
+  {
+    Setting s = member_row("sample-period", "sample_period_s", &RunConfig::sample_period_s,
+                           T::kTypeNumber, R::kRoleMeasures, S::kSectionMeasure,
+                           "Seconds between samples of utilization, memory, power and energy "
+                           "(0 = no sampler)");
+    s.check = [](const RunConfig& c) {
+      check_usage(c.sample_period_s >= 0 && std::isfinite(c.sample_period_s),
+                  "--sample-period must be >= 0", "pass 0 to turn the sampler off, e.g. 0.1");
+    };
+    t.push_back(std::move(s));
+  }
+  {
+    Setting s = member_row("no-phase-timing", "phase_timing", &RunConfig::phase_timing,
+                           T::kTypeFlag, R::kRoleMeasures, S::kSectionMeasure,
+                           "Do not synchronize and read the clock at each phase (phase times "
+                           "are then null)");
+    // The flag says "no"; the record says whether phases were timed.
+    s.parse = [flag = s.flag()](RunConfig& c, const std::string& text) {
+      c.phase_timing = !parse_flag(flag, text);
+    };
+    s.text = [](const RunConfig& c) { return std::string(c.phase_timing ? "false" : "true"); };
+    t.push_back(std::move(s));
+  }
+  {
+    Setting s = member_row("watts-per-core", "watts_per_core", &RunConfig::watts_per_core,
+                           T::kTypeNumber, R::kRoleMeasures, S::kSectionMeasure,
+                           "CPU energy estimate when nothing measures energy: CPU seconds x "
+                           "this");
+    s.check = [](const RunConfig& c) {
+      check_usage(c.watts_per_core > 0 && std::isfinite(c.watts_per_core),
+                  "--watts-per-core must be positive",
+                  "pass the power of one busy core in watts, e.g. 10");
+    };
+    t.push_back(std::move(s));
+  }
+  {
+    Setting s = member_row("grid-intensity", "grid_g_per_kwh", &RunConfig::grid_g_per_kwh,
+                           T::kTypeNumber, R::kRoleMeasures, S::kSectionMeasure,
+                           "Carbon intensity of the electricity in g CO2/kWh (0 = no carbon "
+                           "figure)");
+    s.check = [](const RunConfig& c) {
+      check_usage(c.grid_g_per_kwh >= 0 && std::isfinite(c.grid_g_per_kwh),
+                  "--grid-intensity must be >= 0",
+                  "pass g CO2 per kWh, e.g. 400, or 0 for no carbon figure");
+    };
+    s.write = [](const RunConfig& c, json& out, JsonPurpose purpose) {
+      if (purpose == JsonPurpose::kPurposeRecord)
+        out["grid_g_per_kwh"] = c.grid_g_per_kwh > 0 ? json(c.grid_g_per_kwh) : json(nullptr);
+    };
+    t.push_back(std::move(s));
+  }
+
+  // --- outputs ---
+  t.push_back(member_row("memory-snapshot", "", &RunConfig::memory_snapshot, T::kTypeText,
+                         R::kRoleOutput, S::kSectionOutput,
+                         "CUDA with LibTorch >= 2.1: write the caching allocator's history to "
+                         "this file (the pickle that pytorch.org/memory_viz reads)"));
+  t.push_back(member_row("db", "", &RunConfig::db_path, T::kTypeText, R::kRoleOutput,
+                         S::kSectionOutput, "SQLite results database"));
+  t.push_back(member_row("json", "", &RunConfig::json_path, T::kTypeText, R::kRoleOutput,
+                         S::kSectionOutput, "Also write the run record to this JSON file"));
+  t.push_back(member_row("sweep", "", &RunConfig::sweep, T::kTypeText, R::kRoleOutput,
+                         S::kSectionOutput,
+                         "Name of the sweep this run belongs to (set by sweeps)"));
+  t.push_back(member_row("quiet", "", &RunConfig::quiet, T::kTypeFlag, R::kRoleOutput,
+                         S::kSectionOutput, "No progress and no summary"));
+  return t;
+}
+
+}  // namespace gradscope

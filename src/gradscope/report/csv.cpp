@@ -1,0 +1,135 @@
+#include "gradscope/report/csv.h"
+
+#include <optional>
+#include <type_traits>
+
+#include "gradscope/report/encode.h"
+
+namespace gradscope {
+
+namespace {
+
+template <typename T>
+std::string cell(const std::optional<T>& v) {
+  return v ? csv_number(static_cast<double>(*v)) : "";
+}
+
+// A member of an optional part of the record; empty when either is missing.
+template <typename S, typename T>
+std::string cell(const std::optional<S>& section, T S::*member) {
+  if (!section) return "";
+  if constexpr (std::is_arithmetic_v<T>) {
+    return csv_number(static_cast<double>((*section).*member));
+  } else {
+    return cell((*section).*member);
+  }
+}
+
+std::string breakdown_cell(const RunRecord& r, int64_t MemoryBreakdown::*member) {
+  return r.memory ? csv_number(static_cast<double>(r.memory->breakdown.*member)) : "";
+}
+
+std::string breakdown_cell(const RunRecord& r, std::optional<int64_t> MemoryBreakdown::*member) {
+  return r.memory ? cell(r.memory->breakdown.*member) : "";
+}
+
+}  // namespace
+
+std::string runs_csv(const GroupedRuns& data) {
+  std::string csv = csv_row({"run_id",
+                             "sweep",
+                             "configuration",
+                             "model",
+                             "preset",
+                             "optimizer",
+                             "strategy",
+                             "seed",
+                             "lr",
+                             "batch",
+                             "accum_steps",
+                             "seq_len",
+                             "steps",
+                             "dtype",
+                             "device",
+                             "status",
+                             "final_loss",
+                             "loss_last_tenth",
+                             "final_val_loss",
+                             "final_accuracy",
+                             "step_median_s",
+                             "total_s",
+                             "samples_per_s",
+                             "tokens_per_s",
+                             "peak_bytes",
+                             "params_bytes",
+                             "grads_bytes",
+                             "optimizer_state_bytes",
+                             "activations_bytes",
+                             "other_bytes",
+                             "energy_j",
+                             "energy_source",
+                             "utilization_mean_pct",
+                             "flops_per_step",
+                             "achieved_flops_per_s",
+                             "mfu"});
+  for (const Group& g : data.groups) {
+    for (size_t i : g.runs) {
+      const ReportRun& run = data.runs[i];
+      const RunRecord& r = run.record;
+      const RunConfig& c = r.config;
+      const auto tail = run.curve.empty() ? std::nullopt
+                                          : loss_at(run.curve, Axis::kSteps, run.curve.back().step);
+      csv += csv_row({r.run_id,
+                      r.sweep.value_or(""),
+                      g.label,
+                      g.model,
+                      g.preset,
+                      g.optimizer,
+                      g.strategy,
+                      std::to_string(c.seed),
+                      csv_number(c.lr),
+                      csv_number(static_cast<double>(c.batch)),
+                      csv_number(static_cast<double>(c.accum_steps)),
+                      csv_number(static_cast<double>(c.seq_len)),
+                      csv_number(static_cast<double>(c.steps)),
+                      dtype_name(c.dtype),
+                      c.device,
+                      status_name(r.status),
+                      cell(r.final_loss),
+                      cell(tail),
+                      cell(r.final_val_loss),
+                      cell(r.final_accuracy),
+                      cell(r.time, &RunTime::step_median_s),
+                      cell(r.time, &RunTime::total_s),
+                      cell(r.throughput, &RunThroughput::samples_per_s),
+                      cell(r.throughput, &RunThroughput::tokens_per_s),
+                      cell(r.memory, &RunMemory::peak_bytes),
+                      breakdown_cell(r, &MemoryBreakdown::params),
+                      breakdown_cell(r, &MemoryBreakdown::grads),
+                      breakdown_cell(r, &MemoryBreakdown::optimizer_state),
+                      breakdown_cell(r, &MemoryBreakdown::activations),
+                      breakdown_cell(r, &MemoryBreakdown::other),
+                      cell(r.energy, &RunEnergy::joules),
+                      r.energy && r.energy->source ? *r.energy->source : "",
+                      cell(r.utilization, &RunUtilization::mean_pct),
+                      cell(r.flops, &RunFlops::per_step),
+                      cell(r.flops, &RunFlops::achieved_per_s),
+                      cell(r.flops, &RunFlops::mfu)});
+    }
+  }
+  return csv;
+}
+
+std::string steps_csv(const GroupedRuns& data) {
+  std::string csv = csv_row(
+      {"run_id", "step", "samples", "tokens", "time_s", "energy_j", "loss", "lr", "grad_norm"});
+  for (const Group& g : data.groups)
+    for (size_t i : g.runs)
+      for (const CurvePoint& p : data.runs[i].curve)
+        csv += csv_row({data.runs[i].run_id(), csv_number(p.step), csv_number(p.samples),
+                        csv_number(p.tokens), csv_number(p.time_s), csv_number(p.energy_j),
+                        csv_number(p.loss), csv_number(p.lr), csv_number(p.grad_norm)});
+  return csv;
+}
+
+}  // namespace gradscope

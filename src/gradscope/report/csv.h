@@ -1,0 +1,17 @@
+// The report's CSV files. Empty cells mean "not measured".
+#pragma once
+
+#include <string>
+
+#include "gradscope/report/groups.h"
+
+namespace gradscope {
+
+// runs.csv: one row per run (latest attempt of each run_id), in report order: configuration,
+// status, losses, step time, throughput, peak memory by component, energy, utilization, FLOPs.
+std::string runs_csv(const GroupedRuns& data);
+// steps.csv: one row per step with a finite loss, with cumulative samples, tokens, time and
+// energy.
+std::string steps_csv(const GroupedRuns& data);
+
+}  // namespace gradscope

@@ -1,0 +1,412 @@
+#include "gradscope/report/figures.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "gradscope/report/encode.h"
+#include "gradscope/report/files.h"
+#include "gradscope/report/gnuplot.h"
+
+namespace gradscope {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+const char* const kPalette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
+                                "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"};
+const char* const kMemoryParts[] = {"params", "grads", "optimizer_state", "activations", "other"};
+const char* const kMemoryLabels[] = {"parameters", "gradients", "optimizer state", "activations",
+                                     "other"};
+const char* const kPhases[] = {"data", "forward", "backward", "optimizer"};
+constexpr size_t kCurvePoints = 200;  // points per drawn loss curve (bucket means)
+
+// Where the runs' energy figures come from ("nvml", "estimate", ...), for captions.
+std::string energy_sources(const GroupedRuns& data) {
+  std::set<std::string> sources;
+  for (const ReportRun& r : data.runs)
+    if (r.record.energy && r.record.energy->source && !r.record.energy->source->empty())
+      sources.insert(*r.record.energy->source);
+  std::string text;
+  for (const auto& s : sources) text += (text.empty() ? "" : ", ") + s;
+  return text;
+}
+
+// A group's label without its strategy (a loss panel is one strategy).
+std::string short_label(const Group& g) {
+  std::string label = g.label;
+  const std::string part = ", " + g.strategy;
+  const size_t at = label.find(part);
+  if (at != std::string::npos) label.erase(at, part.size());
+  return label;
+}
+
+class FigureWriter {
+ public:
+  FigureWriter(const GroupedRuns& data, fs::path dir, std::string gnuplot)
+      : data_(data), dir_(std::move(dir)), gnuplot_(std::move(gnuplot)) {
+    std::set<std::string> optimizers;
+    for (const Group& g : data.groups) optimizers.insert(g.optimizer);
+    size_t i = 0;
+    for (const auto& o : optimizers) color_[o] = kPalette[i++ % std::size(kPalette)];
+  }
+
+  std::vector<Figure> write_all() {
+    for (const std::string& model : data_.models) {
+      for (Axis axis : {Axis::kSteps, Axis::kSamples, Axis::kTime, Axis::kEnergy})
+        loss_figure(model, axis);
+      memory_figure(model);
+      phases_figure(model);
+      pareto_figure(model);
+    }
+    utilization_figure();
+    energy_figure();
+    return figures_;
+  }
+
+ private:
+  void emit(Figure f, int width, int height, const std::string& data, const std::string& body) {
+    write_file(dir_ / (f.name + ".dat"), data);
+    write_file(dir_ / (f.name + ".gp"), gnuplot_script(f.name, width, height, body));
+    run_gnuplot(gnuplot_, dir_, f.name);
+    figures_.push_back(std::move(f));
+  }
+
+  std::vector<size_t> groups_of(const std::string& model) const {
+    std::vector<size_t> out;
+    for (size_t i = 0; i < data_.groups.size(); ++i)
+      if (data_.groups[i].model == model) out.push_back(i);
+    return out;
+  }
+
+  // A group's loss curve on an axis: per seed, bucket means of kCurvePoints buckets of steps;
+  // then per bucket the mean over seeds with its 95% band. Rows: x, mean, lo, hi.
+  std::string curve_block(const Group& g, Axis axis) const {
+    size_t n = SIZE_MAX;
+    for (size_t r : g.ok_runs) n = std::min(n, data_.runs[r].curve.size());
+    if (g.ok_runs.empty() || n == 0 || n == SIZE_MAX) return "";
+    const size_t buckets = std::min(n, kCurvePoints);
+    std::string rows;
+    for (size_t b = 0; b < buckets; ++b) {
+      const size_t from = b * n / buckets, to = (b + 1) * n / buckets;
+      std::vector<double> xs, ys;
+      for (size_t r : g.ok_runs) {
+        double x = 0, y = 0;
+        for (size_t i = from; i < to; ++i) {
+          x += data_.runs[r].curve[i].at(axis);
+          y += data_.runs[r].curve[i].loss;
+        }
+        xs.push_back(x / double(to - from));
+        ys.push_back(y / double(to - from));
+      }
+      const Interval x = mean_interval(xs), y = mean_interval(ys);
+      if (!std::isfinite(x.mean)) return "";
+      rows += fmt::format("{}\t{}\t{}\t{}\n", gnuplot_number(x.mean), gnuplot_number(y.mean),
+                          gnuplot_number(y.lo()), gnuplot_number(y.hi()));
+    }
+    return rows;
+  }
+
+  void loss_figure(const std::string& model, Axis axis) {
+    std::vector<std::string> strategies;
+    for (size_t i : groups_of(model)) {
+      const std::string& s = data_.groups[i].strategy;
+      if (std::find(strategies.begin(), strategies.end(), s) == strategies.end())
+        strategies.push_back(s);
+    }
+    std::string dat_text, body;
+    int index = 0, drawn = 0;
+    const int cols = std::min<int>(3, static_cast<int>(strategies.size()));
+    const int rows = (static_cast<int>(strategies.size()) + cols - 1) / std::max(cols, 1);
+    body += fmt::format("  set multiplot layout {},{}\n  set key top right font \",10\"\n", rows,
+                        std::max(cols, 1));
+    body += fmt::format("  set xlabel {}\n  set ylabel 'training loss'\n  set grid\n",
+                        gnuplot_string(axis_label(axis)));
+    bool any_band = false;
+    for (const std::string& strategy : strategies) {
+      std::string plots;
+      std::map<std::string, int> seen;
+      for (size_t i : groups_of(model)) {
+        const Group& g = data_.groups[i];
+        if (g.strategy != strategy) continue;
+        const std::string block = curve_block(g, axis);
+        if (block.empty()) continue;
+        dat_text += fmt::format("# {}\n{}\n\n", g.label, block);
+        const int dash = 1 + seen[g.optimizer]++;
+        if (g.ok_runs.size() > 1) {
+          any_band = true;
+          plots += fmt::format(
+              "'{}.dat' index {} using 1:3:4 with filledcurves fc rgb '{}' fs transparent solid "
+              "0.2 noborder notitle, ",
+              figure_name("loss", model, axis), index, color_.at(g.optimizer));
+        }
+        plots += fmt::format(
+            "'{}.dat' index {} using 1:2 with lines lw 2 dt {} lc rgb '{}' title {}, ",
+            figure_name("loss", model, axis), index, dash, color_.at(g.optimizer),
+            gnuplot_string(short_label(g) + (g.ok_runs.size() > 1
+                                                 ? fmt::format(" ({} seeds)", g.ok_runs.size())
+                                                 : "")));
+        ++index;
+        ++drawn;
+      }
+      body += fmt::format("  set title {}\n", gnuplot_string(strategy));
+      if (plots.empty()) {
+        body +=
+            "  unset key\n  set label 1 'no data' at graph 0.5,0.5 center\n"
+            "  plot [0:1][0:1] NaN notitle\n  unset label 1\n  set key\n";
+      } else {
+        plots.resize(plots.size() - 2);
+        body += "  plot " + plots + "\n";
+      }
+    }
+    body += "  unset multiplot\n";
+    if (drawn == 0) return;  // e.g. no energy figure in any run
+    Figure f;
+    f.name = figure_name("loss", model, axis);
+    f.section = model;
+    f.kind = "loss";
+    f.axis = axis_name(axis);
+    f.title = fmt::format("{}: training loss by {}", model, axis_label(axis));
+    f.caption = fmt::format(
+        "Training loss (bucket means of {} points per curve) against {}; one panel per memory "
+        "strategy, one line per configuration.{}{}",
+        kCurvePoints, axis_label(axis), any_band ? " Shaded: 95% confidence band over seeds." : "",
+        axis == Axis::kEnergy
+            ? fmt::format(" Energy per step is the run's total ({}) spread in proportion to step "
+                          "time.",
+                          energy_sources(data_))
+            : "");
+    emit(f, 440 * std::max(cols, 1) + 40, 360 * rows + 20, dat_text, body);
+  }
+
+  static std::string figure_name(const std::string& kind, const std::string& model, Axis axis) {
+    return fmt::format("{}-{}-{}", kind, model, axis_name(axis));
+  }
+
+  // Stacked bars, one per group: rows "label\tv1\tv2...", series titles and colors.
+  void stacked_bars(Figure f, const std::vector<std::string>& labels,
+                    const std::vector<std::vector<double>>& values,
+                    const std::vector<std::string>& series, const std::string& ylabel) {
+    std::string dat_text = "# label";
+    for (const auto& s : series) dat_text += "\t" + s;
+    dat_text += "\n";
+    for (size_t i = 0; i < labels.size(); ++i) {
+      dat_text += labels[i];
+      for (double v : values[i]) dat_text += "\t" + gnuplot_number(v);
+      dat_text += "\n";
+    }
+    // Room below the axis for the longest rotated label (about 0.3 character heights per
+    // character at -35 degrees).
+    size_t longest = 0;
+    for (const auto& l : labels) longest = std::max(longest, l.size());
+    const int bmargin = std::clamp(static_cast<int>(0.3 * static_cast<double>(longest)) + 3, 6, 24);
+    std::string body = fmt::format(
+        "  set style data histograms\n  set style histogram rowstacked\n"
+        "  set style fill solid 0.85 border rgb '#333333'\n  set boxwidth 0.7\n"
+        "  set key outside right top\n  set grid ytics\n  set ylabel {}\n"
+        "  set xtics rotate by -35 left font \",10\"\n  set yrange [0:*]\n  set bmargin {}\n"
+        "  plot ",
+        gnuplot_string(ylabel), bmargin);
+    for (size_t s = 0; s < series.size(); ++s)
+      body += fmt::format("{}'{}.dat' using {}{} title {} lc rgb '{}'", s ? ", " : "", f.name,
+                          s + 2, s == 0 ? ":xtic(1)" : "", gnuplot_string(series[s]),
+                          kPalette[s % std::size(kPalette)]);
+    body += "\n";
+    const int width = std::max(640, 60 * static_cast<int>(labels.size()) + 320);
+    emit(std::move(f), width, 330 + 14 * bmargin, dat_text, body);
+  }
+
+  // One stacked bar per configuration of the model that has the components `parts` of
+  // `member` (memory breakdown or phase times), each mean scaled by `scale`.
+  void component_figure(const std::string& model,
+                        const std::map<std::string, Interval> Group::*member,
+                        const std::vector<std::string>& parts, double scale, Figure f,
+                        const std::vector<std::string>& series, const std::string& ylabel) {
+    std::vector<std::string> labels;
+    std::vector<std::vector<double>> values;
+    for (size_t i : groups_of(model)) {
+      const auto& by_part = data_.groups[i].*member;
+      if (by_part.empty()) continue;
+      std::vector<double> row;
+      for (const std::string& part : parts) {
+        auto it = by_part.find(part);
+        row.push_back(it == by_part.end() ? 0.0 : scale * it->second.mean);
+      }
+      labels.push_back(data_.groups[i].label);
+      values.push_back(row);
+    }
+    if (labels.empty()) return;
+    f.section = model;
+    stacked_bars(f, labels, values, series, ylabel);
+  }
+
+  void memory_figure(const std::string& model) {
+    Figure f;
+    f.name = "memory-" + model;
+    f.kind = "memory";
+    f.title = model + ": peak memory by component";
+    f.caption =
+        "Memory at the step's peak, by what holds it (memory.breakdown in each record; mean over "
+        "seeds). Other: the batch, workspace and allocator overhead.";
+    component_figure(
+        model, &Group::memory,
+        std::vector<std::string>(std::begin(kMemoryParts), std::end(kMemoryParts)), 1.0 / kMiB, f,
+        std::vector<std::string>(std::begin(kMemoryLabels), std::end(kMemoryLabels)), "MiB");
+  }
+
+  void phases_figure(const std::string& model) {
+    Figure f;
+    f.name = "phases-" + model;
+    f.kind = "phases";
+    f.title = model + ": time per step by phase";
+    f.caption =
+        "Mean time per timed step in each phase (the phase totals over timed steps); checkpointed "
+        "runs recompute their forward inside backward.";
+    const std::vector<std::string> phases(std::begin(kPhases), std::end(kPhases));
+    component_figure(model, &Group::phase_s, phases, 1e3, f, phases, "ms per step");
+  }
+
+  void pareto_figure(const std::string& model) {
+    double equal = INFINITY;
+    for (size_t i : groups_of(model))
+      if (std::isfinite(data_.groups[i].samples_total))
+        equal = std::min(equal, data_.groups[i].samples_total);
+    if (!std::isfinite(equal)) return;
+    struct Point {
+      double mib, loss;
+      std::string label;
+    };
+    std::vector<Point> points;
+    for (size_t i : groups_of(model)) {
+      const Group& g = data_.groups[i];
+      const Interval loss = group_loss_at(data_, g, Axis::kSamples, equal);
+      if (loss.n == 0 || g.peak_bytes.n == 0) continue;
+      points.push_back({g.peak_bytes.mean / kMiB, loss.mean, g.label});
+    }
+    if (points.empty()) return;
+    std::sort(points.begin(), points.end(), [](const Point& a, const Point& b) {
+      return std::tie(a.mib, a.loss, a.label) < std::tie(b.mib, b.loss, b.label);
+    });
+    std::string all, front;
+    double best = INFINITY;
+    for (const Point& p : points) {
+      all += fmt::format("{}\t{}\t{}\n", gnuplot_number(p.mib), gnuplot_number(p.loss), p.label);
+      if (p.loss < best) {
+        best = p.loss;
+        front +=
+            fmt::format("{}\t{}\t{}\n", gnuplot_number(p.mib), gnuplot_number(p.loss), p.label);
+      }
+    }
+    Figure f;
+    f.name = "pareto-" + model;
+    f.section = model;
+    f.kind = "pareto";
+    f.title = model + ": loss against peak memory";
+    f.caption = fmt::format(
+        "Each configuration's training loss at {:.0f} samples (the fewest any run of {} "
+        "reached) against its peak memory. The line joins the Pareto front: nothing else is both "
+        "leaner and better.",
+        equal, model);
+    const std::string body = fmt::format(
+        "  set xlabel 'peak memory (MiB)'\n  set ylabel 'training loss at equal samples'\n"
+        "  set grid\n  set key top right\n  set offsets graph 0.05, graph 0.25, graph 0.08, "
+        "graph 0.08\n"
+        "  plot '{0}.dat' index 1 using 1:2 with linespoints lw 2 pt 7 ps 0.6 lc rgb '#d62728' "
+        "title 'Pareto front', \\\n"
+        "       '{0}.dat' index 0 using 1:2 with points pt 7 ps 1.2 lc rgb '#1f77b4' title "
+        "'configurations', \\\n"
+        "       '{0}.dat' index 0 using 1:2:3 with labels left offset 0.8,0.4 font ',9' "
+        "notitle\n",
+        f.name);
+    emit(f, 760, 480, "# all configurations\n" + all + "\n\n# Pareto front\n" + front, body);
+  }
+
+  void utilization_figure() {
+    std::string dat_text, plots;
+    int index = 0;
+    bool gpu = false;
+    for (const std::string& model : data_.models) {
+      // The model's first configuration (in report order) whose run has a sampled series.
+      for (size_t i : groups_of(model)) {
+        const Group& g = data_.groups[i];
+        std::string block;
+        for (size_t r : g.ok_runs) {
+          for (const TimelineSample& s : data_.runs[r].record.timeline) {
+            if (s.gpu_util_pct) gpu = true;
+            const std::optional<double> u = s.gpu_util_pct ? s.gpu_util_pct : s.util_pct;
+            if (u && std::isfinite(*u) && std::isfinite(s.t_s))
+              block += fmt::format("{}\t{}\n", gnuplot_number(s.t_s), gnuplot_number(*u));
+          }
+          if (!block.empty()) {
+            dat_text += fmt::format("# {} ({}), seed {}\n{}\n\n", model, g.label,
+                                    data_.runs[r].seed(), block);
+            plots += fmt::format(
+                "{}'utilization.dat' index {} using 1:2 with lines lw 1.5 lc rgb "
+                "'{}' title {}",
+                plots.empty() ? "" : ", ", index, kPalette[index % std::size(kPalette)],
+                gnuplot_string(model + " (" + g.label + ")"));
+            ++index;
+            break;
+          }
+        }
+        if (!block.empty()) break;
+      }
+    }
+    if (index == 0) return;
+    Figure f;
+    f.name = "utilization";
+    f.kind = "utilization";
+    f.title = "Utilization over time, per architecture";
+    f.caption = std::string(gpu ? "GPU utilization (NVML) where measured, else " : "") +
+                "process CPU utilization (CPU time / (wall time x threads)) over each run, as the "
+                "sampler read it; one representative run per model.";
+    const std::string body =
+        "  set xlabel 'time since the run started (s)'\n  set ylabel 'utilization (%)'\n"
+        "  set yrange [0:110]\n  set grid\n  set key bottom right\n  plot " +
+        plots + "\n";
+    emit(f, 800, 420, dat_text, body);
+  }
+
+  void energy_figure() {
+    std::vector<std::string> labels;
+    std::vector<std::vector<double>> values;
+    for (const Group& g : data_.groups) {
+      if (g.energy_j.n == 0) continue;
+      labels.push_back(g.model + " " + g.preset + ": " + g.label);
+      values.push_back({g.energy_j.mean});
+    }
+    if (labels.empty()) return;
+    Figure f;
+    f.name = "energy";
+    f.kind = "energy";
+    f.title = "Energy per run";
+    f.caption = fmt::format("Energy of each configuration's run (mean over seeds), from: {}.",
+                            energy_sources(data_));
+    stacked_bars(f, labels, values, {"energy (J)"}, "joules");
+  }
+
+  const GroupedRuns& data_;
+  fs::path dir_;
+  std::string gnuplot_;
+  std::map<std::string, std::string> color_;
+  std::vector<Figure> figures_;
+};
+
+}  // namespace
+
+std::vector<Figure> write_figures(const GroupedRuns& data, const std::string& dir,
+                                  const std::string& gnuplot) {
+  const fs::path figures = fs::path(dir) / "figures";
+  make_folder(figures);
+  return FigureWriter(data, figures, gnuplot).write_all();
+}
+
+}  // namespace gradscope

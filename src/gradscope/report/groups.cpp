@@ -1,0 +1,335 @@
+#include "gradscope/report/groups.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "gradscope/core/error.h"
+#include "gradscope/core/settings.h"
+
+namespace gradscope {
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+double or_nan(const std::optional<double>& v) { return v ? *v : kNaN; }
+
+// The study's strategies first, in the order it discusses them.
+int strategy_rank(const std::string& s) {
+  if (s == "standard") return 0;
+  if (s == "checkpoint") return 1;
+  if (s == "accumulation") return 2;
+  return 3;
+}
+
+std::vector<CurvePoint> curve_of(const RunRecord& record) {
+  std::vector<CurvePoint> curve;
+  double total_time = 0;
+  for (const StepEntry& s : record.steps)
+    if (std::isfinite(s.time_s) && s.time_s > 0) total_time += s.time_s;
+  const double joules = record.energy ? or_nan(record.energy->joules) : kNaN;
+  const double watts = std::isfinite(joules) && total_time > 0 ? joules / total_time : kNaN;
+  CurvePoint at;
+  for (const StepEntry& s : record.steps) {
+    at.step = static_cast<double>(s.step);
+    at.samples += static_cast<double>(s.samples);
+    at.tokens += static_cast<double>(s.tokens);
+    at.time_s += std::isfinite(s.time_s) && s.time_s > 0 ? s.time_s : 0;
+    at.energy_j = at.time_s * watts;
+    at.loss = or_nan(s.loss);
+    at.lr = s.lr;
+    at.grad_norm = or_nan(s.grad_norm);
+    if (std::isfinite(at.loss)) curve.push_back(at);
+  }
+  return curve;
+}
+
+// The interval of one figure over a group's ok runs that have it.
+Interval interval_of(const GroupedRuns& data, const Group& g,
+                     const std::function<std::optional<double>(const ReportRun&)>& value) {
+  std::vector<double> v;
+  for (size_t i : g.ok_runs) {
+    const std::optional<double> x = value(data.runs[i]);
+    if (x && std::isfinite(*x)) v.push_back(*x);
+  }
+  return mean_interval(v);
+}
+
+std::string describe_statuses(const GroupedRuns& data, const Group& g) {
+  std::map<std::string, int> count;
+  for (size_t i : g.runs) ++count[status_name(data.runs[i].record.status)];
+  std::string text;
+  for (const auto& [status, n] : count)
+    text += (text.empty() ? "" : ", ") + (n > 1 ? fmt::format("{} x{}", status, n) : status);
+  return text;
+}
+
+std::optional<double> as_double(const std::optional<int64_t>& v) {
+  return v ? std::optional<double>(static_cast<double>(*v)) : std::nullopt;
+}
+
+// A memory breakdown's components by name, as the figures list them.
+std::optional<double> memory_part(const RunRecord& r, const std::string& part) {
+  if (!r.memory) return std::nullopt;
+  const MemoryBreakdown& b = r.memory->breakdown;
+  if (part == "params") return static_cast<double>(b.params);
+  if (part == "grads") return as_double(b.grads);
+  if (part == "optimizer_state") return static_cast<double>(b.optimizer_state);
+  if (part == "activations") return as_double(b.activations);
+  return static_cast<double>(b.other);
+}
+
+std::optional<double> phase_seconds(const RunTime& t, const std::string& phase) {
+  if (phase == "data") return t.data_s;
+  if (phase == "forward") return t.forward_s;
+  if (phase == "backward") return t.backward_s;
+  return t.optimizer_s;
+}
+
+void summarize(const GroupedRuns& data, Group& g) {
+  for (size_t i : g.runs)
+    if (data.runs[i].ok()) g.ok_runs.push_back(i);
+  g.statuses = describe_statuses(data, g);
+  g.final_loss = interval_of(data, g, [](const ReportRun& r) -> std::optional<double> {
+    if (r.curve.empty()) return std::nullopt;
+    return loss_at(r.curve, Axis::kSteps, r.curve.back().step);
+  });
+  g.val_loss = interval_of(data, g, [](const ReportRun& r) { return r.record.final_val_loss; });
+  g.step_s = interval_of(data, g, [](const ReportRun& r) -> std::optional<double> {
+    return r.record.time ? r.record.time->step_median_s : std::nullopt;
+  });
+  g.peak_bytes = interval_of(data, g, [](const ReportRun& r) -> std::optional<double> {
+    if (!r.record.memory) return std::nullopt;
+    return static_cast<double>(r.record.memory->peak_bytes);
+  });
+  g.energy_j = interval_of(data, g, [](const ReportRun& r) -> std::optional<double> {
+    return r.record.energy ? r.record.energy->joules : std::nullopt;
+  });
+  g.util_pct = interval_of(data, g, [](const ReportRun& r) -> std::optional<double> {
+    return r.record.utilization ? r.record.utilization->mean_pct : std::nullopt;
+  });
+  for (const char* part : {"params", "grads", "optimizer_state", "activations", "other"}) {
+    const Interval i =
+        interval_of(data, g, [part](const ReportRun& r) { return memory_part(r.record, part); });
+    if (i.n > 0) g.memory[part] = i;
+  }
+  for (const char* phase : {"data", "forward", "backward", "optimizer"}) {
+    const Interval i = interval_of(data, g, [phase](const ReportRun& r) -> std::optional<double> {
+      const auto& t = r.record.time;
+      if (!t || !t->timed_steps || *t->timed_steps <= 0) return std::nullopt;
+      const auto s = phase_seconds(*t, phase);
+      if (!s) return std::nullopt;
+      return *s / static_cast<double>(*t->timed_steps);
+    });
+    if (i.n > 0) g.phase_s[phase] = i;
+  }
+  g.samples_total = kNaN;
+  g.steps_total = kNaN;
+  for (size_t i : g.ok_runs) {
+    const auto& c = data.runs[i].curve;
+    if (c.empty()) continue;
+    g.samples_total = std::isfinite(g.samples_total) ? std::min(g.samples_total, c.back().samples)
+                                                     : c.back().samples;
+    g.steps_total =
+        std::isfinite(g.steps_total) ? std::min(g.steps_total, c.back().step) : c.back().step;
+  }
+}
+
+std::string unquote(const std::string& s) {
+  return s.size() >= 2 && s.front() == '"' && s.back() == '"' ? s.substr(1, s.size() - 2) : s;
+}
+
+// Settings that take their value from the preset: across presets they differ because the
+// presets do, which the preset in the label already says.
+bool preset_bound(const std::string& name) {
+  return name.rfind("arch.", 0) == 0 || name == "seq_len" || name == "tokenizer";
+}
+
+// The settings a label names to tell groups a and b (same model, optimizer and strategy)
+// apart. Evaluation settings change what a record measures, not what is trained, so they are
+// named only when nothing else tells the two apart.
+std::set<std::string> telling_apart(const Group& a, const Group& b) {
+  std::set<std::string> names;
+  for (const auto& [k, v] : a.settings) names.insert(k);
+  for (const auto& [k, v] : b.settings) names.insert(k);
+  std::set<std::string> others, evaluation;
+  for (const std::string& k : names) {
+    if (k == "optimizer" || k == "strategy" || k == "model") continue;
+    if (preset_bound(k) && a.preset != b.preset) continue;
+    const auto ia = a.settings.find(k), ib = b.settings.find(k);
+    const std::string va = ia == a.settings.end() ? "" : ia->second;
+    const std::string vb = ib == b.settings.end() ? "" : ib->second;
+    if (va == vb) continue;
+    (identity_section(k) == SettingSection::kSectionEvaluation ? evaluation : others).insert(k);
+  }
+  return others.empty() ? evaluation : others;
+}
+
+// Labels: optimizer and strategy, plus each setting in which the group differs from another
+// group of the same model, optimizer and strategy (the preset first; the preset's own
+// settings only where they differ within one preset).
+void label_groups(GroupedRuns& data) {
+  for (const std::string& model : data.models) {
+    std::vector<Group*> mine;
+    for (Group& g : data.groups)
+      if (g.model == model) mine.push_back(&g);
+    std::vector<std::set<std::string>> differing(mine.size());
+    for (size_t a = 0; a < mine.size(); ++a) {
+      for (size_t b = a + 1; b < mine.size(); ++b) {
+        if (mine[a]->optimizer != mine[b]->optimizer || mine[a]->strategy != mine[b]->strategy)
+          continue;
+        for (const std::string& k : telling_apart(*mine[a], *mine[b])) {
+          differing[a].insert(k);
+          differing[b].insert(k);
+        }
+      }
+    }
+    for (size_t i = 0; i < mine.size(); ++i) {
+      Group* g = mine[i];
+      g->label = g->optimizer + ", " + g->strategy;
+      if (g->strategy == "accumulation") g->label += fmt::format(" k={}", g->config.accum_steps);
+      if (differing[i].count("preset")) g->label += " " + g->preset;
+      for (const std::string& k : differing[i]) {
+        if (k == "preset" || (k == "accum_steps" && g->strategy == "accumulation")) continue;
+        const auto it = g->settings.find(k);
+        g->label += fmt::format(" {}={}", k, it == g->settings.end() ? "-" : unquote(it->second));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+const char* axis_name(Axis a) {
+  switch (a) {
+    case Axis::kSteps:
+      return "steps";
+    case Axis::kSamples:
+      return "samples";
+    case Axis::kTime:
+      return "time";
+    case Axis::kEnergy:
+      return "energy";
+  }
+  return "?";
+}
+
+const char* axis_label(Axis a) {
+  switch (a) {
+    case Axis::kSteps:
+      return "optimizer steps";
+    case Axis::kSamples:
+      return "samples";
+    case Axis::kTime:
+      return "training time (s)";
+    case Axis::kEnergy:
+      return "energy (J)";
+  }
+  return "?";
+}
+
+double CurvePoint::at(Axis a) const {
+  switch (a) {
+    case Axis::kSteps:
+      return step;
+    case Axis::kSamples:
+      return samples;
+    case Axis::kTime:
+      return time_s;
+    case Axis::kEnergy:
+      return energy_j;
+  }
+  return kNaN;
+}
+
+std::optional<double> loss_at(const std::vector<CurvePoint>& curve, Axis axis, double x) {
+  size_t end = 0;  // one past the last point at or before x
+  while (end < curve.size() && curve[end].at(axis) <= x * (1 + 1e-12)) ++end;
+  if (end == 0 || !std::isfinite(curve[end - 1].at(axis))) return std::nullopt;
+  const size_t window = std::max<size_t>(1, end / 10);
+  double sum = 0;
+  for (size_t i = end - window; i < end; ++i) sum += curve[i].loss;
+  return sum / static_cast<double>(window);
+}
+
+Interval group_loss_at(const GroupedRuns& data, const Group& g, Axis axis, double x) {
+  std::vector<double> v;
+  for (size_t i : g.ok_runs)
+    if (auto l = loss_at(data.runs[i].curve, axis, x)) v.push_back(*l);
+  return mean_interval(v);
+}
+
+std::string key_without(const Group& g, const std::set<std::string>& erase) {
+  std::string key;
+  for (const auto& [name, value] : g.settings) {
+    const std::string top = name.substr(0, name.find('.'));
+    if (erase.count(name) || erase.count(top)) continue;
+    key += name + "=" + value + ";";
+  }
+  return key;
+}
+
+GroupedRuns group_runs(std::vector<RunRecord> records) {
+  GroupedRuns data;
+  data.attempts = static_cast<int64_t>(records.size());
+  std::map<std::string, size_t> latest;
+  for (RunRecord& record : records) {
+    ReportRun run;
+    run.curve = curve_of(record);
+    run.record = std::move(record);
+    const auto it = latest.find(run.run_id());
+    if (it == latest.end()) {
+      latest[run.run_id()] = data.runs.size();
+      data.runs.push_back(std::move(run));
+    } else {
+      data.runs[it->second] = std::move(run);
+    }
+  }
+  check_usage(!data.runs.empty(), "the database holds no runs",
+              "run `gradscope run` or `gradscope sweep` with --db pointing at it first");
+  std::map<std::string, size_t> by_key;
+  for (size_t i = 0; i < data.runs.size(); ++i) {
+    const RunRecord& r = data.runs[i].record;
+    const std::string key = grouping_key(r.config, r.arch);
+    auto it = by_key.find(key);
+    if (it == by_key.end()) {
+      Group g;
+      g.key = key;
+      g.config = r.config;
+      g.arch = r.arch;
+      g.settings = identity_settings(r.config, r.arch);
+      g.model = r.config.model;
+      g.preset = r.config.preset;
+      g.optimizer = r.config.optimizer;
+      g.strategy = r.config.strategy_label();
+      it = by_key.emplace(key, data.groups.size()).first;
+      data.groups.push_back(std::move(g));
+    }
+    data.groups[it->second].runs.push_back(i);
+  }
+  std::set<std::string> models;
+  for (Group& g : data.groups) {
+    std::sort(g.runs.begin(), g.runs.end(), [&](size_t a, size_t b) {
+      return std::make_pair(data.runs[a].seed(), data.runs[a].run_id()) <
+             std::make_pair(data.runs[b].seed(), data.runs[b].run_id());
+    });
+    summarize(data, g);
+    models.insert(g.model);
+  }
+  data.models.assign(models.begin(), models.end());
+  label_groups(data);
+  std::sort(data.groups.begin(), data.groups.end(), [](const Group& a, const Group& b) {
+    return std::make_tuple(a.model, a.preset, strategy_rank(a.strategy), a.strategy, a.optimizer,
+                           a.label, a.key) < std::make_tuple(b.model, b.preset,
+                                                             strategy_rank(b.strategy), b.strategy,
+                                                             b.optimizer, b.label, b.key);
+  });
+  return data;
+}
+
+}  // namespace gradscope

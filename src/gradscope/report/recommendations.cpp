@@ -1,0 +1,128 @@
+#include "gradscope/report/recommendations.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "gradscope/core/env.h"
+
+namespace gradscope {
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+double memory_cap(const ReportRun& r) {
+  return static_cast<double>(r.record.config.memory_cap_bytes);
+}
+
+// Budgets of one model's groups: the caps runs ran under, those given, else the data's own
+// range of peaks.
+std::map<double, std::string> budgets_of(const GroupedRuns& data, const std::vector<size_t>& mine,
+                                         const std::vector<int64_t>& memory_budgets) {
+  std::map<double, std::string> budgets;
+  for (size_t i : mine)
+    for (size_t r : data.groups[i].runs) {
+      const double cap = memory_cap(data.runs[r]);
+      if (cap > 0) budgets.emplace(cap, "a memory cap in the data");
+    }
+  for (int64_t b : memory_budgets) budgets[static_cast<double>(b)] = "--memory-budget";
+  std::vector<double> peaks;
+  for (size_t i : mine)
+    if (data.groups[i].peak_bytes.n > 0) peaks.push_back(data.groups[i].peak_bytes.mean);
+  if (budgets.empty() && !peaks.empty()) {
+    std::sort(peaks.begin(), peaks.end());
+    budgets.emplace(peaks.front(), "the leanest run's peak");
+    budgets.emplace(peaks[peaks.size() / 2], "the median run's peak");
+    budgets.emplace(0.0, "no limit");
+  }
+  return budgets;
+}
+
+// Why a group does not fit a budget, or "" when it does.
+std::string miss_reason(const GroupedRuns& data, const Group& g, double budget) {
+  std::string reason;
+  // A run that ran out of memory under a cap within this budget does not fit.
+  for (size_t r : g.runs) {
+    const double cap = memory_cap(data.runs[r]);
+    if (data.runs[r].record.status == RunStatus::kStatusOom &&
+        (budget == 0 || (cap > 0 && cap <= budget)))
+      reason = cap > 0 ? fmt::format("ran out of memory under a {} cap", format_bytes(cap))
+                       : "ran out of memory";
+  }
+  if (reason.empty() && g.ok_runs.empty()) reason = "no successful run (" + g.statuses + ")";
+  if (reason.empty() && budget > 0 && g.peak_bytes.n > 0 && g.peak_bytes.mean > budget)
+    reason = fmt::format("peak {}", format_bytes(g.peak_bytes.mean));
+  if (reason.empty() && budget > 0 && g.peak_bytes.n == 0) reason = "peak not measured";
+  return reason;
+}
+
+// The time and energy the best group's runs took to reach `equal` samples, over seeds.
+void time_to_samples(const GroupedRuns& data, double equal, Recommendation& rec) {
+  std::vector<double> t, e;
+  for (size_t r : data.groups[*rec.best].ok_runs) {
+    for (const CurvePoint& p : data.runs[r].curve)
+      if (p.samples >= equal) {
+        t.push_back(p.time_s);
+        if (std::isfinite(p.energy_j)) e.push_back(p.energy_j);
+        break;
+      }
+  }
+  rec.time_to_samples_s = t.empty() ? kNaN : mean_interval(t).mean;
+  rec.energy_known = !e.empty() && e.size() == t.size();
+  rec.energy_to_samples_j = rec.energy_known ? mean_interval(e).mean : kNaN;
+}
+
+}  // namespace
+
+std::vector<Recommendation> recommend(const GroupedRuns& data,
+                                      const std::vector<int64_t>& memory_budgets) {
+  std::vector<Recommendation> out;
+  for (const std::string& model : data.models) {
+    std::vector<size_t> mine;
+    for (size_t i = 0; i < data.groups.size(); ++i)
+      if (data.groups[i].model == model) mine.push_back(i);
+    // Equal samples: the fewest any ok group of the model reached.
+    double equal = std::numeric_limits<double>::infinity();
+    for (size_t i : mine)
+      if (std::isfinite(data.groups[i].samples_total))
+        equal = std::min(equal, data.groups[i].samples_total);
+    for (const auto& [budget, source] : budgets_of(data, mine, memory_budgets)) {
+      Recommendation rec;
+      rec.model = model;
+      rec.budget_bytes = budget;
+      rec.budget_source = source;
+      rec.equal_samples = std::isfinite(equal) ? equal : 0;
+      for (size_t i : mine) {
+        const Group& g = data.groups[i];
+        const std::string reason = miss_reason(data, g, budget);
+        if (!reason.empty()) {
+          rec.misses.push_back(i);
+          rec.miss_reasons.push_back(reason);
+          continue;
+        }
+        rec.fits.push_back(i);
+        // The lowest loss; between losses equal to 0.01% (checkpointing, and accumulation at
+        // the same effective batch, change only the rounding), the faster step.
+        const Interval l = group_loss_at(data, g, Axis::kSamples, equal);
+        const bool tie = rec.best && std::abs(l.mean - rec.best_loss.mean) <=
+                                         1e-4 * std::abs(rec.best_loss.mean);
+        const bool better =
+            l.n > 0 && (!rec.best || (!tie && l.mean < rec.best_loss.mean) ||
+                        (tie && g.step_s.mean < data.groups[*rec.best].step_s.mean));
+        if (better) {
+          rec.best = i;
+          rec.best_loss = l;
+        }
+      }
+      if (rec.best) time_to_samples(data, equal, rec);
+      out.push_back(rec);
+    }
+  }
+  return out;
+}
+
+}  // namespace gradscope

@@ -1,0 +1,152 @@
+#include "gradscope/report/tables.h"
+
+#include <cmath>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "gradscope/core/env.h"
+#include "gradscope/report/encode.h"
+
+namespace gradscope {
+
+namespace {
+
+std::string budget_text(const Recommendation& r) {
+  return r.budget_bytes > 0 ? format_bytes(r.budget_bytes) : std::string("no limit");
+}
+
+std::string bytes_or_na(const Interval& i) {
+  return i.n > 0 ? format_bytes(i.mean) : std::string("n/a");
+}
+
+std::string seconds_or_na(const Interval& i) {
+  return i.n > 0 ? format_duration(i.mean) : std::string("n/a");
+}
+
+}  // namespace
+
+std::string markdown_table(const Table& t) {
+  std::string text = "|";
+  for (const auto& h : t.header) text += " " + markdown_escape(h) + " |";
+  text += "\n|";
+  for (size_t i = 0; i < t.header.size(); ++i) text += "---|";
+  text += "\n";
+  for (const auto& row : t.rows) {
+    text += "|";
+    for (const auto& c : row) text += " " + markdown_escape(c) + " |";
+    text += "\n";
+  }
+  return text;
+}
+
+std::string html_table(const Table& t, const std::string& css_class) {
+  std::string text = css_class.empty() ? "<table>\n<thead><tr>"
+                                       : "<table class=\"" + css_class + "\">\n<thead><tr>";
+  for (const auto& h : t.header) text += "<th>" + html_escape(h) + "</th>";
+  text += "</tr></thead>\n<tbody>\n";
+  for (const auto& row : t.rows) {
+    text += "<tr>";
+    for (const auto& c : row) text += "<td>" + html_escape(c) + "</td>";
+    text += "</tr>\n";
+  }
+  return text + "</tbody></table>\n";
+}
+
+Table recommendations_table(const ReportData& data) {
+  Table t{{"model", "memory budget", "use", "loss at equal samples", "samples", "time to them",
+           "energy to them", "does not fit"},
+          {}};
+  for (const Recommendation& r : data.recommendations) {
+    std::string misses;
+    for (size_t i = 0; i < r.misses.size(); ++i)
+      misses += (i ? "; " : "") + data.groups[r.misses[i]].label + " (" + r.miss_reasons[i] + ")";
+    const Group* best = r.best ? &data.groups[*r.best] : nullptr;
+    t.rows.push_back(
+        {r.model,
+         r.budget_bytes > 0 ? budget_text(r) + " (" + r.budget_source + ")" : budget_text(r),
+         best ? best->preset + ": " + best->label : "nothing measured fits",
+         best ? format_interval(r.best_loss) : "n/a", fmt::format("{:.0f}", r.equal_samples),
+         best && std::isfinite(r.time_to_samples_s) ? format_duration(r.time_to_samples_s) : "n/a",
+         best && r.energy_known ? format_joules(r.energy_to_samples_j) : "n/a",
+         misses.empty() ? "-" : misses});
+  }
+  return t;
+}
+
+Table findings_table(const ReportData& data) {
+  Table t{{"claim (study)", "this database", "verdict (the study's basis)", "at equal samples"},
+          {}};
+  for (const Finding& f : data.findings)
+    t.rows.push_back(
+        {f.claim, f.measured, verdict_name(f.verdict), verdict_name(f.verdict_equal_samples)});
+  return t;
+}
+
+Table groups_table(const ReportData& data, const std::string& model) {
+  Table t{{"configuration", "preset", "seeds", "status", "train loss (last 10% of steps)",
+           "val loss", "step time", "peak memory", "energy", "utilization"},
+          {}};
+  for (const Group& g : data.groups) {
+    if (g.model != model) continue;
+    t.rows.push_back({g.label, g.preset, std::to_string(g.runs.size()), g.statuses,
+                      format_interval(g.final_loss), format_interval(g.val_loss),
+                      seconds_or_na(g.step_s), bytes_or_na(g.peak_bytes),
+                      g.energy_j.n ? format_joules(g.energy_j.mean) : "n/a",
+                      g.util_pct.n ? fmt::format("{:.1f}%", g.util_pct.mean) : "n/a"});
+  }
+  return t;
+}
+
+Table evidence_table(const Finding& f) {
+  Table t{{"compared", "at equal steps", "at equal samples"}, {}};
+  for (const Evidence& e : f.evidence) t.rows.push_back({e.what, e.steps, e.samples});
+  return t;
+}
+
+// Hosts, devices and LibTorch versions of the runs, for the header.
+std::string provenance(const ReportData& data) {
+  std::set<std::string> devices, libtorch, sweeps;
+  for (const ReportRun& r : data.runs) {
+    if (r.record.env && !r.record.env->device_name.empty())
+      devices.insert(r.record.env->device_name);
+    if (r.record.env && !r.record.env->libtorch.empty()) libtorch.insert(r.record.env->libtorch);
+    if (r.record.sweep) sweeps.insert(*r.record.sweep);
+  }
+  auto join = [](const std::set<std::string>& s) {
+    std::string text;
+    for (const auto& x : s) text += (text.empty() ? "" : ", ") + x;
+    return text.empty() ? std::string("n/a") : text;
+  };
+  std::string text = fmt::format(
+      "{} runs in {} configurations ({} attempts stored); sweeps: {}; devices: {}; "
+      "LibTorch {}",
+      data.runs.size(), data.groups.size(), data.attempts, join(sweeps), join(devices),
+      join(libtorch));
+  // Left out, and said so: a record this version cannot read (a refused configuration that
+  // an older version stored, a damaged row).
+  if (!data.unreadable.empty()) {
+    text +=
+        fmt::format("; {} attempt(s) left out, their records unreadable: ", data.unreadable.size());
+    for (size_t i = 0; i < data.unreadable.size(); ++i)
+      text += (i ? "; " : "") + data.unreadable[i];
+  }
+  return text;
+}
+
+std::string markdown_summary(const ReportData& data) {
+  std::string md = "# gradscope report\n\n" + provenance(data) + "\n\n";
+  md +=
+      "## Recommendations\n\nFor each model and memory budget: the optimizer and strategy with "
+      "the lowest training loss at equal samples among the configurations that fit.\n\n";
+  md += markdown_table(recommendations_table(data));
+  md += "\n## The study's claims\n\n" + markdown_table(findings_table(data));
+  for (const Finding& f : data.findings)
+    for (const std::string& note : f.notes) md += fmt::format("\n- {}: {}", f.id, note);
+  md += "\n";
+  for (const std::string& model : data.models)
+    md += "\n## " + model + "\n\n" + markdown_table(groups_table(data, model));
+  return md;
+}
+
+}  // namespace gradscope

@@ -1,0 +1,81 @@
+// The one seam through which a way of computing a step owns the optimizer step. The training
+// loop hands an Updater a function that computes the step's gradients (through the Strategy,
+// with the loop's autocast) and gets back what they were computed from; the Updater decides
+// when the optimizer steps:
+//   - after backward (the default): gradients computed, the global norm taken where clipping
+//     or the record needs it, clipped, one optimizer step over all parameters; an optimizer
+//     with a line search (cg) is handed the gradient function as its closure instead;
+//   - in backward (the fused step, fused.cpp): each parameter is updated by an optimizer of
+//     its own as soon as its gradient is complete, and the gradient freed at once.
+// Either way no gradient is left behind when step() returns, so memory figures agree across
+// LibTorch versions (zero_grad zeroes in place on 1.13 and frees on 2.x).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "gradscope/core/config.h"
+#include "gradscope/strategy/strategy.h"
+
+namespace gradscope {
+
+// What builds the optimizer an Updater steps: the run's --optimizer, learning rate, --weight-
+// decay and --opt settings.
+struct OptimizerSpec {
+  std::string name = "adam";
+  double lr = 1e-3;
+  double weight_decay = 0;
+  std::map<std::string, std::string> opt;
+};
+
+struct UpdaterOptions {
+  double clip_grad_norm = 0;  // 0 = off
+  bool log_grad_norm = true;  // take the global gradient norm of every step for the record
+};
+
+struct UpdateResult {
+  StepOutput out;  // of the step's first gradient computation
+  // The global L2 norm of all gradients before clipping; NaN when not taken (not asked for,
+  // or no buffer of every gradient exists: the fused step).
+  double grad_norm = std::numeric_limits<double>::quiet_NaN();
+  int64_t evaluations = 0;  // gradient computations over the step's batch
+};
+
+// Computes the step's gradients (announcing data, forward and backward to the observer).
+using GradientFn = std::function<StepOutput()>;
+
+class Updater {
+ public:
+  virtual ~Updater() = default;
+  // Computes the step's gradients with `gradients` (once, or at each trial point of a line
+  // search) and updates the parameters; enters the optimizer phase on `observer`. Leaves no
+  // gradient behind.
+  virtual UpdateResult step(const GradientFn& gradients, PhaseObserver& observer) = 0;
+  // The learning rate of the coming step (the schedule's value).
+  virtual void set_learning_rate(double lr) = 0;
+  // Bytes of the optimizer state (momentum, moments, accumulators).
+  virtual int64_t state_bytes() const = 0;
+  // Bytes of every gradient at once, measured at the first step; nullopt where they never
+  // exist at once (the fused step) or before the first step.
+  virtual std::optional<int64_t> grads_bytes() const = 0;
+};
+
+// The Updater of a step plan for these parameters. A usage error for settings it cannot honour
+// (the fused step with an optimizer whose update is not per parameter, or with clipping).
+std::unique_ptr<Updater> make_updater(const StepPlan& plan,
+                                      const std::vector<torch::Tensor>& params,
+                                      const OptimizerSpec& optimizer,
+                                      const UpdaterOptions& options);
+
+// The optimizers the fused step supports (their updates are elementwise per parameter).
+const std::vector<std::string>& fused_optimizers();
+
+}  // namespace gradscope

@@ -1,0 +1,190 @@
+#include "gradscope/train/session.h"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "gradscope/core/env.h"
+#include "gradscope/core/error.h"
+#include "gradscope/core/rng.h"
+#include "gradscope/core/settings.h"
+#include "gradscope/data/tokenizer.h"
+#include "gradscope/measure/memory.h"
+#include "gradscope/measure/peak.h"
+#include "gradscope/optim/factory.h"
+
+namespace gradscope {
+namespace {
+
+// The stream of the default generator's seed (dropout), apart from the data's streams.
+constexpr uint64_t kDropoutStream = 0xd50;
+
+}  // namespace
+
+nlohmann::json resolve_arch(const RunConfig& config) {
+  const ModelFamily& family = model_registry().get(config.model);
+  nlohmann::json arch = family.preset(config.preset);
+  if (family.kind == ModelKind::kModelKindToy)
+    check_usage(config.tokenizer.empty() && config.dataset.empty() && !config.dropout &&
+                    config.seq_len <= 0,
+                "toy problem '" + config.model +
+                    "' takes no --tokenizer, --dataset, --dropout "
+                    "or --seq",
+                "set its size with --arch dim=N (and --arch condition=K for the quadratic)");
+  apply_arch_overrides(config.model, config.arch_overrides, arch);
+  if (family.kind == ModelKind::kModelKindImageClassification)
+    check_usage(config.tokenizer.empty() && config.seq_len <= 0,
+                "model '" + config.model + "' reads images: it takes no --tokenizer or --seq",
+                "its tokens are the image's patches: change --arch image_size=N or patch_size=N");
+  const std::string preset_tokenizer = arch.value("tokenizer", "");
+  if (!config.tokenizer.empty()) {
+    tokenizer_registry().get(config.tokenizer);  // validates the name
+    arch["tokenizer"] = config.tokenizer;
+  }
+  if (arch.contains("tokenizer")) {
+    const auto& tok = tokenizer_registry().get(arch["tokenizer"].get<std::string>());
+    const int64_t preset_vocab = arch.value("vocab_size", int64_t{0});
+    const bool keep = arch["tokenizer"] == preset_tokenizer && preset_vocab >= tok.vocab_size;
+    if (!keep) arch["vocab_size"] = padded_vocab(tok.vocab_size);
+  }
+  if (config.seq_len > 0) arch["seq_len"] = config.seq_len;
+  if (!config.dataset.empty()) arch["dataset"] = config.dataset;
+  if (config.dropout) {
+    check_usage(*config.dropout >= 0 && *config.dropout < 1,
+                fmt::format("dropout {} must lie in [0, 1)", *config.dropout),
+                "pass --dropout 0 to turn dropout off, or a probability below 1");
+    arch["hidden_dropout"] = *config.dropout;
+    arch["attention_dropout"] = *config.dropout;
+  }
+  if (family.finalize) family.finalize(arch);
+  return arch;
+}
+
+double learning_rate_of(const RunConfig& config) {
+  return config.lr > 0 ? config.lr : default_lr(config.optimizer, config.model);
+}
+
+void seed_dropout(const RunConfig& config) {
+  torch::manual_seed(hash3(config.seed, kDropoutStream, 0));
+}
+
+ResolvedRun resolve_run(const RunConfig& config) {
+  check_config(config);
+  ResolvedRun r;
+  r.given = config;
+  r.arch = resolve_arch(config);
+  check_usage(r.arch.at("seq_len").get<int64_t>() > 0, "sequence length must be positive",
+              "pass --seq with a value of at least 1");
+  r.config = config;
+  r.config.lr = learning_rate_of(config);  // validates the optimizer's name
+  r.config.seq_len = r.arch.at("seq_len").get<int64_t>();
+  r.config.dataset = r.arch.value("dataset", "");
+  r.config.tokenizer = r.arch.value("tokenizer", "");
+  nlohmann::json canonical = canonical_config_json(config);
+  canonical["arch"] = r.arch;
+  r.run_id = run_id_of(canonical);
+  return r;
+}
+
+std::string run_id_for(const RunConfig& config) { return resolve_run(config).run_id; }
+
+Session::Session(const RunConfig& config, const SessionOptions& options)
+    : resolved_(resolve_run(config)), device_(torch::kCPU) {
+  const RunConfig& c = resolved_.config;
+  family_ = &model_registry().get(c.model);
+  const StepPlan plan = c.step_plan();
+  device_ = parse_device(c.device);
+  check_usage(c.memory_snapshot.empty() || memory_snapshot_supported(device_),
+              "--memory-snapshot needs CUDA and LibTorch >= 2.1",
+              "leave --memory-snapshot out, or run on a GPU with a CUDA LibTorch 2.1 or newer");
+  if (c.threads > 0) process_.set_threads(c.threads);
+  lr_ = c.lr;
+
+  if (options.data) {
+    data_ = options.data;
+  } else {
+    // What the data set keeps in the device's memory (CPU runs), for the estimate.
+    data_ =
+        make_data_source(*family_, resolved_.arch, c, device_.is_cpu() ? &data_bytes_ : nullptr);
+  }
+
+  if (c.memory_cap_bytes > 0) process_.set_memory_cap(device_, c.memory_cap_bytes);
+  try {
+    model_ = family_->build(resolved_.arch, c.seed);
+  } catch (const c10::Error& e) {
+    std::string what = e.what_without_backtrace();
+    fail_usage(
+        "cannot build " + c.model + " from its architecture: " + what.substr(0, what.find('\n')),
+        "check the --arch overrides against the preset (`gradscope list --json`)");
+  }
+  model_->to(device_);
+  model_->train();
+  parameters_ = model_->parameters();
+  for (const auto& p : parameters_) params_ += p.numel();
+  strategy_ = std::make_unique<Strategy>(plan);
+  strategy_->attach(*model_);
+  if (options.updater) build_updater();
+}
+
+void ProcessSettings::set_threads(int threads) {
+  if (!threads_set_) {
+    threads_before_ = at::get_num_threads();
+    blas_threads_before_ = blas_threads();
+    threads_set_ = true;
+  }
+  at::set_num_threads(threads);
+  set_blas_threads(threads);
+}
+
+void ProcessSettings::set_memory_cap(const torch::Device& device, int64_t cap_bytes) {
+  if (device.is_cpu()) {
+    auto& tracker = CpuMemoryTracker::install();
+    if (!cap_set_) cap_before_ = tracker.cap_bytes();
+    tracker.set_cap(cap_bytes);
+  } else {
+    set_cuda_memory_cap(device, cap_bytes);
+  }
+  cap_set_ = true;
+  cap_device_ = device;
+}
+
+ProcessSettings::~ProcessSettings() {
+  if (cap_set_) {
+    if (cap_device_.is_cpu())
+      CpuMemoryTracker::install().set_cap(cap_before_);
+    else
+      clear_cuda_memory_cap(cap_device_);
+  }
+  if (threads_set_) {
+    at::set_num_threads(threads_before_);
+    if (blas_threads_before_ > 0) set_blas_threads(blas_threads_before_);
+  }
+}
+
+void Session::build_updater() {
+  const RunConfig& c = resolved_.config;
+  OptimizerSpec spec{c.optimizer, lr_, c.weight_decay, c.opt};
+  UpdaterOptions options;
+  options.clip_grad_norm = c.clip_grad_norm;
+  updater_ = make_updater(strategy_->plan(), parameters_, spec, options);
+}
+
+void Session::use_learning_rate(double lr) {
+  check_usage(std::isfinite(lr) && lr > 0, fmt::format("learning rate {} must be > 0", lr),
+              "pass a positive --lr");
+  // The schedule hands the updater its rate before every step, so nothing else changes.
+  lr_ = lr;
+  resolved_.config.lr = lr;
+}
+
+MicroBatchSource Session::step_batches(int64_t step) const {
+  const int64_t micro = resolved_.config.batch;
+  const int64_t first = step * resolved_.config.effective_batch();
+  const DataSource* data = data_.get();
+  const torch::Device device = device_;
+  return [data, first, micro, device](int64_t index) {
+    return data->train_batch(first + index * micro, micro).to(device);
+  };
+}
+
+}  // namespace gradscope

@@ -1,0 +1,133 @@
+// What one configuration needs to take a step, built in one place: the trainer, `verify` and
+// `--lr auto` (whose trials are trainers) all assemble a run here, so the default learning
+// rate, the resolved architecture, the dropout stream and the order in which things are built
+// cannot differ between them.
+//
+// Bad usage or input is refused (a usage error) before anything is written: settings first,
+// then the names (model, optimizer, strategy), the architecture, the data and the model.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+#include <nlohmann/json.hpp>
+
+#include "gradscope/core/config.h"
+#include "gradscope/models/registry.h"
+#include "gradscope/strategy/strategy.h"
+#include "gradscope/strategy/updater.h"
+#include "gradscope/train/data_source.h"
+
+namespace gradscope {
+
+// A configuration resolved without loading anything: what its record's config says and what
+// its run id is, known before the run starts (a sweep plans with it, and writes it into the
+// record of a run that ended without one).
+struct ResolvedRun {
+  RunConfig given;   // as asked; its canonical JSON and `arch` are the run id
+  RunConfig config;  // with the defaults resolved: learning rate, sequence length, data set,
+                     // tokenizer (what the record's config holds)
+  nlohmann::json arch;
+  std::string run_id;
+};
+
+// Checks the settings (check_config), the model's name and its architecture, and resolves
+// them. A usage error names the first problem.
+ResolvedRun resolve_run(const RunConfig& config);
+// The id of a run: a digest of its canonical configuration and resolved architecture. Known
+// without building anything, so a sweep can tell finished runs from pending ones first.
+std::string run_id_for(const RunConfig& config);
+
+// The architecture of the run: the preset, with the run's --arch overrides, tokenizer,
+// sequence length and dropout applied. The vocabulary is the preset's when it uses the
+// preset's own tokenizer and holds its ids (ModernBERT-base's published 50368), else the
+// tokenizer's size padded up to a multiple of 64.
+nlohmann::json resolve_arch(const RunConfig& config);
+
+// --lr, or the optimizer's default for the model when it is not given (0).
+double learning_rate_of(const RunConfig& config);
+
+// Seeds the default generator, which dropout draws from, for the run's seed: every run of the
+// same seed draws the same masks, whatever else it does.
+void seed_dropout(const RunConfig& config);
+
+struct SessionOptions {
+  // A data source already loaded for this architecture (verify builds several models over
+  // one); null = load the configuration's own.
+  std::shared_ptr<const DataSource> data;
+  // Whether to build the updater (and so the optimizer); verify's gradient checks do not.
+  bool updater = true;
+};
+
+// Threads and a memory cap set for one run, and put back as they were when it ends (or when
+// building the run fails half-way). A CUDA cap is lifted on restore: the caching allocator
+// cannot say what it was before.
+class ProcessSettings {
+ public:
+  ProcessSettings() = default;
+  ~ProcessSettings();
+  ProcessSettings(const ProcessSettings&) = delete;
+  ProcessSettings& operator=(const ProcessSettings&) = delete;
+  void set_threads(int threads);
+  void set_memory_cap(const torch::Device& device, int64_t cap_bytes);
+
+ private:
+  bool threads_set_ = false, cap_set_ = false;
+  int threads_before_ = 0, blas_threads_before_ = 0;
+  int64_t cap_before_ = 0;
+  torch::Device cap_device_ = torch::kCPU;
+};
+
+class Session {
+ public:
+  // Builds everything; a usage error (before anything is written) for bad settings or input.
+  // Process-wide settings the run asks for (threads, a memory cap) hold until it is destroyed.
+  explicit Session(const RunConfig& config, const SessionOptions& options = {});
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  const ResolvedRun& resolved() const { return resolved_; }
+  const RunConfig& config() const { return resolved_.config; }
+  const nlohmann::json& arch() const { return resolved_.arch; }
+  const ModelFamily& family() const { return *family_; }
+  const torch::Device& device() const { return device_; }
+  const DataSource& data() const { return *data_; }
+  // What the data set keeps in the device's memory (CPU runs, when it was loaded here).
+  int64_t data_bytes() const { return data_bytes_; }
+  Model& model() { return *model_; }
+  const std::vector<torch::Tensor>& parameters() const { return parameters_; }
+  int64_t params() const { return params_; }
+  const Strategy& strategy() const { return *strategy_; }
+  // Null when built without one (SessionOptions::updater).
+  Updater* updater() { return updater_.get(); }
+  double lr() const { return lr_; }
+
+  // Trains with this learning rate instead (what --lr auto found); the schedule scales it as
+  // usual. A usage error unless it is positive.
+  void use_learning_rate(double lr);
+
+  // The micro-batch source of step `step` (0-based, warm-up included): the step trains on
+  // samples [step * E, (step + 1) * E) of the data stream, E the effective batch.
+  MicroBatchSource step_batches(int64_t step) const;
+
+ private:
+  void build_updater();
+
+  ProcessSettings process_;  // first: restored last, after everything built under it
+  ResolvedRun resolved_;
+  const ModelFamily* family_ = nullptr;
+  torch::Device device_;
+  std::shared_ptr<const DataSource> data_;
+  int64_t data_bytes_ = 0;
+  std::shared_ptr<Model> model_;
+  std::vector<torch::Tensor> parameters_;
+  int64_t params_ = 0;
+  std::unique_ptr<Strategy> strategy_;
+  std::unique_ptr<Updater> updater_;
+  double lr_ = 0;
+};
+
+}  // namespace gradscope
