@@ -57,6 +57,7 @@ TEST(RecordV1, RunRecordLoads) {
   EXPECT_EQ(c.dtype, Dtype::kDtypeFp32);
   EXPECT_EQ(c.memory_cap_bytes, 0);
   EXPECT_TRUE(c.phase_timing);
+  EXPECT_TRUE(c.log_grad_norm);
   EXPECT_DOUBLE_EQ(c.sample_period_s, 0.1);
   const StepPlan plan = c.step_plan();
   EXPECT_EQ(plan.strategy_name(), "standard");

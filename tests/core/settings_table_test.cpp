@@ -94,6 +94,7 @@ TEST(SettingsTable, TheRecordsConfigRoundTrips) {
                               {"lr-schedule", "cosine"},
                               {"memory-cap", "1GiB"},
                               {"threads", "3"},
+                              {"no-grad-norm", "true"},
                               {"no-phase-timing", "true"},
                               {"grid-intensity", "400"},
                               {"seed", "7"}});
@@ -104,6 +105,7 @@ TEST(SettingsTable, TheRecordsConfigRoundTrips) {
   EXPECT_EQ(j["lr_search"]["trials"], 3);
   EXPECT_EQ(j["lr_auto"], true);
   EXPECT_EQ(j["memory_cap_bytes"], int64_t{1} << 30);
+  EXPECT_EQ(j["log_grad_norm"], false);
   EXPECT_EQ(j["phase_timing"], false);
   EXPECT_EQ(j["dtype"], "bf16");
   EXPECT_EQ(config_to_json(config_from_json(j)), j);
@@ -134,6 +136,7 @@ TEST(SettingsTable, TheIdentityHoldsWhatDefinesTheRun) {
                                                         {"timeout", "60"},
                                                         {"sample-period", "0"},
                                                         {"no-phase-timing", "true"},
+                                                        {"no-grad-norm", "true"},
                                                         {"watts-per-core", "12"},
                                                         {"grid-intensity", "300"},
                                                         {"db", "x.db"},

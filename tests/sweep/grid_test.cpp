@@ -404,11 +404,11 @@ TEST(SweepRunKeys, MatchTheRunCommandsOptions) {
   const auto& keys = run_keys();
   // Every run setting but the outputs (db, json, quiet, memory_snapshot, sweep) and the
   // tables opt and arch.
-  EXPECT_EQ(keys.size(), 36u);
+  EXPECT_EQ(keys.size(), 37u);
   EXPECT_EQ(keys.front(), "model");
   for (const char* key :
        {"accum_steps", "checkpoint_policy", "lr_search_span", "memory_cap", "eval_batches",
-        "timeout", "seq", "recompute", "optimizer_step", "no_phase_timing"})
+        "timeout", "seq", "recompute", "optimizer_step", "no_phase_timing", "no_grad_norm"})
     EXPECT_NE(std::find(keys.begin(), keys.end(), key), keys.end()) << key;
   for (const char* key : {"db", "json", "quiet", "opt", "arch", "config"})
     EXPECT_EQ(std::find(keys.begin(), keys.end(), key), keys.end()) << key;
@@ -419,16 +419,17 @@ TEST(SweepRunKeys, FlagsTakeABooleanAndAreGivenWhenTrue) {
   const Sweep s = load_sweep(write_file(dir, "flags.toml", R"(
 [fixed]
 model = "toy"
+no_grad_norm = true
 [axes]
 no_phase_timing = [true, false]
 )"));
   ASSERT_EQ(s.runs.size(), 2u);
-  EXPECT_EQ(s.runs[0].args(), (Args{"--model", "toy", "--no-phase-timing"}));
-  EXPECT_EQ(s.runs[1].args(), (Args{"--model", "toy"}));
+  EXPECT_EQ(s.runs[0].args(), (Args{"--model", "toy", "--no-grad-norm", "--no-phase-timing"}));
+  EXPECT_EQ(s.runs[1].args(), (Args{"--model", "toy", "--no-grad-norm"}));
 
-  const std::string path = write_file(dir, "bad-flag.toml", "[fixed]\nno_phase_timing = 1\n");
+  const std::string path = write_file(dir, "bad-flag.toml", "[fixed]\nno_grad_norm = 1\n");
   const Error e = expect_usage_error([&] { load_sweep(path); });
-  EXPECT_TRUE(contains(e.what(), path + ":2: 'no_phase_timing' in [fixed] must be true or false"))
+  EXPECT_TRUE(contains(e.what(), path + ":2: 'no_grad_norm' in [fixed] must be true or false"))
       << e.what();
 }
 

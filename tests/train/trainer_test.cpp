@@ -187,6 +187,25 @@ TEST(Trainer, GradientClippingBoundsTheUpdate) {
   EXPECT_NEAR(torch::cat(moves).norm().item<double>(), 0.1 * 1e-3, 1e-7);
 }
 
+// --no-grad-norm: the record takes no gradient norm (and the step no device sync for it),
+// unless clipping needs the norm anyway; training itself is the same.
+TEST(Trainer, NoGradNormLeavesTheNormOutUnlessClippingNeedsIt) {
+  RunConfig c = fixture_config();
+  c.steps = 3;
+  const auto with_norm = record_to_json(Trainer(c).run());
+  c.log_grad_norm = false;
+  const auto without = record_to_json(Trainer(c).run());
+  ASSERT_EQ(without["status"], "ok");
+  EXPECT_EQ(without["config"]["log_grad_norm"], false);
+  EXPECT_EQ(without["run_id"], with_norm["run_id"]);  // how it is measured, not what it is
+  EXPECT_EQ(losses(without), losses(with_norm));
+  for (const auto& s : without["steps"]) EXPECT_TRUE(s["grad_norm"].is_null());
+  for (const auto& s : with_norm["steps"]) EXPECT_GT(s["grad_norm"].get<double>(), 0);
+  c.clip_grad_norm = 1.0;
+  const auto clipped = record_to_json(Trainer(c).run());
+  for (const auto& s : clipped["steps"]) EXPECT_GT(s["grad_norm"].get<double>(), 0);
+}
+
 // The acceptance test: on the real State of the Union corpus the tiny Llama gets at least
 // 10% below the corpus's unigram entropy, so it uses context.
 TEST(Trainer, TinyLlamaLearnsContextOnSotu) {

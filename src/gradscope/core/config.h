@@ -119,6 +119,7 @@ struct RunConfig {
   // --- how it is measured ---
   double sample_period_s = 0.1;  // 0 = no sampler
   bool phase_timing = true;
+  bool log_grad_norm = true;  // the global gradient norm of every step, in the record
   double watts_per_core = 10.0;
   double grid_g_per_kwh = 0;  // 0 = no carbon figure
 

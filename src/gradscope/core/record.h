@@ -2,7 +2,7 @@
 // gradscope.run/2 (docs/record.md gives every field and its unit); record_to_json and
 // record_from_json are the one mapping, used by the trainer, the database, `collect`, the
 // sweep and the report. Records of schema gradscope.run/1 load too: version 2 added settings
-// to "config" (recompute and optimizer_step) and nothing else.
+// to "config" (recompute, optimizer_step, log_grad_norm) and nothing else.
 //
 // A value that was not measured is nullopt here and null in the JSON, never 0. A record the
 // sweep writes for a run that ended without its own (crashed, killed, past its time) has the

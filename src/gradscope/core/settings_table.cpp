@@ -431,6 +431,17 @@ std::vector<Setting> build_settings_table() {
     t.push_back(std::move(s));
   }
   {
+    Setting s = member_row("no-grad-norm", "log_grad_norm", &RunConfig::log_grad_norm, T::kTypeFlag,
+                           R::kRoleMeasures, S::kSectionMeasure,
+                           "Do not record the global gradient norm of every step (saves its "
+                           "device synchronization; clipping still measures it)");
+    s.parse = [flag = s.flag()](RunConfig& c, const std::string& text) {
+      c.log_grad_norm = !parse_flag(flag, text);
+    };
+    s.text = [](const RunConfig& c) { return std::string(c.log_grad_norm ? "false" : "true"); };
+    t.push_back(std::move(s));
+  }
+  {
     Setting s = member_row("watts-per-core", "watts_per_core", &RunConfig::watts_per_core,
                            T::kTypeNumber, R::kRoleMeasures, S::kSectionMeasure,
                            "CPU energy estimate when nothing measures energy: CPU seconds x "

@@ -166,6 +166,7 @@ void Session::build_updater() {
   OptimizerSpec spec{c.optimizer, lr_, c.weight_decay, c.opt};
   UpdaterOptions options;
   options.clip_grad_norm = c.clip_grad_norm;
+  options.log_grad_norm = c.log_grad_norm;
   updater_ = make_updater(strategy_->plan(), parameters_, spec, options);
 }
 
