@@ -202,9 +202,10 @@ TEST(RecordV1, SweepFailureRecordLoads) {
   EXPECT_TRUE(r.evals.empty());
   EXPECT_FALSE(r.final_loss.has_value());
   EXPECT_FALSE(r.final_val_loss.has_value());
+  // Version 1 kept the attempt's elapsed time in total_s; read, it is wall time, as in v2.
   ASSERT_TRUE(r.time.has_value());
-  EXPECT_DOUBLE_EQ(r.time->total_s.value_or(-1), 2.081261519);
-  EXPECT_FALSE(r.time->wall_s.has_value());
+  EXPECT_DOUBLE_EQ(r.time->wall_s.value_or(-1), 2.081261519);
+  EXPECT_FALSE(r.time->total_s.has_value());
   EXPECT_FALSE(r.time->forward_s.has_value());
   EXPECT_FALSE(r.time->timed_steps.has_value());
   EXPECT_FALSE(r.throughput.has_value());

@@ -75,7 +75,8 @@ TEST(CpuMemoryTracker, BlocksAreAlignedAndUsable) {
     EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data_ptr()) % 64, 0u) << "n=" << n;
     EXPECT_EQ(t.sum().item<double>(), static_cast<double>(n) * (n - 1) / 2) << "n=" << n;
   }
-  // raw_allocate asserts that the context equals the data pointer (DESIGN.md pitfalls).
+  // raw_allocate asserts that the context equals the data pointer, so the tracking allocator
+  // must hand back the pointer itself as the context.
   c10::Allocator* allocator = c10::GetCPUAllocator();
   void* raw = allocator->raw_allocate(100);
   ASSERT_NE(raw, nullptr);

@@ -167,13 +167,13 @@ INSTANTIATE_TEST_SUITE_P(Registered, OptimizerDescent,
                          ::testing::ValuesIn(optimizer_registry().names()),
                          [](const auto& info) { return info.param; });
 
-std::vector<torch::Tensor> one_param() { return {torch::ones({3}, torch::requires_grad())}; }
+std::vector<torch::Tensor> fresh_param() { return {torch::ones({3}, torch::requires_grad())}; }
 
 // The usage error's message and hint, for a call that must be refused.
 std::string refusal(const std::string& name, double lr, const OptSettings& opt,
                     double weight_decay = 0) {
   const Error e = testing::expect_usage_error(
-      [&] { make_optimizer(name, one_param(), lr, weight_decay, opt); });
+      [&] { make_optimizer(name, fresh_param(), lr, weight_decay, opt); });
   return std::string(e.what()) + " | " + e.hint();
 }
 
@@ -221,22 +221,23 @@ TEST(OptimizerSettings, ConstructorsRefuseBadValuesNamingThem) {
     ADD_FAILURE() << "expected a c10::Error";
     return "";
   };
-  EXPECT_NE(message([] { Adadelta(one_param(), AdadeltaOptions().rho(1.75)); }).find("1.75"),
+  EXPECT_NE(message([] { Adadelta(fresh_param(), AdadeltaOptions().rho(1.75)); }).find("1.75"),
             std::string::npos);
-  EXPECT_NE(message([] { Adadelta(one_param(), AdadeltaOptions(-3)); }).find("-3"),
+  EXPECT_NE(message([] { Adadelta(fresh_param(), AdadeltaOptions(-3)); }).find("-3"),
             std::string::npos);
-  EXPECT_NE(message([] { Lion(one_param(), LionOptions().weight_decay(-0.25)); }).find("-0.25"),
+  EXPECT_NE(message([] { Lion(fresh_param(), LionOptions().weight_decay(-0.25)); }).find("-0.25"),
             std::string::npos);
   EXPECT_NE(
-      message([] { Adafactor(one_param(), AdafactorOptions().decay_rate(-1.5)); }).find("-1.5"),
+      message([] { Adafactor(fresh_param(), AdafactorOptions().decay_rate(-1.5)); }).find("-1.5"),
       std::string::npos);
-  EXPECT_NE(
-      message([] { Adafactor(one_param(), AdafactorOptions().beta1(1.0)); }).find("beta1 value: 1"),
-      std::string::npos);
+  EXPECT_NE(message([] {
+              Adafactor(fresh_param(), AdafactorOptions().beta1(1.0));
+            }).find("beta1 value: 1"),
+            std::string::npos);
 }
 
 TEST(OptimizerSettings, SettingsReachTheNewOptimizers) {
-  auto adadelta = make_optimizer("adadelta", one_param(), 0.5, 0.01,
+  auto adadelta = make_optimizer("adadelta", fresh_param(), 0.5, 0.01,
                                  {{"rho", "0.95"}, {"eps", "1e-5"}, {"maximize", "true"}});
   const auto& d = static_cast<const AdadeltaOptions&>(adadelta->param_groups()[0].options());
   EXPECT_DOUBLE_EQ(d.lr(), 0.5);
@@ -245,21 +246,21 @@ TEST(OptimizerSettings, SettingsReachTheNewOptimizers) {
   EXPECT_DOUBLE_EQ(d.weight_decay(), 0.01);
   EXPECT_TRUE(d.maximize());
 
-  auto adamw = make_optimizer("adamw", one_param(), 2e-3, 0.05, {{"betas", "0.8,0.95"}});
+  auto adamw = make_optimizer("adamw", fresh_param(), 2e-3, 0.05, {{"betas", "0.8,0.95"}});
   const auto& w =
       static_cast<const torch::optim::AdamWOptions&>(adamw->param_groups()[0].options());
   EXPECT_DOUBLE_EQ(std::get<0>(w.betas()), 0.8);
   EXPECT_DOUBLE_EQ(std::get<1>(w.betas()), 0.95);
   EXPECT_DOUBLE_EQ(w.weight_decay(), 0.05);
 
-  auto lion = make_optimizer("lion", one_param(), 3e-4, 0.1, {{"betas", "0.95,0.98"}});
+  auto lion = make_optimizer("lion", fresh_param(), 3e-4, 0.1, {{"betas", "0.95,0.98"}});
   const auto& l = static_cast<const LionOptions&>(lion->param_groups()[0].options());
   EXPECT_DOUBLE_EQ(l.lr(), 3e-4);
   EXPECT_DOUBLE_EQ(std::get<0>(l.betas()), 0.95);
   EXPECT_DOUBLE_EQ(std::get<1>(l.betas()), 0.98);
   EXPECT_DOUBLE_EQ(l.weight_decay(), 0.1);
 
-  auto adafactor = make_optimizer("adafactor", one_param(), 1e-3, 0,
+  auto adafactor = make_optimizer("adafactor", fresh_param(), 1e-3, 0,
                                   {{"beta1", "0.9"},
                                    {"decay_rate", "-0.5"},
                                    {"clip_threshold", "2"},

@@ -368,6 +368,29 @@ TEST(ReportGroups, ASweepsFailureRecordJoinsItsSeeds) {
   EXPECT_TRUE(testing::contains(runs, ",crashed,,,,,")) << runs;
 }
 
+TEST(ReportGroups, TwoRunIdsOfOneConfigurationAndSeedCountOnce) {
+  // The same experiment stored under two run ids (the default learning rate left out on one,
+  // given on the other): one seed, not two, and the later record stands.
+  FakeRun first{"llama"};
+  first.loss = [](int, double) { return 2.0; };
+  FakeRun again = first;
+  again.loss = [](int, double) { return 3.0; };
+  RunRecord later = record_of(again);
+  later.run_id = "another-id-for-the-same-run";
+  FakeRun seed1 = first;
+  seed1.seed = 1;
+  const ReportData d = analyze_records({record_of(first), record_of(seed1), later}, {});
+  EXPECT_EQ(d.attempts, 3);
+  ASSERT_EQ(d.runs.size(), 2u);
+  ASSERT_EQ(d.groups.size(), 1u);
+  const Group& g = d.groups[0];
+  EXPECT_EQ(g.runs.size(), 2u);
+  EXPECT_EQ(d.runs[g.runs[0]].run_id(), "another-id-for-the-same-run");  // seed 0, the later
+  EXPECT_DOUBLE_EQ(*d.runs[g.runs[0]].record.final_loss, 3.0);
+  // A different seed under its own id stays a run of its own.
+  EXPECT_EQ(d.runs[g.runs[1]].seed(), 1u);
+}
+
 TEST(ReportGroups, EvaluationSettingsSplitGroupsButLabelOnlyWhenNothingElseDiffers) {
   FakeRun eight{"vit"};
   FakeRun four = eight;

@@ -14,35 +14,16 @@
 #include "gradscope/strategy/strategy.h"
 #include "gradscope/strategy/updater.h"
 #include "gradscope/train/trainer.h"
+#include "strategy/tiny_llama.h"
 #include "test_util.h"
 
 namespace gradscope {
 namespace {
 
-constexpr int64_t kVocab = 320;
 constexpr int kSteps = 3;
 
-// The tiny Llama without dropout, identical weights for the same seed.
-std::shared_ptr<Model> tiny_llama(uint64_t seed = 7) {
-  auto arch = llama_preset("tiny");
-  arch["hidden_dropout"] = 0.0;
-  arch["attention_dropout"] = 0.0;
-  auto model = make_llama(arch, seed);
-  model->train();
-  return model;
-}
-
-// Random tokens from their own generator: batch `seed` of the test.
-Batch text_batch(int64_t b, int64_t t, uint64_t seed) {
-  auto gen = at::detail::createCPUGenerator(seed);
-  Batch batch;
-  batch.input_ids = torch::randint(kVocab, {b, t}, gen, torch::kLong);
-  batch.targets = torch::randint(kVocab, {b, t}, gen, torch::kLong);
-  batch.samples = b;
-  batch.tokens = b * t;
-  batch.targets_count = b * t;
-  return batch;
-}
+using testing::text_batch;
+using testing::tiny_llama;
 
 struct NoPhases : PhaseObserver {
   void enter(Phase) override {}

@@ -12,42 +12,14 @@
 #include "gradscope/strategy/checkpoint.h"
 #include "gradscope/strategy/strategy.h"
 #include "gradscope/train/trainer.h"
+#include "strategy/tiny_llama.h"
 #include "test_util.h"
 
 namespace gradscope {
 namespace {
 
-constexpr int64_t kVocab = 320;
-constexpr int64_t kPad = 258;  // the bytes tokenizer's PAD id
-
-// The tiny Llama (2 layers, hidden 64), with dropout p on both the residual branches and
-// the attention weights, and `layers` blocks.
-std::shared_ptr<Model> tiny_llama(double dropout, int64_t layers = 2, uint64_t seed = 7) {
-  auto arch = llama_preset("tiny");
-  arch["hidden_dropout"] = dropout;
-  arch["attention_dropout"] = dropout;
-  arch["num_hidden_layers"] = layers;
-  auto model = make_llama(arch, seed);
-  model->train();
-  return model;
-}
-
-// A batch of random tokens from its own generator. Row i has lengths[i] real positions
-// (all T when lengths is empty); the rest is padding, with no loss taken there.
-Batch text_batch(int64_t b, int64_t t, uint64_t seed, const std::vector<int64_t>& lengths = {}) {
-  auto gen = at::detail::createCPUGenerator(seed);
-  Batch batch;
-  batch.input_ids = torch::randint(kVocab, {b, t}, gen, torch::kLong);
-  batch.targets = torch::randint(kVocab, {b, t}, gen, torch::kLong);
-  for (size_t i = 0; i < lengths.size(); ++i) {
-    batch.input_ids[i].narrow(0, lengths[i], t - lengths[i]).fill_(kPad);
-    batch.targets[i].narrow(0, lengths[i], t - lengths[i]).fill_(kIgnoreIndex);
-  }
-  batch.samples = b;
-  batch.tokens = b * t;
-  batch.targets_count = batch.targets.ne(kIgnoreIndex).sum().item<int64_t>();
-  return batch;
-}
+using testing::text_batch;
+using testing::tiny_llama;
 
 // Rows [first, first + count) of a batch.
 Batch rows(const Batch& batch, int64_t first, int64_t count) {

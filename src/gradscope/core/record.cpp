@@ -293,6 +293,10 @@ bool is_final_status(RunStatus s) {
   return s == RunStatus::kStatusOk || s == RunStatus::kStatusOom || s == RunStatus::kStatusDiverged;
 }
 
+std::optional<double> finite_or_null(double v) {
+  return std::isfinite(v) ? std::optional<double>(v) : std::nullopt;
+}
+
 json record_to_json(const RunRecord& r) {
   json j;
   j["schema"] = kRunSchema;
@@ -510,6 +514,13 @@ RunRecord record_from_json(const json& j) {
   out.started_at = r.text("started_at").value_or("");
   out.finished_at = r.text("finished_at").value_or("");
   out.log = r.text("log");
+  // A version-1 record the sweep wrote for a run that ended without its own put the
+  // attempt's elapsed time in time.total_s (and measured no step): in version 2 that is wall_s.
+  if (out.schema == kRunSchemaV1 && out.log && out.time && out.steps.empty() && !out.time->wall_s &&
+      !out.time->timed_steps) {
+    out.time->wall_s = out.time->total_s;
+    out.time->total_s.reset();
+  }
   return out;
 }
 

@@ -115,7 +115,7 @@ struct RunMemory {
   std::optional<int64_t> activations_peak_bytes;
   std::optional<PhasePeaks> phase_peak_bytes;
   std::optional<int64_t> reserved_peak_bytes;  // CUDA's caching allocator only
-  std::optional<int64_t> peak_rss_bytes;  // null where the system does not say
+  std::optional<int64_t> peak_rss_bytes;       // null where the system does not say
 };
 
 struct RunUtilization {
@@ -231,6 +231,9 @@ struct RunRecord {
 
   bool ok() const { return status == RunStatus::kStatusOk; }
 };
+
+// A measured value as the record holds it: nullopt when it is NaN or infinite.
+std::optional<double> finite_or_null(double v);
 
 // The JSON of schema gradscope.run/2.
 nlohmann::json record_to_json(const RunRecord& record);

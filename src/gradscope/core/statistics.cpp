@@ -9,8 +9,6 @@
 namespace gradscope {
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
 // The regularized incomplete beta function I_x(a, b), by its continued fraction.
 double incomplete_beta(double x, double a, double b) {
   if (x <= 0) return 0;

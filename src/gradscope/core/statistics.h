@@ -2,9 +2,13 @@
 // (step times, utilization) and means over seeds with their 95% Student-t intervals.
 #pragma once
 
+#include <limits>
 #include <vector>
 
 namespace gradscope {
+
+// What the functions below return for no value (and what a missing measurement reads as).
+inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // The p-th percentile (p in [0, 100]) by linear interpolation between closest ranks; the
 // median is the 50th. NaN for no values.

@@ -8,13 +8,13 @@
 
 #include <fmt/format.h>
 
+#include "gradscope/core/statistics.h"
 #include "gradscope/report/format.h"
 
 namespace gradscope {
 
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr Axis kBases[] = {Axis::kSteps, Axis::kSamples};  // the study's basis first
 constexpr const char* kTooClose =
     "The verdict turns on a difference smaller than its 95% interval: more seeds are needed.";

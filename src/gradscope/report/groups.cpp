@@ -10,12 +10,10 @@
 
 #include "gradscope/core/error.h"
 #include "gradscope/core/settings.h"
+#include "gradscope/core/statistics.h"
 
 namespace gradscope {
-
 namespace {
-
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 double or_nan(const std::optional<double>& v) { return v ? *v : kNaN; }
 
@@ -277,19 +275,31 @@ std::string key_without(const Group& g, const std::set<std::string>& erase) {
 GroupedRuns group_runs(std::vector<RunRecord> records) {
   GroupedRuns data;
   data.attempts = static_cast<int64_t>(records.size());
-  std::map<std::string, size_t> latest;
+  // Later records win, by run id and by resolved configuration and seed: two run ids can name
+  // one experiment (the default learning rate given, or left out), and counting it twice would
+  // make one seed look like two. A run keeps the place of its first attempt.
+  std::map<std::string, size_t> by_id, by_seed;
+  std::vector<std::optional<ReportRun>> kept;
   for (RunRecord& record : records) {
+    const std::string id = record.run_id;
+    const std::string seed_key =
+        grouping_key(record.config, record.arch) + "\nseed=" + std::to_string(record.config.seed);
+    std::vector<size_t> superseded;
+    for (const auto& [index, key] : {std::pair{&by_id, id}, std::pair{&by_seed, seed_key}})
+      if (auto it = index->find(key); it != index->end() && kept[it->second])
+        superseded.push_back(it->second);
+    const size_t slot =
+        superseded.empty() ? kept.size() : *std::min_element(superseded.begin(), superseded.end());
+    for (size_t j : superseded) kept[j].reset();
+    if (slot == kept.size()) kept.emplace_back();
     ReportRun run;
     run.curve = curve_of(record);
     run.record = std::move(record);
-    const auto it = latest.find(run.run_id());
-    if (it == latest.end()) {
-      latest[run.run_id()] = data.runs.size();
-      data.runs.push_back(std::move(run));
-    } else {
-      data.runs[it->second] = std::move(run);
-    }
+    kept[slot] = std::move(run);
+    by_id[id] = by_seed[seed_key] = slot;
   }
+  for (auto& run : kept)
+    if (run) data.runs.push_back(std::move(*run));
   check_usage(!data.runs.empty(), "the database holds no runs",
               "run `gradscope run` or `gradscope sweep` with --db pointing at it first");
   std::map<std::string, size_t> by_key;

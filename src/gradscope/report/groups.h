@@ -1,6 +1,8 @@
 // Runs, their loss curves and their groups: the part of the analysis every other part reads.
 //
-// - A run is the latest attempt of one run_id (a retried or resumed run counts once).
+// - A run is the latest attempt of one run_id (a retried or resumed run counts once), and of
+//   one configuration and seed (two run ids that resolve to the same configuration, such as
+//   the default learning rate given and left out, count once).
 // - A group is the runs whose identity settings (core/settings.h) differ only in the seed: its
 //   key is grouping_key(config, arch). Its figures are means over its ok runs with a 95%
 //   Student-t interval (core/statistics.h).
@@ -70,7 +72,7 @@ struct GroupedRuns {
   int64_t attempts = 0;             // every stored attempt, the superseded ones included
 };
 
-// The latest attempt of each run_id (later records win), its curve, and the groups with their
+// The latest attempt of each run (later records win), its curve, and the groups with their
 // figures and labels. Throws a usage error when there is no record.
 GroupedRuns group_runs(std::vector<RunRecord> records);
 

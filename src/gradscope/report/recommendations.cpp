@@ -8,12 +8,11 @@
 #include <fmt/format.h>
 
 #include "gradscope/core/env.h"
+#include "gradscope/core/statistics.h"
 
 namespace gradscope {
 
 namespace {
-
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 double memory_cap(const ReportRun& r) {
   return static_cast<double>(r.record.config.memory_cap_bytes);

@@ -9,13 +9,6 @@
 #include "gradscope/measure/peak.h"
 
 namespace gradscope {
-namespace {
-
-std::optional<double> finite(double v) {
-  return std::isfinite(v) ? std::optional<double>(v) : std::nullopt;
-}
-
-}  // namespace
 
 RunSensors::RunSensors(const RunConfig& config, const torch::Device& device, MemoryMeter& meter,
                        int threads, const Clock& clock) {
@@ -51,16 +44,16 @@ void RunSensors::fill(RunRecord& record, const RunTally& tally, const RunConfig&
       double sum = 0;
       for (double u : gpu) sum += u;
       util.mean_pct = sum / static_cast<double>(gpu.size());
-      util.p50_pct = finite(percentile(gpu, 50));
-      util.p95_pct = finite(percentile(gpu, 95));
+      util.p50_pct = finite_or_null(percentile(gpu, 50));
+      util.p95_pct = finite_or_null(percentile(gpu, 95));
     }
     util.samples = static_cast<int64_t>(gpu.size());
     util.source = !gpu.empty() ? std::string("nvml") : "not available (" + gpu_why_not_ + ")";
   } else {
     util.device = "cpu";
     if (timed_wall > 0) util.mean_pct = 100.0 * timed_cpu / (timed_wall * threads);
-    util.p50_pct = finite(percentile(tally.step_utils, 50));
-    util.p95_pct = finite(percentile(tally.step_utils, 95));
+    util.p50_pct = finite_or_null(percentile(tally.step_utils, 50));
+    util.p95_pct = finite_or_null(percentile(tally.step_utils, 95));
     util.samples = static_cast<int64_t>(tally.step_utils.size());
     util.source = "process cpu time / (wall x threads)";
   }
@@ -99,7 +92,7 @@ RunTime time_part(const RunTally& tally, double wall_s, bool phase_timing) {
   const bool any_timed = !tally.step_times.empty();
   if (any_timed) t.total_s = tally.timed_s;
   t.wall_s = wall_s;
-  t.step_median_s = finite(median(tally.step_times));
+  t.step_median_s = finite_or_null(median(tally.step_times));
   if (any_timed && phase_timing) {
     t.data_s = tally.phase_totals[0];
     t.forward_s = tally.phase_totals[1];

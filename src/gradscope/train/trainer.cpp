@@ -26,10 +26,6 @@ bool is_oom(const std::string& message) {
          message.find("DefaultCPUAllocator: can't allocate") != std::string::npos;
 }
 
-std::optional<double> finite(double v) {
-  return std::isfinite(v) ? std::optional<double>(v) : std::nullopt;
-}
-
 RunFailure failure_at(int64_t step, Phase phase, const std::string& message) {
   return RunFailure{step, std::string(phase_name(phase)), message};
 }
@@ -131,7 +127,7 @@ RunRecord Trainer::run(ProgressSink* progress) {
 
   auto evaluate_at = [&](int64_t done) {
     const Evaluation e = evaluate();
-    tally.evals.push_back({done, finite(e.val_loss), e.accuracy});
+    tally.evals.push_back({done, finite_or_null(e.val_loss), e.accuracy});
     if (progress) progress->on_eval(done, e.val_loss);
   };
 
@@ -164,9 +160,10 @@ RunRecord Trainer::run(ProgressSink* progress) {
       const double step_cpu = process_cpu_seconds() - step_cpu0;
       if (step == 0) tally.state_bytes = updater.state_bytes();
 
-      tally.steps.push_back({step + 1, finite(loss), lr, finite(r.grad_norm), step_s, r.out.samples,
-                             r.out.tokens, r.out.target_count, r.evaluations, !timed});
-      record.final_loss = finite(loss);
+      tally.steps.push_back({step + 1, finite_or_null(loss), lr, finite_or_null(r.grad_norm),
+                             step_s, r.out.samples, r.out.tokens, r.out.target_count, r.evaluations,
+                             !timed});
+      record.final_loss = finite_or_null(loss);
       if (timed) {
         tally.step_times.push_back(step_s);
         const double util = step_s > 0 ? 100.0 * step_cpu / (step_s * threads) : 0;

@@ -116,14 +116,6 @@ VerifyCheck compare(const std::string& strategy, const StepResult& got, const St
   return check;
 }
 
-// Whether the model's blocks run their attention and MLP branches as sub-layers.
-bool model_exposes_sublayers(const RunConfig& config, const nlohmann::json& arch) {
-  auto model = model_registry().get(config.model).build(arch, config.seed);
-  for (const auto& block : model->blocks())
-    if (!block->exposes_sublayers()) return false;
-  return !model->blocks().empty();
-}
-
 }  // namespace
 
 std::vector<VerifyCheck> verify_strategies(const RunConfig& config,
