@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "gradscope/report/analysis.h"
+#include "gradscope/report/encode.h"
 #include "gradscope/report/render.h"
 #include "gradscope/store/db.h"
 #include "test_util.h"
@@ -455,6 +456,69 @@ std::map<std::string, std::string> files_under(const fs::path& root) {
     if (e.is_regular_file())
       files[fs::relative(e.path(), root).string()] = testing::slurp(e.path());
   return files;
+}
+
+// ---- text from records stays text ----
+
+TEST(ReportEncode, TextFromRecordsCannotBecomeCode) {
+  // gnuplot runs backquotes in double-quoted strings only; a line break would end the command.
+  EXPECT_EQ(gnuplot_string("a'b\n`id`"), "'a''b `id`'");
+  EXPECT_EQ(gnuplot_datum("a\tb\nc\r"), "a b c ");
+  EXPECT_EQ(html_escape("'\"<>&"), "&#39;&quot;&lt;&gt;&amp;");
+  EXPECT_EQ(markdown_escape("a\n## b|c"), "a ## b\\|c");
+  EXPECT_EQ(csv_quote("a\rb"), "\"a\rb\"");
+  // The study's names are their own slugs; anything else is changed and tagged with a hash.
+  for (const char* name : {"vit", "modernbert", "llama", "nanovlm", "toy_quadratic"})
+    EXPECT_EQ(file_slug(name), name);
+  const std::regex slug("[a-z0-9_-]+");
+  for (const char* name : {"vit`touch x`", "../../etc", "", "ViT", "a b", "a/b"}) {
+    SCOPED_TRACE(name);
+    EXPECT_TRUE(std::regex_match(file_slug(name), slug)) << file_slug(name);
+    EXPECT_NE(file_slug(name), name);
+  }
+  EXPECT_NE(file_slug("ViT"), file_slug("vit"));
+  EXPECT_NE(file_slug("a b"), file_slug("a-b"));
+  EXPECT_EQ(file_slug("a b"), file_slug("a b"));
+}
+
+// A record's model name with gnuplot's backquotes, quotes that would close an HTML attribute
+// or a JavaScript string, a path and a line break: the report draws it, runs nothing, writes
+// every file inside its folder under a slug name, and shows the name only as text.
+TEST(ReportHostile, AModelNameFromARecordRunsNothingAndStaysText) {
+  if (!have_program("gnuplot")) GTEST_SKIP() << "gnuplot not installed";
+  testing::TempDir dir("gradscope-report-hostile");
+  const std::string marker = dir.file("PWNED");
+  const std::string hostile = "vit`touch " + marker + "`');alert(1);('\" onmouseover=\"alert(2)" +
+                              "<img src=x onerror=alert(3)>/../../escape\nset output";
+  FakeRun a{hostile};
+  FakeRun b = a;
+  b.optimizer = "sgd' `touch " + marker + "2`";
+  const ReportData data = analyze_runs({a, b});
+  const fs::path out = dir.fs_path() / "report";
+  write_report(data, out.string());
+  EXPECT_FALSE(fs::exists(marker));
+  EXPECT_FALSE(fs::exists(marker + "2"));
+  EXPECT_FALSE(fs::exists(dir.fs_path() / "escape"));
+  const std::regex figure_file("[a-z0-9_-]+\\.(svg|png|gp|dat)");
+  int figures = 0;
+  for (const auto& e : fs::recursive_directory_iterator(dir.fs_path())) {
+    if (!e.is_regular_file()) continue;
+    const fs::path rel = fs::relative(e.path(), out);
+    ASSERT_EQ(rel.begin()->string().rfind("..", 0), std::string::npos) << "outside: " << rel;
+    if (rel.parent_path() == "figures") {
+      EXPECT_TRUE(std::regex_match(rel.filename().string(), figure_file)) << rel;
+      ++figures;
+    }
+  }
+  EXPECT_GT(figures, 8);
+  const std::string html = testing::slurp((out / "report.html").string());
+  EXPECT_FALSE(testing::contains(html, "onclick"));
+  EXPECT_FALSE(testing::contains(html, "onmouseover=\""));
+  EXPECT_FALSE(testing::contains(html, "<img src=x"));
+  EXPECT_FALSE(testing::contains(html, "alert(1);('"));
+  EXPECT_TRUE(testing::contains(html, "&lt;img src=x onerror=alert(3)&gt;"));
+  const std::string md = testing::slurp((out / "summary.md").string());
+  EXPECT_FALSE(testing::contains(md, "\nset output")) << "a line break in a name ends the cell";
 }
 
 #ifdef GRADSCOPE_BINARY

@@ -23,6 +23,9 @@ std::string html_escape(const std::string& s) {
       case '"':
         out += "&quot;";
         break;
+      case '\'':
+        out += "&#39;";
+        break;
       default:
         out += c;
     }
@@ -30,14 +33,32 @@ std::string html_escape(const std::string& s) {
   return out;
 }
 
+namespace {
+
+bool is_control(char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; }
+
+}  // namespace
+
 std::string markdown_escape(const std::string& s) {
   std::string out;
-  for (char c : s) out += c == '|' ? std::string("\\|") : std::string(1, c);
+  for (char c : s) out += c == '|' ? std::string("\\|") : std::string(1, is_control(c) ? ' ' : c);
   return out;
 }
 
+std::string file_slug(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    const bool keep = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+    out += keep ? c : '-';
+  }
+  if (out == s && !s.empty()) return out;
+  uint32_t h = 2166136261u;  // FNV-1a
+  for (char c : s) h = (h ^ static_cast<unsigned char>(c)) * 16777619u;
+  return out + (out.empty() ? "" : "-") + fmt::format("{:08x}", h);
+}
+
 std::string csv_quote(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
   std::string out = "\"";
   for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
   return out + "\"";
@@ -53,8 +74,15 @@ std::string csv_number(double v) { return std::isfinite(v) ? fmt::format("{}", v
 
 std::string gnuplot_string(const std::string& s) {
   std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
+  for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, is_control(c) ? ' ' : c);
   return out + "'";
+}
+
+std::string gnuplot_datum(const std::string& s) {
+  std::string out = s;
+  for (char& c : out)
+    if (is_control(c)) c = ' ';
+  return out;
 }
 
 std::string gnuplot_number(double v) { return std::isfinite(v) ? fmt::format("{:.6g}", v) : "NaN"; }

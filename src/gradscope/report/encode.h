@@ -7,20 +7,30 @@
 
 namespace gradscope {
 
-// &, <, > and " as entities.
+// &, <, >, " and ' as entities: safe in text and in quoted attribute values.
 std::string html_escape(const std::string& s);
-// '|' escaped, for a Markdown table cell.
+// '|' escaped and line breaks as spaces, for a Markdown table cell.
 std::string markdown_escape(const std::string& s);
 
-// A CSV field, quoted when it holds a comma, a quote or a newline (RFC 4180).
+// A name for a file or an HTML id made from text that may come from a record: lower-case
+// letters, digits, '_' and '-' are kept, anything else becomes '-'. When anything was changed
+// (or the text is empty) an 8-digit hash of the text follows, so two texts never share a
+// slug. The study's model names are their own slugs.
+std::string file_slug(const std::string& s);
+
+// A CSV field, quoted when it holds a comma, a quote or a line break (RFC 4180).
 std::string csv_quote(const std::string& s);
 // The fields as one CSV line, newline included.
 std::string csv_row(const std::vector<std::string>& cells);
 // A number for a CSV file: shortest round-trip text, empty (not measured) for NaN.
 std::string csv_number(double v);
 
-// A gnuplot single-quoted string ('' is a quote inside one).
+// A gnuplot single-quoted string ('' is a quote inside one; gnuplot substitutes nothing in
+// it). Control characters become spaces: a line break would end the command.
 std::string gnuplot_string(const std::string& s);
+// A text field of a gnuplot data file (tab-separated): tabs, line breaks and other control
+// characters become spaces.
+std::string gnuplot_datum(const std::string& s);
 // A number for a gnuplot data file: 6 significant digits, "NaN" (gnuplot's missing) for NaN.
 std::string gnuplot_number(double v);
 

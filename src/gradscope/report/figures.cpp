@@ -139,7 +139,7 @@ class FigureWriter {
         if (g.strategy != strategy) continue;
         const std::string block = curve_block(g, axis);
         if (block.empty()) continue;
-        dat_text += fmt::format("# {}\n{}\n\n", g.label, block);
+        dat_text += fmt::format("# {}\n{}\n\n", gnuplot_datum(g.label), block);
         const int dash = 1 + seen[g.optimizer]++;
         if (g.ok_runs.size() > 1) {
           any_band = true;
@@ -188,7 +188,7 @@ class FigureWriter {
   }
 
   static std::string figure_name(const std::string& kind, const std::string& model, Axis axis) {
-    return fmt::format("{}-{}-{}", kind, model, axis_name(axis));
+    return fmt::format("{}-{}-{}", kind, file_slug(model), axis_name(axis));
   }
 
   // Stacked bars, one per group: rows "label\tv1\tv2...", series titles and colors.
@@ -196,10 +196,10 @@ class FigureWriter {
                     const std::vector<std::vector<double>>& values,
                     const std::vector<std::string>& series, const std::string& ylabel) {
     std::string dat_text = "# label";
-    for (const auto& s : series) dat_text += "\t" + s;
+    for (const auto& s : series) dat_text += "\t" + gnuplot_datum(s);
     dat_text += "\n";
     for (size_t i = 0; i < labels.size(); ++i) {
-      dat_text += labels[i];
+      dat_text += gnuplot_datum(labels[i]);
       for (double v : values[i]) dat_text += "\t" + gnuplot_number(v);
       dat_text += "\n";
     }
@@ -250,7 +250,7 @@ class FigureWriter {
 
   void memory_figure(const std::string& model) {
     Figure f;
-    f.name = "memory-" + model;
+    f.name = "memory-" + file_slug(model);
     f.kind = "memory";
     f.title = model + ": peak memory by component";
     f.caption =
@@ -264,7 +264,7 @@ class FigureWriter {
 
   void phases_figure(const std::string& model) {
     Figure f;
-    f.name = "phases-" + model;
+    f.name = "phases-" + file_slug(model);
     f.kind = "phases";
     f.title = model + ": time per step by phase";
     f.caption =
@@ -298,15 +298,16 @@ class FigureWriter {
     std::string all, front;
     double best = INFINITY;
     for (const Point& p : points) {
-      all += fmt::format("{}\t{}\t{}\n", gnuplot_number(p.mib), gnuplot_number(p.loss), p.label);
+      all += fmt::format("{}\t{}\t{}\n", gnuplot_number(p.mib), gnuplot_number(p.loss),
+                         gnuplot_datum(p.label));
       if (p.loss < best) {
         best = p.loss;
-        front +=
-            fmt::format("{}\t{}\t{}\n", gnuplot_number(p.mib), gnuplot_number(p.loss), p.label);
+        front += fmt::format("{}\t{}\t{}\n", gnuplot_number(p.mib), gnuplot_number(p.loss),
+                             gnuplot_datum(p.label));
       }
     }
     Figure f;
-    f.name = "pareto-" + model;
+    f.name = "pareto-" + file_slug(model);
     f.section = model;
     f.kind = "pareto";
     f.title = model + ": loss against peak memory";
@@ -346,8 +347,8 @@ class FigureWriter {
               block += fmt::format("{}\t{}\n", gnuplot_number(s.t_s), gnuplot_number(*u));
           }
           if (!block.empty()) {
-            dat_text += fmt::format("# {} ({}), seed {}\n{}\n\n", model, g.label,
-                                    data_.runs[r].seed(), block);
+            dat_text += fmt::format("# {} ({}), seed {}\n{}\n\n", gnuplot_datum(model),
+                                    gnuplot_datum(g.label), data_.runs[r].seed(), block);
             plots += fmt::format(
                 "{}'utilization.dat' index {} using 1:2 with lines lw 1.5 lc rgb "
                 "'{}' title {}",

@@ -4,6 +4,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <system_error>
@@ -11,14 +13,29 @@
 #include <fmt/format.h>
 
 #include "gradscope/core/error.h"
+#include "gradscope/report/encode.h"
 #include "gradscope/report/files.h"
 
 namespace gradscope {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// A figure's name goes into file names, the script and the page: it must be a slug.
+void check_figure_name(const std::string& name) {
+  const bool safe =
+      !name.empty() && name[0] != '-' && std::all_of(name.begin(), name.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_';
+      });
+  if (!safe) fail_runtime("a figure name is not a file slug: " + file_slug(name));
+}
+
+}  // namespace
+
 std::string gnuplot_script(const std::string& name, int width, int height,
                            const std::string& body) {
+  check_figure_name(name);
   return fmt::format(
       "# Draws {0}.svg and {0}.png from {0}.dat: `gnuplot {0}.gp`.\n"
       "set datafile separator \"\\t\"\n"
@@ -31,14 +48,15 @@ std::string gnuplot_script(const std::string& name, int width, int height,
       "    set terminal pngcairo size {1},{2} noenhanced font \"sans,10\" background rgb "
       "\"white\"\n"
       "  }}\n"
-      "  set output \"{0}.\".format\n"
+      "  set output {4}.format\n"
       "{3}"
       "  set output\n"
       "}}\n",
-      name, width, height, body);
+      name, width, height, body, gnuplot_string(name + "."));
 }
 
 void run_gnuplot(const std::string& gnuplot, const fs::path& dir, const std::string& name) {
+  check_figure_name(name);
   const fs::path log = dir / (name + ".log");
   const pid_t pid = fork();
   if (pid < 0)
@@ -51,7 +69,7 @@ void run_gnuplot(const std::string& gnuplot, const fs::path& dir, const std::str
       dup2(fd, 2);
       close(fd);
     }
-    const std::string script = name + ".gp";
+    const std::string script = "./" + name + ".gp";  // never read as an option
     execlp(gnuplot.c_str(), gnuplot.c_str(), script.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }

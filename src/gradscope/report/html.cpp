@@ -52,10 +52,16 @@ a { color: #1f5fb4; }
 // (data-figures-loaded, data-figures-visible, data-figures-total) for automated checks.
 const char* kScript = R"JS(
 function gsShowAxis(group, axis) {
-  document.querySelectorAll('[data-loss-group="' + group + '"]').forEach(function (el) {
+  document.querySelectorAll('[data-loss-group]').forEach(function (el) {
+    if (el.getAttribute('data-loss-group') !== group) return;
     el.classList.toggle('active', el.getAttribute('data-axis') === axis);
   });
 }
+document.querySelectorAll('.axis-switch button').forEach(function (b) {
+  b.addEventListener('click', function () {
+    gsShowAxis(b.getAttribute('data-loss-group'), b.getAttribute('data-axis'));
+  });
+});
 window.addEventListener('load', function () {
   var imgs = Array.prototype.slice.call(document.querySelectorAll('img.figure'));
   var loaded = imgs.filter(function (i) { return i.complete && i.naturalWidth > 0; });
@@ -86,8 +92,9 @@ std::string figure_html(const Figure& f, const fs::path& figures_dir,
       "src=\"data:image/svg+xml;base64,{}\">\n<figcaption><b>{}.</b> {} "
       "<a href=\"figures/{}.png\">PNG</a> · <a href=\"figures/{}.svg\">SVG</a> · "
       "<a href=\"figures/{}.gp\">gnuplot script</a></figcaption>\n</figure>\n",
-      extra_class, extra_attrs, f.name, html_escape(f.title), base64(svg), html_escape(f.title),
-      html_escape(f.caption), f.name, f.name, f.name);
+      extra_class, extra_attrs, html_escape(f.name), html_escape(f.title), base64(svg),
+      html_escape(f.title), html_escape(f.caption), html_escape(f.name), html_escape(f.name),
+      html_escape(f.name));
 }
 
 }  // namespace
@@ -130,7 +137,8 @@ std::string report_html(const ReportData& data, const std::vector<Figure>& figur
   }
   h += "</section>\n";
   for (const std::string& model : data.models) {
-    h += fmt::format("<section id=\"model-{0}\"><h2>{0}</h2>\n", html_escape(model));
+    const std::string group = html_escape(file_slug(model));
+    h += fmt::format("<section id=\"model-{}\"><h2>{}</h2>\n", group, html_escape(model));
     h += html_table(groups_table(data, model));
     bool switcher = false;
     for (const Figure& f : figures) {
@@ -140,19 +148,17 @@ std::string report_html(const ReportData& data, const std::vector<Figure>& figur
         for (const Figure& g : figures)
           if (g.section == model && g.kind == "loss")
             h += fmt::format(
-                "<button type=\"button\" class=\"{}\" data-loss-group=\"{}\" data-axis=\"{}\" "
-                "onclick=\"gsShowAxis('{}', '{}')\">{}</button>",
-                g.axis == f.axis ? "active" : "", html_escape(model), g.axis, html_escape(model),
-                g.axis, g.axis);
+                "<button type=\"button\" class=\"{}\" data-loss-group=\"{}\" data-axis=\"{}\">"
+                "{}</button>",
+                g.axis == f.axis ? "active" : "", group, g.axis, g.axis);
         h += "</div>\n";
         switcher = true;
       }
       const bool first = &f == &*std::find_if(figures.begin(), figures.end(), [&](const Figure& g) {
         return g.section == model && g.kind == "loss";
       });
-      h += figure_html(
-          f, figures_dir, std::string("axis-figure") + (first ? " active" : ""),
-          fmt::format(" data-loss-group=\"{}\" data-axis=\"{}\"", html_escape(model), f.axis));
+      h += figure_html(f, figures_dir, std::string("axis-figure") + (first ? " active" : ""),
+                       fmt::format(" data-loss-group=\"{}\" data-axis=\"{}\"", group, f.axis));
     }
     for (const Figure& f : figures)
       if (f.section == model && f.kind != "loss") h += figure_html(f, figures_dir, "", "");

@@ -145,7 +145,7 @@ std::string markdown_summary(const ReportData& data) {
     for (const std::string& note : f.notes) md += fmt::format("\n- {}: {}", f.id, note);
   md += "\n";
   for (const std::string& model : data.models)
-    md += "\n## " + model + "\n\n" + markdown_table(groups_table(data, model));
+    md += "\n## " + markdown_escape(model) + "\n\n" + markdown_table(groups_table(data, model));
   return md;
 }
 
