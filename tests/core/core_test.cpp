@@ -30,6 +30,9 @@ TEST(ParseBytes, UnitsAndErrors) {
   EXPECT_EQ(parse_bytes("8GiB"), 8LL * 1024 * 1024 * 1024);
   EXPECT_EQ(parse_bytes("2GB"), 2000000000LL);
   EXPECT_THROW(parse_bytes("lots"), Error);
+  EXPECT_THROW(parse_bytes("1e19"), Error);  // past int64: must not wrap to a negative count
+  EXPECT_THROW(parse_bytes("10000000TB"), Error);
+  EXPECT_EQ(parse_bytes("1e18"), 1000000000000000000LL);
   EXPECT_THROW(parse_bytes("5 parsecs"), Error);
   EXPECT_THROW(parse_bytes("-5"), Error);
 }

@@ -114,6 +114,9 @@ int64_t parse_bytes(const std::string& text) {
   double bytes = value * scale;
   check_usage(std::isfinite(bytes) && bytes > 0, "byte count '" + text + "' must be positive",
               "write a positive size such as 512MiB or 8GiB");
+  // 2^63 bytes and more do not fit the count (they would wrap to a negative number).
+  check_usage(bytes < 9223372036854775808.0, "byte count '" + text + "' is too large",
+              "write a size below 8 EiB, such as 512MiB or 8GiB");
   return static_cast<int64_t>(std::llround(bytes));
 }
 
