@@ -234,6 +234,16 @@ std::vector<PlannedRun> plan_sweep(const Sweep& sweep, Database& db,
   return plan;
 }
 
+std::string free_attempt_stem(const std::string& log_dir, const std::string& run_id, int& counter) {
+  while (true) {
+    const std::string stem = fmt::format("{}-{}", run_id, ++counter);
+    std::error_code ec;
+    if (!fs::exists(fs::path(log_dir) / (stem + ".log"), ec) &&
+        !fs::exists(fs::path(log_dir) / (stem + ".json"), ec))
+      return stem;
+  }
+}
+
 int64_t run_sweep(const Sweep& sweep, std::vector<PlannedRun>& plan, Database& db,
                   const SweepOptions& o) {
   FILE* out = o.out;
@@ -277,7 +287,7 @@ int64_t run_sweep(const Sweep& sweep, std::vector<PlannedRun>& plan, Database& d
     a.slot =
         static_cast<int>(std::find(slot_busy.begin(), slot_busy.end(), false) - slot_busy.begin());
     slot_busy[static_cast<size_t>(a.slot)] = true;
-    const std::string stem = fmt::format("{}-{}", run.run_id, ++attempt_counter);
+    const std::string stem = free_attempt_stem(o.log_dir, run.run_id, attempt_counter);
     a.log = (fs::path(o.log_dir) / (stem + ".log")).string();
     a.result = (fs::path(o.log_dir) / (stem + ".json")).string();
     std::vector<std::string> args = {"run"};

@@ -58,6 +58,12 @@ RunRecord failure_record(const PlannedRun& run, const std::string& sweep, RunSta
                          const std::string& message, const std::string& log,
                          const std::string& started_at, double elapsed_s, int64_t threads);
 
+// The name (without extension) of an attempt's log and result files in log_dir: RUN_ID-N
+// with the first N from `counter` on at which neither RUN_ID-N.log nor RUN_ID-N.json exists,
+// so that a resumed sweep never overwrites an earlier attempt's files (a failure record
+// points at its log). Advances `counter` past the N it returns.
+std::string free_attempt_stem(const std::string& log_dir, const std::string& run_id, int& counter);
+
 struct SweepOptions {
   std::string db_path;
   int64_t jobs = 1;
