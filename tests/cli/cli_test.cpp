@@ -3,8 +3,12 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <sqlite3.h>
+
 #include <fstream>
 
+#include "gradscope/core/record.h"
+#include "gradscope/store/db.h"
 #include "test_util.h"
 
 namespace gradscope {
@@ -156,6 +160,30 @@ TEST(Cli, RunWritesDatabaseJsonAndSummary) {
   const Result q = gradscope(args + " --quiet");  // a second attempt appends
   EXPECT_EQ(q.code, 0) << q.err;
   EXPECT_TRUE(q.out.empty()) << q.out;
+}
+
+// A database that refuses the run (here a trigger aborts every insert into runs): the record
+// file is written first, so the run is not lost, and the error says where it is.
+TEST(Cli, ADatabaseThatRefusesTheRunLeavesTheRecordFile) {
+  testing::TempDir tmp("gradscope-db-refuses");
+  const std::string db = tmp.file("runs.db");
+  { Database create(db); }
+  sqlite3* handle = nullptr;
+  ASSERT_EQ(sqlite3_open(db.c_str(), &handle), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(handle,
+                         "CREATE TRIGGER refuse BEFORE INSERT ON runs "
+                         "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(handle);
+  const Result r = gradscope(kFixtureRun + " --db " + db + " --json " + tmp.file("run.json"));
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.err.find("refused by the test"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("gradscope collect"), std::string::npos) << r.err;
+  ASSERT_TRUE(std::filesystem::exists(tmp.file("run.json"))) << r.err;
+  const RunRecord record = record_from_json(nlohmann::json::parse(slurp(tmp.file("run.json"))));
+  EXPECT_TRUE(record.ok());
+  EXPECT_EQ(record.steps.size(), 2u);
 }
 
 TEST(Cli, FailedRunExitsOneAndIsRecorded) {

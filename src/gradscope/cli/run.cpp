@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -77,8 +78,28 @@ int execute(const RunOptions& o) {
         record, db->latest_probe(record.env->host, record.env->device_name, record.env->threads));
   record.started_at = started_at;
   record.finished_at = utc_now_iso8601();
-  const int64_t attempt = db ? db->write_run(record) : 0;
-  if (!c.json_path.empty()) write_json_atomically(c.json_path, record_to_json(record));
+  // The record file first: when the database cannot take the run, the file still holds it
+  // for `gradscope collect`; when the file cannot be written, the database is still tried.
+  std::exception_ptr json_failed;
+  if (!c.json_path.empty()) {
+    try {
+      write_json_atomically(c.json_path, record_to_json(record));
+    } catch (...) {
+      json_failed = std::current_exception();
+    }
+  }
+  int64_t attempt = 0;
+  if (db) {
+    try {
+      attempt = db->write_run(record);
+    } catch (const Error& e) {
+      if (c.json_path.empty() || json_failed) throw;
+      fail_runtime(e.what(), fmt::format("the run's record is in {}: `gradscope collect` merges "
+                                         "it into the database once the database can be written",
+                                         c.json_path));
+    }
+  }
+  if (json_failed) std::rethrow_exception(json_failed);
   if (!c.quiet) {
     std::vector<std::pair<std::string, std::string>> where;
     if (db) where.push_back({"database", fmt::format("{} (attempt {})", c.db_path, attempt)});
