@@ -30,7 +30,7 @@ RunConfig parse_run_arguments(const std::vector<std::string>& args);
 // Shared by the commands that write files and read settings (defined in run.cpp).
 // A usage error unless the file's folder exists and is writable.
 void check_output_path(const std::string& path);
-// Writes a temporary file and renames it, so a reader never sees half a record.
+// The JSON, indented, by write_file_atomically (core/files.h): never half a record.
 void write_json_atomically(const std::string& path, const nlohmann::json& j);
 
 // `gradscope run --config FILE.toml ...`: the file's settings become flags right after `run`,

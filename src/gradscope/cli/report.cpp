@@ -1,7 +1,6 @@
 // `gradscope report DB --out DIR`: the report of a results database (report/analysis.h for
 // what it computes, report/render.h for the files). Reads the database only.
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -12,6 +11,7 @@
 #include "gradscope/core/env.h"
 #include "gradscope/core/error.h"
 #include "gradscope/report/analysis.h"
+#include "gradscope/report/files.h"
 #include "gradscope/report/render.h"
 #include "gradscope/store/db.h"
 
@@ -71,13 +71,13 @@ void add_report_command(CLI::App& root, int& exit_code) {
       const std::string md = markdown_summary(data);
       fmt::print("{}", md);
       if (!o->out.empty()) {
-        std::filesystem::create_directories(o->out);
-        std::ofstream(std::filesystem::path(o->out) / "summary.md") << md;
+        make_folder(o->out);
+        write_file(std::filesystem::path(o->out) / "summary.md", md);
       }
     } else if (o->format == "csv") {
-      std::filesystem::create_directories(o->out);
-      std::ofstream(std::filesystem::path(o->out) / "runs.csv") << runs_csv(data);
-      std::ofstream(std::filesystem::path(o->out) / "steps.csv") << steps_csv(data);
+      make_folder(o->out);
+      write_file(std::filesystem::path(o->out) / "runs.csv", runs_csv(data));
+      write_file(std::filesystem::path(o->out) / "steps.csv", steps_csv(data));
       fmt::print("wrote {0}/runs.csv and {0}/steps.csv ({1} runs)\n", o->out, data.runs.size());
     } else {
       const auto figures = write_report(data, o->out, o->gnuplot);

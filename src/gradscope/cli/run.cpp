@@ -4,7 +4,6 @@
 #include <cstdio>
 #include <exception>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 
 #include "gradscope/cli/commands.h"
@@ -12,6 +11,7 @@
 #include "gradscope/cli/settings_options.h"
 #include "gradscope/core/env.h"
 #include "gradscope/core/error.h"
+#include "gradscope/core/files.h"
 #include "gradscope/core/log.h"
 #include "gradscope/core/settings.h"
 #include "gradscope/report/summary.h"
@@ -134,15 +134,8 @@ void check_output_path(const std::string& path) {
               "choose a path in a writable folder");
 }
 
-// Writes to a temporary file and renames it, so a reader never sees half a record.
 void write_json_atomically(const std::string& path, const nlohmann::json& j) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << j.dump(2) << "\n";
-    if (!out) fail_runtime("cannot write '" + tmp + "'", "check free disk space");
-  }
-  std::filesystem::rename(tmp, path);
+  write_file_atomically(path, j.dump(2) + "\n");
 }
 
 RunConfig parse_run_arguments(const std::vector<std::string>& args) {

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "gradscope/core/error.h"
+#include "gradscope/core/files.h"
 
 namespace gradscope {
 
@@ -18,9 +19,7 @@ std::string read_file(const std::filesystem::path& path) {
 }
 
 void write_file(const std::filesystem::path& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary);
-  f << text;
-  if (!f) fail_runtime("cannot write " + path.string(), "check free disk space and permissions");
+  write_file_atomically(path.string(), text);
 }
 
 void make_folder(const std::filesystem::path& path) {
