@@ -26,14 +26,31 @@ TEST(AtomicFile, WritesReplacesAndLeavesNothingElse) {
   const std::string path = dir.file("record.json");
   write_file_atomically(path, "first\n");
   EXPECT_EQ(testing::slurp(path), "first\n");
-  write_file_atomically(path, std::string(1 << 20, 'x'));  // larger than one write
+  write_file_atomically(path, std::string(1 << 20, 'x'));
   EXPECT_EQ(testing::slurp(path), std::string(1 << 20, 'x'));
   write_file_atomically(path, "");
   EXPECT_EQ(testing::slurp(path), "");
   EXPECT_EQ(entries(dir.path()), 1);
-  struct stat st {};
-  ASSERT_EQ(stat(path.c_str(), &st), 0);
-  EXPECT_EQ(st.st_mode & 0777, 0644u);
+}
+
+// The mode a plain write would give: the old file's, or 0666 less the umask.
+TEST(AtomicFile, KeepsTheModeAPlainWriteWouldGive) {
+  testing::TempDir dir("gradscope-atomic");
+  const auto mode = [](const std::string& path) {
+    struct stat st {};
+    EXPECT_EQ(stat(path.c_str(), &st), 0);
+    return st.st_mode & 0777;
+  };
+  const mode_t before = umask(077);
+  write_file_atomically(dir.file("private"), "x");
+  umask(022);
+  write_file_atomically(dir.file("shared"), "x");
+  umask(before);
+  EXPECT_EQ(mode(dir.file("private")), 0600u);
+  EXPECT_EQ(mode(dir.file("shared")), 0644u);
+  chmod(dir.file("shared").c_str(), 0640);
+  write_file_atomically(dir.file("shared"), "y");  // replacing keeps the old file's mode
+  EXPECT_EQ(mode(dir.file("shared")), 0640u);
 }
 
 // A fixed temporary name could be taken (a folder, another writer's file); each write has
@@ -48,7 +65,7 @@ TEST(AtomicFile, ATakenTemporaryNameDoesNotStopTheWrite) {
   EXPECT_EQ(entries(dir.path()), 2);
 }
 
-TEST(AtomicFile, AFailedWriteNamesThePathAndLeavesTheOldFile) {
+TEST(AtomicFile, AFailedWriteNamesThePathAndLeavesNothingBehind) {
   testing::TempDir dir("gradscope-atomic");
   const std::string missing = dir.file("no-such-folder/run.json");
   try {

@@ -466,18 +466,27 @@ TEST(ReportEncode, TextFromRecordsCannotBecomeCode) {
   EXPECT_EQ(gnuplot_datum("a\tb\nc\r"), "a b c ");
   EXPECT_EQ(html_escape("'\"<>&"), "&#39;&quot;&lt;&gt;&amp;");
   EXPECT_EQ(markdown_escape("a\n## b|c"), "a ## b\\|c");
+  EXPECT_EQ(markdown_escape("<img src=x> 1 < 2 </b>"), "\\<img src=x> 1 < 2 \\</b>");
   EXPECT_EQ(csv_quote("a\rb"), "\"a\rb\"");
   // The study's names are their own slugs; anything else is changed and tagged with a hash.
   for (const char* name : {"vit", "modernbert", "llama", "nanovlm", "toy_quadratic"})
     EXPECT_EQ(file_slug(name), name);
-  const std::regex slug("[a-z0-9_-]+");
-  for (const char* name : {"vit`touch x`", "../../etc", "", "ViT", "a b", "a/b"}) {
+  const std::regex slug("[a-z0-9_-]*\\.[0-9a-f]{16}");
+  const std::string longest(300, 'a');
+  for (const std::string& name :
+       {std::string("vit`touch x`"), std::string("../../etc"), std::string(), std::string("ViT"),
+        std::string("a b"), std::string("a/b"), longest}) {
     SCOPED_TRACE(name);
     EXPECT_TRUE(std::regex_match(file_slug(name), slug)) << file_slug(name);
     EXPECT_NE(file_slug(name), name);
+    EXPECT_LE(file_slug(name).size(), 81u);
+    // A name that is already some slug's text keeps itself, and so cannot take that slug.
+    const std::string text = file_slug(name).substr(0, file_slug(name).find('.'));
+    if (text != name) EXPECT_NE(file_slug(text), file_slug(name));
   }
   EXPECT_NE(file_slug("ViT"), file_slug("vit"));
   EXPECT_NE(file_slug("a b"), file_slug("a-b"));
+  EXPECT_NE(file_slug(longest), file_slug(longest + "b"));
   EXPECT_EQ(file_slug("a b"), file_slug("a b"));
 }
 
@@ -493,13 +502,16 @@ TEST(ReportHostile, AModelNameFromARecordRunsNothingAndStaysText) {
   FakeRun a{hostile};
   FakeRun b = a;
   b.optimizer = "sgd' `touch " + marker + "2`";
-  const ReportData data = analyze_runs({a, b});
+  // A name with nothing but backquotes: gnuplot, which runs in figures/, would run it there.
+  FakeRun c{"vit`touch PWNED`"};
+  const ReportData data = analyze_runs({a, b, c});
   const fs::path out = dir.fs_path() / "report";
   write_report(data, out.string());
   EXPECT_FALSE(fs::exists(marker));
   EXPECT_FALSE(fs::exists(marker + "2"));
   EXPECT_FALSE(fs::exists(dir.fs_path() / "escape"));
-  const std::regex figure_file("[a-z0-9_-]+\\.(svg|png|gp|dat)");
+  EXPECT_FALSE(fs::exists(dir.fs_path() / "report" / "figures" / "PWNED"));
+  const std::regex figure_file("[a-z0-9_.-]+\\.(svg|png|gp|dat)");
   int figures = 0;
   for (const auto& e : fs::recursive_directory_iterator(dir.fs_path())) {
     if (!e.is_regular_file()) continue;

@@ -2,9 +2,9 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <exception>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 
 #include "gradscope/cli/commands.h"
 #include "gradscope/cli/progress.h"
@@ -80,12 +80,12 @@ int execute(const RunOptions& o) {
   record.finished_at = utc_now_iso8601();
   // The record file first: when the database cannot take the run, the file still holds it
   // for `gradscope collect`; when the file cannot be written, the database is still tried.
-  std::exception_ptr json_failed;
+  std::optional<Error> json_failed;
   if (!c.json_path.empty()) {
     try {
       write_json_atomically(c.json_path, record_to_json(record));
-    } catch (...) {
-      json_failed = std::current_exception();
+    } catch (const Error& e) {
+      json_failed = e;
     }
   }
   int64_t attempt = 0;
@@ -93,13 +93,21 @@ int execute(const RunOptions& o) {
     try {
       attempt = db->write_run(record);
     } catch (const Error& e) {
-      if (c.json_path.empty() || json_failed) throw;
+      if (json_failed)
+        fail_runtime(fmt::format("the run was lost: {}; and {}", e.what(), json_failed->what()),
+                     json_failed->hint());
+      if (c.json_path.empty()) throw;
       fail_runtime(e.what(), fmt::format("the run's record is in {}: `gradscope collect` merges "
                                          "it into the database once the database can be written",
                                          c.json_path));
     }
   }
-  if (json_failed) std::rethrow_exception(json_failed);
+  if (json_failed) {
+    if (!db) throw *json_failed;
+    fail_runtime(
+        json_failed->what(),
+        fmt::format("the run is stored in the database {} (attempt {})", c.db_path, attempt));
+  }
   if (!c.quiet) {
     std::vector<std::pair<std::string, std::string>> where;
     if (db) where.push_back({"database", fmt::format("{} (attempt {})", c.db_path, attempt)});

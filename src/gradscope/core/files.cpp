@@ -7,14 +7,13 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <vector>
 
 #include "gradscope/core/error.h"
 
 namespace gradscope {
 namespace {
-
-std::string errno_text() { return std::strerror(errno); }
 
 // fsync of a folder, so that a rename in it survives a power cut. Some file systems refuse
 // to open or sync a folder; the data itself is already on the disk then.
@@ -25,6 +24,17 @@ void sync_folder(const std::string& folder) {
   ::close(fd);
 }
 
+// The process's umask, from /proc (reading it with umask() would change it for a moment, for
+// every thread); 022 where /proc does not say.
+mode_t current_umask() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("Umask:", 0) == 0)
+      return static_cast<mode_t>(std::stoul(line.substr(6), nullptr, 8));
+  return 022;
+}
+
 }  // namespace
 
 void write_file_atomically(const std::string& path, const std::string& bytes) {
@@ -32,34 +42,33 @@ void write_file_atomically(const std::string& path, const std::string& bytes) {
   const fs::path target(path);
   const std::string folder = target.has_parent_path() ? target.parent_path().string() : ".";
   const std::string hint = "check that the folder exists and is writable, and free disk space";
-  std::string pattern =
+  const std::string pattern =
       (fs::path(folder) / ("." + target.filename().string() + ".tmp-XXXXXX")).string();
   std::vector<char> name(pattern.begin(), pattern.end());
   name.push_back('\0');
   const int fd = ::mkostemp(name.data(), O_CLOEXEC);
-  if (fd < 0) fail_runtime("cannot write " + path + ": " + errno_text(), hint);
+  if (fd < 0) fail_runtime("cannot write " + path + ": " + std::strerror(errno), hint);
   const std::string tmp(name.data());
-  const auto fail = [&](const std::string& what) {
-    const std::string reason = errno_text();
+  // errno of the step that failed, read before the cleanup can change it.
+  const auto fail = [&](const std::string& what, int error, bool close_fd) {
+    if (close_fd) ::close(fd);
     ::unlink(tmp.c_str());
-    fail_runtime("cannot write " + path + ": " + what + ": " + reason, hint);
+    fail_runtime("cannot write " + path + ": " + what + ": " + std::strerror(error), hint);
   };
   size_t done = 0;
   while (done < bytes.size()) {
     const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      ::close(fd);
-      fail("write");
-    }
+    if (n < 0) fail("write", errno, true);
     done += static_cast<size_t>(n);
   }
-  if (::fchmod(fd, 0644) != 0 || ::fsync(fd) != 0) {
-    ::close(fd);
-    fail("flush");
-  }
-  if (::close(fd) != 0) fail("close");
-  if (::rename(tmp.c_str(), path.c_str()) != 0) fail("rename");
+  // The mode the file would get from a plain write: the old file's, or 0666 less the umask
+  // (mkostemp makes it 0600). Where the file system keeps no modes, the write still counts.
+  struct stat old {};
+  ::fchmod(fd, ::stat(path.c_str(), &old) == 0 ? (old.st_mode & 07777) : (0666 & ~current_umask()));
+  if (::fsync(fd) != 0) fail("flush", errno, true);
+  if (::close(fd) != 0) fail("close", errno, false);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) fail("rename", errno, false);
   sync_folder(folder);
 }
 

@@ -1,5 +1,6 @@
 #include "gradscope/report/encode.h"
 
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 
@@ -41,20 +42,33 @@ bool is_control(char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x
 
 std::string markdown_escape(const std::string& s) {
   std::string out;
-  for (char c : s) out += c == '|' ? std::string("\\|") : std::string(1, is_control(c) ? ' ' : c);
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    const char next = i + 1 < s.size() ? s[i + 1] : ' ';
+    // '<' opens raw HTML only before a letter, '/', '!' or '?' ("a < b" stays as it is).
+    const bool opens_html = c == '<' && (std::isalpha(static_cast<unsigned char>(next)) ||
+                                         next == '/' || next == '!' || next == '?');
+    if (c == '|' || opens_html) out += '\\';
+    out += is_control(c) ? ' ' : c;
+  }
   return out;
 }
 
 std::string file_slug(const std::string& s) {
+  constexpr size_t kLongest = 64;  // of the kept characters; file names stay far below NAME_MAX
   std::string out;
-  for (char c : s) {
+  bool changed = s.empty() || s.size() > kLongest;
+  for (char c : s.substr(0, kLongest)) {
     const bool keep = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
     out += keep ? c : '-';
+    changed = changed || !keep;
   }
-  if (out == s && !s.empty()) return out;
-  uint32_t h = 2166136261u;  // FNV-1a
-  for (char c : s) h = (h ^ static_cast<unsigned char>(c)) * 16777619u;
-  return out + (out.empty() ? "" : "-") + fmt::format("{:08x}", h);
+  if (!changed) return out;
+  // A kept name has no '.', a changed one always has: the two kinds never meet, and two
+  // changed names share a slug only if their 64-bit hashes do.
+  uint64_t h = 14695981039346656037ull;  // FNV-1a
+  for (char c : s) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  return out + fmt::format(".{:016x}", h);
 }
 
 std::string csv_quote(const std::string& s) {

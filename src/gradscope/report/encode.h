@@ -9,13 +9,14 @@ namespace gradscope {
 
 // &, <, >, " and ' as entities: safe in text and in quoted attribute values.
 std::string html_escape(const std::string& s);
-// '|' escaped and line breaks as spaces, for a Markdown table cell.
+// Text for Markdown, in a table cell or a line: '|' and a '<' that would open raw HTML are
+// backslash-escaped, and line breaks and other control characters become spaces.
 std::string markdown_escape(const std::string& s);
 
 // A name for a file or an HTML id made from text that may come from a record: lower-case
-// letters, digits, '_' and '-' are kept, anything else becomes '-'. When anything was changed
-// (or the text is empty) an 8-digit hash of the text follows, so two texts never share a
-// slug. The study's model names are their own slugs.
+// letters, digits, '_' and '-' are kept (the first 64), anything else becomes '-'. When
+// anything was changed (or the text is empty) '.' and a 64-bit hash of the whole text follow,
+// so a kept name never equals a changed one. The study's model names are their own slugs.
 std::string file_slug(const std::string& s);
 
 // A CSV field, quoted when it holds a comma, a quote or a line break (RFC 4180).

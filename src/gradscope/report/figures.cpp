@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "gradscope/core/error.h"
 #include "gradscope/report/encode.h"
 #include "gradscope/report/files.h"
 #include "gradscope/report/gnuplot.h"
@@ -74,6 +75,11 @@ class FigureWriter {
 
  private:
   void emit(Figure f, int width, int height, const std::string& data, const std::string& body) {
+    // Slugs of different names differ (encode.h) unless a 64-bit hash collides: never let one
+    // figure overwrite another's files.
+    if (!names_.insert(f.name).second)
+      fail_runtime("two figures would share the name " + f.name,
+                   "two model names in the database have the same slug; rename one");
     write_file(dir_ / (f.name + ".dat"), data);
     write_file(dir_ / (f.name + ".gp"), gnuplot_script(f.name, width, height, body));
     run_gnuplot(gnuplot_, dir_, f.name);
@@ -398,6 +404,7 @@ class FigureWriter {
   fs::path dir_;
   std::string gnuplot_;
   std::map<std::string, std::string> color_;
+  std::set<std::string> names_;
   std::vector<Figure> figures_;
 };
 

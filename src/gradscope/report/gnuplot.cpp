@@ -26,7 +26,7 @@ namespace {
 void check_figure_name(const std::string& name) {
   const bool safe =
       !name.empty() && name[0] != '-' && std::all_of(name.begin(), name.end(), [](char c) {
-        return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_';
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
       });
   if (!safe) fail_runtime("a figure name is not a file slug: " + file_slug(name));
 }

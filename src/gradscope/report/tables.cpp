@@ -135,14 +135,15 @@ std::string provenance(const ReportData& data) {
 }
 
 std::string markdown_summary(const ReportData& data) {
-  std::string md = "# gradscope report\n\n" + provenance(data) + "\n\n";
+  std::string md = "# gradscope report\n\n" + markdown_escape(provenance(data)) + "\n\n";
   md +=
       "## Recommendations\n\nFor each model and memory budget: the optimizer and strategy with "
       "the lowest training loss at equal samples among the configurations that fit.\n\n";
   md += markdown_table(recommendations_table(data));
   md += "\n## The study's claims\n\n" + markdown_table(findings_table(data));
   for (const Finding& f : data.findings)
-    for (const std::string& note : f.notes) md += fmt::format("\n- {}: {}", f.id, note);
+    for (const std::string& note : f.notes)
+      md += fmt::format("\n- {}: {}", f.id, markdown_escape(note));
   md += "\n";
   for (const std::string& model : data.models)
     md += "\n## " + markdown_escape(model) + "\n\n" + markdown_table(groups_table(data, model));

@@ -234,6 +234,23 @@ std::vector<PlannedRun> plan_sweep(const Sweep& sweep, Database& db,
   return plan;
 }
 
+namespace {
+
+// The run record a child left in its result file, when it is one of this run.
+std::optional<RunRecord> finished_record(const std::string& path, const std::string& run_id) {
+  std::error_code ec;
+  if (path.empty() || !fs::is_regular_file(path, ec)) return std::nullopt;
+  try {
+    std::ifstream in(path);
+    RunRecord record = record_from_json(nlohmann::json::parse(in));
+    if (record.run_id == run_id) return record;
+  } catch (const std::exception&) {
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::string free_attempt_stem(const std::string& log_dir, const std::string& run_id, int& counter) {
   while (true) {
     const std::string stem = fmt::format("{}-{}", run_id, ++counter);
@@ -329,6 +346,13 @@ int64_t run_sweep(const Sweep& sweep, std::vector<PlannedRun>& plan, Database& d
         detail = record->failure ? record->failure->message
                                  : fmt::format("loss {}", loss_text(record->final_loss));
       }
+    } else if (std::optional<RunRecord> left = finished_record(a.result, run.run_id)) {
+      // The child finished and wrote its record file, but could not store it (the database
+      // was locked or refused it): the file holds the run, so it is stored from there.
+      db.write_run(*left);
+      status = left->status;
+      detail = left->failure ? left->failure->message
+                             : fmt::format("loss {}", loss_text(left->final_loss));
     } else {
       std::string message;
       if (a.timed_out) {
