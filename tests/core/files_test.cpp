@@ -33,6 +33,18 @@ TEST(AtomicFile, WritesReplacesAndLeavesNothingElse) {
   EXPECT_EQ(entries(dir.path()), 1);
 }
 
+TEST(AtomicFile, WritesThroughASymbolicLinkAsAPlainWriteWould) {
+  testing::TempDir dir("gradscope-atomic");
+  fs::create_directory(dir.file("store"));
+  write_file_atomically(dir.file("store/real.json"), "old");
+  fs::create_symlink("store/real.json", dir.file("link.json"));
+  write_file_atomically(dir.file("link.json"), "new");
+  EXPECT_TRUE(fs::is_symlink(dir.file("link.json")));
+  EXPECT_EQ(testing::slurp(dir.file("store/real.json")), "new");
+  EXPECT_EQ(entries(dir.path()), 2);
+  EXPECT_EQ(entries(dir.file("store")), 1);
+}
+
 // The mode a plain write would give: the old file's, or 0666 less the umask.
 TEST(AtomicFile, KeepsTheModeAPlainWriteWouldGive) {
   testing::TempDir dir("gradscope-atomic");

@@ -468,6 +468,16 @@ TEST(ReportEncode, TextFromRecordsCannotBecomeCode) {
   EXPECT_EQ(markdown_escape("a\n## b|c"), "a ## b\\|c");
   EXPECT_EQ(markdown_escape("<img src=x> 1 < 2 </b>"), "\\<img src=x> 1 < 2 \\</b>");
   EXPECT_EQ(csv_quote("a\rb"), "\"a\rb\"");
+  // Spreadsheet formulas become text; numbers stay numbers.
+  EXPECT_EQ(csv_quote("=HYPERLINK(\"http://x\")"), "\"'=HYPERLINK(\"\"http://x\"\")\"");
+  EXPECT_EQ(csv_quote("+cmd|' /C calc'!A0"), "'+cmd|' /C calc'!A0");
+  EXPECT_EQ(csv_quote("@SUM(A1)"), "'@SUM(A1)");
+  EXPECT_EQ(csv_quote("-1+2"), "'-1+2");
+  EXPECT_EQ(csv_quote("-1.5e-3"), "-1.5e-3");
+  EXPECT_EQ(csv_quote("adam-8bit"), "adam-8bit");
+  // A gnuplot data field cannot open a quoted field or comment its line out.
+  EXPECT_EQ(gnuplot_datum("\"vit"), "'vit");
+  EXPECT_EQ(gnuplot_datum("# vit"), " # vit");
   // The study's names are their own slugs; anything else is changed and tagged with a hash.
   for (const char* name : {"vit", "modernbert", "llama", "nanovlm", "toy_quadratic"})
     EXPECT_EQ(file_slug(name), name);

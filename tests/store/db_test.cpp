@@ -405,6 +405,55 @@ TEST_F(DbTest, RefusesAnUnwritableDirectory) {
   EXPECT_FALSE(fs::exists(p));
 }
 
+TEST_F(DbTest, ReadOnlyOpenReadsAndChangesNothing) {
+  const std::string p = path("shared.db");
+  {
+    Database db(p);
+    db.write_run(load(sample_record()));
+  }
+  const std::string before = testing::slurp(p);
+  {
+    Database db(p, DatabaseAccess::kReadOnly);
+    EXPECT_EQ(db.records().size(), 1u);
+    try {
+      db.write_run(load(sample_record()));
+      ADD_FAILURE() << "a read-only database took a write";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kErrorKindRuntime) << e.what();
+    }
+  }
+  EXPECT_EQ(testing::slurp(p), before);
+  EXPECT_FALSE(fs::exists(p + "-wal") && fs::file_size(p + "-wal") > 0);
+  // Missing or empty files are not databases to read; nothing is created.
+  try {
+    Database db(path("missing.db"), DatabaseAccess::kReadOnly);
+    ADD_FAILURE() << "opened a missing database";
+  } catch (const Error& e) {
+    EXPECT_TRUE(testing::contains(e.what(), "no database at")) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(path("missing.db")));
+  { std::ofstream touch(path("empty.db")); }
+  try {
+    Database db(path("empty.db"), DatabaseAccess::kReadOnly);
+    ADD_FAILURE() << "opened an empty file";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kErrorKindUsage) << e.what();
+  }
+  EXPECT_EQ(fs::file_size(path("empty.db")), 0u);
+}
+
+TEST_F(DbTest, ReadOnlyOpenOfAPathWithUriCharacters) {
+  // The read-only open goes through an SQLite URI: '?', '#' and '%' stay part of the name.
+  const std::string p = path("a?mode=rwc#x%41.db");
+  {
+    Database db(p);
+    db.write_run(load(sample_record()));
+  }
+  Database db(p, DatabaseAccess::kReadOnly);
+  EXPECT_EQ(db.records().size(), 1u);
+  EXPECT_FALSE(fs::exists(path("a")));
+}
+
 TEST_F(DbTest, EmptyFileBecomesADatabase) {
   const std::string p = path("empty.db");
   { std::ofstream touch(p); }

@@ -9,6 +9,7 @@
 
 #include "gradscope/cli/commands.h"
 #include "gradscope/core/error.h"
+#include "gradscope/core/log.h"
 #include "gradscope/measure/memory.h"
 
 namespace {
@@ -52,12 +53,14 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::cerr << "error: " << e.what() << "\n"
+    std::cerr << "error: " << gradscope::terminal_text(e.what()) << "\n"
               << "hint: see `gradscope --help` or `gradscope COMMAND --help`\n";
     return 2;
   } catch (const gradscope::Error& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    std::cerr << "hint: " << (e.hint().empty() ? "see `gradscope COMMAND --help`" : e.hint())
+    std::cerr << "error: " << gradscope::terminal_text(e.what()) << "\n";
+    std::cerr << "hint: "
+              << gradscope::terminal_text(e.hint().empty() ? "see `gradscope COMMAND --help`"
+                                                           : e.hint())
               << "\n";
     return e.kind() == gradscope::ErrorKind::kErrorKindUsage ? 2 : 1;
   } catch (const c10::Error& e) {
@@ -66,7 +69,7 @@ int main(int argc, char** argv) {
         << "hint: this is a LibTorch error; rerun with a smaller configuration or report it\n";
     return 1;
   } catch (const std::exception& e) {
-    std::cerr << "error: " << first_line(e.what()) << "\n";
+    std::cerr << "error: " << gradscope::terminal_text(first_line(e.what())) << "\n";
     return 1;
   }
   return exit_code;

@@ -65,7 +65,7 @@ void add_report_command(CLI::App& root, int& exit_code) {
       check_usage(bytes > 0, fmt::format("--memory-budget {} must be positive", b));
       options.memory_budgets.push_back(bytes);
     }
-    Database db(o->db);
+    Database db(o->db, DatabaseAccess::kReadOnly);
     const ReportData data = analyze(db, options);
     if (o->format == "md") {
       const std::string md = markdown_summary(data);

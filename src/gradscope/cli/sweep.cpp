@@ -4,10 +4,12 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 #include "gradscope/cli/commands.h"
 #include "gradscope/core/env.h"
 #include "gradscope/core/error.h"
+#include "gradscope/core/log.h"
 #include "gradscope/store/db.h"
 #include "gradscope/sweep/grid.h"
 #include "gradscope/sweep/runner.h"
@@ -68,6 +70,8 @@ int execute_sweep(SweepCliOptions& o) {
   run.memory_limit_bytes =
       !o.memory_limit.empty() ? parse_bytes(o.memory_limit) : sweep.settings.memory_limit_bytes;
   run.executable = self_executable();
+  const SelfExecutable binary;  // children start from this binary even if it is rebuilt
+  run.executable_fd = binary.get();
   run.log_dir = !o.log_dir.empty() ? o.log_dir : run.db_path + ".logs";
   run.heartbeat_s = o.heartbeat_s;
 
@@ -83,6 +87,8 @@ int execute_sweep(SweepCliOptions& o) {
   }
 
   Database db(run.db_path);
+  std::optional<SweepLock> lock;  // held from the plan to the last stored record
+  if (!o.dry_run) lock.emplace(run.db_path);
   std::vector<PlannedRun> plan = plan_sweep(sweep, db, parse_run_arguments);
   if (o.dry_run) {
     print_plan(sweep, plan);
@@ -134,7 +140,8 @@ void add_collect_command(CLI::App& root, int& exit_code) {
       "collect",
       "Merge result files (written by `gradscope run --json`, e.g. by the tasks of\n"
       "`gradscope sweep --emit slurm`) into a database. Each attempt is stored once, so\n"
-      "collecting again, or while tasks still run, is safe.\n"
+      "collecting again, or while tasks still run, is safe. A file that is not a run record\n"
+      "is named and skipped, the others are merged, and the exit code is 2.\n"
       "Example: gradscope collect cluster/paper --db results.db");
   cmd->add_option("dir", *dir, "Folder of result files (or the --out folder of --emit slurm)")
       ->required();
@@ -154,7 +161,15 @@ void add_collect_command(CLI::App& root, int& exit_code) {
         fmt::print("without a result yet: {}{}\n", list, r.missing.size() > 20 ? " ..." : "");
       }
     }
-    exit_code = 0;
+    for (const std::string& refused : r.refused)
+      fmt::print(stderr, "refused: {}\n", terminal_text(refused));
+    if (!r.refused.empty())
+      fmt::print(stderr,
+                 "error: {} file{} not merged: not run records\n"
+                 "hint: collect reads the files `gradscope run --json` writes; the others "
+                 "were merged\n",
+                 r.refused.size(), r.refused.size() == 1 ? " was" : "s were");
+    exit_code = r.refused.empty() ? 0 : 2;
   });
 }
 

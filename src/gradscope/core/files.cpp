@@ -10,6 +10,8 @@
 #include <fstream>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "gradscope/core/error.h"
 
 namespace gradscope {
@@ -37,9 +39,49 @@ mode_t current_umask() {
 
 }  // namespace
 
+std::string read_input_file(const std::string& path, const std::string& what, int64_t max_bytes) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int error = errno;
+    fail_usage(fmt::format("cannot read {} {}: {}", what, path, std::strerror(error)),
+               error == ENOENT ? "check the path" : "check the file's permissions");
+  }
+  std::string bytes;
+  struct stat st {};
+  const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  const auto fail = [&](const std::string& why, const std::string& hint) {
+    ::close(fd);
+    fail_usage(fmt::format("{} {} {}", what, path, why), hint);
+  };
+  if (!regular) fail("is not a regular file", "pass a file, not a folder or a device");
+  if (st.st_size > max_bytes)
+    fail(fmt::format("has {} bytes, more than the {} a {} may have", st.st_size, max_bytes, what),
+         "check that it is the right file");
+  bytes.resize(static_cast<size_t>(st.st_size));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail(fmt::format("cannot be read: {}", std::strerror(errno)), "");
+    if (n == 0) break;  // shorter than it was a moment ago: read what is there
+    done += static_cast<size_t>(n);
+  }
+  bytes.resize(done);
+  ::close(fd);
+  return bytes;
+}
+
 void write_file_atomically(const std::string& path, const std::string& bytes) {
   namespace fs = std::filesystem;
-  const fs::path target(path);
+  // Through a symbolic link, as a plain write goes: the file it points at is replaced, the
+  // link stays.
+  fs::path target(path);
+  std::error_code link_error;
+  for (int hops = 0; hops < 40 && fs::is_symlink(target, link_error); ++hops) {
+    const fs::path to = fs::read_symlink(target, link_error);
+    if (link_error) break;
+    target = to.is_absolute() ? to : target.parent_path() / to;
+  }
   const std::string folder = target.has_parent_path() ? target.parent_path().string() : ".";
   const std::string hint = "check that the folder exists and is writable, and free disk space";
   const std::string pattern =
@@ -65,10 +107,11 @@ void write_file_atomically(const std::string& path, const std::string& bytes) {
   // The mode the file would get from a plain write: the old file's, or 0666 less the umask
   // (mkostemp makes it 0600). Where the file system keeps no modes, the write still counts.
   struct stat old {};
-  ::fchmod(fd, ::stat(path.c_str(), &old) == 0 ? (old.st_mode & 07777) : (0666 & ~current_umask()));
+  ::fchmod(fd,
+           ::stat(target.c_str(), &old) == 0 ? (old.st_mode & 07777) : (0666 & ~current_umask()));
   if (::fsync(fd) != 0) fail("flush", errno, true);
   if (::close(fd) != 0) fail("close", errno, false);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) fail("rename", errno, false);
+  if (::rename(tmp.c_str(), target.c_str()) != 0) fail("rename", errno, false);
   sync_folder(folder);
 }
 

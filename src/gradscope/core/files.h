@@ -1,15 +1,22 @@
 // Whole files written so that nothing is ever half there.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace gradscope {
+
+// The bytes of a file from outside, read whole after checking its size: a usage error naming
+// the file (`what` says what it should be, "tokenizer file") when it cannot be read, is not a
+// regular file or is larger than max_bytes, before anything that size is allocated.
+std::string read_input_file(const std::string& path, const std::string& what, int64_t max_bytes);
 
 // Writes `bytes` to `path` so that a reader sees either the old file or the whole new one, and
 // a crash or a full disk leaves no half file: the bytes go to a temporary file of a unique
 // name in the same folder, which is flushed to the disk (fsync) and closed with every error
 // checked, then renamed over `path`, and the folder is flushed too. The file keeps the old
-// file's mode, or gets 0666 less the umask, as a plain write would.
+// file's mode, or gets 0666 less the umask, as a plain write would; where `path` is a
+// symbolic link, the file it points at is written and the link stays.
 // A runtime error naming the path when any step fails; the temporary file is removed then.
 void write_file_atomically(const std::string& path, const std::string& bytes);
 

@@ -10,18 +10,23 @@ namespace gradscope {
 
 enum class LogLevel { kLogLevelQuiet = 0, kLogLevelInfo = 1, kLogLevelDebug = 2 };
 
+// `text` with terminal control characters (ESC and the other C0 and C1 controls but newline
+// and tab) shown as '?', so a name or message read from a file cannot drive the terminal.
+std::string terminal_text(std::string text);
+
 LogLevel log_level();
 void set_log_level(LogLevel level);
 
 template <typename... Args>
 void log_info(fmt::format_string<Args...> format, Args&&... args) {
   if (log_level() >= LogLevel::kLogLevelInfo)
-    fmt::print(stderr, "{}\n", fmt::format(format, std::forward<Args>(args)...));
+    fmt::print(stderr, "{}\n", terminal_text(fmt::format(format, std::forward<Args>(args)...)));
 }
 
 template <typename... Args>
 void log_warn(fmt::format_string<Args...> format, Args&&... args) {
-  fmt::print(stderr, "warning: {}\n", fmt::format(format, std::forward<Args>(args)...));
+  fmt::print(stderr, "warning: {}\n",
+             terminal_text(fmt::format(format, std::forward<Args>(args)...)));
 }
 
 }  // namespace gradscope

@@ -1,10 +1,12 @@
 #include "gradscope/core/record.h"
 
+#include <cctype>
 #include <cmath>
 
 #include <fmt/format.h>
 
 #include "gradscope/core/error.h"
+#include "gradscope/core/json_input.h"
 #include "gradscope/core/settings.h"
 
 namespace gradscope {
@@ -26,6 +28,22 @@ json or_null(const std::optional<T>& v) {
 
 // Reads one object of a record, naming the path of a bad field in its errors. A missing key
 // and null read as "not there"; a value of another type is an error.
+// Ids name rows and travel into reports and file listings: plain characters only.
+bool is_record_id(const std::string& id) {
+  if (id.empty() || id.size() > 128) return false;
+  for (const unsigned char c : id)
+    if (!std::isalnum(c) && c != '.' && c != '_' && c != '-') return false;
+  return true;
+}
+
+// The first characters of a refused value, with anything unprintable as '?', for a message.
+std::string printable_prefix(const std::string& text) {
+  std::string out;
+  for (size_t i = 0; i < text.size() && i < 40; ++i)
+    out += text[i] >= 0x20 && text[i] < 0x7f ? text[i] : '?';
+  return text.size() > 40 ? out + "..." : out;
+}
+
 class Reader {
  public:
   Reader(const json& j, std::string path) : j_(j), path_(std::move(path)) {
@@ -91,10 +109,9 @@ class Reader {
     fail_at(path, "an integer", v);
   }
   [[noreturn]] static void fail_at(const std::string& path, const char* expected, const json& v) {
-    std::string shown = v.dump();
-    if (shown.size() > 60) shown = shown.substr(0, 57) + "...";
-    fail_usage(fmt::format("run record field {} is {}, expected {}", path, shown, expected),
-               "the record does not follow docs/record.md");
+    fail_usage(
+        fmt::format("run record field {} is {}, expected {}", path, json_preview(v), expected),
+        "the record does not follow docs/record.md");
   }
 
  private:
@@ -414,8 +431,15 @@ RunRecord record_from_json(const json& j) {
   const auto run_id = r.text("run_id");
   check_usage(run_id && !run_id->empty(), "run record has no run_id",
               "the record does not follow docs/record.md");
+  check_usage(is_record_id(*run_id),
+              fmt::format("run record has the run_id '{}'", printable_prefix(*run_id)),
+              "a run_id is 1 to 128 letters, digits, '.', '_' or '-'");
   out.run_id = *run_id;
   out.attempt_uid = r.text("attempt_uid").value_or("");
+  check_usage(out.attempt_uid.empty() || is_record_id(out.attempt_uid),
+              fmt::format("run record {} has the attempt_uid '{}'", out.run_id,
+                          printable_prefix(out.attempt_uid)),
+              "an attempt_uid is 1 to 128 letters, digits, '.', '_' or '-'");
   out.sweep = r.text("sweep");
   if (out.sweep && out.sweep->empty()) out.sweep.reset();
   check_usage(r.has("config"), "run record " + out.run_id + " has no config",

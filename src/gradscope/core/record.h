@@ -23,6 +23,8 @@ namespace gradscope {
 
 inline constexpr const char* kRunSchema = "gradscope.run/2";
 inline constexpr const char* kRunSchemaV1 = "gradscope.run/1";
+// The largest record file gradscope reads (a run of a million steps is about 200 MB).
+inline constexpr int64_t kMaxRecordBytes = int64_t{1} << 30;
 
 enum class RunStatus {
   kStatusOk,

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gradscope/core/error.h"
+#include "gradscope/core/json_input.h"
 #include "gradscope/core/settings.h"
 
 namespace gradscope {
@@ -98,9 +99,7 @@ inline std::string number_text(double v) { return fmt::format("{}", v); }
 // ---- JSON of one value, with the record key named in errors ----
 
 [[noreturn]] inline void wrong_type(const std::string& key, const json& v, const char* expected) {
-  std::string shown = v.dump();
-  if (shown.size() > 60) shown = shown.substr(0, 57) + "...";
-  fail_usage(fmt::format("config.{} is {}, expected {}", key, shown, expected),
+  fail_usage(fmt::format("config.{} is {}, expected {}", key, json_preview(v), expected),
              "the record's config does not follow docs/record.md");
 }
 

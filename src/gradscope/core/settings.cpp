@@ -9,6 +9,7 @@
 
 #include "gradscope/core/env.h"
 #include "gradscope/core/error.h"
+#include "gradscope/core/json_input.h"
 #include "gradscope/core/rng.h"
 #include "gradscope/core/setting_rows.h"
 
@@ -90,7 +91,7 @@ json config_to_json(const RunConfig& config) {
 
 RunConfig config_from_json(const json& config) {
   check_usage(config.is_object(),
-              "the record's config is " + config.dump(80).substr(0, 80) + ", not an object",
+              "the record's config is " + json_preview(config) + ", not an object",
               "the record does not follow docs/record.md");
   RunConfig c;
   for (const auto& s : run_settings()) s.read(c, config);

@@ -1,6 +1,7 @@
 #include "gradscope/models/registry.h"
 
 #include "gradscope/core/error.h"
+#include "gradscope/core/json_input.h"
 #include "gradscope/models/llama.h"
 #include "gradscope/models/modernbert.h"
 #include "gradscope/models/nanovlm.h"
@@ -117,11 +118,12 @@ void apply_arch_overrides(const std::string& model,
                  "keys that --arch can set: " + keys);
     }
     nlohmann::json& slot = arch[key];
-    nlohmann::json value = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    const std::optional<nlohmann::json> parsed = try_parse_json(text, nullptr);
+    const nlohmann::json value = parsed ? *parsed : nlohmann::json();
     const bool fits =
-        !value.is_discarded() && ((slot.is_number_integer() && value.is_number_integer()) ||
-                                  (slot.is_number_float() && value.is_number()) ||
-                                  (slot.is_boolean() && value.is_boolean()) || slot.is_null());
+        parsed.has_value() && ((slot.is_number_integer() && value.is_number_integer()) ||
+                               (slot.is_number_float() && value.is_number()) ||
+                               (slot.is_boolean() && value.is_boolean()) || slot.is_null());
     if (slot.is_string()) {
       slot = text;
       continue;

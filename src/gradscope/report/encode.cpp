@@ -3,6 +3,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 
 #include <fmt/format.h>
 
@@ -71,7 +72,16 @@ std::string file_slug(const std::string& s) {
   return out + fmt::format(".{:016x}", h);
 }
 
-std::string csv_quote(const std::string& s) {
+std::string csv_quote(const std::string& text) {
+  // A spreadsheet runs a cell that starts with = + - @ (or a tab or carriage return before
+  // one) as a formula; such text gets a leading apostrophe, which shows it as text. A whole
+  // number such as -1.5 is left as it is.
+  std::string s = text;
+  if (!s.empty() && std::string("=+-@\t\r").find(s[0]) != std::string::npos) {
+    char* end = nullptr;
+    std::strtod(s.c_str(), &end);
+    if (end != s.c_str() + s.size()) s = "'" + s;
+  }
   if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
   std::string out = "\"";
   for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
@@ -94,8 +104,11 @@ std::string gnuplot_string(const std::string& s) {
 
 std::string gnuplot_datum(const std::string& s) {
   std::string out = s;
-  for (char& c : out)
+  for (char& c : out) {
     if (is_control(c)) c = ' ';
+    if (c == '"') c = '\'';  // a '"' would open a quoted field that runs into the next ones
+  }
+  if (!out.empty() && out[0] == '#') out.insert(out.begin(), ' ');  // not a comment line
   return out;
 }
 

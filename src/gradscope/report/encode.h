@@ -19,7 +19,9 @@ std::string markdown_escape(const std::string& s);
 // so a kept name never equals a changed one. The study's model names are their own slugs.
 std::string file_slug(const std::string& s);
 
-// A CSV field, quoted when it holds a comma, a quote or a line break (RFC 4180).
+// A CSV field, quoted when it holds a comma, a quote or a line break (RFC 4180). Text that a
+// spreadsheet would run as a formula (starting with = + - @, a tab or a carriage return, and
+// not a number) gets a leading apostrophe.
 std::string csv_quote(const std::string& s);
 // The fields as one CSV line, newline included.
 std::string csv_row(const std::vector<std::string>& cells);
@@ -30,7 +32,8 @@ std::string csv_number(double v);
 // it). Control characters become spaces: a line break would end the command.
 std::string gnuplot_string(const std::string& s);
 // A text field of a gnuplot data file (tab-separated): tabs, line breaks and other control
-// characters become spaces.
+// characters become spaces, '"' (which would open a quoted field) becomes '\'', and a
+// leading '#' (a comment line) gets a space before it.
 std::string gnuplot_datum(const std::string& s);
 // A number for a gnuplot data file: 6 significant digits, "NaN" (gnuplot's missing) for NaN.
 std::string gnuplot_number(double v);

@@ -7,6 +7,7 @@
 #include <sqlite3.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <ctime>
@@ -17,6 +18,7 @@
 
 #include "gradscope/core/env.h"
 #include "gradscope/core/error.h"
+#include "gradscope/core/json_input.h"
 #include "gradscope/core/settings.h"
 
 namespace gradscope {
@@ -140,8 +142,10 @@ class Transaction {
   }
   Transaction(const Transaction&) = delete;
   Transaction& operator=(const Transaction&) = delete;
-  int begin() {
-    const int rc = sqlite3_exec(db_, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr);
+  // A write transaction, or a read transaction with `read_only`.
+  int begin(bool read_only = false) {
+    const int rc =
+        sqlite3_exec(db_, read_only ? "BEGIN" : "BEGIN IMMEDIATE", nullptr, nullptr, nullptr);
     open_ = rc == SQLITE_OK;
     return rc;
   }
@@ -180,31 +184,54 @@ bool has_sqlite_header(const std::string& path) {
 
 }  // namespace
 
-Database::Database(const std::string& path) : path_(path) {
+namespace {
+
+// A path as an SQLite URI ("file:" and the path with every byte but plain ones
+// percent-encoded), so that a '?' or '#' in a file name stays part of the name.
+std::string sqlite_uri(const std::string& path, const std::string& query) {
+  std::string uri = "file:";
+  for (const unsigned char c : path) {
+    if (std::isalnum(c) || c == '/' || c == '.' || c == '_' || c == '-')
+      uri += static_cast<char>(c);
+    else
+      uri += fmt::format("%{:02X}", c);
+  }
+  return uri + "?" + query;
+}
+
+}  // namespace
+
+Database::Database(const std::string& path, DatabaseAccess mode) : path_(path) {
   namespace fs = std::filesystem;
+  const bool read_only = mode == DatabaseAccess::kReadOnly;
   const std::string kHint = "pass another --db path, or a directory that exists and is writable";
   check_usage(!path_.empty(), "the database path is empty", "pass --db FILE.db");
   fs::path dir = fs::path(path_).parent_path();
   if (dir.empty()) dir = ".";
   std::error_code ec;
-  check_usage(
-      fs::is_directory(dir, ec),
-      fmt::format("cannot create database {}: directory {} does not exist", path_, dir.string()),
-      fmt::format("create it first (mkdir -p {}), or {}", dir.string(), kHint));
-  check_usage(
-      access(dir.c_str(), W_OK | X_OK) == 0,
-      fmt::format("cannot use database {}: directory {} is not writable", path_, dir.string()),
-      "SQLite needs to write its journal beside the database; " + kHint);
+  if (!read_only) {
+    check_usage(
+        fs::is_directory(dir, ec),
+        fmt::format("cannot create database {}: directory {} does not exist", path_, dir.string()),
+        fmt::format("create it first (mkdir -p {}), or {}", dir.string(), kHint));
+    check_usage(
+        access(dir.c_str(), W_OK | X_OK) == 0,
+        fmt::format("cannot use database {}: directory {} is not writable", path_, dir.string()),
+        "SQLite needs to write its journal beside the database; " + kHint);
+  }
 
   // A file that is not SQLite is refused before SQLite opens it, so it is never touched.
   const bool exists = fs::exists(path_, ec);
+  check_usage(exists || !read_only, fmt::format("no database at {}", path_),
+              "pass the file given to `gradscope run --db` or `gradscope sweep --db`");
   if (exists) {
     check_usage(fs::is_regular_file(path_, ec),
                 fmt::format("database path {} exists and is not a file", path_), kHint);
-    check_usage(access(path_.c_str(), R_OK | W_OK) == 0,
-                fmt::format("database {} is not readable and writable", path_),
+    check_usage(access(path_.c_str(), read_only ? R_OK : R_OK | W_OK) == 0,
+                fmt::format("database {} is not {}", path_,
+                            read_only ? "readable" : "readable and writable"),
                 "fix its permissions, or " + kHint);
-    check_usage(fs::file_size(path_, ec) == 0 || has_sqlite_header(path_),
+    check_usage((!read_only && fs::file_size(path_, ec) == 0) || has_sqlite_header(path_),
                 fmt::format("{} is not an SQLite database", path_),
                 "gradscope leaves it untouched; " + kHint);
   }
@@ -213,27 +240,51 @@ Database::Database(const std::string& path) : path_(path) {
   // allocates even when the open fails) is closed on every error, after any transaction
   // guard has rolled back.
   const auto fail_open = [&](int rc, const std::string& what) {
-    fail_usage(
-        fmt::format("cannot open database {}: {}: {}", path_, what, sqlite_message(db_, rc)),
-        "check that the file is a gradscope database on a local, writable disk, or " + kHint);
+    fail_usage(fmt::format("cannot open database {}: {}: {}", path_, what, sqlite_message(db_, rc)),
+               read_only ? "check that the file is a gradscope database"
+                         : "check that the file is a gradscope database on a local, writable disk, "
+                           "or " +
+                               kHint);
   };
   try {
-    int rc =
-        sqlite3_open_v2(path_.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
+    int rc = SQLITE_OK;
+    if (read_only) {
+      // mode=ro reads a database whose folder or file we may not write. A database in WAL
+      // mode needs its shared-memory file, which a read-only open cannot create; when it is
+      // missing and cannot be made, the file is read as immutable (no one may be writing
+      // to a database no one can write to here).
+      rc = sqlite3_open_v2(sqlite_uri(path_, "mode=ro").c_str(), &db_,
+                           SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, nullptr);
+      if (rc == SQLITE_OK)
+        rc = sqlite3_exec(db_, "SELECT count(*) FROM sqlite_master", nullptr, nullptr, nullptr);
+      if (rc != SQLITE_OK) {
+        sqlite3_close_v2(db_);
+        db_ = nullptr;
+        rc = sqlite3_open_v2(sqlite_uri(path_, "mode=ro&immutable=1").c_str(), &db_,
+                             SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, nullptr);
+      }
+    } else {
+      rc =
+          sqlite3_open_v2(path_.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
+    }
     if (rc != SQLITE_OK) fail_open(rc, "open");
     sqlite3_extended_result_codes(db_, 1);
     sqlite3_busy_timeout(db_, kBusyTimeoutMs);
-    if (sqlite3_db_readonly(db_, "main") == 1) fail_open(SQLITE_READONLY, "open for writing");
+    if (!read_only && sqlite3_db_readonly(db_, "main") == 1)
+      fail_open(SQLITE_READONLY, "open for writing");
 
     // Checked and created inside one write transaction, so two processes opening a new file
-    // at once cannot both see it empty; a refused file is only read, then rolled back.
+    // at once cannot both see it empty; a refused file is only read, then rolled back. A
+    // read-only open checks inside a read transaction and creates nothing.
     Transaction txn(db_);
-    if ((rc = txn.begin()) != SQLITE_OK) fail_open(rc, "lock");
+    if ((rc = txn.begin(read_only)) != SQLITE_OK) fail_open(rc, "lock");
     int64_t objects = 0;
     {
       Statement count(db_, path_, "SELECT count(*) FROM sqlite_master", ErrorKind::kErrorKindUsage);
       if (count.step()) objects = count.column_int(0);
     }
+    check_usage(objects > 0 || !read_only, fmt::format("database {} is empty", path_),
+                "pass the file given to `gradscope run --db` or `gradscope sweep --db`");
     if (objects > 0) {
       const std::string foreign = fmt::format(
           "{} is an SQLite database that gradscope did not create (no gradscope meta)", path_);
@@ -267,6 +318,10 @@ Database::Database(const std::string& path) : path_(path) {
                               "gradscope (version {}) knows",
                               path_, version, kSchemaVersion, GRADSCOPE_VERSION),
                   "open it with a newer gradscope, or " + kHint);
+    }
+    if (read_only) {
+      if ((rc = txn.commit()) != SQLITE_OK) fail_open(rc, "read");
+      return;
     }
     exec("CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT)");
     exec(kSchemaSql);
@@ -419,7 +474,8 @@ int64_t Database::write_run(const RunRecord& record) {
 
 std::vector<RunRecord> Database::records(std::vector<std::string>* unreadable) {
   std::vector<RunRecord> out;
-  Statement select(db_, path_, "SELECT attempt_id, record_json FROM runs ORDER BY attempt_id",
+  Statement select(db_, path_,
+                   "SELECT attempt_id, record_json FROM runs ORDER BY started_at, attempt_id",
                    ErrorKind::kErrorKindRuntime);
   while (select.step()) {
     const int64_t attempt = select.column_int(0);
@@ -428,7 +484,7 @@ std::vector<RunRecord> Database::records(std::vector<std::string>* unreadable) {
       continue;
     }
     try {
-      out.push_back(record_from_json(json::parse(select.column_text(1))));
+      out.push_back(record_from_json(parse_json_input(select.column_text(1), "record_json")));
     } catch (const std::exception& e) {
       unreadable->push_back(fmt::format("attempt {}: {}", attempt, e.what()));
     }
@@ -438,7 +494,7 @@ std::vector<RunRecord> Database::records(std::vector<std::string>* unreadable) {
 
 RunRecord Database::parse_record(int64_t attempt_id, const std::string& text) const {
   try {
-    return record_from_json(json::parse(text));
+    return record_from_json(parse_json_input(text, "record_json"));
   } catch (const std::exception& e) {
     fail_runtime(fmt::format("database {}: attempt {} has a damaged record_json: {}", path_,
                              attempt_id, e.what()),
@@ -448,7 +504,8 @@ RunRecord Database::parse_record(int64_t attempt_id, const std::string& text) co
 
 std::vector<RunStatus> Database::statuses_of(const std::string& run_id) {
   Statement select(db_, path_,
-                   "SELECT attempt_id, status FROM runs WHERE run_id = ? ORDER BY attempt_id",
+                   "SELECT attempt_id, status FROM runs WHERE run_id = ? ORDER BY started_at, "
+                   "attempt_id",
                    ErrorKind::kErrorKindRuntime);
   select.bind_text(1, run_id);
   std::vector<RunStatus> out;
@@ -466,7 +523,7 @@ std::vector<RunStatus> Database::statuses_of(const std::string& run_id) {
 std::optional<RunRecord> Database::latest_record(const std::string& run_id) {
   Statement select(db_, path_,
                    "SELECT attempt_id, record_json FROM runs WHERE run_id = ? ORDER BY "
-                   "attempt_id DESC LIMIT 1",
+                   "started_at DESC, attempt_id DESC LIMIT 1",
                    ErrorKind::kErrorKindRuntime);
   select.bind_text(1, run_id);
   if (!select.step()) return std::nullopt;
@@ -554,8 +611,8 @@ json Database::latest_probe(const std::string& host, const std::string& device_n
   select.bind_text(2, device_name);
   select.bind_int(3, threads);
   if (!select.step() || select.is_null(0)) return nullptr;
-  json probe = json::parse(select.column_text(0), nullptr, /*allow_exceptions=*/false);
-  return probe.is_discarded() ? json(nullptr) : probe;
+  std::optional<json> probe = try_parse_json(select.column_text(0), nullptr);
+  return probe ? *probe : json(nullptr);
 }
 
 std::string new_attempt_uid() {

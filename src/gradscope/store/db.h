@@ -31,13 +31,19 @@ struct sqlite3;
 
 namespace gradscope {
 
+// How a database is opened: read and written (created when missing), or only read (a
+// report of a database on a read-only disk, or shared by someone else; it must exist).
+enum class DatabaseAccess { kReadWrite, kReadOnly };
+
 class Database {
  public:
   // The schema this build writes and the newest it reads.
   static constexpr int kSchemaVersion = 1;
 
   // Opens path, or creates it with the gradscope schema. Throws usage errors (see above).
-  explicit Database(const std::string& path);
+  // kReadOnly needs neither the file nor its folder writable, creates nothing, and refuses
+  // a missing or empty file.
+  explicit Database(const std::string& path, DatabaseAccess mode = DatabaseAccess::kReadWrite);
   ~Database();
   Database(const Database&) = delete;
   Database& operator=(const Database&) = delete;
@@ -51,14 +57,15 @@ class Database {
   // database fails.
   int64_t write_run(const RunRecord& record);
 
-  // Every attempt's record, in attempt order. A record that does not parse (a damaged row,
-  // or a version-1 record of a configuration this version cannot express, such as an
-  // unknown dtype a run refused) is a runtime error naming its attempt; with `unreadable`,
-  // it is left out and described there instead ("attempt 12: ...").
+  // Every attempt's record, in the order the attempts started (started_at, UTC ISO 8601, then
+  // the order they were stored): a record merged late by collect still sorts by its time. A record
+  // that does not parse (a damaged row, or a version-1 record of a configuration this version
+  // cannot express, such as an unknown dtype a run refused) is a runtime error naming its attempt;
+  // with `unreadable`, it is left out and described there instead ("attempt 12: ...").
   std::vector<RunRecord> records(std::vector<std::string>* unreadable = nullptr);
-  // The statuses of every attempt of one run, in attempt order.
+  // The statuses of every attempt of one run, in the order the attempts started.
   std::vector<RunStatus> statuses_of(const std::string& run_id);
-  // The latest attempt of one run, or nullopt when it has none.
+  // The attempt of one run that started last, or nullopt when it has none.
   std::optional<RunRecord> latest_record(const std::string& run_id);
   // Whether an attempt with this record "attempt_uid" is stored (collect merges each once).
   bool has_attempt(const std::string& attempt_uid);

@@ -34,6 +34,7 @@ enum class ValueKind {
 struct RunKey {
   std::string name;
   ValueKind kind;
+  bool defines_run;  // in the run id; the others say how a run is measured
 };
 
 // The run settings (core/settings.h) with '-' as '_', less the output ones (--db, --json,
@@ -64,7 +65,7 @@ const std::vector<RunKey>& run_key_table() {
         default:
           break;
       }
-      out.push_back({s.toml_key(), kind});
+      out.push_back({s.toml_key(), kind, s.role == SettingRole::kRoleDefines});
     }
     return out;
   }();
@@ -433,6 +434,15 @@ std::vector<Axis> read_axes(const std::string& file, const toml::node& node) {
                                       "or in an override's set; " +
                                           run_keys_hint(false)
                                     : run_keys_hint(false));
+    // Values of a setting outside the run id would all be one run id: the sweep would run
+    // it once per value, the database would hold them as attempts of one run, and the
+    // report would keep one of them.
+    check_usage(run_key->defines_run,
+                fmt::format("{}: '{}' cannot be an axis: it says how a run is measured, not "
+                            "which run it is, so every value would be the same run id",
+                            at, name),
+                "set it in [fixed] for every run, or run one sweep per value, each with its "
+                "own --db");
     const std::string what = fmt::format("axis '{}'", name);
     const auto* array = value.as_array();
     check_usage(array && !array->empty(),

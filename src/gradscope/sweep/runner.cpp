@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -14,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -21,6 +23,8 @@
 
 #include "gradscope/core/env.h"
 #include "gradscope/core/error.h"
+#include "gradscope/core/files.h"
+#include "gradscope/core/json_input.h"
 
 extern char** environ;
 
@@ -95,7 +99,7 @@ bool looks_like_oom(const std::string& text) {
 // makes async-signal-safe calls (the parent may have threads) until execve.
 class Child {
  public:
-  Child(const std::string& executable, const std::vector<std::string>& args,
+  Child(const std::string& executable, int executable_fd, const std::vector<std::string>& args,
         const std::vector<std::string>& extra_env, const std::string& log, int64_t memory_limit) {
     argv_text_ = {executable};
     argv_text_.insert(argv_text_.end(), args.begin(), args.end());
@@ -135,7 +139,10 @@ class Child {
         limit.rlim_cur = limit.rlim_max = static_cast<rlim_t>(memory_limit);
         setrlimit(RLIMIT_AS, &limit);
       }
-      execve(argv_[0], argv_.data(), envp_.data());
+      if (executable_fd >= 0)
+        fexecve(executable_fd, argv_.data(), envp_.data());
+      else
+        execve(argv_[0], argv_.data(), envp_.data());
       _exit(127);
     }
     close(log_fd);
@@ -234,22 +241,79 @@ std::vector<PlannedRun> plan_sweep(const Sweep& sweep, Database& db,
   return plan;
 }
 
+std::optional<RunRecord> read_result_file(const std::string& path, std::string* why) {
+  const auto refuse = [why](const std::string& reason) -> std::optional<RunRecord> {
+    if (why) *why = reason;
+    return std::nullopt;
+  };
+  try {
+    const std::string text = read_input_file(path, "result file", kMaxRecordBytes);
+    std::optional<nlohmann::json> j = try_parse_json(text, why);
+    if (!j) return std::nullopt;
+    RunRecord record = record_from_json(*j);
+    if (record.attempt_uid.empty()) return refuse("it has no attempt_uid");
+    return record;
+  } catch (const Error& e) {
+    return refuse(e.what());
+  } catch (const std::exception& e) {  // a record that breaks an assumption of the reader
+    return refuse(std::string("it does not follow the run record: ") + e.what());
+  }
+}
+
 namespace {
 
 // The run record a child left in its result file, when it is one of this run.
 std::optional<RunRecord> finished_record(const std::string& path, const std::string& run_id) {
   std::error_code ec;
   if (path.empty() || !fs::is_regular_file(path, ec)) return std::nullopt;
-  try {
-    std::ifstream in(path);
-    RunRecord record = record_from_json(nlohmann::json::parse(in));
-    if (record.run_id == run_id) return record;
-  } catch (const std::exception&) {
-  }
+  std::optional<RunRecord> record = read_result_file(path, nullptr);
+  if (record && record->run_id == run_id) return record;
   return std::nullopt;
 }
 
 }  // namespace
+
+SweepLock::SweepLock(const std::string& db_path) {
+  const std::string path = db_path + ".sweep-lock";
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0)
+    fail_usage(fmt::format("cannot open the sweep lock {}: {}", path, std::strerror(errno)),
+               "the database's folder must be writable");
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int error = errno;
+    char holder[256] = {};
+    const ssize_t n = ::pread(fd_, holder, sizeof(holder) - 1, 0);
+    std::string who = n > 0 ? std::string(holder, static_cast<size_t>(n)) : "";
+    while (!who.empty() && (who.back() == '\n' || who.back() == ' ')) who.pop_back();
+    ::close(fd_);
+    fd_ = -1;
+    if (error != EWOULDBLOCK)
+      fail_usage(fmt::format("cannot lock {}: {}", path, std::strerror(error)),
+                 "the database's file system must support flock");
+    fail_usage(fmt::format("another sweep is running on {}{}", db_path,
+                           who.empty() ? "" : " (" + who + ")"),
+               "one sweep at a time per database: wait for it to end, or pass another --db "
+               "(`gradscope sweep --dry-run` shows the plan meanwhile)");
+  }
+  char host[256] = {};
+  if (::gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
+  const std::string holder =
+      fmt::format("pid {} on {}, since {}\n", getpid(), host, utc_now_iso8601());
+  if (::ftruncate(fd_, 0) == 0) {
+    const ssize_t written = ::pwrite(fd_, holder.data(), holder.size(), 0);
+    (void)written;  // the note is for people; the lock is what counts
+  }
+}
+
+SweepLock::~SweepLock() {
+  if (fd_ >= 0) ::close(fd_);  // releases the lock
+}
+
+SelfExecutable::SelfExecutable() { fd_ = ::open("/proc/self/exe", O_RDONLY | O_CLOEXEC); }
+
+SelfExecutable::~SelfExecutable() {
+  if (fd_ >= 0) ::close(fd_);
+}
 
 std::string free_attempt_stem(const std::string& log_dir, const std::string& run_id, int& counter) {
   while (true) {
@@ -323,7 +387,8 @@ int64_t run_sweep(const Sweep& sweep, std::vector<PlannedRun>& plan, Database& d
     a.stored_before = static_cast<int64_t>(db.statuses_of(run.run_id).size());
     a.started = std::chrono::steady_clock::now();
     a.started_at = utc_now_iso8601();
-    a.child = std::make_unique<Child>(o.executable, args, env, a.log, o.memory_limit_bytes);
+    a.child = std::make_unique<Child>(o.executable, o.executable_fd, args, env, a.log,
+                                      o.memory_limit_bytes);
     fmt::print(out, "[{}/{}] {} ({}{}) started, pid {}, log {}\n", finished + active.size() + 1,
                total, run.label, run.run_id, run.action == "retry" ? ", retry" : "", a.child->pid(),
                a.log);
@@ -553,25 +618,17 @@ CollectReport collect_results(const std::string& dir, Database& db) {
 
   CollectReport report;
   for (const fs::path& file : files) {
-    std::ifstream in(file);
-    const json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
-    const auto not_a_record = [&](const std::string& why) {
-      fail_usage(fmt::format("{} is not a gradscope run record ({})", file.string(), why),
-                 "collect reads the files `gradscope run --json` writes; move others away");
-    };
-    if (j.is_discarded()) not_a_record("not JSON");
-    RunRecord record;
-    try {
-      record = record_from_json(j);
-    } catch (const Error& e) {
-      not_a_record(e.what());
+    std::string why;
+    const std::optional<RunRecord> record = read_result_file(file.string(), &why);
+    if (!record) {
+      report.refused.push_back(fmt::format("{}: {}", file.string(), why));
+      continue;
     }
-    if (record.attempt_uid.empty()) not_a_record("it has no attempt_uid");
-    if (db.has_attempt(record.attempt_uid)) {
+    if (db.has_attempt(record->attempt_uid)) {
       ++report.present;
       continue;
     }
-    db.write_run(record);
+    db.write_run(*record);
     ++report.merged;
   }
   if (fs::exists(root / "runs.txt")) {

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -69,10 +70,42 @@ struct SweepOptions {
   int64_t jobs = 1;
   double run_timeout_s = 0;        // 0 = none
   int64_t memory_limit_bytes = 0;  // address-space limit of each child; 0 = none
-  std::string executable;          // the gradscope binary the children run
+  std::string executable;          // the gradscope binary the children run (its path)
+  int executable_fd = -1;          // an open descriptor of it; children start from it when set
   std::string log_dir;             // children's output (one log per attempt)
   std::FILE* out = stdout;         // progress and summary
   double heartbeat_s = 30;         // how often to report a long run's progress
+};
+
+// The sweep's hold on its database: one sweep at a time per database file, so that two never
+// run the same pending runs or take each other's records. An advisory lock (flock) on
+// DB.sweep-lock beside the database, released when the sweep ends however it ends; the
+// file says who holds it. A second sweep gets a usage error naming the holder. The lock file
+// stays (it is empty of meaning once unlocked).
+class SweepLock {
+ public:
+  explicit SweepLock(const std::string& db_path);
+  ~SweepLock();
+  SweepLock(const SweepLock&) = delete;
+  SweepLock& operator=(const SweepLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+// A descriptor of the running executable (/proc/self/exe), so that children start from
+// the very binary the sweep runs even if its file is replaced or removed meanwhile (a
+// rebuild). Closed on destruction; get() is -1 where /proc is missing.
+class SelfExecutable {
+ public:
+  SelfExecutable();
+  ~SelfExecutable();
+  SelfExecutable(const SelfExecutable&) = delete;
+  SelfExecutable& operator=(const SelfExecutable&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_ = -1;
 };
 
 // Runs the pending runs of `plan` (updating their statuses) and prints progress. Returns the
@@ -96,10 +129,17 @@ struct CollectReport {
   int64_t present = 0;               // result files whose attempt was already stored
   int64_t expected = -1;             // tasks listed in runs.txt, -1 without one
   std::vector<std::string> missing;  // tasks of runs.txt without a result file
+  std::vector<std::string> refused;  // "FILE: why" for each file that is not a run record
 };
 
+// The run record in a result file (`gradscope run --json`): nullopt, with the reason in *why,
+// when the file is too large, not JSON, nests too deep, does not follow the typed record or
+// has no attempt_uid.
+std::optional<RunRecord> read_result_file(const std::string& path, std::string* why);
+
 // Merges the result files of `dir` (results/*.json, or *.json in dir itself) into the
-// database, each attempt once. A file that is not a run record is a usage error naming it.
+// database, each attempt once. A file that is not a run record is named in `refused` and
+// skipped; the others are merged.
 CollectReport collect_results(const std::string& dir, Database& db);
 
 }  // namespace gradscope

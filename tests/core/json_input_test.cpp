@@ -1,0 +1,77 @@
+// Input from outside, read with limits: file sizes checked before reading, JSON depth checked
+// before parsing, and text from files made harmless for the terminal.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <string>
+
+#include "gradscope/core/files.h"
+#include "gradscope/core/json_input.h"
+#include "gradscope/core/log.h"
+#include "test_util.h"
+
+namespace gradscope {
+namespace {
+
+TEST(JsonInput, DepthCountsArraysAndObjectsButNotStrings) {
+  EXPECT_EQ(json_depth("1"), 0);
+  EXPECT_EQ(json_depth(R"({"a": [1, {"b": []}]})"), 4);
+  EXPECT_EQ(json_depth(R"(["[[[[", "\"[[[", {"k]": "}}"}])"), 2);
+  EXPECT_EQ(json_depth(std::string(10, '['), 9), -1);
+  EXPECT_EQ(json_depth(std::string(9, '['), 9), 9);
+}
+
+TEST(JsonInput, DeepNestingIsAUsageErrorNotACrash) {
+  // A million brackets parse (nlohmann's parser keeps its own stack) but dump() and copies
+  // recurse once per level: this used to end in SIGSEGV.
+  const std::string deep = std::string(1000000, '[') + std::string(1000000, ']');
+  std::string why;
+  EXPECT_FALSE(try_parse_json(deep, &why).has_value());
+  EXPECT_TRUE(testing::contains(why, "deeper than 64")) << why;
+  const Error e = testing::expect_usage_error([&] { parse_json_input(deep, "rows.json"); });
+  EXPECT_TRUE(testing::contains(e.what(), "rows.json")) << e.what();
+  // As deep as allowed is fine, and round-trips.
+  const std::string ok = std::string(kMaxJsonDepth, '[') + std::string(kMaxJsonDepth, ']');
+  EXPECT_EQ(parse_json_input(ok, "ok").dump(), ok);
+}
+
+TEST(JsonInput, NotJsonNamesTheSource) {
+  const Error e = testing::expect_usage_error([] { parse_json_input("{\"a\": ", "task-3.json"); });
+  EXPECT_TRUE(testing::contains(e.what(), "task-3.json: it is not valid JSON")) << e.what();
+}
+
+TEST(InputFile, ASizeOverTheLimitIsRefusedBeforeReading) {
+  testing::TempDir dir;
+  const std::string big = dir.file("big.json");
+  { std::ofstream(big) << ""; }
+  // A sparse file: 2 GiB on paper, nothing on the disk.
+  ASSERT_EQ(::truncate(big.c_str(), int64_t{2} << 30), 0);
+  const Error e =
+      testing::expect_usage_error([&] { read_input_file(big, "result file", int64_t{1} << 30); });
+  EXPECT_TRUE(testing::contains(e.what(), "more than the 1073741824")) << e.what();
+  EXPECT_TRUE(testing::contains(e.what(), big)) << e.what();
+}
+
+TEST(InputFile, ReadsWholeFilesAndRefusesFoldersAndMissingFiles) {
+  testing::TempDir dir;
+  std::ofstream(dir.file("a")) << std::string(100000, 'x');
+  EXPECT_EQ(read_input_file(dir.file("a"), "file", 100000).size(), 100000u);
+  testing::expect_usage_error([&] { read_input_file(dir.file("a"), "file", 99999); });
+  testing::expect_usage_error([&] { read_input_file(dir.path(), "file", 1 << 20); });
+  testing::expect_usage_error([&] { read_input_file(dir.file("none"), "file", 1 << 20); });
+}
+
+TEST(TerminalText, ControlCharactersCannotDriveTheTerminal) {
+  EXPECT_EQ(terminal_text("a\x1b]0;title\x07z"), "a?]0;title?z");
+  EXPECT_EQ(terminal_text("line\nnext\tcol"), "line\nnext\tcol");
+  EXPECT_EQ(terminal_text("\xc2\x9b"
+                          "31m"),
+            "?31m");  // C1 CSI in UTF-8
+  EXPECT_EQ(terminal_text("caf\xc3\xa9 \xe2\x9c\x93"),
+            "caf\xc3\xa9 \xe2\x9c\x93");  // plain UTF-8 kept
+  EXPECT_EQ(terminal_text(std::string("a\0b", 3)), "a?b");
+}
+
+}  // namespace
+}  // namespace gradscope
