@@ -12,6 +12,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include <zlib.h>
+#include <nlohmann/json.hpp>
+
 #include "gradscope/core/env.h"
 #include "gradscope/core/error.h"
 #include "gradscope/data/images.h"
@@ -100,6 +103,80 @@ TEST(ReadIdx, EveryProblemNamesTheFile) {
   }
   const Error missing = expect_usage_error([] { read_idx(images_fixture("idx/nope")); });
   EXPECT_TRUE(contains(missing.hint(), "scripts/fetch-data.sh images")) << missing.hint();
+}
+
+// An IDX header: unsigned bytes, these dims.
+std::string idx_header(const std::vector<uint32_t>& dims) {
+  std::string out{'\0', '\0', '\x08', static_cast<char>(dims.size())};
+  for (uint32_t d : dims)
+    for (int shift = 24; shift >= 0; shift -= 8) out += static_cast<char>((d >> shift) & 0xff);
+  return out;
+}
+
+std::string gzip_bytes(const std::string& bytes) {
+  z_stream z{};
+  EXPECT_EQ(deflateInit2(&z, 9, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY), Z_OK);
+  std::string out(deflateBound(&z, bytes.size()), '\0');
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(bytes.data()));
+  z.avail_in = static_cast<uInt>(bytes.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = static_cast<uInt>(out.size());
+  EXPECT_EQ(deflate(&z, Z_FINISH), Z_STREAM_END);
+  out.resize(z.total_out);
+  deflateEnd(&z);
+  return out;
+}
+
+TEST(ReadIdxLimits, DecodesFromBytesAsFromTheFile) {
+  const std::string path = images_fixture("idx/t10k-images-idx3-ubyte.gz");
+  EXPECT_TRUE(torch::equal(decode_idx(testing::slurp(path), path), read_idx(path)));
+  const std::string plain = images_fixture("idx/train-images-idx3-ubyte");
+  EXPECT_TRUE(torch::equal(decode_idx(testing::slurp(plain), plain), read_idx(plain)));
+  // Two gzip members read as one stream, as gzip(1) does.
+  const std::string data = idx_header({2, 3}) + "abcdef";
+  EXPECT_TRUE(
+      torch::equal(decode_idx(gzip_bytes(data.substr(0, 7)) + gzip_bytes(data.substr(7)), "two"),
+                   decode_idx(data, "one")));
+}
+
+TEST(ReadIdxLimits, DimsBeyondAGibibyteOrOverflowingAreRefused) {
+  // 2 GiB claimed by a 16-byte file: once "truncated", now refused by the header alone.
+  Error e = expect_usage_error([] { decode_idx(idx_header({2048, 1024, 1024}), "big.idx"); });
+  EXPECT_TRUE(contains(e.what(), "big.idx: absurd IDX dimensions 2048x1024x1024")) << e.what();
+  // A product that would overflow 64 bits stops at the first factor past the bound.
+  e = expect_usage_error([] {
+    decode_idx(idx_header({0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}), "wrap.idx");
+  });
+  EXPECT_TRUE(contains(e.what(),
+                       "absurd IDX dimensions 4294967295x4294967295x4294967295x"
+                       "4294967295 (more than 1073741824 bytes"))
+      << e.what();
+}
+
+TEST(ReadIdxLimits, AGzipHeaderClaimingMoreThanItsSizeCanHoldAllocatesNothing) {
+  // 512 MiB claimed by a gzip file of a few dozen bytes: deflate cannot expand that much, so
+  // the header is refused before a buffer is sized by it (it once allocated 256 MiB first).
+  const std::string small = gzip_bytes(idx_header({512, 1024, 1024}) + "abc");
+  const Error e = expect_usage_error([&] { decode_idx(small, "claims.gz"); });
+  EXPECT_TRUE(contains(e.what(),
+                       "claims.gz: the IDX header claims 536870912 bytes of data "
+                       "(512x1024x1024), more than a gzip file of"))
+      << e.what();
+  // A header claiming less than the file could hold but more than it does hold is truncated;
+  // the buffer grew with the data, not to the claim.
+  std::string noise(1 << 16, '\0');
+  uint32_t state = 12345;
+  for (char& c : noise) c = static_cast<char>((state = state * 1103515245u + 12345u) >> 24);
+  const std::string some = gzip_bytes(idx_header({16, 1024, 1024}) + noise);
+  const Error t = expect_usage_error([&] { decode_idx(some, "short.gz"); });
+  EXPECT_TRUE(contains(t.what(),
+                       "short.gz: truncated IDX file: expected 16777216 bytes of data "
+                       "(16x1024x1024), found 65536"))
+      << t.what();
+  // A gzip stream with more data than its header says.
+  const std::string extra = gzip_bytes(idx_header({2, 2}) + "abcdefg");
+  EXPECT_TRUE(contains(expect_usage_error([&] { decode_idx(extra, "x.gz"); }).what(),
+                       "3 trailing bytes after the 4 bytes of 2x2 IDX data"));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -243,6 +320,58 @@ TEST(ReadPng, BadFilesNameTheFileAndLibpngsMessage) {
   EXPECT_EQ(read_png_rgb(images_fixture("png/rgb8.png")).sizes(), (std::vector<int64_t>{3, 2, 3}));
 }
 
+// A PNG whose header claims width x height pixels (8-bit RGBA, or `colour`) and whose image
+// data are one deflated zero byte: signature, IHDR, IDAT, IEND.
+std::string png_claiming(uint32_t width, uint32_t height, int colour = 6) {
+  auto be32 = [](uint32_t v) {
+    std::string out;
+    for (int shift = 24; shift >= 0; shift -= 8) out += static_cast<char>((v >> shift) & 0xff);
+    return out;
+  };
+  auto chunk = [&](const std::string& type, const std::string& data) {
+    const std::string body = type + data;
+    const auto crc = static_cast<uint32_t>(
+        crc32(0, reinterpret_cast<const Bytef*>(body.data()), static_cast<uInt>(body.size())));
+    return be32(static_cast<uint32_t>(data.size())) + body + be32(crc);
+  };
+  const std::string ihdr =
+      be32(width) + be32(height) + std::string{'\x08', static_cast<char>(colour), 0, 0, 0};
+  const std::string one_zero_byte("\x78\x9c\x63\x00\x00\x00\x01\x00\x01", 9);
+  return std::string("\x89PNG\r\n\x1a\n", 8) + chunk("IHDR", ihdr) + chunk("IDAT", one_zero_byte) +
+         chunk("IEND", "");
+}
+
+TEST(ReadPngLimits, DecodesFromBytesAsFromTheFile) {
+  const std::string path = images_fixture("png/palette2.png");
+  EXPECT_TRUE(torch::equal(decode_png_rgb(testing::slurp(path), path), read_png_rgb(path)));
+  const Error e = expect_usage_error([] { decode_png_rgb("\x89PNG", "short.png"); });
+  EXPECT_TRUE(contains(e.what(), "short.png: cannot decode PNG")) << e.what();
+}
+
+TEST(ReadPngLimits, HugeHeadersAreRefusedBeforeDecoding) {
+  // 16000 x 16000 is within libpng's side limit, but more pixels than any data set's image:
+  // refused from the header (it once allocated 1 GB and then failed).
+  Error e = expect_usage_error([] { decode_png_rgb(png_claiming(16000, 16000), "a.png"); });
+  EXPECT_TRUE(contains(e.what(),
+                       "a.png: cannot decode PNG: the image has 16000x16000 pixels, "
+                       "more than the 33554432"))
+      << e.what();
+  // 4096 x 4096 RGBA is 64 MiB of samples, which a file of a few dozen bytes cannot inflate to.
+  const std::string claims = png_claiming(4096, 4096);
+  e = expect_usage_error([&] { decode_png_rgb(claims, "b.png"); });
+  EXPECT_TRUE(contains(e.what(),
+                       "b.png: cannot decode PNG: the header claims 4096x4096 pixels, "
+                       "more than a file of " +
+                           std::to_string(claims.size()) + " bytes can hold"))
+      << e.what();
+  // A side past the limit is libpng's to refuse.
+  e = expect_usage_error([] { decode_png_rgb(png_claiming(100000, 1), "c.png"); });
+  EXPECT_TRUE(contains(e.what(), "c.png: cannot decode PNG")) << e.what();
+  // A small image with too little data is only truncated.
+  e = expect_usage_error([] { decode_png_rgb(png_claiming(4, 4), "d.png"); });
+  EXPECT_TRUE(contains(e.what(), "d.png: cannot decode PNG")) << e.what();
+}
+
 // ---------------------------------------------------------------------------------------------
 // load_emoji
 
@@ -330,11 +459,33 @@ TEST_F(EmojiCopy, MissingAndMalformedJson) {
     out << "[{\"name\": \"GRINNING FACE\", ";
   }
   Error e = expect_usage_error([&] { load_emoji(folder_, 4); });
-  EXPECT_TRUE(contains(e.what(), json + ": malformed JSON")) << e.what();
+  EXPECT_TRUE(contains(e.what(), json + ": it is not valid JSON")) << e.what();
+  {
+    std::ofstream out(json, std::ios::trunc);
+    out << std::string(1000, '[') << std::string(1000, ']');
+  }
+  e = expect_usage_error([&] { load_emoji(folder_, 4); });
+  EXPECT_TRUE(contains(e.what(), json + ": it nests arrays and objects deeper than")) << e.what();
   fs::remove(json);
   e = expect_usage_error([&] { load_emoji(folder_, 4); });
   EXPECT_TRUE(contains(e.what(), json + " does not exist")) << e.what();
   EXPECT_TRUE(contains(e.hint(), "scripts/fetch-data.sh emoji")) << e.hint();
+}
+
+TEST_F(EmojiCopy, ImageNamesThatLeaveImgAreRefused) {
+  const std::string json = folder_ + "/emoji.json";
+  for (const std::string image : {"../emoji.json", "/etc/passwd", "..", "sub/1f600.png"}) {
+    SCOPED_TRACE(image);
+    nlohmann::json entry;
+    entry["name"] = "X";
+    entry["image"] = image;
+    entry["has_img_google"] = true;
+    { std::ofstream(json, std::ios::trunc) << nlohmann::json::array({entry}).dump(); }
+    const Error e = expect_usage_error([&] { load_emoji(folder_, 4); });
+    EXPECT_TRUE(contains(e.what(), json + ": entry 0 ('x') names the image '" + image +
+                                       "', which is not a file name in img/"))
+        << e.what();
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@
 
 #include "gradscope/core/env.h"
 #include "gradscope/core/error.h"
+#include "gradscope/data/bpe.h"
 #include "gradscope/data/text.h"
 #include "gradscope/data/tokenizer.h"
 #include "test_util.h"
@@ -173,6 +174,64 @@ TEST_F(TextCorpusTest, CacheIsReusedAndADamagedCacheIsRebuilt) {
   EXPECT_FALSE(changed.loaded_from_cache());
   EXPECT_NE(changed.cache_path(), first.cache_path());
   EXPECT_EQ(changed.tokens().size(), first.tokens().size() + 14);
+}
+
+// Rewrites the cache at `path` with these tokens and a matching checksum (the layout of
+// text.cpp: magic, key, count, tokens, checksum), as a corrupt writer could leave it.
+void rewrite_cache(const std::string& path, const std::vector<int32_t>& tokens,
+                   uint64_t count_field) {
+  const std::string old = slurp(path);
+  const uint64_t checksum = content_hash(
+      std::string_view(reinterpret_cast<const char*>(tokens.data()), 4 * tokens.size()),
+      0x746f6b73);
+  std::string bytes = old.substr(0, 16);
+  bytes.append(reinterpret_cast<const char*>(&count_field), 8);
+  bytes.append(reinterpret_cast<const char*>(tokens.data()), 4 * tokens.size());
+  bytes.append(reinterpret_cast<const char*>(&checksum), 8);
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+TEST_F(TextCorpusTest, CacheIdsOutsideTheVocabularyAreRebuilt) {
+  const TextCorpus first = corpus(1);
+  // A whole cache with a right checksum whose ids the model could not embed: tokenized again.
+  std::vector<int32_t> bad = first.tokens();
+  bad[3] = 260;  // the bytes tokenizer's ids are 0..259
+  rewrite_cache(first.cache_path(), bad, bad.size());
+  const TextCorpus second = corpus(2);
+  EXPECT_FALSE(second.loaded_from_cache());
+  EXPECT_EQ(second.tokens(), first.tokens());
+  bad[3] = -7;
+  rewrite_cache(first.cache_path(), bad, bad.size());
+  EXPECT_FALSE(corpus(3).loaded_from_cache());
+  EXPECT_TRUE(corpus(4).loaded_from_cache());
+}
+
+TEST_F(TextCorpusTest, ACacheCountBeyondTheFileIsNotAllocated) {
+  const TextCorpus first = corpus(1);
+  // The count says 2^39 tokens (2 TiB); the file holds a few hundred bytes. The count is checked
+  // against the file's size before anything is sized by it.
+  for (const uint64_t count :
+       {uint64_t{1} << 39, ~uint64_t{0}, uint64_t{first.tokens().size() + 1}}) {
+    SCOPED_TRACE(count);
+    rewrite_cache(first.cache_path(), first.tokens(), count);
+    const TextCorpus again = corpus(2);
+    EXPECT_FALSE(again.loaded_from_cache());
+    EXPECT_EQ(again.tokens(), first.tokens());
+  }
+}
+
+TEST_F(TextCorpusTest, CacheIsWrittenWholeWithNoTemporaryLeft) {
+  const TextCorpus first = corpus(1);
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir_.fs_path() / "cache"))
+    names.push_back(entry.path().filename().string());
+  EXPECT_EQ(names, std::vector<std::string>{fs::path(first.cache_path()).filename().string()});
+  // A cache folder that cannot be written costs only the cache.
+  fs::remove_all(dir_.fs_path() / "cache");
+  { std::ofstream(dir_.fs_path() / "cache") << "a file where the folder should be"; }
+  const TextCorpus second = corpus(2);
+  EXPECT_FALSE(second.loaded_from_cache());
+  EXPECT_EQ(second.tokens(), first.tokens());
 }
 
 TEST_F(TextCorpusTest, MissingDataGivesTheFetchHint) {

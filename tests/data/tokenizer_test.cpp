@@ -13,8 +13,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+
+#include <nlohmann/json.hpp>
 
 #include "gradscope/core/env.h"
 #include "gradscope/core/error.h"
@@ -258,6 +261,141 @@ TEST(BpeErrors, MissingEotAndBadRegex) {
   const Error e = expect_usage_error(
       [&] { load_hf_tokenizer(dir.file("tokenizer.json"), "t", "<|end_of_text|>"); });
   EXPECT_TRUE(contains(e.what(), "regex")) << e.what();
+}
+
+// ---------------------------------------------------------------------------------------------
+// limits: what a hostile or corrupt file may not make the loader do
+
+nlohmann::json hf_json() { return nlohmann::json::parse(slurp(kHfPath)); }
+
+Error hf_error(const nlohmann::json& j) {
+  return expect_usage_error(
+      [&] { parse_hf_tokenizer(j.dump(), "bad/tokenizer.json", "t", "<|end_of_text|>"); });
+}
+
+TEST(BpeLimits, TheFixtureLoadsFromItsText) {
+  auto tok = parse_hf_tokenizer(slurp(kHfPath), kHfPath, "tiny-hf", "<|end_of_text|>");
+  EXPECT_EQ(tok->vocab_size(), hf_fixture()->vocab_size());
+  EXPECT_EQ(tok->fingerprint(), hf_fixture()->fingerprint());
+  auto gpt2 = parse_gpt2_tokenizer(slurp(kGpt2Encoder), slurp(kGpt2Merges), kGpt2Encoder,
+                                   kGpt2Merges, "tiny-gpt2", "<|endoftext|>");
+  EXPECT_EQ(gpt2->fingerprint(), gpt2_fixture()->fingerprint());
+}
+
+TEST(BpeLimits, AHugeIdSizesNoTable) {
+  // An id of 2^30 - 1 once sized a table of 2^30 tokens (32 GB) before any check.
+  for (const int64_t id : {(int64_t{1} << 30) - 1, int64_t{275}, int64_t{1} << 40}) {
+    SCOPED_TRACE(id);
+    nlohmann::json j = hf_json();
+    j["model"]["vocab"]["zzz"] = id;
+    const Error e = hf_error(j);
+    EXPECT_TRUE(contains(e.what(), "bad/tokenizer.json")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "model.vocab entry 'zzz' has id")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "outside 0..274")) << e.what();
+  }
+  nlohmann::json j = hf_json();
+  j["added_tokens"][0]["id"] = int64_t{1} << 29;
+  EXPECT_TRUE(contains(hf_error(j).what(), "added_tokens[0] has id 536870912, outside"));
+  // The same in encoder.json.
+  nlohmann::json encoder = nlohmann::json::parse(slurp(kGpt2Encoder));
+  encoder["zzz"] = int64_t{1} << 30;
+  const Error g = expect_usage_error([&] {
+    parse_gpt2_tokenizer(encoder.dump(), slurp(kGpt2Merges), "bad/encoder.json", "bad/vocab.bpe",
+                         "t", "<|endoftext|>");
+  });
+  EXPECT_TRUE(contains(g.what(), "bad/encoder.json: encoder.json entry 'zzz' has id 1073741824"))
+      << g.what();
+}
+
+TEST(BpeLimits, NegativeNonIntegerAndRepeatedIds) {
+  nlohmann::json j = hf_json();
+  j["model"]["vocab"]["zzz"] = -1;
+  EXPECT_TRUE(contains(hf_error(j).what(), "has id -1, outside"));
+  j = hf_json();
+  j["model"]["vocab"]["zzz"] = 1.5;
+  EXPECT_TRUE(contains(hf_error(j).what(), "entry 'zzz' has no integer id"));
+  j = hf_json();
+  j["added_tokens"][1]["id"] = j["added_tokens"][0]["id"];
+  EXPECT_TRUE(contains(hf_error(j).what(), "added_tokens has two tokens with id 272"));
+  j = hf_json();
+  j["added_tokens"][1]["id"] = "273";
+  EXPECT_TRUE(contains(hf_error(j).what(), "added_tokens[1] has no integer id"));
+}
+
+TEST(BpeLimits, FieldsOfTheWrongTypeAreUsageErrors) {
+  // nlohmann's value() throws its own type_error for these; the loader names the file instead.
+  nlohmann::json j = hf_json();
+  j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = 5;
+  EXPECT_TRUE(contains(hf_error(j).what(), "pre_tokenizer Split.behavior is not a string"));
+  j = hf_json();
+  j["pre_tokenizer"]["pretokenizers"][1]["use_regex"] = "yes";
+  EXPECT_TRUE(contains(hf_error(j).what(), "ByteLevel.use_regex is not true or false"));
+  j = hf_json();
+  j["model"]["ignore_merges"] = 1;
+  EXPECT_TRUE(contains(hf_error(j).what(), "model.ignore_merges is not true or false"));
+  j = hf_json();
+  j["model"]["byte_fallback"] = "no";
+  hf_error(j);
+  j = hf_json();
+  j["model"]["end_of_word_suffix"] = 7;
+  hf_error(j);
+}
+
+TEST(BpeLimits, PreTokenizerNestingAndStagesAreBounded) {
+  const nlohmann::json base = hf_json();
+  // Sequences nested 8 deep still load; 9 do not.
+  auto nested = [&](int levels) {
+    nlohmann::json node = base["pre_tokenizer"]["pretokenizers"][0];
+    for (int i = 0; i < levels; ++i)
+      node = nlohmann::json{{"type", "Sequence"}, {"pretokenizers", {node}}};
+    nlohmann::json j = base;
+    j["pre_tokenizer"] = node;
+    return j;
+  };
+  EXPECT_EQ(parse_hf_tokenizer(nested(8).dump(), "t.json", "t", "<|end_of_text|>")
+                ->pre_tokenize("Hello world")
+                .size(),
+            2u);
+  const Error e = hf_error(nested(9));
+  EXPECT_TRUE(contains(e.what(), "pre_tokenizer Sequences nest deeper than 8 levels")) << e.what();
+  // Each stage is a level of recursion when text is split: at most 16 (ByteLevel without
+  // its regex adds none).
+  nlohmann::json wide = base;
+  auto& list = wide["pre_tokenizer"]["pretokenizers"];
+  while (list.size() < 18) list.push_back(base["pre_tokenizer"]["pretokenizers"][0]);
+  EXPECT_TRUE(contains(hf_error(wide).what(), "more than 16 regex stages"));
+}
+
+TEST(BpeLimits, AnEmptyMatchAtTheEndReadsNothingPastTheText) {
+  // A pattern that matches the empty string at the end of the text ("$") once made split()
+  // read the byte after the text; in a buffer of exactly the text's size, AddressSanitizer
+  // (make test-sanitize) sees that.
+  nlohmann::json j = hf_json();
+  j["pre_tokenizer"] = {
+      {"type", "Split"}, {"pattern", {{"Regex", "$|l+"}}}, {"behavior", "Isolated"}};
+  auto tok = parse_hf_tokenizer(j.dump(), "t.json", "t", "<|end_of_text|>");
+  const std::string text = "hello";
+  auto exact = std::make_unique<char[]>(text.size());
+  std::memcpy(exact.get(), text.data(), text.size());
+  const std::string_view view(exact.get(), text.size());
+  EXPECT_EQ(tok->pre_tokenize(view), (std::vector<std::string>{"he", "ll", "o"}));
+  EXPECT_EQ(tok->decode(tok->encode(view)), text);
+}
+
+TEST(BpeLimits, DeepJsonAndLargeFilesAreRefusedBeforeParsing) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  const Error e = expect_usage_error(
+      [&] { parse_hf_tokenizer(deep, "deep/tokenizer.json", "t", "<|end_of_text|>"); });
+  EXPECT_TRUE(contains(e.what(), "deep/tokenizer.json")) << e.what();
+  EXPECT_TRUE(contains(e.what(), "deeper than")) << e.what();
+  // A sparse file larger than any tokenizer: refused by its size, unread.
+  TempDir dir("gradscope-tok");
+  { std::ofstream(dir.file("huge.json")) << "{"; }
+  fs::resize_file(dir.file("huge.json"), (uint64_t{256} << 20) + 1);
+  const Error big =
+      expect_usage_error([&] { load_hf_tokenizer(dir.file("huge.json"), "t", "<|end_of_text|>"); });
+  EXPECT_TRUE(contains(big.what(), dir.file("huge.json"))) << big.what();
+  EXPECT_TRUE(contains(big.what(), "more than the 268435456")) << big.what();
 }
 
 TEST(MakeTokenizer, MissingFilesGiveTheFetchHint) {

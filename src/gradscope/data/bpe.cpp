@@ -9,11 +9,11 @@
 
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <queue>
-#include <sstream>
 
 #include "gradscope/core/error.h"
+#include "gradscope/core/files.h"
+#include "gradscope/core/json_input.h"
 #include "gradscope/core/rng.h"
 
 namespace gradscope {
@@ -29,6 +29,19 @@ using json = nlohmann::json;
 constexpr size_t kMaxCachedPiece = 256;
 // Bounds the cache's memory on endless streams of new words (a few hundred MB at worst).
 constexpr size_t kMaxCacheEntries = size_t{1} << 21;
+
+// Limits on what a tokenizer file may ask for, checked before anything is sized by it.
+// A larger file is not a tokenizer: Llama 3's tokenizer.json has 9 MB, GPT-2's encoder.json
+// 1 MB, and a parsed JSON value takes about ten times the memory of its text.
+constexpr int64_t kMaxTokenizerFileBytes = int64_t{256} << 20;
+// More token entries than this is no vocabulary (Llama 3 has 128,256; the largest in use
+// have about a million).
+constexpr int64_t kMaxVocabSize = int64_t{1} << 24;
+// Pre-tokenizer Sequences nest at most this deep, and at most this many regexes apply one
+// after the other; real files have one or two, and each stage is a level of recursion in
+// BpeTokenizer::split.
+constexpr int kMaxPreTokenizerDepth = 8;
+constexpr size_t kMaxPreTokenizerStages = 16;
 
 uint64_t pair_key(int32_t left, int32_t right) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
@@ -84,43 +97,57 @@ std::string corrupt_hint(const std::string& path) {
          " and run scripts/fetch-data.sh tokenizers (or make data) to fetch it again";
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    fail_usage("cannot read tokenizer file " + path,
-               std::filesystem::exists(path)
-                   ? "check the file's permissions"
-                   : "run scripts/fetch-data.sh tokenizers (or make data) to fetch it");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+// Reads a tokenizer file whole, its size checked first (kMaxTokenizerFileBytes).
+std::string read_tokenizer_file(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec))
+    fail_usage("cannot read tokenizer file " + path + ": it does not exist",
+               "run scripts/fetch-data.sh tokenizers (or make data) to fetch it");
+  return read_input_file(path, "tokenizer file", kMaxTokenizerFileBytes);
 }
 
 json parse_json(const std::string& text, const std::string& path) {
-  try {
-    return json::parse(text);
-  } catch (const json::exception& e) {
-    fail_usage(path + " is not valid JSON: " + e.what(), corrupt_hint(path));
-  }
+  return parse_json_input(text, path, corrupt_hint(path));
 }
 
 [[noreturn]] void fail_file(const std::string& path, const std::string& what) {
   fail_usage(path + ": " + what, corrupt_hint(path));
 }
 
-// Fills `tokens` (id -> raw bytes) from a JSON object token -> id.
-void read_vocab(const json& vocab, const std::string& path, const std::string& where,
+// The number of ids a file with `entries` token entries may use: ids number the entries
+// from 0 with none missing (checked once all are read), so an id at or past the count is
+// corrupt, and it is refused before any table is sized by it.
+int64_t id_limit(size_t entries, const std::string& path) {
+  if (entries > static_cast<size_t>(kMaxVocabSize))
+    fail_file(path, fmt::format("has {} tokens, more than the {} a vocabulary may have", entries,
+                                kMaxVocabSize));
+  return static_cast<int64_t>(entries);
+}
+
+// A token id from the file: an integer in [0, limit).
+int32_t token_id_in(const json& value, int64_t limit, const std::string& path,
+                    const std::string& what) {
+  if (!value.is_number_integer()) fail_file(path, what + " has no integer id");
+  const int64_t id = value.is_number_unsigned() && value.get<uint64_t>() > uint64_t{INT64_MAX}
+                         ? INT64_MAX
+                         : value.get<int64_t>();
+  if (id < 0 || id >= limit)
+    fail_file(path, fmt::format("{} has id {}, outside 0..{}: the ids of a vocabulary of {} "
+                                "tokens are 0 to {} with none missing",
+                                what, id, limit - 1, limit, limit - 1));
+  return static_cast<int32_t>(id);
+}
+
+// Fills `tokens` (id -> raw bytes) from a JSON object token -> id; ids below `limit`.
+void read_vocab(const json& vocab, const std::string& path, const std::string& where, int64_t limit,
                 std::vector<std::string>& tokens, std::vector<bool>& filled,
                 std::unordered_map<std::string, int32_t>& by_text) {
   if (!vocab.is_object()) fail_file(path, where + " is missing or not an object");
-  int64_t max_id = -1;
-  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-    if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 ||
-        it.value().get<int64_t>() > (int64_t{1} << 30))
-      fail_file(path, where + " entry '" + it.key() + "' has no valid id");
-    max_id = std::max(max_id, it.value().get<int64_t>());
-  }
-  if (static_cast<int64_t>(tokens.size()) < max_id + 1) {
+  int32_t max_id = -1;
+  for (auto it = vocab.begin(); it != vocab.end(); ++it)
+    max_id = std::max(max_id, token_id_in(it.value(), limit, path,
+                                          where + " entry '" + printable(it.key()) + "'"));
+  if (static_cast<int64_t>(tokens.size()) < int64_t{max_id} + 1) {
     tokens.resize(max_id + 1);
     filled.resize(max_id + 1, false);
   }
@@ -136,6 +163,24 @@ void read_vocab(const json& vocab, const std::string& path, const std::string& w
     filled[id] = true;
     by_text.emplace(it.key(), id);
   }
+}
+
+// An optional field of the file's JSON, of a given type: `fallback` when absent or null, a
+// usage error naming the file when it holds another type.
+bool bool_field(const json& node, const char* key, bool fallback, const std::string& path,
+                const std::string& where) {
+  const auto it = node.find(key);
+  if (it == node.end() || it->is_null()) return fallback;
+  if (!it->is_boolean()) fail_file(path, where + "." + key + " is not true or false");
+  return it->get<bool>();
+}
+
+std::string string_field(const json& node, const char* key, const std::string& fallback,
+                         const std::string& path, const std::string& where) {
+  const auto it = node.find(key);
+  if (it == node.end() || it->is_null()) return fallback;
+  if (!it->is_string()) fail_file(path, where + "." + key + " is not a string");
+  return it->get<std::string>();
 }
 
 int32_t merge_side(const std::unordered_map<std::string, int32_t>& by_text, const std::string& side,
@@ -320,6 +365,7 @@ void BpeTokenizer::split(std::string_view text, size_t stage, const Fn& emit) co
     const size_t start = ovector[0];
     const size_t end = ovector[1];
     if (end == start) {  // an empty match: search on from the next character
+      if (start >= text.size()) break;
       pos = start + utf8_length(static_cast<unsigned char>(text[start]));
       continue;
     }
@@ -459,20 +505,29 @@ int32_t BpeTokenizer::token_id(std::string_view bytes) const {
 
 namespace {
 
-// HF pre-tokenizers we support, flattened to a list of regex stages.
-void read_pre_tokenizer(const json& node, const std::string& path, BpeSpec& spec) {
+// HF pre-tokenizers we support, flattened to a list of regex stages. `depth` counts the
+// Sequences around `node`: a file that nests them deeper, or adds more stages than
+// kMaxPreTokenizerStages, is refused rather than followed.
+void read_pre_tokenizer(const json& node, const std::string& path, BpeSpec& spec, int depth) {
   if (node.is_null()) return;
   if (!node.is_object() || !node.contains("type") || !node["type"].is_string())
     fail_file(path, "pre_tokenizer has no type");
   const std::string type = node["type"].get<std::string>();
+  const std::string where = "pre_tokenizer " + type;
   if (type == "Sequence") {
+    if (depth >= kMaxPreTokenizerDepth)
+      fail_usage(fmt::format("{}: pre_tokenizer Sequences nest deeper than {} levels", path,
+                             kMaxPreTokenizerDepth),
+                 "gradscope supports GPT-2 style pre-tokenizers: a Sequence of Split and "
+                 "ByteLevel");
     if (!node.contains("pretokenizers") || !node["pretokenizers"].is_array())
       fail_file(path, "pre_tokenizer Sequence has no pretokenizers list");
-    for (const auto& child : node["pretokenizers"]) read_pre_tokenizer(child, path, spec);
+    for (const auto& child : node["pretokenizers"])
+      read_pre_tokenizer(child, path, spec, depth + 1);
   } else if (type == "Split") {
-    const std::string behavior = node.value("behavior", std::string("Isolated"));
-    if (behavior != "Isolated" || node.value("invert", false))
-      fail_usage(path + ": pre_tokenizer Split with behavior '" + behavior +
+    const std::string behavior = string_field(node, "behavior", "Isolated", path, where);
+    if (behavior != "Isolated" || bool_field(node, "invert", false, path, where))
+      fail_usage(path + ": pre_tokenizer Split with behavior '" + printable(behavior) +
                      "' (or invert) is not supported",
                  "gradscope supports the Isolated behavior used by GPT-2 style tokenizers");
     if (!node.contains("pattern") || !node["pattern"].is_object())
@@ -487,12 +542,17 @@ void read_pre_tokenizer(const json& node, const std::string& path, BpeSpec& spec
       fail_file(path, "pre_tokenizer Split pattern has neither Regex nor String");
     }
   } else if (type == "ByteLevel") {
-    if (node.value("use_regex", true)) spec.patterns.push_back(kGpt2Pattern);
-    if (node.value("add_prefix_space", false)) spec.add_prefix_space = true;
+    if (bool_field(node, "use_regex", true, path, where)) spec.patterns.push_back(kGpt2Pattern);
+    if (bool_field(node, "add_prefix_space", false, path, where)) spec.add_prefix_space = true;
   } else {
-    fail_usage(path + ": pre_tokenizer type '" + type + "' is not supported",
+    fail_usage(path + ": pre_tokenizer type '" + printable(type) + "' is not supported",
                "gradscope supports Sequence, Split (Isolated) and ByteLevel pre-tokenizers");
   }
+  if (spec.patterns.size() > kMaxPreTokenizerStages)
+    fail_usage(fmt::format("{}: the pre_tokenizer has more than {} regex stages", path,
+                           kMaxPreTokenizerStages),
+               "gradscope supports GPT-2 style pre-tokenizers: a Sequence of Split and "
+               "ByteLevel");
 }
 
 void finish_special(BpeSpec& spec, const std::string& path, const std::string& eot_token,
@@ -508,11 +568,23 @@ void finish_special(BpeSpec& spec, const std::string& path, const std::string& e
   }
 }
 
+void check_all_filled(const std::vector<bool>& filled, const std::string& path) {
+  for (size_t id = 0; id < filled.size(); ++id)
+    if (!filled[id])
+      fail_file(path,
+                fmt::format("no token has id {} (the vocabulary has {} ids)", id, filled.size()));
+}
+
 }  // namespace
 
 std::unique_ptr<BpeTokenizer> load_hf_tokenizer(const std::string& path, const std::string& name,
                                                 const std::string& eot_token) {
-  const std::string text = read_file(path);
+  return parse_hf_tokenizer(read_tokenizer_file(path), path, name, eot_token);
+}
+
+std::unique_ptr<BpeTokenizer> parse_hf_tokenizer(const std::string& text, const std::string& path,
+                                                 const std::string& name,
+                                                 const std::string& eot_token) {
   const json root = parse_json(text, path);
   if (!root.is_object()) fail_file(path, "is not a tokenizer.json (not a JSON object)");
   if (!root.contains("model") || !root["model"].is_object()) fail_file(path, "has no model object");
@@ -520,11 +592,11 @@ std::unique_ptr<BpeTokenizer> load_hf_tokenizer(const std::string& path, const s
   if (model.contains("type") && model["type"] != "BPE")
     fail_usage(path + ": model type " + model["type"].dump() + " is not supported",
                "gradscope loads byte-level BPE tokenizers only");
-  if (model.value("byte_fallback", false))
+  if (bool_field(model, "byte_fallback", false, path, "model"))
     fail_usage(path + ": byte_fallback BPE is not supported",
                "gradscope loads byte-level BPE tokenizers only");
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
-    if (model.contains(key) && model[key].is_string() && !model[key].get<std::string>().empty())
+    if (!string_field(model, key, "", path, "model").empty())
       fail_usage(path + ": model." + key + " is not supported",
                  "gradscope loads byte-level BPE tokenizers only");
   if (root.contains("normalizer") && !root["normalizer"].is_null())
@@ -534,36 +606,41 @@ std::unique_ptr<BpeTokenizer> load_hf_tokenizer(const std::string& path, const s
   BpeSpec spec;
   spec.name = name;
   spec.source = path;
+  static const json kAbsent;
+  static const json kNoTokens = json::array();
+  const json& vocab = model.contains("vocab") ? model["vocab"] : kAbsent;
+  const json& added = root.contains("added_tokens") ? root["added_tokens"] : kNoTokens;
+  if (!added.is_array()) fail_file(path, "added_tokens is not a list");
+  // An added token may repeat a vocabulary entry's id (GPT-2's <|endoftext|> does), so the
+  // ids are below the count of both together.
+  const int64_t limit = id_limit(vocab.size() + added.size(), path);
   std::vector<bool> filled;
   std::unordered_map<std::string, int32_t> by_text;
-  read_vocab(model.contains("vocab") ? model["vocab"] : json(), path, "model.vocab", spec.tokens,
-             filled, by_text);
+  read_vocab(vocab, path, "model.vocab", limit, spec.tokens, filled, by_text);
   spec.special.assign(spec.tokens.size(), false);
 
-  if (root.contains("added_tokens")) {
-    const json& added = root["added_tokens"];
-    if (!added.is_array()) fail_file(path, "added_tokens is not a list");
-    for (const auto& token : added) {
-      if (!token.is_object() || !token.contains("id") || !token["id"].is_number_integer() ||
-          !token.contains("content") || !token["content"].is_string())
-        fail_file(path, "an added_tokens entry lacks an integer id or a content string");
-      const auto id = token["id"].get<int64_t>();
-      if (id < 0 || id > (int64_t{1} << 30)) fail_file(path, "added token id out of range");
-      if (id >= static_cast<int64_t>(spec.tokens.size())) {
-        spec.tokens.resize(id + 1);
-        spec.special.resize(id + 1, false);
-        filled.resize(id + 1, false);
-      }
-      // Added tokens (special or not) are written as their text and never produced by encode().
-      spec.tokens[id] = token["content"].get<std::string>();
-      spec.special[id] = true;
-      filled[id] = true;
+  std::vector<bool> added_ids;
+  for (size_t i = 0; i < added.size(); ++i) {
+    const json& token = added[i];
+    const std::string where = fmt::format("added_tokens[{}]", i);
+    if (!token.is_object() || !token.contains("id") || !token.contains("content") ||
+        !token["content"].is_string())
+      fail_file(path, where + " lacks an integer id or a content string");
+    const int32_t id = token_id_in(token["id"], limit, path, where);
+    if (id >= static_cast<int32_t>(spec.tokens.size())) {
+      spec.tokens.resize(id + 1);
+      spec.special.resize(id + 1, false);
+      filled.resize(id + 1, false);
     }
+    if (id >= static_cast<int32_t>(added_ids.size())) added_ids.resize(id + 1, false);
+    if (added_ids[id]) fail_file(path, fmt::format("added_tokens has two tokens with id {}", id));
+    added_ids[id] = true;
+    // Added tokens (special or not) are written as their text and never produced by encode().
+    spec.tokens[id] = token["content"].get<std::string>();
+    spec.special[id] = true;
+    filled[id] = true;
   }
-  for (size_t id = 0; id < filled.size(); ++id)
-    if (!filled[id])
-      fail_file(path,
-                fmt::format("no token has id {} (the vocabulary has {} ids)", id, filled.size()));
+  check_all_filled(filled, path);
 
   if (!model.contains("merges") || !model["merges"].is_array())
     fail_file(path, "model.merges is missing or not a list");
@@ -589,8 +666,9 @@ std::unique_ptr<BpeTokenizer> load_hf_tokenizer(const std::string& path, const s
     spec.merges.emplace_back(merge_side(by_text, left, path, where),
                              merge_side(by_text, right, path, where));
   }
-  spec.ignore_merges = model.value("ignore_merges", false);
-  read_pre_tokenizer(root.contains("pre_tokenizer") ? root["pre_tokenizer"] : json(), path, spec);
+  spec.ignore_merges = bool_field(model, "ignore_merges", false, path, "model");
+  read_pre_tokenizer(root.contains("pre_tokenizer") ? root["pre_tokenizer"] : json(), path, spec,
+                     0);
   finish_special(spec, path, eot_token, by_text);
   spec.fingerprint = name + "-hf-bpe1-" + hex64(content_hash(text, 0x6870));
   return std::make_unique<BpeTokenizer>(std::move(spec));
@@ -600,8 +678,18 @@ std::unique_ptr<BpeTokenizer> load_gpt2_tokenizer(const std::string& encoder_pat
                                                   const std::string& merges_path,
                                                   const std::string& name,
                                                   const std::string& eot_token) {
-  const std::string encoder_text = read_file(encoder_path);
-  const std::string merges_text = read_file(merges_path);
+  const std::string encoder_text = read_tokenizer_file(encoder_path);
+  const std::string merges_text = read_tokenizer_file(merges_path);
+  return parse_gpt2_tokenizer(encoder_text, merges_text, encoder_path, merges_path, name,
+                              eot_token);
+}
+
+std::unique_ptr<BpeTokenizer> parse_gpt2_tokenizer(const std::string& encoder_text,
+                                                   const std::string& merges_text,
+                                                   const std::string& encoder_path,
+                                                   const std::string& merges_path,
+                                                   const std::string& name,
+                                                   const std::string& eot_token) {
   const json encoder = parse_json(encoder_text, encoder_path);
 
   BpeSpec spec;
@@ -609,11 +697,9 @@ std::unique_ptr<BpeTokenizer> load_gpt2_tokenizer(const std::string& encoder_pat
   spec.source = encoder_path + " and " + merges_path;
   std::vector<bool> filled;
   std::unordered_map<std::string, int32_t> by_text;
-  read_vocab(encoder, encoder_path, "encoder.json", spec.tokens, filled, by_text);
-  for (size_t id = 0; id < filled.size(); ++id)
-    if (!filled[id])
-      fail_file(encoder_path,
-                fmt::format("no token has id {} (the vocabulary has {} ids)", id, filled.size()));
+  read_vocab(encoder, encoder_path, "encoder.json", id_limit(encoder.size(), encoder_path),
+             spec.tokens, filled, by_text);
+  check_all_filled(filled, encoder_path);
   spec.special.assign(spec.tokens.size(), false);
 
   size_t line_no = 0;

@@ -90,16 +90,33 @@ class BpeTokenizer : public Tokenizer {
 // ("a b" strings or [a, b] pairs), model.ignore_merges, added_tokens, and the pre-tokenizer
 // (Sequence / Split with behavior Isolated / ByteLevel). `eot_token` names the end-of-text
 // token. Throws a usage error naming the file when it is missing, truncated or unsupported.
+// Limits, checked before anything is sized by them: the file has at most 256 MiB and nests
+// JSON at most kMaxJsonDepth deep; ids are 0..N-1 for the N entries of model.vocab and
+// added_tokens together (an id past that, a negative one or one given twice is refused, so a
+// corrupt id never sizes a table), N <= 2^24; pre-tokenizer Sequences nest at most 8 deep
+// and give at most 16 regex stages.
 std::unique_ptr<BpeTokenizer> load_hf_tokenizer(const std::string& path, const std::string& name,
                                                 const std::string& eot_token);
+// The same from the file's text; `path` only names it in messages.
+std::unique_ptr<BpeTokenizer> parse_hf_tokenizer(const std::string& text, const std::string& path,
+                                                 const std::string& name,
+                                                 const std::string& eot_token);
 
 // Loads GPT-2's encoder.json (token -> id) and vocab.bpe ("#version" line, then one merge per
 // line in rank order), with the GPT-2 regex. Throws a usage error naming the file when it is
-// missing, truncated or corrupt.
+// missing, truncated or corrupt. The limits of load_hf_tokenizer hold for each file (ids are
+// 0..N-1 for encoder.json's N entries).
 std::unique_ptr<BpeTokenizer> load_gpt2_tokenizer(const std::string& encoder_path,
                                                   const std::string& merges_path,
                                                   const std::string& name,
                                                   const std::string& eot_token);
+// The same from the files' texts; the paths only name them in messages.
+std::unique_ptr<BpeTokenizer> parse_gpt2_tokenizer(const std::string& encoder_text,
+                                                   const std::string& merges_text,
+                                                   const std::string& encoder_path,
+                                                   const std::string& merges_path,
+                                                   const std::string& name,
+                                                   const std::string& eot_token);
 
 // GPT-2's reversible map from bytes to printable code points, so that every token of a
 // byte-level vocabulary file is a printable string: byte -> code point.

@@ -14,13 +14,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <memory>
 
 #include <nlohmann/json.hpp>
 
 #include "gradscope/core/error.h"
+#include "gradscope/core/files.h"
+#include "gradscope/core/json_input.h"
 
 namespace gradscope {
 namespace fs = std::filesystem;
@@ -41,11 +42,19 @@ std::string emoji_fetch_hint() {
 // IDX
 
 // More data than this in one IDX file means a corrupt header, not a data set (MNIST's training
-// images are 47 MB).
-constexpr uint64_t kIdxMaxBytes = uint64_t{1} << 32;
+// images are 47 MB, EMNIST's largest set 550 MB).
+constexpr uint64_t kIdxMaxBytes = uint64_t{1} << 30;
 constexpr int kIdxMaxRank = 8;
-// gzread takes an unsigned int; large reads go in chunks of this size.
-constexpr size_t kReadChunk = size_t{1} << 28;
+// The largest IDX file read: the data and the longest header.
+constexpr int64_t kIdxMaxFileBytes = static_cast<int64_t>(kIdxMaxBytes) + 4 + 4 * kIdxMaxRank;
+// Deflate turns at most 2 bits into 258 bytes, so no gzip (or PNG) stream inflates to more than
+// 1032 times its size: a header that claims more data than that is refused up front.
+constexpr uint64_t kDeflateMaxRatio = 1032;
+// A gzip stream's data arrive into a buffer that starts this big and doubles as they come, so
+// what is allocated stays within twice what the stream really holds.
+constexpr size_t kInflateFirstBytes = size_t{1} << 20;
+// Trailing data are counted up to this much; a message says "more than" past it.
+constexpr uint64_t kTrailingCountLimit = uint64_t{1} << 20;
 
 const char* idx_type_name(int type) {
   switch (type) {
@@ -66,61 +75,104 @@ const char* idx_type_name(int type) {
   }
 }
 
-// A file read through zlib's gz* functions, which read gzip streams (found by their magic
-// bytes) and pass any other file through unchanged. Every stream error is a usage error naming
-// the file.
-class IdxReader {
+bool gzip_magic(std::string_view bytes, size_t at = 0) {
+  return bytes.size() >= at + 2 && static_cast<unsigned char>(bytes[at]) == 0x1f &&
+         static_cast<unsigned char>(bytes[at + 1]) == 0x8b;
+}
+
+// The bytes of an IDX file, read in order: a plain file as it is, a gzip file (found by its
+// magic bytes, not its name) inflated as it is read, member after member as gzip(1) does;
+// bytes after the last member that start no other member are ignored, as zlib's gzread does.
+// Every stream error is a usage error naming the file.
+class IdxStream {
  public:
-  explicit IdxReader(const std::string& path) : path_(path) {
-    file_ = gzopen(path.c_str(), "rb");
-    if (file_ == nullptr)
-      fail_usage(fmt::format("{}: cannot open: {}", path, std::strerror(errno)),
-                 "check the file's permissions");
-    gzbuffer(file_, 1 << 17);  // zlib's default 8 KiB makes 47 MB take many small reads
+  IdxStream(std::string_view bytes, const std::string& source)
+      : bytes_(bytes), source_(source), gzip_(gzip_magic(bytes)) {
+    if (!gzip_) return;
+    if (inflateInit2(&z_, 16 + MAX_WBITS) != Z_OK) fail_runtime("cannot start zlib's inflate");
+    z_.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(bytes_.data()));
+    z_.avail_in = 0;
+    started_ = true;
   }
-  IdxReader(const IdxReader&) = delete;
-  IdxReader& operator=(const IdxReader&) = delete;
-  ~IdxReader() { gzclose(file_); }
+  IdxStream(const IdxStream&) = delete;
+  IdxStream& operator=(const IdxStream&) = delete;
+  ~IdxStream() {
+    if (started_) inflateEnd(&z_);
+  }
+
+  bool gzip() const { return gzip_; }
+  // A plain file's offset of the next byte.
+  size_t position() const { return pos_; }
 
   // Reads up to n bytes into dst; fewer only at the end of the data.
   size_t read(void* dst, size_t n) {
+    if (!gzip_) {
+      const size_t got = std::min(n, bytes_.size() - pos_);
+      std::memcpy(dst, bytes_.data() + pos_, got);
+      pos_ += got;
+      return got;
+    }
     size_t done = 0;
-    while (done < n) {
-      const auto want = static_cast<unsigned>(std::min(n - done, kReadChunk));
-      const int got = gzread(file_, static_cast<char*>(dst) + done, want);
-      check_stream();
-      if (got <= 0) break;
-      done += static_cast<size_t>(got);
-      if (static_cast<unsigned>(got) < want) break;
+    while (done < n && !finished_) {
+      // zlib counts in unsigned int: feed and drain it in pieces below 4 GiB.
+      constexpr size_t kPiece = size_t{1} << 30;
+      if (z_.avail_in == 0 && pos_ < bytes_.size()) {
+        const size_t feed = std::min(bytes_.size() - pos_, kPiece);
+        z_.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(bytes_.data() + pos_));
+        z_.avail_in = static_cast<uInt>(feed);
+        pos_ += feed;
+      }
+      const size_t want = std::min(n - done, kPiece);
+      z_.next_out = static_cast<Bytef*>(dst) + done;
+      z_.avail_out = static_cast<uInt>(want);
+      const int code = inflate(&z_, Z_NO_FLUSH);
+      done += want - z_.avail_out;
+      if (code == Z_STREAM_END) {
+        next_member();
+      } else if (code == Z_BUF_ERROR ||
+                 (code == Z_OK && z_.avail_in == 0 && pos_ == bytes_.size() && z_.avail_out > 0)) {
+        // No progress is possible: the input ran out in the middle of a member.
+        if (z_.avail_in == 0 && pos_ == bytes_.size())
+          fail_usage(fmt::format("{}: truncated gzip stream (unexpected end of file)", source_),
+                     "the download was cut short: delete the file and fetch it again");
+      } else if (code != Z_OK) {
+        fail_usage(fmt::format("{}: corrupt gzip stream ({})", source_,
+                               z_.msg ? z_.msg : "inflate failed"),
+                   "delete the file and fetch it again");
+      }
     }
     return done;
   }
 
-  // True for a plain file (valid after the first read).
-  bool plain() const { return gzdirect(file_) == 1; }
-  // How many more bytes the stream holds (reads them).
-  uint64_t drain() {
+  // How many bytes are left (reads them), counted up to `limit`; more than `limit` gives
+  // limit + 1.
+  uint64_t skip(uint64_t limit) {
+    if (!gzip_) return std::min<uint64_t>(bytes_.size() - pos_, limit + 1);
     char buffer[1 << 14];
     uint64_t total = 0;
-    for (size_t got; (got = read(buffer, sizeof(buffer))) > 0;) total += got;
-    return total;
+    for (size_t got; total <= limit && (got = read(buffer, sizeof(buffer))) > 0;) total += got;
+    return std::min(total, limit + 1);
   }
 
  private:
-  void check_stream() {
-    int code = Z_OK;
-    const char* message = gzerror(file_, &code);
-    if (code == Z_OK) return;
-    if (code == Z_BUF_ERROR)  // zlib's "unexpected end of file": the stream stops mid-way
-      fail_usage(fmt::format("{}: truncated gzip stream ({})", path_, message),
-                 "the download was cut short: delete the file and fetch it again");
-    if (code == Z_ERRNO) fail_usage(fmt::format("{}: read error: {}", path_, std::strerror(errno)));
-    fail_usage(fmt::format("{}: corrupt gzip stream ({})", path_, message),
-               "delete the file and fetch it again");
+  // After a member's end: another member starts where its magic bytes stand; anything else
+  // ends the stream.
+  void next_member() {
+    const size_t at = pos_ - z_.avail_in;
+    if (!gzip_magic(bytes_, at)) {
+      finished_ = true;
+      return;
+    }
+    if (inflateReset(&z_) != Z_OK) fail_runtime("cannot restart zlib's inflate");
   }
 
-  std::string path_;
-  gzFile file_ = nullptr;
+  std::string_view bytes_;
+  std::string source_;
+  bool gzip_ = false;
+  bool started_ = false;
+  bool finished_ = false;
+  size_t pos_ = 0;  // next byte of bytes_ not yet read (plain) or not yet fed to zlib (gzip)
+  z_stream z_{};
 };
 
 uint32_t big_endian_u32(const unsigned char* b) {
@@ -140,7 +192,14 @@ torch::Tensor read_idx(const std::string& path) {
   if (!fs::exists(path, ec))
     fail_usage(fmt::format("IDX file {} does not exist", path), images_fetch_hint());
   if (!fs::is_regular_file(path, ec)) fail_usage(fmt::format("{} is not a file", path));
-  IdxReader reader(path);
+  return decode_idx(read_input_file(path, "IDX file", kIdxMaxFileBytes), path);
+}
+
+torch::Tensor decode_idx(std::string contents, const std::string& source) {
+  const std::string& path = source;
+  // Held by the tensor of a plain file, whose data are used where they lie.
+  auto owned = std::make_shared<std::string>(std::move(contents));
+  IdxStream reader(*owned, path);
 
   // Header: 00 00 TYPE RANK, then RANK big-endian uint32 dimensions.
   unsigned char magic[4];
@@ -171,52 +230,66 @@ torch::Tensor read_idx(const std::string& path) {
         fmt::format("{}: truncated IDX header: rank {} needs {} bytes of dimensions, found {}",
                     path, rank, 4 * rank, got_dims));
   std::vector<int64_t> dims(rank);
-  uint64_t bytes = 1;
-  for (int i = 0; i < rank; ++i) {
-    dims[i] = big_endian_u32(dim_bytes + 4 * i);
-    bytes *= static_cast<uint64_t>(dims[i]);  // stays below 2^64: checked each step
+  for (int i = 0; i < rank; ++i) dims[i] = big_endian_u32(dim_bytes + 4 * i);
+  for (int i = 0; i < rank; ++i)
     if (dims[i] == 0)
       fail_usage(fmt::format("{}: IDX dimension {} is zero ({})", path, i, dims_text(dims)));
+  uint64_t bytes = 1;
+  for (int i = 0; i < rank; ++i) {
+    // At most 2^30 * (2^32 - 1) < 2^64: the product is checked before it can overflow.
+    bytes *= static_cast<uint64_t>(dims[i]);
     if (bytes > kIdxMaxBytes)
-      fail_usage(fmt::format("{}: absurd IDX dimensions {} (more than 2^32 bytes of data)", path,
-                             dims_text(dims)));
+      fail_usage(fmt::format("{}: absurd IDX dimensions {} (more than {} bytes of data)", path,
+                             dims_text(dims), kIdxMaxBytes));
   }
-  const uint64_t header_bytes = 4 + 4 * static_cast<uint64_t>(rank);
 
-  // A plain file's size tells a truncation before anything big is allocated.
-  if (reader.plain()) {
-    const uint64_t size = fs::file_size(path, ec);
-    if (!ec && size >= header_bytes && size - header_bytes < bytes)
+  if (!reader.gzip()) {
+    // A plain file's data are checked against its size and used where they lie, uncopied.
+    const uint64_t found = owned->size() - reader.position();
+    if (found < bytes)
       fail_usage(fmt::format("{}: truncated IDX file: expected {} bytes of data ({}), found {}",
-                             path, bytes, dims_text(dims), size - header_bytes),
+                             path, bytes, dims_text(dims), found),
                  "the download was cut short: delete the file and fetch it again");
+    if (found > bytes)
+      fail_usage(fmt::format("{}: {} trailing bytes after the {} bytes of {} IDX data", path,
+                             found - bytes, bytes, dims_text(dims)),
+                 "is it an IDX file (MNIST's *-ubyte format)?");
+    auto* holder = new std::shared_ptr<std::string>(owned);
+    return torch::from_blob(
+        owned->data() + reader.position(), dims, [holder](void*) { delete holder; }, torch::kUInt8);
   }
 
-  // The data go straight into the buffer the tensor keeps. A gzip stream's length is unknown
-  // until it ends, so the buffer grows chunk by chunk as data arrive: a corrupt header cannot
-  // make it allocate 4 GB.
+  // A gzip stream cannot hold more than kDeflateMaxRatio times its size; a header claiming
+  // more is corrupt, and is refused before anything that size is allocated.
+  if (bytes > kDeflateMaxRatio * owned->size())
+    fail_usage(fmt::format("{}: the IDX header claims {} bytes of data ({}), more than a gzip "
+                           "file of {} bytes can hold",
+                           path, bytes, dims_text(dims), owned->size()),
+               "the file is corrupt: delete it and fetch it again");
+  // Its length is known only at its end, so the buffer grows as data arrive: a header that
+  // overstates the data costs at most twice what the stream holds.
   auto buffer = std::make_unique<std::vector<uint8_t>>();
   size_t have = 0;
   while (have < bytes) {
-    const size_t want = std::min<uint64_t>(bytes - have, kReadChunk);
-    buffer->resize(have + want);
-    const size_t got = reader.read(buffer->data() + have, want);
+    const size_t size = std::min<uint64_t>(bytes, std::max(kInflateFirstBytes, 2 * have));
+    buffer->resize(size);
+    const size_t got = reader.read(buffer->data() + have, size - have);
     have += got;
-    if (got < want) break;
+    if (have < size) break;
   }
   if (have < bytes)
     fail_usage(fmt::format("{}: truncated IDX file: expected {} bytes of data ({}), found {}", path,
                            bytes, dims_text(dims), have),
                "the download was cut short: delete the file and fetch it again");
-  const uint64_t trailing = reader.drain();
+  const uint64_t trailing = reader.skip(kTrailingCountLimit);
   if (trailing > 0)
-    fail_usage(fmt::format("{}: {} trailing bytes after the {} bytes of {} IDX data", path,
-                           trailing, bytes, dims_text(dims)),
+    fail_usage(fmt::format("{}: {}{} trailing bytes after the {} bytes of {} IDX data", path,
+                           trailing > kTrailingCountLimit ? "more than " : "",
+                           std::min(trailing, kTrailingCountLimit), bytes, dims_text(dims)),
                "is it an IDX file (MNIST's *-ubyte format)?");
-
-  std::vector<uint8_t>* owned = buffer.release();
+  std::vector<uint8_t>* data = buffer.release();
   return torch::from_blob(
-      owned->data(), dims, [owned](void*) { delete owned; }, torch::kUInt8);
+      data->data(), dims, [data](void*) { delete data; }, torch::kUInt8);
 }
 
 namespace {
@@ -320,12 +393,20 @@ namespace {
 
 // Larger sides mean a corrupt or hostile file (libpng's own default limit is 1,000,000).
 constexpr png_uint_32 kPngMaxSide = 1 << 14;
+// Nor does any image of a data set have more pixels (the decode holds 4 bytes a pixel, the
+// result 3: 224 MiB at this bound).
+constexpr uint64_t kPngMaxPixels = uint64_t{1} << 25;
+constexpr int64_t kPngMaxFileBytes = int64_t{256} << 20;
+// The memory one ancillary chunk (a colour profile, compressed text) may take.
+constexpr png_alloc_size_t kPngMaxChunkBytes = png_alloc_size_t{8} << 20;
 
 // Everything the libpng decode needs to survive a longjmp. It is plain data reached through a
 // pointer, so no C++ destructor is skipped by the longjmp and no value lives in a register that
 // setjmp could restore stale.
 struct PngDecode {
-  FILE* file = nullptr;
+  const unsigned char* data = nullptr;  // the file's bytes
+  size_t size = 0;
+  size_t pos = 0;  // next byte libpng reads
   png_structp png = nullptr;
   png_infop info = nullptr;
   unsigned char* rgba = nullptr;  // (H, W, 4) from malloc
@@ -343,7 +424,42 @@ void png_error_to_decode(png_structp png, png_const_charp message) {
 
 void png_warning_ignored(png_structp, png_const_charp) {}
 
-// Decodes decode->file into 8-bit RGBA. Returns false with decode->message set on failure; the
+void png_read_from_memory(png_structp png, png_bytep out, png_size_t count) {
+  auto* decode = static_cast<PngDecode*>(png_get_io_ptr(png));
+  if (count > decode->size - decode->pos) png_error(png, "unexpected end of file");
+  std::memcpy(out, decode->data + decode->pos, count);
+  decode->pos += count;
+}
+
+// Refuses, from the header alone, an image too large to decode or larger than the file can
+// hold: its samples inflate from the file's IDAT data, at most kDeflateMaxRatio times their
+// size, so pixels * bits per pixel / 8 (a lower bound on the inflated data, filter bytes and
+// row padding left out) beyond that means a corrupt or hostile header.
+void check_png_size(PngDecode* decode) {
+  png_uint_32 width = 0, height = 0;
+  int bit_depth = 0, color_type = 0;
+  png_get_IHDR(decode->png, decode->info, &width, &height, &bit_depth, &color_type, nullptr,
+               nullptr, nullptr);
+  const uint64_t pixels = uint64_t{width} * height;
+  char message[200];
+  if (pixels > kPngMaxPixels) {
+    std::snprintf(message, sizeof(message),
+                  "the image has %ux%u pixels, more than the %llu a PNG "
+                  "may have",
+                  width, height, static_cast<unsigned long long>(kPngMaxPixels));
+    png_error(decode->png, message);
+  }
+  const uint64_t bits = pixels * png_get_channels(decode->png, decode->info) * bit_depth;
+  if (bits / 8 > kDeflateMaxRatio * decode->size) {
+    std::snprintf(message, sizeof(message),
+                  "the header claims %ux%u pixels, more than a file "
+                  "of %zu bytes can hold",
+                  width, height, decode->size);
+    png_error(decode->png, message);
+  }
+}
+
+// Decodes decode->data into 8-bit RGBA. Returns false with decode->message set on failure; the
 // caller frees what decode holds either way. C-style on purpose: libpng reports errors by
 // longjmp back into this frame.
 bool decode_png_rgba(PngDecode* decode) {
@@ -360,9 +476,18 @@ bool decode_png_rgba(PngDecode* decode) {
   }
   if (setjmp(png_jmpbuf(decode->png))) return false;
 
-  png_init_io(decode->png, decode->file);
+  png_set_read_fn(decode->png, decode, png_read_from_memory);
   png_set_user_limits(decode->png, kPngMaxSide, kPngMaxSide);
+  png_set_chunk_malloc_max(decode->png, kPngMaxChunkBytes);
+#ifdef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
+  // A fuzzer cannot forge checksums: let it past them to the code behind.
+  png_set_crc_action(decode->png, PNG_CRC_QUIET_USE, PNG_CRC_QUIET_USE);
+#if defined(PNG_IGNORE_ADLER32) && defined(PNG_SET_OPTION_SUPPORTED)
+  png_set_option(decode->png, PNG_IGNORE_ADLER32, PNG_OPTION_ON);
+#endif
+#endif
   png_read_info(decode->png, decode->info);
+  check_png_size(decode);
   // Whatever the colour type and depth, ask for 8-bit RGBA: palette -> RGB, grey below 8 bits
   // -> 8 bits, tRNS -> alpha, 16 -> 8 bits (scaled with rounding, not truncated), grey -> RGB,
   // and an opaque alpha where there is none.
@@ -393,17 +518,18 @@ bool decode_png_rgba(PngDecode* decode) {
 torch::Tensor read_png_rgb(const std::string& path) {
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) fail_usage(fmt::format("PNG file {} does not exist", path));
+  return decode_png_rgb(read_input_file(path, "PNG file", kPngMaxFileBytes), path);
+}
+
+torch::Tensor decode_png_rgb(std::string_view bytes, const std::string& source) {
   PngDecode decode;
-  decode.file = std::fopen(path.c_str(), "rb");
-  if (decode.file == nullptr)
-    fail_usage(fmt::format("{}: cannot open: {}", path, std::strerror(errno)),
-               "check the file's permissions");
+  decode.data = reinterpret_cast<const unsigned char*>(bytes.data());
+  decode.size = bytes.size();
   const bool ok = decode_png_rgba(&decode);
   png_destroy_read_struct(&decode.png, &decode.info, nullptr);
-  std::fclose(decode.file);
   std::unique_ptr<unsigned char, decltype(&std::free)> rgba(decode.rgba, &std::free);
   std::free(decode.rows);
-  if (!ok) fail_usage(fmt::format("{}: cannot decode PNG: {}", path, decode.message));
+  if (!ok) fail_usage(fmt::format("{}: cannot decode PNG: {}", source, decode.message));
 
   // (H, W, 4) RGBA -> (3, H, W) RGB over white: out = (a*c + (255 - a)*255) / 255, rounded.
   // The integer form rounds exactly: the numerator over 255 is never a half.
@@ -431,6 +557,21 @@ struct EmojiItem {
   std::string image;  // file name under img/
   std::string caption;
 };
+
+// emoji-datasource's list has 2 MB; more than this is no emoji list.
+constexpr int64_t kEmojiListMaxBytes = int64_t{64} << 20;
+
+// An image named by the list is a file in img/: a name that would reach outside it (a path,
+// "..") is refused.
+void check_image_name(const std::string& image, const std::string& json_path,
+                      const std::string& what) {
+  if (image.empty()) fail_usage(fmt::format("{}: {} has no image file name", json_path, what));
+  if (image == "." || image == ".." || image.find('/') != std::string::npos ||
+      image.find('\0') != std::string::npos)
+    fail_usage(fmt::format("{}: {} names the image '{}', which is not a file name in img/",
+                           json_path, what, image),
+               "delete the emoji folder and run scripts/fetch-data.sh emoji again");
+}
 
 bool json_true(const json& object, const char* key) {
   const auto it = object.find(key);
@@ -474,15 +615,9 @@ std::string skin_tone_suffix(const std::string& key, const std::string& json_pat
 
 // The entries of emoji.json that have a Google image, with their captions, sorted by file name.
 std::vector<EmojiItem> emoji_items(const std::string& json_path) {
-  std::ifstream in(json_path, std::ios::binary);
-  if (!in) fail_usage(fmt::format("{}: cannot read", json_path), "check the file's permissions");
-  json entries;
-  try {
-    entries = json::parse(in);
-  } catch (const json::exception& e) {
-    fail_usage(fmt::format("{}: malformed JSON: {}", json_path, e.what()),
-               "delete the emoji folder and run scripts/fetch-data.sh emoji again");
-  }
+  const json entries =
+      parse_json_input(read_input_file(json_path, "emoji list", kEmojiListMaxBytes), json_path,
+                       "delete the emoji folder and run scripts/fetch-data.sh emoji again");
   if (!entries.is_array())
     fail_usage(fmt::format("{}: expected a JSON array of emoji, found a {}", json_path,
                            entries.type_name()));
@@ -501,8 +636,7 @@ std::vector<EmojiItem> emoji_items(const std::string& json_path) {
     const std::string image = json_string(entry, "image");
     if (base.empty()) base = image.substr(0, image.rfind('.'));
     if (json_true(entry, "has_img_google")) {
-      if (image.empty())
-        fail_usage(fmt::format("{}: entry {} ('{}') has no image file name", json_path, i, base));
+      check_image_name(image, json_path, fmt::format("entry {} ('{}')", i, base));
       items.push_back({image, base});
     }
     const auto variations = entry.find("skin_variations");
@@ -510,9 +644,8 @@ std::vector<EmojiItem> emoji_items(const std::string& json_path) {
     for (const auto& [key, variation] : variations->items()) {
       if (!variation.is_object() || !json_true(variation, "has_img_google")) continue;
       const std::string variation_image = json_string(variation, "image");
-      if (variation_image.empty())
-        fail_usage(fmt::format("{}: skin variation {} of entry {} ('{}') has no image file name",
-                               json_path, key, i, base));
+      check_image_name(variation_image, json_path,
+                       fmt::format("skin variation {} of entry {} ('{}')", key, i, base));
       items.push_back({variation_image, base + skin_tone_suffix(key, json_path)});
     }
   }

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -33,8 +34,14 @@ struct ImageSet {
 // magic bytes (1f 8b), not from the file name. Only the unsigned-byte type 0x08 is accepted.
 // Returns a uint8 tensor with the file's dimensions, e.g. (60000, 28, 28).
 // Every problem is a usage error naming the file: missing, bad magic, unsupported type, zero or
-// absurd dims (more than 2^32 bytes of data), truncated data, trailing bytes, corrupt gzip.
+// absurd dims (more than 2^30 bytes of data), truncated data, trailing bytes, corrupt gzip.
+// Sizes are checked before anything is sized by them: a plain file's data against the file's
+// size (and used where they lie, uncopied); a gzip file's against what its size can inflate
+// to (deflate's limit, 1032 times), and its buffer grows as data arrive, so a corrupt header
+// costs at most twice what the stream really holds.
 torch::Tensor read_idx(const std::string& path);
+// The same from the file's bytes; `source` names it in messages.
+torch::Tensor decode_idx(std::string bytes, const std::string& source);
 
 // Loads split "train" or "test" of an IDX image set from `folder`: the files
 // {train,t10k}-{images-idx3,labels-idx1}-ubyte, each plain or with a .gz suffix (whichever
@@ -59,7 +66,12 @@ std::string templated_caption(const std::string& class_name, bool digits = false
 // 8 bits. Alpha is composited over a white background: out = round(a*c + (1-a)*255) with
 // a = alpha/255, in the stored (sRGB) values, without gamma correction.
 // A file that cannot be read or decoded is a usage error naming the file and libpng's message.
+// Limits, checked after the header and before the pixels are allocated or decoded: at most
+// 16384 pixels a side and 2^25 pixels in all, no more image data than the file's size can
+// inflate to, at most 256 MiB of file and 8 MiB for any one ancillary chunk.
 torch::Tensor read_png_rgb(const std::string& path);
+// The same from the file's bytes; `source` names it in messages.
+torch::Tensor decode_png_rgb(std::string_view bytes, const std::string& source);
 
 // The emoji image-caption set that scripts/fetch-data.sh emoji lays out in `folder`:
 // folder/emoji.json (emoji-datasource's list) and folder/img/*.png (64x64 Google emoji).

@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <unistd.h>
 #include <algorithm>
 #include <cctype>
 #include <chrono>
@@ -13,6 +12,7 @@
 #include <sstream>
 
 #include "gradscope/core/error.h"
+#include "gradscope/core/files.h"
 #include "gradscope/core/log.h"
 #include "gradscope/core/rng.h"
 #include "gradscope/data/bpe.h"
@@ -107,60 +107,60 @@ uint64_t tokens_checksum(const std::vector<int32_t>& tokens) {
 
 // Layout: magic[8], key u64, count u64, count x int32 tokens, checksum u64 (little-endian,
 // native; a cache is not meant to move between machines of different byte order).
-bool read_cache(const std::string& path, uint64_t key, std::vector<int32_t>& tokens) {
+constexpr uint64_t kCacheHeaderBytes = 24;
+constexpr uint64_t kCacheMaxTokens = uint64_t{1} << 40;
+
+// The cached tokens, or false when there is no usable cache. A damaged one (short, long, a
+// count that does not match the file's size, a wrong checksum, an id outside the vocabulary)
+// is ignored with a warning and tokenized again; the count is checked against the file's
+// size before anything that size is allocated.
+bool read_cache(const std::string& path, uint64_t key, int64_t vocab_size,
+                std::vector<int32_t>& tokens) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return false;
+  const auto damaged = [&](const char* why) {
+    log_warn("ignoring the damaged token cache {} ({}); tokenizing again", path, why);
+    tokens.clear();
+    return false;
+  };
   char magic[8];
   uint64_t stored_key = 0, count = 0, checksum = 0;
   in.read(magic, 8);
   in.read(reinterpret_cast<char*>(&stored_key), 8);
   in.read(reinterpret_cast<char*>(&count), 8);
-  const bool header_ok = in && std::memcmp(magic, kCacheMagic, 8) == 0 && stored_key == key;
+  if (!in || std::memcmp(magic, kCacheMagic, 8) != 0) return damaged("bad header");
+  if (stored_key != key) return damaged("made for other text or another tokenizer");
   std::error_code ec;
   const auto size = fs::file_size(path, ec);
-  if (!header_ok || ec || count > (uint64_t{1} << 40) || size != 24 + 4 * count + 8) {
-    log_warn("ignoring the damaged token cache {}; tokenizing again", path);
-    return false;
-  }
+  if (ec || count > kCacheMaxTokens || size != kCacheHeaderBytes + 4 * count + 8)
+    return damaged("its size does not match its token count");
   tokens.resize(count);
   in.read(reinterpret_cast<char*>(tokens.data()), static_cast<std::streamsize>(4 * count));
   in.read(reinterpret_cast<char*>(&checksum), 8);
-  if (!in || checksum != tokens_checksum(tokens)) {
-    log_warn("ignoring the damaged token cache {}; tokenizing again", path);
-    tokens.clear();
-    return false;
-  }
+  if (!in || checksum != tokens_checksum(tokens)) return damaged("wrong checksum");
+  for (int32_t id : tokens)
+    if (id < 0 || id >= vocab_size) return damaged("a token id outside the vocabulary");
   return true;
 }
 
-// Written to a temporary file and renamed, so a reader never sees half a cache and two runs
-// that tokenize at once both leave a whole one.
+// Written whole (core/files.h), so a reader never sees half a cache and two runs that
+// tokenize at once both leave a whole one. A cache that cannot be written costs only time.
 void write_cache(const std::string& path, uint64_t key, const std::vector<int32_t>& tokens) {
   std::error_code ec;
   fs::create_directories(fs::path(path).parent_path(), ec);
-  const std::string tmp = fmt::format("{}.tmp.{}.{}", path, ::getpid(),
-                                      mix64(reinterpret_cast<uintptr_t>(&tokens)) & 0xffff);
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    const uint64_t count = tokens.size();
-    const uint64_t checksum = tokens_checksum(tokens);
-    out.write(kCacheMagic, 8);
-    out.write(reinterpret_cast<const char*>(&key), 8);
-    out.write(reinterpret_cast<const char*>(&count), 8);
-    out.write(reinterpret_cast<const char*>(tokens.data()),
-              static_cast<std::streamsize>(4 * count));
-    out.write(reinterpret_cast<const char*>(&checksum), 8);
-    out.close();
-    if (!out) {
-      fs::remove(tmp, ec);
-      log_warn("cannot write the token cache {} (continuing without it)", path);
-      return;
-    }
-  }
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    log_warn("cannot write the token cache {} (continuing without it)", path);
+  const uint64_t count = tokens.size();
+  const uint64_t checksum = tokens_checksum(tokens);
+  std::string bytes;
+  bytes.reserve(kCacheHeaderBytes + 4 * count + 8);
+  bytes.append(kCacheMagic, 8);
+  bytes.append(reinterpret_cast<const char*>(&key), 8);
+  bytes.append(reinterpret_cast<const char*>(&count), 8);
+  bytes.append(reinterpret_cast<const char*>(tokens.data()), 4 * count);
+  bytes.append(reinterpret_cast<const char*>(&checksum), 8);
+  try {
+    write_file_atomically(path, bytes);
+  } catch (const Error& e) {
+    log_warn("cannot write the token cache {} (continuing without it): {}", path, e.what());
   }
 }
 
@@ -215,7 +215,7 @@ TextCorpus::TextCorpus(const std::string& dataset, const Tokenizer& tokenizer,
        fmt::format("{}.{}.{:016x}.tokens", sanitize(label), sanitize(tokenizer.name()), key))
           .string();
 
-  loaded_from_cache_ = read_cache(cache_path_, key, tokens_);
+  loaded_from_cache_ = read_cache(cache_path_, key, tokenizer.vocab_size(), tokens_);
   if (!loaded_from_cache_) {
     const auto start = std::chrono::steady_clock::now();
     size_t bytes = 0;
