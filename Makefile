@@ -4,8 +4,16 @@ BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
 GS := $(BUILD)/gradscope
 DEMO_OUT ?= demo-out
+FUZZ_BUILD ?= build-fuzz
+FUZZ_TIME ?= 300
+FUZZ_TARGET ?= all
+SANITIZE_BUILD ?= build-sanitize
+# LibTorch is not instrumented: its leaks at exit and its globals are not ours to report.
+SANITIZER_ENV := ASAN_OPTIONS=detect_leaks=0:detect_odr_violation=0 \
+  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 
-.PHONY: all deps data data-all configure build test test-fast demo bench clean format
+.PHONY: all deps data data-all configure build test test-fast test-sanitize fuzz fuzz-run demo \
+  bench clean format
 
 all: build
 
@@ -36,6 +44,30 @@ test: data build
 test-fast: data build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L fast
 
+# The fast tier under AddressSanitizer and UBSan, in a build of its own ($(SANITIZE_BUILD));
+# not part of CI (docs/testing.md).
+# -O1 -g1: what the sanitizers advise, with line numbers in their reports.
+$(SANITIZE_BUILD)/build.ninja:
+	cmake -S . -B $(SANITIZE_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DGRADSCOPE_SANITIZE=address,undefined
+
+test-sanitize: data $(SANITIZE_BUILD)/build.ninja
+	cmake --build $(SANITIZE_BUILD) -j $(JOBS)
+	cd $(SANITIZE_BUILD) && $(SANITIZER_ENV) ctest --output-on-failure -j $(JOBS) -L fast
+
+# The libFuzzer targets of fuzz/ (clang, AddressSanitizer, UBSan) in $(FUZZ_BUILD); `make
+# fuzz-run` runs each for FUZZ_TIME seconds (FUZZ_TARGET=idx: one) and merges what adds
+# coverage into fuzz/corpus (docs/testing.md).
+$(FUZZ_BUILD)/build.ninja:
+	CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DGRADSCOPE_FUZZ=ON
+
+fuzz: deps $(FUZZ_BUILD)/build.ninja
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzzers
+
+fuzz-run: fuzz
+	FUZZ_BUILD=$(FUZZ_BUILD) bash scripts/fuzz.sh $(FUZZ_TARGET) $(FUZZ_TIME)
+
 # The main job: the smoke sweep (the four models at their tiny presets x SGD and Adam x the
 # three memory strategies, each run in its own process; about 2-5 minutes on two cores,
 # resumable), then one longer run of the tiny Llama with its full summary: loss, time per
@@ -62,7 +94,7 @@ bench: data build
 	/usr/bin/python3 bench/bench.py $(BENCH_FLAGS)
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(FUZZ_BUILD) $(SANITIZE_BUILD)
 
 format:
 	clang-format -i $$(git ls-files '*.cpp' '*.h')
