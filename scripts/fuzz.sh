@@ -52,7 +52,8 @@ for target in "${targets[@]}"; do
     found=1
   fi
   # New inputs that reach new edges (hit counts aside: -use_counters=0) join the corpus.
-  "$fuzzer" -merge=1 -use_counters=0 -max_len="$(max_len "$target")" "$corpus" "$work" \
+  "$fuzzer" -merge=1 -use_counters=0 -max_len="$(max_len "$target")" \
+    -artifact_prefix="$findings/" "$corpus" "$work" \
     >"$build/merge-$target.log" 2>&1 || echo "== $target: merge failed, see $build/merge-$target.log"
   find "$corpus" -type f -size +"${max_corpus_file}c" -print -delete |
     sed 's/^/== dropped (larger than 256 KiB): /'
