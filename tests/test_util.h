@@ -14,6 +14,8 @@
 #include "gradscope/core/config.h"
 #include "gradscope/core/env.h"
 #include "gradscope/core/error.h"
+#include "gradscope/core/record.h"
+#include "gradscope/store/db.h"
 
 namespace gradscope::testing {
 
@@ -38,6 +40,19 @@ inline RunConfig tiny_llama_config() {
   c.dataset = fixture("text/sotu-excerpt.txt");
   c.quiet = true;
   return c;
+}
+
+// A record as `gradscope run --json` leaves it (ok, loss 2.5), without training anything.
+inline RunRecord result_record(const std::string& run_id) {
+  RunRecord r;
+  r.schema = kRunSchema;
+  r.run_id = run_id;
+  r.attempt_uid = new_attempt_uid();
+  r.config = tiny_llama_config();
+  r.status = RunStatus::kStatusOk;
+  r.final_loss = 2.5;
+  r.started_at = "2026-01-01T00:00:00Z";
+  return r;
 }
 
 // A fresh empty folder under the system temp folder, removed by the destructor.

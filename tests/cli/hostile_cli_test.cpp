@@ -67,6 +67,34 @@ TEST(HostileCli, CollectMergesTheGoodFilesAndExitsTwoNamingTheBadOnes) {
   EXPECT_EQ(ok_runs(dir.file("m.db")), 1);
 }
 
+TEST(HostileCli, CollectsRunningAtOnceStoreEachAttemptOnce) {
+  testing::TempDir dir("gradscope-collects");
+  fs::create_directory(dir.file("results"));
+  for (int i = 0; i < 40; ++i)
+    std::ofstream(dir.file(fmt::format("results/task-{}.json", i)))
+        << record_to_json(testing::result_record(fmt::format("run{}", i))).dump();
+  const std::string db = dir.file("m.db");
+  { Database create(db); }
+  std::vector<pid_t> pids;
+  for (int c = 0; c < 3; ++c) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      const std::string cmd = fmt::format("exec {} collect {} --db {} >/dev/null 2>&1",
+                                          GRADSCOPE_BINARY, dir.path(), db);
+      execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    pids.push_back(pid);
+  }
+  for (const pid_t pid : pids) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  Database check(db);
+  EXPECT_EQ(check.count_runs(), 40);
+}
+
 TEST(HostileCli, ASecondSweepOnOneDatabaseIsRefused) {
   testing::TempDir dir("gradscope-lock");
   const std::string file = two_run_sweep(dir, 2);

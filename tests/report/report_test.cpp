@@ -105,8 +105,10 @@ json record_json(const FakeRun& r) {
                      {"tokens", 16 * r.batch * r.accum},
                      {"targets", 16 * r.batch * r.accum}});
   }
-  const std::string id = fmt::format("{}-{}-{}-{}-{}-{}-{}-{}", r.model, r.optimizer, r.strategy,
-                                     r.seed, r.batch, r.accum, r.memory_cap, r.eval_batches);
+  // A plain id (records refuse others), distinct for distinct runs whatever their names.
+  const std::string id =
+      file_slug(fmt::format("{}-{}-{}-{}-{}-{}-{}-{}", r.model, r.optimizer, r.strategy, r.seed,
+                            r.batch, r.accum, r.memory_cap, r.eval_batches));
   return {{"schema", "gradscope.run/1"},
           {"run_id", id},
           {"attempt_uid", id},
@@ -477,7 +479,9 @@ TEST(ReportEncode, TextFromRecordsCannotBecomeCode) {
   EXPECT_EQ(csv_quote("adam-8bit"), "adam-8bit");
   // A gnuplot data field cannot open a quoted field or comment its line out.
   EXPECT_EQ(gnuplot_datum("\"vit"), "'vit");
-  EXPECT_EQ(gnuplot_datum("# vit"), " # vit");
+  EXPECT_EQ(gnuplot_datum("# vit"), "? vit");
+  EXPECT_EQ(gnuplot_datum("\t#vit"), " ?vit");
+  EXPECT_EQ(gnuplot_datum("vit#2"), "vit#2");
   // The study's names are their own slugs; anything else is changed and tagged with a hash.
   for (const char* name : {"vit", "modernbert", "llama", "nanovlm", "toy_quadratic"})
     EXPECT_EQ(file_slug(name), name);
@@ -541,6 +545,17 @@ TEST(ReportHostile, AModelNameFromARecordRunsNothingAndStaysText) {
   EXPECT_TRUE(testing::contains(html, "&lt;img src=x onerror=alert(3)&gt;"));
   const std::string md = testing::slurp((out / "summary.md").string());
   EXPECT_FALSE(testing::contains(md, "\nset output")) << "a line break in a name ends the cell";
+}
+
+// A name that would start a gnuplot data line with '#' (a comment) or open a quoted field:
+// its bar would vanish, and a figure of that bar alone would fail to draw.
+TEST(ReportHostile, ANameThatLooksLikeAGnuplotCommentIsStillDrawn) {
+  if (!have_program("gnuplot")) GTEST_SKIP() << "gnuplot not installed";
+  testing::TempDir dir("gradscope-report-comment");
+  FakeRun only{"vit"};
+  only.optimizer = "#evil \"q";
+  const ReportData data = analyze_runs({only});
+  EXPECT_NO_THROW(write_report(data, (dir.fs_path() / "report").string()));
 }
 
 #ifdef GRADSCOPE_BINARY

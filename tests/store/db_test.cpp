@@ -305,10 +305,12 @@ TEST_F(DbTest, FailedWriteLeavesNoPartialRows) {
   const std::string p = path("atomic.db");
   Database db(p);
   db.write_run(load(sample_record("good")));
-  json bad = sample_record("bad");
-  bad["steps"][1]["step"] = 0;  // duplicates step 0: violates PRIMARY KEY(attempt_id, step)
+  // Step 0 twice violates PRIMARY KEY(attempt_id, step) half-way through the write (a record
+  // read from JSON cannot have it: the reader refuses repeated steps).
+  RunRecord bad = load(sample_record("bad"));
+  bad.steps[1].step = bad.steps[0].step;
   try {
-    db.write_run(load(bad));
+    db.write_run(bad);
     FAIL() << "expected the duplicate step to fail";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kErrorKindRuntime);

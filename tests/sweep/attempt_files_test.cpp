@@ -27,6 +27,10 @@ TEST(SweepAttemptFiles, AResumedSweepSkipsTheNamesOfEarlierAttempts) {
   counter = 0;
   EXPECT_EQ(free_attempt_stem(dir.path(), "def", counter), "def-1");
   EXPECT_EQ(testing::slurp(dir.file("abc-1.log")), "the earlier attempt's output\n");
+  // Two sweeps sharing the folder (each with its own counter) never take one name.
+  int first = 0, second = 0;
+  EXPECT_EQ(free_attempt_stem(dir.path(), "xyz", first), "xyz-1");
+  EXPECT_EQ(free_attempt_stem(dir.path(), "xyz", second), "xyz-2");
 }
 
 }  // namespace

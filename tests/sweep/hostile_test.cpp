@@ -18,18 +18,7 @@
 namespace gradscope {
 namespace {
 
-// A record as `gradscope run --json` leaves it, without training anything.
-RunRecord result_record(const std::string& run_id) {
-  RunRecord r;
-  r.schema = kRunSchema;
-  r.run_id = run_id;
-  r.attempt_uid = new_attempt_uid();
-  r.config = testing::tiny_llama_config();
-  r.status = RunStatus::kStatusOk;
-  r.final_loss = 2.5;
-  r.started_at = "2026-01-01T00:00:00Z";
-  return r;
-}
+using testing::result_record;
 
 void write_text(const std::string& path, const std::string& text) {
   std::ofstream(path, std::ios::binary) << text;
@@ -109,8 +98,9 @@ TEST(CollectHostile, ALateMergedOlderAttemptDoesNotHideTheNewerOne) {
 TEST(SweepReap, AChildsRecordFileIsStoredWhenTheChildCouldNotStoreIt) {
   testing::TempDir dir;
   const std::string file = dir.file("one.toml");
-  write_text(file, "name = \"one\"\n[fixed]\nmodel = \"llama\"\npreset = \"tiny\"\nseq = 32\n"
-                   "[axes]\noptimizer = [\"sgd\"]\n");
+  write_text(file,
+             "name = \"one\"\n[fixed]\nmodel = \"llama\"\npreset = \"tiny\"\nseq = 32\n"
+             "[axes]\noptimizer = [\"sgd\"]\n");
   const Sweep sweep = load_sweep(file);
   Database db(dir.file("r.db"));
   std::vector<PlannedRun> plan = plan_sweep(sweep, db, parse_run_arguments);
@@ -143,6 +133,31 @@ TEST(SweepReap, AChildsRecordFileIsStoredWhenTheChildCouldNotStoreIt) {
   EXPECT_EQ(stored[0].final_loss, 2.5);
 }
 
+TEST(SweepAxes, TwoRunsOfOneRunIdAreRefusedNamingBoth) {
+  testing::TempDir dir;
+  const std::string file = dir.file("same.toml");
+  write_text(file,
+             "[fixed]\nmodel = \"llama\"\npreset = \"tiny\"\nseq = 32\n[axes]\n"
+             "seed = [1, 2]\n[[override]]\nwhen = { seed = 2 }\nset = { seed = 1 }\n");
+  const Sweep sweep = load_sweep(file);
+  Database db(dir.file("r.db"));
+  const Error e = testing::expect_usage_error([&] { plan_sweep(sweep, db, parse_run_arguments); });
+  EXPECT_TRUE(testing::contains(e.what(), "runs 1 (seed=1) and 2 (seed=1) are the same run"))
+      << e.what();
+}
+
+TEST(SweepAxes, ValuesAndNamesCannotCarryControlCharacters) {
+  testing::TempDir dir;
+  const std::string file = dir.file("ctl.toml");
+  write_text(file, "[fixed]\nmodel = \"llama\"\ndataset = \"a\\n; touch x; #\"\n");
+  const Error e = testing::expect_usage_error([&] { load_sweep(file); });
+  EXPECT_TRUE(testing::contains(e.what(), "control character")) << e.what();
+  write_text(file, "name = \"x\\ntouch PWNED\"\n[fixed]\nmodel = \"llama\"\n");
+  testing::expect_usage_error([&] { load_sweep(file); });
+  write_text(dir.file("we ird$(x).toml"), "[fixed]\nmodel = \"llama\"\n");
+  EXPECT_EQ(load_sweep(dir.file("we ird$(x).toml")).name, "we-ird--x-");
+}
+
 TEST(SweepLockTest, ASecondSweepOnOneDatabaseIsRefusedNamingTheFirst) {
   testing::TempDir dir;
   const std::string db = dir.file("r.db");
@@ -154,6 +169,48 @@ TEST(SweepLockTest, ASecondSweepOnOneDatabaseIsRefusedNamingTheFirst) {
     SweepLock other(dir.file("other.db"));  // another database is another lock
   }
   SweepLock after(db);  // released with the first
+}
+
+TEST(SweepLockTest, TwoSpellingsOfOneDatabaseTakeOneLock) {
+  testing::TempDir dir;
+  const std::string db = dir.file("real.db");
+  { Database create(db); }
+  std::filesystem::create_symlink("real.db", dir.file("link.db"));
+  SweepLock first(db);
+  testing::expect_usage_error([&] { SweepLock second(dir.file("link.db")); });
+  testing::expect_usage_error([&] { SweepLock third(dir.path() + "/./real.db"); });
+}
+
+TEST(SweepLockTest, TheLockFileIsNotFollowedThroughALink) {
+  testing::TempDir dir;
+  write_text(dir.file("victim.txt"), "keep me");
+  std::filesystem::create_symlink("victim.txt", dir.file("r.db.sweep-lock"));
+  testing::expect_usage_error([&] { SweepLock lock(dir.file("r.db")); });
+  EXPECT_EQ(testing::slurp(dir.file("victim.txt")), "keep me");
+}
+
+TEST(CollectHostile, RefusedTaskFilesCountAsMissing) {
+  testing::TempDir dir;
+  std::filesystem::create_directory(dir.file("results"));
+  write_text(dir.file("runs.txt"), "a\nb\n");
+  write_text(dir.file("results/task-0.json"), record_to_json(result_record("r0")).dump());
+  write_text(dir.file("results/task-1.json"), "not json");
+  Database db(dir.file("r.db"));
+  const CollectReport r = collect_results(dir.path(), db);
+  EXPECT_EQ(r.expected, 2);
+  EXPECT_EQ(r.missing, std::vector<std::string>{"1"});
+}
+
+TEST(CollectHostile, RecordsWithRepeatedStepsOrOddTimesAreRefused) {
+  RunRecord twice = result_record("x");
+  twice.steps.resize(2);
+  twice.steps[0].step = twice.steps[1].step = 3;
+  testing::expect_usage_error([&] { record_from_json(record_to_json(twice)); });
+  for (const std::string& when : {"2026-01-01 00:00:00", "9999", "2026-01-01T00:00:00+01:00"}) {
+    nlohmann::json j = record_to_json(result_record("y"));
+    j["started_at"] = when;
+    testing::expect_usage_error([&] { record_from_json(j); });
+  }
 }
 
 TEST(SweepAxes, ASettingOutsideTheRunIdCannotBeAnAxis) {

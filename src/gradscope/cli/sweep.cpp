@@ -166,9 +166,9 @@ void add_collect_command(CLI::App& root, int& exit_code) {
     if (!r.refused.empty())
       fmt::print(stderr,
                  "error: {} file{} not merged: not run records\n"
-                 "hint: collect reads the files `gradscope run --json` writes; the others "
-                 "were merged\n",
-                 r.refused.size(), r.refused.size() == 1 ? " was" : "s were");
+                 "hint: collect reads the files `gradscope run --json` writes{}\n",
+                 r.refused.size(), r.refused.size() == 1 ? " was" : "s were",
+                 r.merged + r.present > 0 ? "; the others are in the database" : "");
     exit_code = r.refused.empty() ? 0 : 2;
   });
 }

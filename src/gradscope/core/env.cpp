@@ -117,6 +117,8 @@ int64_t parse_bytes(const std::string& text) {
   // 2^63 bytes and more do not fit the count (they would wrap to a negative number).
   check_usage(bytes < 9223372036854775808.0, "byte count '" + text + "' is too large",
               "write a size below 8 EiB, such as 512MiB or 8GiB");
+  check_usage(bytes >= 1, "byte count '" + text + "' is less than one byte",
+              "write a size of at least 1B, such as 512MiB or 8GiB");
   return static_cast<int64_t>(std::llround(bytes));
 }
 

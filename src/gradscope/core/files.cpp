@@ -40,7 +40,8 @@ mode_t current_umask() {
 }  // namespace
 
 std::string read_input_file(const std::string& path, const std::string& what, int64_t max_bytes) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Non-blocking, so that a FIFO is refused below instead of waiting for a writer.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     const int error = errno;
     fail_usage(fmt::format("cannot read {} {}: {}", what, path, std::strerror(error)),
@@ -53,7 +54,8 @@ std::string read_input_file(const std::string& path, const std::string& what, in
     ::close(fd);
     fail_usage(fmt::format("{} {} {}", what, path, why), hint);
   };
-  if (!regular) fail("is not a regular file", "pass a file, not a folder or a device");
+  if (!regular) fail("is not a regular file", "pass a file, not a folder, a pipe or a device");
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   if (st.st_size > max_bytes)
     fail(fmt::format("has {} bytes, more than the {} a {} may have", st.st_size, max_bytes, what),
          "check that it is the right file");
@@ -77,11 +79,15 @@ void write_file_atomically(const std::string& path, const std::string& bytes) {
   // link stays.
   fs::path target(path);
   std::error_code link_error;
-  for (int hops = 0; hops < 40 && fs::is_symlink(target, link_error); ++hops) {
+  int hops = 0;
+  for (; hops < 40 && fs::is_symlink(target, link_error); ++hops) {
     const fs::path to = fs::read_symlink(target, link_error);
     if (link_error) break;
     target = to.is_absolute() ? to : target.parent_path() / to;
   }
+  if (hops == 40)
+    fail_runtime("cannot write " + path + ": " + std::strerror(ELOOP),
+                 "the path is a loop of symbolic links");
   const std::string folder = target.has_parent_path() ? target.parent_path().string() : ".";
   const std::string hint = "check that the folder exists and is writable, and free disk space";
   const std::string pattern =

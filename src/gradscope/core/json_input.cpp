@@ -40,7 +40,10 @@ std::optional<nlohmann::json> try_parse_json(std::string_view text, std::string*
   try {
     return nlohmann::json::parse(text.begin(), text.end());
   } catch (const nlohmann::json::exception& e) {
-    if (why) *why = fmt::format("it is not valid JSON: {}", e.what());
+    // nlohmann quotes the token it stopped at, which can be as long as the input.
+    std::string message = e.what();
+    if (message.size() > 200) message = message.substr(0, 197) + "...";
+    if (why) *why = fmt::format("it is not valid JSON: {}", message);
     return std::nullopt;
   }
 }

@@ -2,6 +2,8 @@
 
 #include <cctype>
 #include <cmath>
+#include <cstring>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -42,6 +44,16 @@ std::string printable_prefix(const std::string& text) {
   for (size_t i = 0; i < text.size() && i < 40; ++i)
     out += text[i] >= 0x20 && text[i] < 0x7f ? text[i] : '?';
   return text.size() > 40 ? out + "..." : out;
+}
+
+// Entries keyed by their "step" (steps, evaluations) must not repeat one.
+template <typename Entry>
+void check_unique_steps(const std::vector<Entry>& entries, const char* key) {
+  std::set<int64_t> seen;
+  for (const Entry& e : entries)
+    check_usage(seen.insert(e.step).second,
+                fmt::format("run record field {} lists step {} twice", key, e.step),
+                "the record does not follow docs/record.md");
 }
 
 class Reader {
@@ -418,6 +430,27 @@ json record_to_json(const RunRecord& r) {
   return j;
 }
 
+namespace {
+
+// A UTC time as gradscope writes it, YYYY-MM-DDTHH:MM:SSZ, or "" where the record has none:
+// attempts are ordered by comparing these as text, which only this one format makes right.
+std::string timestamp(const Reader& r, const char* key) {
+  const std::string text = r.text(key).value_or("");
+  static const char* const kShape = "dddd-dd-ddTdd:dd:ddZ";
+  bool ok = text.empty() || text.size() == std::strlen(kShape);
+  for (size_t i = 0; ok && i < text.size(); ++i)
+    ok = kShape[i] == 'd' ? std::isdigit(static_cast<unsigned char>(text[i])) != 0
+                          : text[i] == kShape[i];
+  check_usage(ok,
+              fmt::format("run record field {} is '{}', not a UTC time such as "
+                          "2026-01-31T12:00:00Z",
+                          key, printable_prefix(text)),
+              "the record does not follow docs/record.md");
+  return text;
+}
+
+}  // namespace
+
 RunRecord record_from_json(const json& j) {
   const Reader r(j, "");
   RunRecord out;
@@ -461,6 +494,9 @@ RunRecord record_from_json(const json& j) {
   out.data = j.value("data", json(nullptr));
   out.steps = r.array<StepEntry>("steps", step_from_json);
   out.evals = r.array<EvalEntry>("eval", eval_from_json);
+  // Rows are keyed by their step: one entry per step.
+  check_unique_steps(out.steps, "steps");
+  check_unique_steps(out.evals, "eval");
   out.final_loss = r.number("final_loss");
   out.final_val_loss = r.number("final_val_loss");
   out.final_accuracy = r.number("final_accuracy");
@@ -535,8 +571,8 @@ RunRecord record_from_json(const json& j) {
     env.build = e.text("build").value_or("");
     out.env = env;
   }
-  out.started_at = r.text("started_at").value_or("");
-  out.finished_at = r.text("finished_at").value_or("");
+  out.started_at = timestamp(r, "started_at");
+  out.finished_at = timestamp(r, "finished_at");
   out.log = r.text("log");
   // A version-1 record the sweep wrote for a run that ended without its own put the
   // attempt's elapsed time in time.total_s (and measured no step): in version 2 that is wall_s.

@@ -108,7 +108,10 @@ std::string gnuplot_datum(const std::string& s) {
     if (is_control(c)) c = ' ';
     if (c == '"') c = '\'';  // a '"' would open a quoted field that runs into the next ones
   }
-  if (!out.empty() && out[0] == '#') out.insert(out.begin(), ' ');  // not a comment line
+  // gnuplot skips blanks, then takes a line that starts with '#' for a comment: the row
+  // would vanish from the figure.
+  const size_t first = out.find_first_not_of(' ');
+  if (first != std::string::npos && out[first] == '#') out[first] = '?';
   return out;
 }
 

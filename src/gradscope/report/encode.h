@@ -32,8 +32,8 @@ std::string csv_number(double v);
 // it). Control characters become spaces: a line break would end the command.
 std::string gnuplot_string(const std::string& s);
 // A text field of a gnuplot data file (tab-separated): tabs, line breaks and other control
-// characters become spaces, '"' (which would open a quoted field) becomes '\'', and a
-// leading '#' (a comment line) gets a space before it.
+// characters become spaces, '"' (which would open a quoted field) becomes '\'', and a '#'
+// that would start the line (making it a comment) becomes '?'.
 std::string gnuplot_datum(const std::string& s);
 // A number for a gnuplot data file: 6 significant digits, "NaN" (gnuplot's missing) for NaN.
 std::string gnuplot_number(double v);

@@ -28,6 +28,11 @@ using nlohmann::json;
 
 constexpr int kBusyTimeoutMs = 60 * 1000;
 constexpr char kApplication[] = "gradscope";
+// What to do with a stored row that cannot be read. Its steps, evals and samples rows go
+// with it: SQLite reuses the highest attempt_id, and leftovers would clash with the next run.
+constexpr char kDamagedRowHint[] =
+    "delete the attempt's rows from runs, steps, evals and samples (WHERE attempt_id = N), "
+    "or rerun it";
 constexpr char kSqliteMagic[] = "SQLite format 3";  // the first 16 bytes, NUL included
 
 const char* const kSchemaSql = R"sql(
@@ -189,7 +194,8 @@ namespace {
 // A path as an SQLite URI ("file:" and the path with every byte but plain ones
 // percent-encoded), so that a '?' or '#' in a file name stays part of the name.
 std::string sqlite_uri(const std::string& path, const std::string& query) {
-  std::string uri = "file:";
+  // "file://" and an absolute path: an empty authority, so that "//host/x" stays a path.
+  std::string uri = !path.empty() && path[0] == '/' ? "file://" : "file:";
   for (const unsigned char c : path) {
     if (std::isalnum(c) || c == '/' || c == '.' || c == '_' || c == '-')
       uri += static_cast<char>(c);
@@ -250,18 +256,35 @@ Database::Database(const std::string& path, DatabaseAccess mode) : path_(path) {
     int rc = SQLITE_OK;
     if (read_only) {
       // mode=ro reads a database whose folder or file we may not write. A database in WAL
-      // mode needs its shared-memory file, which a read-only open cannot create; when it is
-      // missing and cannot be made, the file is read as immutable (no one may be writing
-      // to a database no one can write to here).
+      // mode needs its shared-memory file, which a read-only open cannot create. Only where
+      // that is the failure and nothing is pending (no write-ahead log with frames in it,
+      // no rollback journal) is the file read as immutable: it then holds every committed
+      // transaction, and no one can be writing it without those files. Any other failure
+      // (a lock held by a writer, a journal left by a crashed one) is reported instead.
       rc = sqlite3_open_v2(sqlite_uri(path_, "mode=ro").c_str(), &db_,
                            SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, nullptr);
-      if (rc == SQLITE_OK)
+      if (rc == SQLITE_OK) {
+        sqlite3_extended_result_codes(db_, 1);
+        sqlite3_busy_timeout(db_, kBusyTimeoutMs);
         rc = sqlite3_exec(db_, "SELECT count(*) FROM sqlite_master", nullptr, nullptr, nullptr);
-      if (rc != SQLITE_OK) {
+      }
+      const int primary = rc & 0xff;
+      std::error_code size_error;
+      const bool log_empty =
+          !fs::exists(path_ + "-wal", ec) || fs::file_size(path_ + "-wal", size_error) == 0;
+      const bool no_journal = !fs::exists(path_ + "-journal", ec);
+      if ((primary == SQLITE_CANTOPEN || primary == SQLITE_READONLY) && log_empty && no_journal) {
         sqlite3_close_v2(db_);
         db_ = nullptr;
         rc = sqlite3_open_v2(sqlite_uri(path_, "mode=ro&immutable=1").c_str(), &db_,
                              SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, nullptr);
+      } else if (rc != SQLITE_OK) {
+        fail_usage(fmt::format("cannot read database {}: {}", path_, sqlite_message(db_, rc)),
+                   primary == SQLITE_BUSY
+                       ? "a writer holds it; try again when the sweep or run using it has ended"
+                       : "a write was left unfinished (a journal or write-ahead log beside the "
+                         "file): open it once where it can be written (any gradscope command with "
+                         "--db) to complete it, then report");
       }
     } else {
       rc =
@@ -360,7 +383,16 @@ void Database::exec(const std::string& sql) {
                "check the disk (space, permissions); the database itself is left consistent");
 }
 
-int64_t Database::write_run(const RunRecord& record) {
+int64_t Database::write_run(const RunRecord& record) { return insert_run(record, false); }
+
+std::optional<int64_t> Database::write_run_if_new(const RunRecord& record) {
+  check_usage(!record.attempt_uid.empty(), "the run record to merge has no attempt_uid",
+              "merge the records `gradscope run --json` writes");
+  const int64_t id = insert_run(record, true);
+  return id > 0 ? std::optional<int64_t>(id) : std::nullopt;
+}
+
+int64_t Database::insert_run(const RunRecord& record, bool only_if_new) {
   check_usage(!record.run_id.empty(), "the run record to store has no run_id",
               "pass a record built by train/ or read by record_from_json");
   // Where the record has no final_val_loss, the last evaluation is the final one.
@@ -377,6 +409,8 @@ int64_t Database::write_run(const RunRecord& record) {
 
   Transaction txn(db_);
   check(txn.begin(), "begin a transaction");
+  // Checked inside the write transaction: two processes merging one file store it once.
+  if (only_if_new && has_attempt(record.attempt_uid)) return 0;
   {
     Statement insert(db_, path_,
                      "INSERT INTO runs(run_id, sweep, status, started_at, finished_at, "
@@ -498,7 +532,7 @@ RunRecord Database::parse_record(int64_t attempt_id, const std::string& text) co
   } catch (const std::exception& e) {
     fail_runtime(fmt::format("database {}: attempt {} has a damaged record_json: {}", path_,
                              attempt_id, e.what()),
-                 "delete that row, or rerun the attempt");
+                 kDamagedRowHint);
   }
 }
 
@@ -514,7 +548,7 @@ std::vector<RunStatus> Database::statuses_of(const std::string& run_id) {
     if (!status)
       fail_runtime(fmt::format("database {}: attempt {} has the unknown status '{}'", path_,
                                select.column_int(0), select.column_text(1)),
-                   "delete that row, or rerun the attempt");
+                   kDamagedRowHint);
     out.push_back(*status);
   }
   return out;

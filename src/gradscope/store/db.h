@@ -56,6 +56,10 @@ class Database {
   // Returns the new attempt_id. Throws a runtime error (and writes nothing) when the
   // database fails.
   int64_t write_run(const RunRecord& record);
+  // The same, unless an attempt with the record's attempt_uid is stored already (checked in
+  // the same transaction, so that two processes merging one result file store it once).
+  // Returns the new attempt_id, or nullopt when the attempt was there.
+  std::optional<int64_t> write_run_if_new(const RunRecord& record);
 
   // Every attempt's record, in the order the attempts started (started_at, UTC ISO 8601, then
   // the order they were stored): a record merged late by collect still sorts by its time. A record
@@ -90,6 +94,7 @@ class Database {
   nlohmann::json latest_probe(const std::string& host, const std::string& device_name, int threads);
 
  private:
+  int64_t insert_run(const RunRecord& record, bool only_if_new);
   // The given columns of a table's rows for one attempt, ordered by `order`.
   std::vector<nlohmann::json> rows_of(const char* table, const std::vector<const char*>& columns,
                                       const char* order, int64_t attempt_id);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <set>
@@ -149,8 +150,19 @@ std::string scalar_text(const std::string& file, const std::string& what, const 
                         const std::string& array_hint) {
   const std::string at = where(file, node.source());
   switch (node.type()) {
-    case toml::node_type::string:
-      return std::string(node.as_string()->get());
+    case toml::node_type::string: {
+      // A value becomes one argument of a run's command line, one line of a Slurm task
+      // list and text in the terminal: a line break or another control character in it
+      // would split it or drive the terminal.
+      const std::string text(node.as_string()->get());
+      const bool plain = std::none_of(text.begin(), text.end(), [](char c) {
+        return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+      });
+      check_usage(plain,
+                  fmt::format("{}: {} holds a line break or another control character", at, what),
+                  "write the value on one line, without control characters");
+      return text;
+    }
     case toml::node_type::integer:
       return fmt::format("{}", node.as_integer()->get());
     case toml::node_type::floating_point: {
@@ -522,7 +534,9 @@ Sweep load_sweep(const std::string& path) {
   const toml::table root = parse_toml(path, "sweep file");
   Sweep sweep;
   sweep.path = path;
-  sweep.name = std::filesystem::path(path).stem().string();
+  sweep.name = std::filesystem::path(path).stem().string().substr(0, 64);
+  for (char& c : sweep.name)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '-';
 
   const std::string top_valid =
       "valid top-level keys: name, [sweep], [fixed], [axes], [[override]], [[exclude]]";
@@ -544,6 +558,15 @@ Sweep load_sweep(const std::string& path) {
                             where(path, node->source()), describe(*node)),
                 "write e.g. name = \"smoke\", or leave it out for the file's stem");
     sweep.name = node->as_string()->get();
+    // The name goes into file names, a Slurm job name and the database: a plain name.
+    const bool plain =
+        sweep.name.size() <= 64 && std::all_of(sweep.name.begin(), sweep.name.end(), [](char c) {
+          return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+        });
+    check_usage(plain,
+                fmt::format("{}: 'name' must be at most 64 letters, digits, '.', '_' or '-'",
+                            where(path, node->source())),
+                "write e.g. name = \"study-tiny\"");
   }
   if (const auto* node = root.get("sweep")) sweep.settings = read_settings(path, *node);
 

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -25,6 +26,7 @@
 #include "gradscope/core/error.h"
 #include "gradscope/core/files.h"
 #include "gradscope/core/json_input.h"
+#include "gradscope/core/log.h"
 
 extern char** environ;
 
@@ -118,7 +120,8 @@ class Child {
     envp_.push_back(nullptr);
 
     const pid_t parent = getpid();
-    const int log_fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    const int log_fd =
+        open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (log_fd < 0)
       fail_runtime(fmt::format("cannot write the run log {}: {}", log, std::strerror(errno)),
                    "check that the log folder is writable");
@@ -139,10 +142,8 @@ class Child {
         limit.rlim_cur = limit.rlim_max = static_cast<rlim_t>(memory_limit);
         setrlimit(RLIMIT_AS, &limit);
       }
-      if (executable_fd >= 0)
-        fexecve(executable_fd, argv_.data(), envp_.data());
-      else
-        execve(argv_[0], argv_.data(), envp_.data());
+      if (executable_fd >= 0) fexecve(executable_fd, argv_.data(), envp_.data());
+      execve(argv_[0], argv_.data(), envp_.data());  // where fexecve is refused
       _exit(127);
     }
     close(log_fd);
@@ -222,6 +223,7 @@ std::vector<PlannedRun> plan_sweep(const Sweep& sweep, Database& db,
                                    const RunArgumentParser& parse) {
   std::vector<PlannedRun> plan;
   plan.reserve(sweep.runs.size());
+  std::map<std::string, size_t> first_with_id;  // run id -> index of the run that has it
   for (size_t i = 0; i < sweep.runs.size(); ++i) {
     PlannedRun p;
     p.spec = sweep.runs[i];
@@ -234,6 +236,15 @@ std::vector<PlannedRun> plan_sweep(const Sweep& sweep, Database& db,
                              sweep.runs.size(), p.label, e.what()),
                  e.hint());
     }
+    // Two runs of one id would be one run attempted twice, and the report would keep one:
+    // settings outside the id (a device index, threads) or an override that makes two
+    // runs equal.
+    const auto [it, fresh] = first_with_id.emplace(p.run_id, i);
+    if (!fresh)
+      fail_usage(fmt::format("{}: runs {} ({}) and {} ({}) are the same run (id {})", sweep.path,
+                             it->second + 1, plan[it->second].label, i + 1, p.label, p.run_id),
+                 "make them differ in a setting that defines the run, or drop one (an "
+                 "[[exclude]]); settings such as threads or the device index are not part of it");
     p.previous = db.statuses_of(p.run_id);
     p.action = decide(p.previous);
     plan.push_back(std::move(p));
@@ -274,8 +285,13 @@ std::optional<RunRecord> finished_record(const std::string& path, const std::str
 }  // namespace
 
 SweepLock::SweepLock(const std::string& db_path) {
-  const std::string path = db_path + ".sweep-lock";
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  // Beside the file the path resolves to, so that two spellings of one database (a
+  // symbolic link, a relative path) take one lock. Not through a link at the lock's own
+  // name: the holder's note is written into the file.
+  std::error_code ec;
+  const fs::path real = fs::weakly_canonical(db_path, ec);
+  const std::string path = (ec ? fs::path(db_path) : real).string() + ".sweep-lock";
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
   if (fd_ < 0)
     fail_usage(fmt::format("cannot open the sweep lock {}: {}", path, std::strerror(errno)),
                "the database's folder must be writable");
@@ -319,9 +335,18 @@ std::string free_attempt_stem(const std::string& log_dir, const std::string& run
   while (true) {
     const std::string stem = fmt::format("{}-{}", run_id, ++counter);
     std::error_code ec;
-    if (!fs::exists(fs::path(log_dir) / (stem + ".log"), ec) &&
-        !fs::exists(fs::path(log_dir) / (stem + ".json"), ec))
+    if (fs::exists(fs::path(log_dir) / (stem + ".json"), ec)) continue;
+    // The log is claimed by creating it, so that two sweeps sharing a log folder (on two
+    // databases) never take one name; the child's output is then written into it.
+    const std::string log = (fs::path(log_dir) / (stem + ".log")).string();
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      ::close(fd);
       return stem;
+    }
+    if (errno != EEXIST)
+      fail_runtime(fmt::format("cannot write the run log {}: {}", log, std::strerror(errno)),
+                   "check that the log folder is writable");
   }
 }
 
@@ -400,24 +425,25 @@ int64_t run_sweep(const Sweep& sweep, std::vector<PlannedRun>& plan, Database& d
     PlannedRun& run = plan[a.index];
     slot_busy[static_cast<size_t>(a.slot)] = false;
     const double elapsed = seconds_since(a.started);
-    const bool stored = static_cast<int64_t>(db.statuses_of(run.run_id).size()) > a.stored_before;
     RunStatus status = RunStatus::kStatusError;
     std::string detail;
-    if (stored) {
-      // The child stored its own record: take its status from there.
+    if (std::optional<RunRecord> left = finished_record(a.result, run.run_id)) {
+      // The child finished and wrote its record file first. It stored the record too, or
+      // could not (the database was locked or refused it): then it is stored from the file.
+      // Its attempt_uid says which, whatever else reached the database meanwhile.
+      db.write_run_if_new(*left);
+      status = left->status;
+      detail = left->failure ? left->failure->message
+                             : fmt::format("loss {}", loss_text(left->final_loss));
+    } else if (static_cast<int64_t>(db.statuses_of(run.run_id).size()) > a.stored_before) {
+      // No record file but a new attempt stored (a child without --json support, or its
+      // file removed): take the status from the database.
       const std::optional<RunRecord> record = db.latest_record(run.run_id);
       if (record) {
         status = record->status;
         detail = record->failure ? record->failure->message
                                  : fmt::format("loss {}", loss_text(record->final_loss));
       }
-    } else if (std::optional<RunRecord> left = finished_record(a.result, run.run_id)) {
-      // The child finished and wrote its record file, but could not store it (the database
-      // was locked or refused it): the file holds the run, so it is stored from there.
-      db.write_run(*left);
-      status = left->status;
-      detail = left->failure ? left->failure->message
-                             : fmt::format("loss {}", loss_text(left->final_loss));
     } else {
       std::string message;
       if (a.timed_out) {
@@ -457,7 +483,7 @@ int64_t run_sweep(const Sweep& sweep, std::vector<PlannedRun>& plan, Database& d
                                           static_cast<double>(left) / static_cast<double>(jobs)
                                     : 0.0;
     fmt::print(out, "[{}/{}] {}: {} in {} ({}){}; done {}, failed {}, left {}{}\n", finished, total,
-               run.label, status_name(status), format_duration(elapsed), detail,
+               run.label, status_name(status), format_duration(elapsed), terminal_text(detail),
                retry ? ", will retry once" : "", finished - failed, failed, left,
                finished > 0 && left > 0 ? ", eta " + format_duration(eta) : "");
     std::fflush(out);
@@ -606,17 +632,21 @@ if [ "$status" -gt 1 ]; then exit "$status"; fi
 
 CollectReport collect_results(const std::string& dir, Database& db) {
   const fs::path root = dir;
-  check_usage(fs::is_directory(root), fmt::format("{} is not a folder", dir),
+  std::error_code ec;
+  check_usage(fs::is_directory(root, ec), fmt::format("{} is not a folder", dir),
               "pass the --out folder of `gradscope sweep --emit slurm`, or a folder of result "
               "files");
-  const fs::path results = fs::is_directory(root / "results") ? root / "results" : root;
+  const fs::path results = fs::is_directory(root / "results", ec) ? root / "results" : root;
   std::vector<fs::path> files;
-  for (const auto& entry : fs::directory_iterator(results))
-    if (entry.is_regular_file() && entry.path().extension() == ".json")
+  for (const auto& entry : fs::directory_iterator(results, ec))
+    if (entry.is_regular_file(ec) && entry.path().extension() == ".json")
       files.push_back(entry.path());
+  check_usage(!ec, fmt::format("cannot list {}: {}", results.string(), ec.message()),
+              "check the folder's permissions");
   std::sort(files.begin(), files.end());
 
   CollectReport report;
+  std::set<std::string> accepted;  // file names that hold a run record
   for (const fs::path& file : files) {
     std::string why;
     const std::optional<RunRecord> record = read_result_file(file.string(), &why);
@@ -624,21 +654,20 @@ CollectReport collect_results(const std::string& dir, Database& db) {
       report.refused.push_back(fmt::format("{}: {}", file.string(), why));
       continue;
     }
-    if (db.has_attempt(record->attempt_uid)) {
+    accepted.insert(file.filename().string());
+    if (db.write_run_if_new(*record))
+      ++report.merged;
+    else
       ++report.present;
-      continue;
-    }
-    db.write_run(*record);
-    ++report.merged;
   }
-  if (fs::exists(root / "runs.txt")) {
+  if (fs::exists(root / "runs.txt", ec)) {
     std::ifstream runs(root / "runs.txt");
     int64_t n = 0;
     for (std::string line; std::getline(runs, line);)
       if (!line.empty()) ++n;
     report.expected = n;
     for (int64_t i = 0; i < n; ++i)
-      if (!fs::exists(results / fmt::format("task-{}.json", i)))
+      if (!accepted.count(fmt::format("task-{}.json", i)))
         report.missing.push_back(std::to_string(i));
   }
   return report;

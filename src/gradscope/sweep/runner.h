@@ -62,7 +62,8 @@ RunRecord failure_record(const PlannedRun& run, const std::string& sweep, RunSta
 // The name (without extension) of an attempt's log and result files in log_dir: RUN_ID-N
 // with the first N from `counter` on at which neither RUN_ID-N.log nor RUN_ID-N.json exists,
 // so that a resumed sweep never overwrites an earlier attempt's files (a failure record
-// points at its log). Advances `counter` past the N it returns.
+// points at its log). The log is created empty to claim the name (another sweep sharing
+// the folder skips it). Advances `counter` past the N it returns.
 std::string free_attempt_stem(const std::string& log_dir, const std::string& run_id, int& counter);
 
 struct SweepOptions {
@@ -128,7 +129,7 @@ struct CollectReport {
   int64_t merged = 0;                // result files stored now
   int64_t present = 0;               // result files whose attempt was already stored
   int64_t expected = -1;             // tasks listed in runs.txt, -1 without one
-  std::vector<std::string> missing;  // tasks of runs.txt without a result file
+  std::vector<std::string> missing;  // tasks of runs.txt without a result file that is a record
   std::vector<std::string> refused;  // "FILE: why" for each file that is not a run record
 };
 
