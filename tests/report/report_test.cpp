@@ -196,7 +196,7 @@ TEST(ReportFindings, AccumulationThatNeedsMoreMemoryIsNotReproduced) {
   accum.accum = 4;
   accum.peak *= 1.5;
   accum.loss = [](int, double) { return 0.1; };
-  const Finding& f = finding(analyze_runs({standard, accum}), "accumulation-vlm");
+  const Finding f = finding(analyze_runs({standard, accum}), "accumulation-vlm");  // a copy
   EXPECT_EQ(f.verdict, Verdict::kNotReproduced) << f.measured;
 }
 

@@ -158,6 +158,22 @@ TEST(SweepAxes, ValuesAndNamesCannotCarryControlCharacters) {
   EXPECT_EQ(load_sweep(dir.file("we ird$(x).toml")).name, "we-ird--x-");
 }
 
+// toml++ 3.3 reaches undefined behaviour on some characters beyond ASCII outside strings
+// (found by fuzzing): they are refused before it parses, with line and column.
+TEST(SweepAxes, CharactersBeyondAsciiOutsideStringsAreRefused) {
+  testing::TempDir dir;
+  const std::string file = dir.file("u.toml");
+  write_text(file, "[fixed]\nmodel = \"llama\"\nseq = 1\xc2\xa7\n");
+  const Error e = testing::expect_usage_error([&] { load_sweep(file); });
+  EXPECT_TRUE(testing::contains(e.what(), file + ":3:8: a character beyond ASCII")) << e.what();
+  // In strings of every kind and in comments they are text.
+  write_text(file,
+             "# caf\xc3\xa9\nname = \"x\"\n[fixed]\nmodel = 'llama' # \xc2\xa7\n"
+             "[fixed.opt]\na = \"\\\"\xc2\xa7\"\nb = \"\"\"\xc2\xa7\"\"\"\"\"\n"
+             "c = '''\xc2\xa7'''\n");
+  EXPECT_EQ(load_sweep(file).runs.size(), 1u);
+}
+
 TEST(SweepLockTest, ASecondSweepOnOneDatabaseIsRefusedNamingTheFirst) {
   testing::TempDir dir;
   const std::string db = dir.file("r.db");

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <set>
 #include <string_view>
@@ -13,6 +14,7 @@
 
 #include "gradscope/core/env.h"
 #include "gradscope/core/error.h"
+#include "gradscope/core/files.h"
 #include "gradscope/core/settings.h"
 
 namespace gradscope {
@@ -232,6 +234,71 @@ std::string run_value_text(const std::string& file, const RunKey& key, const std
   return scalar_text(file, what, node, array_hint);
 }
 
+// TOML allows characters beyond ASCII only in strings and comments. toml++ 3.3 reaches
+// undefined behaviour on some of them elsewhere (a '§' after a value), so they are refused
+// here, with line and column, before it sees the text.
+void check_toml_ascii(const std::string& text, const std::string& path) {
+  enum class In { kCode, kComment, kBasic, kLiteral, kMultiBasic, kMultiLiteral };
+  In in = In::kCode;
+  int64_t line = 1, column = 0;
+  const auto at = [&](size_t i, const char* s) { return text.compare(i, std::strlen(s), s) == 0; };
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    ++column;
+    if (c == '\n') {
+      ++line;
+      column = 0;
+      if (in == In::kComment) in = In::kCode;
+      continue;
+    }
+    switch (in) {
+      case In::kCode:
+        check_usage(static_cast<unsigned char>(c) < 0x80,
+                    fmt::format("{}:{}:{}: a character beyond ASCII outside a string or comment",
+                                path, line, column),
+                    "write names and numbers in ASCII; other text goes in quotes");
+        if (at(i, "\"\"\"")) {
+          in = In::kMultiBasic;
+          i += 2;
+        } else if (at(i, "'''")) {
+          in = In::kMultiLiteral;
+          i += 2;
+        } else if (c == '"') {
+          in = In::kBasic;
+        } else if (c == '\'') {
+          in = In::kLiteral;
+        } else if (c == '#') {
+          in = In::kComment;
+        }
+        break;
+      case In::kComment:
+        break;
+      case In::kBasic:
+        if (c == '\\')
+          ++i;  // the escaped character
+        else if (c == '"')
+          in = In::kCode;
+        break;
+      case In::kLiteral:
+        if (c == '\'') in = In::kCode;
+        break;
+      case In::kMultiBasic:
+      case In::kMultiLiteral: {
+        const char quote = in == In::kMultiBasic ? '"' : '\'';
+        if (in == In::kMultiBasic && c == '\\') {
+          ++i;
+        } else if (c == quote && i + 2 < text.size() && text[i + 1] == quote &&
+                   text[i + 2] == quote) {
+          i += 2;
+          while (i + 1 < text.size() && text[i + 1] == quote) ++i;  // up to two more quotes
+          in = In::kCode;
+        }
+        break;
+      }
+    }
+  }
+}
+
 // Reads and parses a TOML file; a missing file and a syntax error are usage errors.
 toml::table parse_toml(const std::string& path, const char* kind) {
   namespace fs = std::filesystem;
@@ -240,8 +307,10 @@ toml::table parse_toml(const std::string& path, const char* kind) {
               "check the path");
   check_usage(fs::is_regular_file(path, ec), fmt::format("{} '{}' is not a file", kind, path),
               "give the path of a .toml file");
+  const std::string text = read_input_file(path, kind, int64_t{16} << 20);
+  check_toml_ascii(text, path);
   try {
-    return toml::parse_file(path);
+    return toml::parse(text, path);
   } catch (const toml::parse_error& e) {
     fail_usage(fmt::format("{}:{}:{}: {}", path, e.source().begin.line, e.source().begin.column,
                            e.description()),
