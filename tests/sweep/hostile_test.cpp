@@ -174,6 +174,26 @@ TEST(SweepAxes, CharactersBeyondAsciiOutsideStringsAreRefused) {
   EXPECT_EQ(load_sweep(file).runs.size(), 1u);
 }
 
+TEST(SweepAxes, BackslashesAndByteOrderMarksInTomlAreReadAsTomlReadsThem) {
+  testing::TempDir dir;
+  const std::string file = dir.file("b.toml");
+  // toml++ looks for whitespace after a backslash in a basic string: refused there.
+  for (const std::string& value :
+       {std::string("\"\"\"\\\n  \xc3\xa9x.txt\"\"\""), std::string("\"\"\"\\\xc3\xa9\"\"\""),
+        std::string("\"\\\xc3\xa9\"")}) {
+    write_text(file, "[fixed]\nmodel = \"llama\"\ndataset = " + value + "\n");
+    const Error e = testing::expect_usage_error([&] { load_sweep(file); });
+    EXPECT_TRUE(testing::contains(e.what(), "right after a")) << e.what();
+  }
+  // A line-ending backslash before the closing quotes, and the lines counted after it.
+  write_text(file, "[fixed]\nmodel = \"\"\"lla\\\n  ma\\\n\"\"\"\nseq = 1\xc2\xa7\n");
+  const Error e = testing::expect_usage_error([&] { load_sweep(file); });
+  EXPECT_TRUE(testing::contains(e.what(), file + ":5:8:")) << e.what();
+  // A byte order mark, which toml++ skips, is not text.
+  write_text(file, "\xef\xbb\xbf[fixed]\nmodel = \"llama\"\n");
+  EXPECT_EQ(load_sweep(file).runs.size(), 1u);
+}
+
 TEST(SweepLockTest, ASecondSweepOnOneDatabaseIsRefusedNamingTheFirst) {
   testing::TempDir dir;
   const std::string db = dir.file("r.db");

@@ -91,7 +91,8 @@ int execute(const RunOptions& o) {
   int64_t attempt = 0;
   if (db) {
     try {
-      attempt = db->write_run(record);
+      // Unless a collect of the record file stored this attempt a moment ago.
+      attempt = db->write_run_if_new(record).value_or(0);
     } catch (const Error& e) {
       if (json_failed)
         fail_runtime(fmt::format("the run was lost: {}; and {}", e.what(), json_failed->what()),
@@ -110,7 +111,10 @@ int execute(const RunOptions& o) {
   }
   if (!c.quiet) {
     std::vector<std::pair<std::string, std::string>> where;
-    if (db) where.push_back({"database", fmt::format("{} (attempt {})", c.db_path, attempt)});
+    if (db)
+      where.push_back(
+          {"database", attempt > 0 ? fmt::format("{} (attempt {})", c.db_path, attempt)
+                                   : c.db_path + " (stored from the record file by a collect)"});
     if (!c.json_path.empty()) where.push_back({"record", c.json_path});
     fmt::print("\n{}", summary_table(record, where));
   }

@@ -235,14 +235,24 @@ std::string run_value_text(const std::string& file, const RunKey& key, const std
 }
 
 // TOML allows characters beyond ASCII only in strings and comments. toml++ 3.3 reaches
-// undefined behaviour on some of them elsewhere (a '§' after a value), so they are refused
-// here, with line and column, before it sees the text.
+// undefined behaviour on some of them where it looks for whitespace: after a value (a '§'
+// after a number), and in a basic string right after a backslash, or as the first character
+// after a line-ending backslash. Those are refused here, with line and column, before it sees
+// the text. A leading byte order mark is skipped, as toml++ skips it.
 void check_toml_ascii(const std::string& text, const std::string& path) {
   enum class In { kCode, kComment, kBasic, kLiteral, kMultiBasic, kMultiLiteral };
   In in = In::kCode;
   int64_t line = 1, column = 0;
+  const auto refuse = [&](const char* where) {
+    fail_usage(fmt::format("{}:{}:{}: a character beyond ASCII {}", path, line, column, where),
+               "write names and numbers in ASCII; other text goes in quotes, not right after a "
+               "backslash");
+  };
+  const auto beyond_ascii = [&](size_t i) { return static_cast<unsigned char>(text[i]) >= 0x80; };
+  const auto blank = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; };
   const auto at = [&](size_t i, const char* s) { return text.compare(i, std::strlen(s), s) == 0; };
-  for (size_t i = 0; i < text.size(); ++i) {
+  size_t i = at(0, "\xef\xbb\xbf") ? 3 : 0;
+  for (; i < text.size(); ++i) {
     const char c = text[i];
     ++column;
     if (c == '\n') {
@@ -253,10 +263,7 @@ void check_toml_ascii(const std::string& text, const std::string& path) {
     }
     switch (in) {
       case In::kCode:
-        check_usage(static_cast<unsigned char>(c) < 0x80,
-                    fmt::format("{}:{}:{}: a character beyond ASCII outside a string or comment",
-                                path, line, column),
-                    "write names and numbers in ASCII; other text goes in quotes");
+        if (beyond_ascii(i)) refuse("outside a string or comment");
         if (at(i, "\"\"\"")) {
           in = In::kMultiBasic;
           i += 2;
@@ -274,27 +281,45 @@ void check_toml_ascii(const std::string& text, const std::string& path) {
       case In::kComment:
         break;
       case In::kBasic:
-        if (c == '\\')
-          ++i;  // the escaped character
-        else if (c == '"')
+      case In::kMultiBasic:
+        if (c == '\\' && i + 1 < text.size()) {
+          if (in == In::kMultiBasic && blank(text[i + 1])) {
+            // A line-ending backslash: the blanks and line breaks after it are trimmed, and
+            // the first character after them is read as usual (it may close the string).
+            size_t j = i + 1;
+            for (; j < text.size() && blank(text[j]); ++j) {
+              ++column;
+              if (text[j] == '\n') {
+                ++line;
+                column = 0;
+              }
+            }
+            if (j < text.size() && beyond_ascii(j)) refuse("right after a line-ending backslash");
+            i = j - 1;
+          } else {
+            // An escape: the character after the backslash is not the string's end.
+            ++i;
+            ++column;
+            if (beyond_ascii(i)) refuse("right after a backslash");
+          }
+        } else if (in == In::kBasic && c == '"') {
           in = In::kCode;
+        } else if (in == In::kMultiBasic && at(i, "\"\"\"")) {
+          i += 2;
+          while (i + 1 < text.size() && text[i + 1] == '"') ++i;  // up to two more quotes
+          in = In::kCode;
+        }
         break;
       case In::kLiteral:
         if (c == '\'') in = In::kCode;
         break;
-      case In::kMultiBasic:
-      case In::kMultiLiteral: {
-        const char quote = in == In::kMultiBasic ? '"' : '\'';
-        if (in == In::kMultiBasic && c == '\\') {
-          ++i;
-        } else if (c == quote && i + 2 < text.size() && text[i + 1] == quote &&
-                   text[i + 2] == quote) {
+      case In::kMultiLiteral:
+        if (at(i, "'''")) {
           i += 2;
-          while (i + 1 < text.size() && text[i + 1] == quote) ++i;  // up to two more quotes
+          while (i + 1 < text.size() && text[i + 1] == '\'') ++i;  // up to two more quotes
           in = In::kCode;
         }
         break;
-      }
     }
   }
 }
