@@ -3,6 +3,7 @@
 // replaced while a sweep runs, and a report of a database this user cannot write.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sqlite3.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -160,6 +161,44 @@ TEST(HostileCli, ReportReadsADatabaseThisUserCannotWrite) {
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(contains(r.out, "llama")) << r.out;
   EXPECT_FALSE(fs::exists(db + "-shm"));
+}
+
+// A database whose write-ahead log still holds committed transactions, in a folder this user
+// cannot write (so no shared-memory file can be made): reading the file alone would miss
+// them, so the report refuses with exit 2 and says how to complete the write.
+TEST(HostileCli, ReportRefusesADatabaseWithAPendingWriteAheadLogItCannotRead) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to read the files as another user";
+  if (std::system("setpriv --version >/dev/null 2>&1") != 0) GTEST_SKIP() << "no setpriv";
+  const std::string as_reader = "setpriv --reuid=65534 --regid=65534 --clear-groups";
+  if (std::system((as_reader + " test -x " + GRADSCOPE_BINARY + " 2>/dev/null").c_str()) != 0)
+    GTEST_SKIP() << "user nobody cannot run " << GRADSCOPE_BINARY;
+  testing::TempDir dir("gradscope-pending-wal");
+  const auto readable = fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                        fs::perms::others_read | fs::perms::others_exec;
+  fs::permissions(dir.path(), readable);
+  fs::create_directory(dir.file("shared"));
+  fs::permissions(dir.file("shared"), readable);
+  const std::string db = dir.file("r.db");
+  auto run = run_gradscope(kHostileRun + " --steps 2 --db " + db);
+  ASSERT_EQ(run.code, 0) << run.err;
+  // A second attempt committed into the log and not yet checkpointed; the files are copied
+  // while the connection holds them, as a copy of a live database would be.
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open(db.c_str(), &raw), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(raw,
+                         "PRAGMA wal_autocheckpoint=0; INSERT INTO runs(run_id, status, "
+                         "record_json) SELECT run_id, status, record_json FROM runs",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  fs::copy_file(db, dir.file("shared/r.db"));
+  fs::copy_file(db + "-wal", dir.file("shared/r.db-wal"));
+  sqlite3_close(raw);
+  for (const char* name : {"shared/r.db", "shared/r.db-wal"})
+    fs::permissions(dir.file(name), fs::perms::owner_read | fs::perms::owner_write |
+                                        fs::perms::group_read | fs::perms::others_read);
+  const auto r = run_gradscope("report " + dir.file("shared/r.db") + " --format md", as_reader);
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_TRUE(contains(r.err, "a write was left unfinished")) << r.err;
 }
 
 }  // namespace
