@@ -9,6 +9,7 @@
 
 #include "gradscope/core/error.h"
 #include "gradscope/core/json_input.h"
+#include "gradscope/core/plain_text.h"
 #include "gradscope/core/settings.h"
 
 namespace gradscope {
@@ -31,12 +32,7 @@ json or_null(const std::optional<T>& v) {
 // Reads one object of a record, naming the path of a bad field in its errors. A missing key
 // and null read as "not there"; a value of another type is an error.
 // Ids name rows and travel into reports and file listings: plain characters only.
-bool is_record_id(const std::string& id) {
-  if (id.empty() || id.size() > 128) return false;
-  for (const unsigned char c : id)
-    if (!std::isalnum(c) && c != '.' && c != '_' && c != '-') return false;
-  return true;
-}
+bool is_record_id(const std::string& id) { return is_plain_name(id, 128); }
 
 // The first characters of a refused value, with anything unprintable as '?', for a message.
 std::string printable_prefix(const std::string& text) {

@@ -15,6 +15,7 @@
 #include "gradscope/core/env.h"
 #include "gradscope/core/error.h"
 #include "gradscope/core/files.h"
+#include "gradscope/core/plain_text.h"
 #include "gradscope/core/settings.h"
 
 namespace gradscope {
@@ -157,10 +158,7 @@ std::string scalar_text(const std::string& file, const std::string& what, const 
       // list and text in the terminal: a line break or another control character in it
       // would split it or drive the terminal.
       const std::string text(node.as_string()->get());
-      const bool plain = std::none_of(text.begin(), text.end(), [](char c) {
-        return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
-      });
-      check_usage(plain,
+      check_usage(!has_control_character(text),
                   fmt::format("{}: {} holds a line break or another control character", at, what),
                   "write the value on one line, without control characters");
       return text;
@@ -628,9 +626,7 @@ Sweep load_sweep(const std::string& path) {
   const toml::table root = parse_toml(path, "sweep file");
   Sweep sweep;
   sweep.path = path;
-  sweep.name = std::filesystem::path(path).stem().string().substr(0, 64);
-  for (char& c : sweep.name)
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '-';
+  sweep.name = plain_name_from(std::filesystem::path(path).stem().string(), 64);
 
   const std::string top_valid =
       "valid top-level keys: name, [sweep], [fixed], [axes], [[override]], [[exclude]]";
@@ -653,11 +649,7 @@ Sweep load_sweep(const std::string& path) {
                 "write e.g. name = \"smoke\", or leave it out for the file's stem");
     sweep.name = node->as_string()->get();
     // The name goes into file names, a Slurm job name and the database: a plain name.
-    const bool plain =
-        sweep.name.size() <= 64 && std::all_of(sweep.name.begin(), sweep.name.end(), [](char c) {
-          return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
-        });
-    check_usage(plain,
+    check_usage(is_plain_name(sweep.name, 64),
                 fmt::format("{}: 'name' must be at most 64 letters, digits, '.', '_' or '-'",
                             where(path, node->source())),
                 "write e.g. name = \"study-tiny\"");
