@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 
 #include <zlib.h>
 #include <nlohmann/json.hpp>
@@ -423,6 +425,81 @@ TEST(LoadEmoji, MaxImagesTakesTheFirstInOrder) {
             std::vector<std::string>(kEmojiCaptions.begin(), kEmojiCaptions.begin() + 2));
   EXPECT_TRUE(torch::equal(two.pixels, all.pixels.slice(0, 0, 2)));
   EXPECT_EQ(load_emoji(images_fixture("emoji"), 4, 100).size(), 6);
+}
+
+// Every mechanism by which the emoji set makes a variant of an emoji leads back to one base.
+TEST(EmojiBase, TakesOutTonesSelectorsGenderAndDirection) {
+  EXPECT_EQ(emoji_base("1F44D"), "1F44D");
+  EXPECT_EQ(emoji_base("1f44d-1f3fb"), "1F44D");
+  EXPECT_EQ(emoji_base("1F44D-1F3FF-1F3FF"), "1F44D");
+  EXPECT_EQ(emoji_base("2764-FE0F"), "2764");
+  EXPECT_EQ(emoji_base("2764-FE0E"), "2764");
+  EXPECT_EQ(emoji_base("0023-FE0F-20E3"), "23-20E3");
+  EXPECT_EQ(emoji_base("1F3C3-1F3FB-200D-2640-FE0F"), "1F3C3");
+  EXPECT_EQ(emoji_base("1F3C3-200D-2642-FE0F-200D-27A1-FE0F"), "1F3C3");
+  EXPECT_EQ(emoji_base("1F468-200D-1F4BB"), "1F9D1-200D-1F4BB");
+  EXPECT_EQ(emoji_base("1F469-1F3FD-200D-1F4BB"), "1F9D1-200D-1F4BB");
+  EXPECT_EQ(emoji_base("1F468-200D-1F469-200D-1F467"), "1F9D1-200D-1F9D1-200D-1F9D2");
+  EXPECT_EQ(emoji_base("1F475"), "1F9D3");
+  // A joiner before anything else stays: "heart on fire" is not "heart".
+  EXPECT_EQ(emoji_base("2764-FE0F-200D-1F525"), "2764-200D-1F525");
+  EXPECT_EQ(emoji_base("1F1E6-1F1FD"), "1F1E6-1F1FD");
+}
+
+TEST(LoadEmoji, VariantsShareTheirBaseEmojiGroup) {
+  const ImageSet set = load_emoji(images_fixture("emoji-variants"), 64);
+  ASSERT_EQ(set.size(), 27);
+  ASSERT_EQ(set.groups.size(), 27u);
+  std::map<std::string, std::set<std::string>> groups_of;  // entry name -> its images' groups
+  std::set<std::string> all;
+  for (int64_t i = 0; i < set.size(); ++i) {
+    const std::string& caption = set.captions[i];
+    groups_of[caption.substr(0, caption.find(','))].insert(set.groups[i]);
+    all.insert(set.groups[i]);
+  }
+  // 10 single emoji, thumbs up (6 tones), running (runner, man, woman, facing right and 2
+  // tones), technologist (man, woman, person), family (old and new code).
+  EXPECT_EQ(all.size(), 14u);
+  const auto same = [&](const std::vector<std::string>& names) {
+    std::set<std::string> groups;
+    for (const auto& name : names) {
+      EXPECT_EQ(groups_of.count(name), 1u) << name;
+      groups.insert(groups_of[name].begin(), groups_of[name].end());
+    }
+    EXPECT_EQ(groups.size(), 1u) << names.front();
+  };
+  same({"thumbs up sign"});
+  same({"runner", "man running", "woman running", "person running facing right"});
+  same({"man technologist", "woman technologist", "technologist"});
+  same({"family", "family: man"});
+  // Group names do not depend on the list's order: the smallest base of the group.
+  EXPECT_EQ(*groups_of["man running"].begin(), "1F3C3");
+  EXPECT_EQ(*groups_of["family"].begin(), "1F46A");
+}
+
+TEST(HeldOutByGroup, KeepsGroupsWholeAndHoldsOutAboutOneInTen) {
+  // 100 items in 33 interleaved groups: g0 of 4 items, g1..g32 of 3.
+  std::vector<std::string> groups;
+  for (int64_t i = 0; i < 100; ++i) groups.push_back("g" + std::to_string(i % 33));
+  const auto held = held_out_by_group(groups, 100, 10);
+  ASSERT_EQ(held.size(), 100u);
+  std::map<std::string, std::set<bool>> sides;
+  for (size_t i = 0; i < held.size(); ++i) sides[groups[i]].insert(held[i]);
+  int64_t held_groups = 0;
+  for (const auto& [group, side] : sides) {
+    EXPECT_EQ(side.size(), 1u) << group;
+    held_groups += *side.begin();
+  }
+  // Ordered by size, then first item: g1..g32, g0; the 1st, 11th, 21st and 31st are held out.
+  EXPECT_EQ(held_groups, 4);
+  EXPECT_EQ(std::count(held.begin(), held.end(), true), 12);
+  EXPECT_TRUE(held[1] && held[11] && held[21] && held[31]);
+  // Deterministic, and one item per group without names: every tenth item from the first.
+  EXPECT_EQ(held_out_by_group(groups, 100, 10), held);
+  const auto single = held_out_by_group({}, 25, 10);
+  for (size_t i = 0; i < single.size(); ++i) EXPECT_EQ(single[i], i % 10 == 0) << i;
+  expect_usage_error([] { held_out_by_group({"a"}, 2, 10); });
+  expect_usage_error([] { held_out_by_group({}, 2, 0); });
 }
 
 TEST(LoadEmoji, WrongSizeNamesTheFileAndItsSize) {

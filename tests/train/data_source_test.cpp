@@ -2,6 +2,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
 
 #include "gradscope/core/error.h"
 #include "gradscope/data/tokenizer.h"
@@ -85,6 +89,63 @@ TEST(MaskedLmSource, Gpt2MasksWithTheFirstSpareId) {
   EXPECT_GT(s.data->train_batch(0, 4).input_ids.eq(50257).sum().item<int64_t>(), 0);
 }
 
+// Documents joined by the eot id: a corpus with a special token every ~100 positions.
+std::string write_documents(const std::string& dir, int count) {
+  for (int d = 0; d < count; ++d) {
+    std::ofstream out(std::filesystem::path(dir) / fmt::format("doc{:03d}.txt", d));
+    out << fmt::format(
+        "Document {} says that the quick brown fox jumps over the lazy dog, "
+        "and then it rests for {} minutes.",
+        d, 3 * d + 1);
+  }
+  return dir;
+}
+
+// Special tokens (the eot id between documents) are structure: never a target, never masked,
+// never drawn as a replacement. `first_special` is the tokenizer's first special id.
+void expect_no_special_selected(RunConfig c, int64_t first_special) {
+  testing::TempDir docs("gradscope-mlm");
+  c.dataset = write_documents(docs.path(), 60);
+  Source s = source_for(c);
+  auto causal = make_data_source(model_registry().get("llama"), s.arch, c);
+  const int64_t mask_id = s.data->describe()["mask_id"].get<int64_t>();
+  const int64_t windows = s.data->describe()["train_windows"].get<int64_t>();
+  const int64_t val = s.data->val_samples();
+  const std::vector<std::pair<Batch, Batch>> batches = {
+      {s.data->train_batch(0, windows), causal->train_batch(0, windows)},
+      {s.data->val_batch(0, val), causal->val_batch(0, val)}};
+  int64_t specials = 0;
+  for (const auto& [b, original] : batches) {
+    const auto special = original.input_ids.ge(first_special);
+    specials += special.sum().item<int64_t>();
+    EXPECT_EQ(b.targets.masked_select(special).ne(kIgnoreIndex).sum().item<int64_t>(), 0)
+        << "a special token is a prediction target";
+    EXPECT_TRUE(
+        torch::equal(b.input_ids.masked_select(special), original.input_ids.masked_select(special)))
+        << "a special token was masked or replaced";
+    const auto targets = b.targets.masked_select(b.targets.ne(kIgnoreIndex));
+    EXPECT_EQ(targets.ge(first_special).sum().item<int64_t>(), 0);
+    // What replaced a token is the mask id or an ordinary token.
+    const auto changed = b.input_ids.masked_select(b.input_ids.ne(original.input_ids));
+    EXPECT_EQ(changed.ne(mask_id).logical_and(changed.ge(first_special)).sum().item<int64_t>(), 0);
+    EXPECT_GT(targets.numel(), 0);
+  }
+  EXPECT_GE(specials, 50);  // 59 boundaries, most in the windows read
+}
+
+TEST(MaskedLmSource, NeverSelectsSpecialTokensBytes) {
+  expect_no_special_selected(bert_config(), kBytesBosId);
+}
+
+TEST(MaskedLmSource, NeverSelectsSpecialTokensGpt2) {
+  if (!testing::have_data("tokenizers/gpt2"))
+    GTEST_SKIP() << "run scripts/fetch-data.sh tokenizers";
+  RunConfig c = bert_config();
+  c.preset = "small";
+  c.seq_len = 32;
+  expect_no_special_selected(c, 50256);  // <|endoftext|>, GPT-2's only special token
+}
+
 TEST(ImageClassificationSource, FashionMnistBatches) {
   RunConfig c;
   c.model = "vit";
@@ -155,6 +216,76 @@ TEST(VisionLanguageSource, EmojiOfTheWrongSizeNamesTheFile) {
   }
 }
 
+// The base emoji of each entry of the emoji-variants fixture, by the entry's caption (what
+// precedes a skin tone's ", "): variants by tone, gender, direction and "obsoletes" share one.
+std::string fixture_base(const std::string& caption) {
+  const std::string name = caption.substr(0, caption.find(','));
+  static const std::map<std::string, std::string> bases{
+      {"runner", "running"},          {"man running", "running"},
+      {"woman running", "running"},   {"person running facing right", "running"},
+      {"man technologist", "techie"}, {"woman technologist", "techie"},
+      {"technologist", "techie"},     {"family: man", "family"}};
+  const auto it = bases.find(name);
+  return it == bases.end() ? name : it->second;
+}
+
+// The base emoji of every caption in a batch (bytes tokenizer: [eot] caption [eot] ...).
+std::multiset<std::string> batch_bases(const Batch& b) {
+  std::multiset<std::string> out;
+  const auto ids = b.input_ids.contiguous();
+  for (int64_t i = 0; i < ids.size(0); ++i) {
+    std::string caption;
+    for (int64_t j = 1; j < ids.size(1) && ids[i][j].item<int64_t>() < 256; ++j)
+      caption += static_cast<char>(ids[i][j].item<int64_t>());
+    out.insert(fixture_base(caption));
+  }
+  return out;
+}
+
+struct Sides {
+  std::multiset<std::string> train, held_out;
+};
+
+Sides emoji_sides(DataSplit split) {
+  RunConfig c;
+  c.model = "nanovlm";
+  c.dataset = testing::fixture("images/emoji-variants");
+  const nlohmann::json arch = resolve_arch(c);
+  auto data = make_data_source(model_registry().get(c.model), arch, c, nullptr, split);
+  const int64_t train = data->describe()["train_images"].get<int64_t>();
+  return {batch_bases(data->train_batch(0, train)),
+          batch_bases(data->val_batch(0, data->val_samples()))};
+}
+
+std::vector<std::string> common(const std::multiset<std::string>& a,
+                                const std::multiset<std::string>& b) {
+  std::vector<std::string> out;
+  for (const auto& x : std::set<std::string>(a.begin(), a.end()))
+    if (b.count(x)) out.push_back(x);
+  return out;
+}
+
+// Skin tones, genders and directions of one emoji are near-copies: validating on one that
+// was trained on under another tone measures memory, not generalization.
+TEST(VisionLanguageSource, NoBaseEmojiOnBothSidesOfTheSplit) {
+  const Sides run = emoji_sides(DataSplit::kDataSplitRun);
+  EXPECT_EQ(run.train.size() + run.held_out.size(), 27u);
+  EXPECT_FALSE(run.held_out.empty());
+  EXPECT_EQ(common(run.train, run.held_out), std::vector<std::string>{})
+      << "base emoji with variants in training and in validation";
+}
+
+// --lr auto's trials train and evaluate within the training side, keeping bases whole too.
+TEST(VisionLanguageSource, SearchSplitIsCarvedFromTheTrainingSide) {
+  const Sides run = emoji_sides(DataSplit::kDataSplitRun);
+  const Sides search = emoji_sides(DataSplit::kDataSplitLrSearch);
+  EXPECT_EQ(search.train.size() + search.held_out.size(), run.train.size());
+  EXPECT_FALSE(search.held_out.empty());
+  EXPECT_EQ(common(search.train, search.held_out), std::vector<std::string>{});
+  EXPECT_EQ(common(search.held_out, run.held_out), std::vector<std::string>{});
+  EXPECT_EQ(common(search.train, run.held_out), std::vector<std::string>{});
+}
+
 TEST(VisionLanguageSource, RealEmojiCaptions) {
   if (!testing::have_data("emoji/emoji.json")) GTEST_SKIP() << "run scripts/fetch-data.sh emoji";
   RunConfig c;
@@ -163,7 +294,10 @@ TEST(VisionLanguageSource, RealEmojiCaptions) {
   Source s = source_for(c);
   const auto d = s.data->describe();
   EXPECT_EQ(d["train_images"].get<int64_t>() + d["val_images"].get<int64_t>(), 3786);
-  EXPECT_EQ(d["val_images"], 379);  // every tenth
+  // Every tenth of the 1703 base emoji groups, ordered by size: 385 images of 171 bases.
+  EXPECT_EQ(d["val_images"], 385);
+  EXPECT_EQ(d["val_base_emoji"], 171);
+  EXPECT_EQ(d["train_base_emoji"], 1703 - 171);
   EXPECT_EQ(s.data->train_batch(0, 2).images.sizes(), (std::vector<int64_t>{2, 3, 32, 32}));
 }
 

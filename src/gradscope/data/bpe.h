@@ -54,6 +54,9 @@ class BpeTokenizer : public Tokenizer {
   std::string decode(const std::vector<int32_t>& ids) const override;
   int64_t vocab_size() const override { return static_cast<int64_t>(spec_.tokens.size()); }
   int32_t eot_id() const override { return spec_.eot_id; }
+  bool is_special(int32_t id) const override {
+    return id < 0 || id >= vocab_size() || spec_.special[static_cast<size_t>(id)];
+  }
   std::string fingerprint() const override { return spec_.fingerprint; }
 
   // The token's raw bytes (a special token: its text). Throws a usage error when out of range.

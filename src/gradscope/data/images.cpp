@@ -556,6 +556,7 @@ using nlohmann::json;
 struct EmojiItem {
   std::string image;  // file name under img/
   std::string caption;
+  std::string base;  // emoji_base of its entry, until grouped; then its group
 };
 
 // emoji-datasource's list has 2 MB; more than this is no emoji list.
@@ -623,6 +624,20 @@ std::vector<EmojiItem> emoji_items(const std::string& json_path) {
                            entries.type_name()));
 
   std::vector<EmojiItem> items;
+  // Bases that are one group (obsoletes / obsoleted_by): union-find whose root is the smallest
+  // base of its group, so the group's name does not depend on the list's order.
+  std::map<std::string, std::string> parent;
+  const auto root_of = [&parent](std::string base) {
+    for (auto it = parent.find(base); it != parent.end() && it->second != base;
+         it = parent.find(base))
+      base = it->second;
+    return base;
+  };
+  const auto join = [&](const std::string& a, const std::string& b) {
+    const std::string ra = root_of(a), rb = root_of(b);
+    parent[std::max(ra, rb)] = std::min(ra, rb);
+    parent.emplace(std::min(ra, rb), std::min(ra, rb));
+  };
   for (size_t i = 0; i < entries.size(); ++i) {
     const json& entry = entries[i];
     if (!entry.is_object())
@@ -635,9 +650,17 @@ std::vector<EmojiItem> emoji_items(const std::string& json_path) {
     }
     const std::string image = json_string(entry, "image");
     if (base.empty()) base = image.substr(0, image.rfind('.'));
+    std::string unified = json_string(entry, "unified");
+    if (unified.empty()) unified = image.substr(0, image.rfind('.'));
+    const std::string group = emoji_base(unified);
+    join(group, group);
+    for (const char* link : {"obsoletes", "obsoleted_by"}) {
+      const std::string other = json_string(entry, link);
+      if (!other.empty()) join(group, emoji_base(other));
+    }
     if (json_true(entry, "has_img_google")) {
       check_image_name(image, json_path, fmt::format("entry {} ('{}')", i, base));
-      items.push_back({image, base});
+      items.push_back({image, base, group});
     }
     const auto variations = entry.find("skin_variations");
     if (variations == entry.end() || !variations->is_object()) continue;
@@ -646,9 +669,10 @@ std::vector<EmojiItem> emoji_items(const std::string& json_path) {
       const std::string variation_image = json_string(variation, "image");
       check_image_name(variation_image, json_path,
                        fmt::format("skin variation {} of entry {} ('{}')", key, i, base));
-      items.push_back({variation_image, base + skin_tone_suffix(key, json_path)});
+      items.push_back({variation_image, base + skin_tone_suffix(key, json_path), group});
     }
   }
+  for (auto& item : items) item.base = root_of(item.base);
   std::sort(items.begin(), items.end(),
             [](const EmojiItem& a, const EmojiItem& b) { return a.image < b.image; });
   for (size_t i = 1; i < items.size(); ++i)
@@ -696,8 +720,70 @@ ImageSet load_emoji(const std::string& folder, int64_t expected_size, int64_t ma
                  "delete the emoji folder and run scripts/fetch-data.sh emoji again");
     std::memcpy(dst + i * 3 * s * s, rgb.data_ptr<uint8_t>(), 3 * s * s);
     set.captions.push_back(items[i].caption);
+    set.groups.push_back(items[i].base);
   }
   return set;
+}
+
+std::string emoji_base(std::string_view unified) {
+  std::vector<std::string> points;
+  size_t begin = 0;
+  while (begin <= unified.size()) {
+    size_t end = unified.find('-', begin);
+    if (end == std::string_view::npos) end = unified.size();
+    std::string point(unified.substr(begin, end - begin));
+    for (char& ch : point) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    // Leading zeros do not make another code point ("0023" and "23").
+    point.erase(0, std::min(point.find_first_not_of('0'), point.size() - 1));
+    if (!point.empty()) points.push_back(point);
+    begin = end + 1;
+  }
+  static const std::map<std::string, std::string> neutral{{"1F468", "1F9D1"}, {"1F469", "1F9D1"},
+                                                          {"1F466", "1F9D2"}, {"1F467", "1F9D2"},
+                                                          {"1F474", "1F9D3"}, {"1F475", "1F9D3"}};
+  const auto is_tone = [](const std::string& p) {
+    return p.size() == 5 && p.compare("1F3FB") >= 0 && p.compare("1F3FF") <= 0;
+  };
+  std::vector<std::string> kept;
+  for (const auto& p : points)
+    if (!is_tone(p) && p != "FE0E" && p != "FE0F") kept.push_back(p);
+  std::string out;
+  for (size_t i = 0; i < kept.size(); ++i) {
+    if (kept[i] == "200D" && i + 1 < kept.size() &&
+        (kept[i + 1] == "2640" || kept[i + 1] == "2642" || kept[i + 1] == "27A1")) {
+      ++i;
+      continue;
+    }
+    const auto it = neutral.find(kept[i]);
+    out += (out.empty() ? "" : "-") + (it == neutral.end() ? kept[i] : it->second);
+  }
+  return out;
+}
+
+std::vector<bool> held_out_by_group(const std::vector<std::string>& groups, int64_t count,
+                                    int64_t every) {
+  check_usage(every >= 1, fmt::format("a split that holds out every {}th group", every));
+  check_usage(groups.empty() || static_cast<int64_t>(groups.size()) == count,
+              fmt::format("{} group names for {} items", groups.size(), count));
+  // Each group's items, in item order; groups in order of their first item.
+  std::vector<std::vector<int64_t>> members;
+  std::map<std::string, size_t> index;
+  for (int64_t i = 0; i < count; ++i) {
+    if (groups.empty()) {
+      members.push_back({i});
+      continue;
+    }
+    const auto [it, added] = index.emplace(groups[i], members.size());
+    if (added) members.emplace_back();
+    members[it->second].push_back(i);
+  }
+  // A stable sort by size keeps the first-item order among groups of one size.
+  std::stable_sort(members.begin(), members.end(),
+                   [](const auto& a, const auto& b) { return a.size() < b.size(); });
+  std::vector<bool> held(static_cast<size_t>(std::max<int64_t>(count, 0)), false);
+  for (size_t g = 0; g < members.size(); g += static_cast<size_t>(every))
+    for (int64_t i : members[g]) held[static_cast<size_t>(i)] = true;
+  return held;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -193,7 +193,7 @@ std::vector<int64_t> epoch_permutation(uint64_t seed, int64_t epoch, int64_t n) 
 }
 
 TextCorpus::TextCorpus(const std::string& dataset, const Tokenizer& tokenizer,
-                       const std::string& data_dir, int64_t seq_len, uint64_t seed)
+                       const std::string& data_dir, int64_t seq_len, uint64_t seed, DataSplit split)
     : seq_len_(seq_len), seed_(seed) {
   check_usage(seq_len >= 1, fmt::format("sequence length {} must be at least 1", seq_len),
               "pass --seq with a positive length");
@@ -235,20 +235,25 @@ TextCorpus::TextCorpus(const std::string& dataset, const Tokenizer& tokenizer,
   }
 
   const auto n = static_cast<int64_t>(tokens_.size());
-  split_ = n - n / 50;  // the last 2% (rounded down) is validation
+  // The last 2% (rounded down) is validation; the search split is as long, just before it.
+  const bool search = split == DataSplit::kDataSplitLrSearch;
+  held_end_ = search ? n - n / 50 : n;
+  split_ = held_end_ - n / 50;
   if (train_windows() < 1 || val_windows() < 1)
     fail_usage(fmt::format("text data set '{}' is too small for --seq {}: tokenizer {} gives {} "
-                           "tokens, {} for training and {} for validation (the last 2%), and "
-                           "each split needs at least seq + 1 = {} tokens",
+                           "tokens, {} for training and {} for {}, and each split needs at "
+                           "least seq + 1 = {} tokens",
                            dataset, seq_len, tokenizer.name(), n, train_tokens(), val_tokens(),
+                           search ? "--lr auto's search (the 2% before the last 2%)"
+                                  : "validation (the last 2%)",
                            seq_len + 1),
                fmt::format("use a shorter --seq, or a data set of at least {} tokens",
-                           50 * (seq_len + 1)));
+                           (search ? 100 : 50) * (seq_len + 1)));
   order_.emplace(seed_, train_windows());
 }
 
 int64_t TextCorpus::train_tokens() const { return split_; }
-int64_t TextCorpus::val_tokens() const { return static_cast<int64_t>(tokens_.size()) - split_; }
+int64_t TextCorpus::val_tokens() const { return held_end_ - split_; }
 int64_t TextCorpus::train_windows() const {
   return train_tokens() >= 1 ? (train_tokens() - 1) / seq_len_ : 0;
 }

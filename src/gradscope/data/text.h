@@ -3,7 +3,9 @@
 //
 // Semantics (docs/metrics.md, "Steps, samples, tokens"):
 // - documents are joined with the tokenizer's eot id, in a fixed order (sorted file names);
-// - the last 2% of tokens are the validation split;
+// - the last 2% of tokens are the validation split; --lr auto's search split
+//   (DataSplit::kDataSplitLrSearch) is the same number of tokens just before them, and a
+//   corpus made for the search trains on the tokens before that and evaluates on it;
 // - the training tokens are cut into W = floor((N_train - 1) / seq_len) windows, window w
 //   covering tokens [w*seq_len, w*seq_len + seq_len + 1);
 // - sample index i (global, counting from 0 over the whole run) maps to epoch e = i / W and
@@ -21,6 +23,7 @@
 #include <vector>
 
 #include <torch/torch.h>
+#include "gradscope/data/split.h"
 #include "gradscope/data/tokenizer.h"
 
 namespace gradscope {
@@ -61,13 +64,15 @@ class TextCorpus {
   // Loads the named data set ("sotu", "moby-dick", "brown", or a path to a .txt file or a
   // directory of .txt files), tokenizes it with a cache under data_dir/cache, and splits it.
   // Throws a usage error when the data is missing (the hint names the fetch command) or
-  // yields fewer tokens than one window.
+  // yields fewer tokens than one window. With kDataSplitLrSearch the held-out tokens are the
+  // search split and the validation tokens are never read (see the top of this file).
   TextCorpus(const std::string& dataset, const Tokenizer& tokenizer, const std::string& data_dir,
-             int64_t seq_len, uint64_t seed);
+             int64_t seq_len, uint64_t seed, DataSplit split = DataSplit::kDataSplitRun);
 
   // Samples [first, first + count) of the training stream.
   TextBatch train_batch(int64_t first, int64_t count) const;
-  // Validation windows [first, first + count) (non-overlapping, in order, wrapping around).
+  // Held-out windows [first, first + count) (non-overlapping, in order, wrapping around): the
+  // validation split's, or the search split's.
   TextBatch val_batch(int64_t first, int64_t count) const;
 
   int64_t train_tokens() const;
@@ -75,10 +80,12 @@ class TextCorpus {
   int64_t train_windows() const;
   int64_t val_windows() const;
   int64_t seq_len() const { return seq_len_; }
-  // Token ids of the whole stream: the training split [0, split_index()), then validation
+  // Token ids of the whole stream: the training split [0, split_index()), then the held-out
+  // tokens [split_index(), held_out_end()), then (search split only) the validation tokens
   // (for unigram statistics use unigram_entropy_nats(tokens(), 0, split_index())).
   const std::vector<int32_t>& tokens() const { return tokens_; }
-  int64_t split_index() const { return split_; }  // first validation token
+  int64_t split_index() const { return split_; }      // first held-out token
+  int64_t held_out_end() const { return held_end_; }  // one past the last held-out token
 
   // The training window sample i reads: perm_{i / W}(i % W). Throws a usage error if i < 0.
   int64_t train_window(int64_t sample) const;
@@ -89,6 +96,7 @@ class TextCorpus {
  private:
   std::vector<int32_t> tokens_;
   int64_t split_ = 0;
+  int64_t held_end_ = 0;
   int64_t seq_len_ = 0;
   uint64_t seed_ = 0;
   std::string cache_path_;

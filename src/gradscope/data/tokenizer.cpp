@@ -32,6 +32,7 @@ class BytesTokenizer : public Tokenizer {
   }
   int64_t vocab_size() const override { return kBytesVocabSize; }
   int32_t eot_id() const override { return kBytesEosId; }
+  bool is_special(int32_t id) const override { return id < 0 || id >= 256; }
   std::string fingerprint() const override { return "bytes-v1"; }
 };
 

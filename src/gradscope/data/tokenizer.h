@@ -24,6 +24,10 @@ class Tokenizer {
   virtual int64_t vocab_size() const = 0;
   // Separates documents in a stream (GPT-2 <|endoftext|>, Llama 3 <|end_of_text|>, bytes EOS).
   virtual int32_t eot_id() const = 0;
+  // Whether `id` is a special token: one that stands for no text (BOS, EOS, PAD, MASK, GPT-2's
+  // <|endoftext|>, Llama 3's added tokens). encode() never produces one; ids outside
+  // [0, vocab_size()) (a model's padding of the vocabulary) count as special too.
+  virtual bool is_special(int32_t id) const = 0;
   // A stable fingerprint of the vocabulary and merges (for token caches).
   virtual std::string fingerprint() const = 0;
 };

@@ -4,6 +4,8 @@
 #include <limits>
 
 #include "gradscope/core/error.h"
+#include "gradscope/models/registry.h"
+#include "gradscope/train/session.h"
 #include "gradscope/train/trainer.h"
 
 namespace gradscope {
@@ -16,6 +18,12 @@ double default_lr_of(RunConfig config) {
 }
 
 }  // namespace
+
+std::shared_ptr<const DataSource> lr_search_data(const RunConfig& config) {
+  const ResolvedRun resolved = resolve_run(config);
+  return make_data_source(model_registry().get(resolved.config.model), resolved.arch,
+                          resolved.config, nullptr, DataSplit::kDataSplitLrSearch);
+}
 
 std::vector<double> lr_search_grid(double center, int64_t trials, double span_decades) {
   check_usage(trials >= 1, fmt::format("--lr-search-trials {} must be at least 1", trials),
@@ -52,6 +60,9 @@ LrSearchResult search_learning_rate(
                                                    : std::max<int64_t>(10, config.steps / 10);
   const auto grid =
       lr_search_grid(default_lr_of(config), config.lr_search_trials, config.lr_search_span);
+  // The trials evaluate on the search split, never on the validation samples the run reports.
+  SessionOptions options;
+  options.data = lr_search_data(config);
   LrSearchResult result;
   double best_val = std::numeric_limits<double>::infinity();
   for (size_t i = 0; i < grid.size(); ++i) {
@@ -67,7 +78,7 @@ LrSearchResult search_learning_rate(
     trial.eval_every = 0;
     trial.json_path.clear();
     trial.quiet = true;
-    Trainer trainer(trial);
+    Trainer trainer(trial, options);
     const RunRecord record = trainer.run();
     const LrTrial entry{grid[i],
                         steps,

@@ -14,6 +14,7 @@
 
 #include "gradscope/core/config.h"
 #include "gradscope/core/record.h"
+#include "gradscope/measure/memory.h"
 #include "gradscope/train/session.h"
 
 namespace gradscope {
@@ -41,6 +42,11 @@ class Trainer {
   // Resolves the configuration, loads data, builds the model, strategy and updater (session.h).
   // Bad usage or input throws a usage error here, before anything is written.
   explicit Trainer(const RunConfig& config);
+  // The same over a data source already loaded (options.data): --lr auto's trials share one
+  // source of its search split.
+  Trainer(const RunConfig& config, const SessionOptions& options)
+      : session_(std::make_unique<Session>(config, options)),
+        meter_(make_memory_meter(session_->device())) {}
   ~Trainer();
 
   // Trains and returns the run record (without the attempt's identity and times, which the
