@@ -136,6 +136,43 @@ TEST(SamplerCpu, UtilizationIsCpuTimeOverWallTimesThreads) {
   EXPECT_DOUBLE_EQ(*s[4].cpu_util_pct, 25.0);
 }
 
+// The trainer marks each timed step's start and end; energy_between reads the chosen
+// source's cumulative joules at the two marks, so what falls between steps (evaluation) is
+// not counted in any step.
+TEST(SamplerMarks, EnergyBetweenMarksExcludesWhatLiesOutside) {
+  FakeClock clock;
+  FakeCounter rapl;
+  Sampler sampler({nullptr, nullptr, &rapl, {}}, SamplerOptions{}, clock);
+  rapl.now = 100.0;
+  const size_t step1_start = sampler.mark();
+  clock.advance(0.1);
+  rapl.now = 150.0;
+  sampler.sample_now();  // the thread's sample, inside the step
+  clock.advance(0.1);
+  rapl.now = 170.0;
+  const size_t step1_end = sampler.mark();
+  clock.advance(1.0);
+  rapl.now = 400.0;  // an evaluation between the steps
+  sampler.sample_now();
+  const size_t step2_start = sampler.mark();
+  clock.advance(0.1);
+  rapl.now = 410.0;
+  const size_t step2_end = sampler.mark();
+  EXPECT_EQ(step1_start, 0u);
+  EXPECT_EQ(step1_end, 2u);
+  EXPECT_EQ(step2_start, 4u);
+  EXPECT_EQ(step2_end, 5u);
+  EXPECT_EQ(sampler.samples().size(), 6u);
+  EXPECT_DOUBLE_EQ(*sampler.energy_between(step1_start, step1_end), 70.0);
+  EXPECT_DOUBLE_EQ(*sampler.energy_between(step2_start, step2_end), 10.0);
+  EXPECT_DOUBLE_EQ(*sampler.energy().joules, 310.0);  // the whole sampled span
+  // A mark whose reading failed gives no figure rather than a wrong one.
+  rapl.now.reset();
+  const size_t unread = sampler.mark();
+  EXPECT_FALSE(sampler.energy_between(step2_start, unread).has_value());
+  EXPECT_FALSE(sampler.energy_between(step2_end, step2_start).has_value());
+}
+
 // The samples and the energy as the run record writes them.
 nlohmann::json timeline_json(const std::vector<Sample>& samples) {
   RunRecord record;

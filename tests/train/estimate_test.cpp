@@ -112,6 +112,102 @@ TEST(Estimate, RefusesWhatItHasNoModelOf) {
   EXPECT_NE(std::string(galore.what()).find("galore"), std::string::npos) << galore.what();
 }
 
+// 8-bit Adam's state as the optimizer keeps it (its own block size and threshold): the
+// estimate equals what the run measured.
+TEST(EstimateOptimizer, Adam8bitStateEqualsTheMeasured) {
+  RunConfig c = testing::tiny_llama_config();
+  c.optimizer = "adam8bit";
+  c.batch = 2;
+  c.steps = 1;
+  c.warmup_steps = 0;
+  c.sample_period_s = 0;
+  const RunRecord r = Trainer(c).run();
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(r.estimate.is_object());
+  EXPECT_EQ(r.estimate["optimizer_state_bytes"].get<int64_t>(), r.memory->optimizer_state_bytes);
+}
+
+// --recompute attention on the tiny Llama runs each block's attention sub-layer again, and
+// nothing else. By hand: C = 64, 4 heads of 16 (q 64), 2 key-value heads (kv 32), T = 64,
+// 2 blocks, batch 8: per block and sample 2 T (C q + 2 C kv + q C) for q, k, v and o, plus
+// 2 x 2 T^2 q for the scores and the weighted sum.
+TEST(EstimateFlops, RecomputeAttentionIsTheAttentionSubLayersByHand) {
+  RunConfig c;
+  c.model = "llama";
+  c.preset = "tiny";
+  c.batch = 8;
+  c.recompute = Recompute::kRecomputeAttention;
+  const MemoryEstimate e = estimate_run(c, 0);
+  const double T = 64, C = 64, q = 64, kv = 32;
+  const double attention = 2 * T * (C * q + 2 * C * kv + q * C) + 2 * 2 * T * T * q;
+  EXPECT_DOUBLE_EQ(e.hardware_flops_per_step - e.model_flops_per_step, 8 * 2 * attention);
+  // The MLP policy recomputes the gate, up and down projections instead: 2 T x 3 C I.
+  c.recompute = Recompute::kRecomputeMlp;
+  const MemoryEstimate m = estimate_run(c, 0);
+  EXPECT_DOUBLE_EQ(m.hardware_flops_per_step - m.model_flops_per_step,
+                   8 * 2 * (2 * T * 3 * C * 192));
+}
+
+TEST(EstimateFlops, CheckpointEveryWrapsEveryKthBlock) {
+  RunConfig c;
+  c.model = "llama";
+  c.preset = "tiny";
+  c.batch = 8;
+  c.recompute = Recompute::kRecomputeMlp;
+  c.checkpoint_every = 2;  // block 0 of the 2
+  const double T = 64, C = 64, I = 192;
+  const MemoryEstimate e = estimate_run(c, 0);
+  EXPECT_DOUBLE_EQ(e.recompute_flops_per_step, 8 * (2 * T * 3 * C * I));
+  EXPECT_DOUBLE_EQ(e.recompute_flops_by_tower.at("decoder"), e.recompute_flops_per_step);
+}
+
+// NanoVLM's blocks are the vision tower's, then the decoder's, each with its own sizes. By
+// hand at the tiny preset: vision C 64, I 256, 16 patches (no class token); decoder C 64,
+// q 64, kv 32, I 192 over 4 image tokens + 32 caption positions = 36.
+TEST(EstimateFlops, NanoVlmRecomputeIsCountedPerTower) {
+  RunConfig c;
+  c.model = "nanovlm";
+  c.preset = "tiny";
+  c.batch = 2;
+  c.recompute = Recompute::kRecomputeFull;
+  const nlohmann::json arch = resolve_arch(c);
+  const double Tv = 16, Cv = 64, Iv = 256;
+  const double vision_block = (2 * Tv * 4 * Cv * Cv + 2 * 2 * Tv * Tv * Cv) + 2 * Tv * 2 * Cv * Iv;
+  const double S = 36, C = 64, q = 64, kv = 32, I = 192;
+  const double decoder_block =
+      (2 * S * (C * q + 2 * C * kv + q * C) + 2 * 2 * S * S * q) + 2 * S * 3 * C * I;
+  RecomputeFlops r = recompute_flops(c, arch, 32);
+  EXPECT_DOUBLE_EQ(r.by_tower["vision"], 2 * 2 * vision_block);
+  EXPECT_DOUBLE_EQ(r.by_tower["decoder"], 2 * 2 * decoder_block);
+  EXPECT_DOUBLE_EQ(r.per_step, 2 * 2 * (vision_block + decoder_block));
+  // Every other block of model.blocks(): the first vision block and the first decoder block.
+  c.checkpoint_every = 2;
+  r = recompute_flops(c, arch, 32);
+  EXPECT_DOUBLE_EQ(r.by_tower["vision"], 2 * vision_block);
+  EXPECT_DOUBLE_EQ(r.by_tower["decoder"], 2 * decoder_block);
+  // The estimate says the same.
+  const MemoryEstimate e = estimate_run(c, 0);
+  EXPECT_DOUBLE_EQ(e.recompute_flops_by_tower.at("vision"), 2 * vision_block);
+  EXPECT_DOUBLE_EQ(e.hardware_flops_per_step, e.model_flops_per_step + r.per_step);
+}
+
+// The blocks' sub-layers are the model's own count: with the LM head they make the whole
+// forward of the Llama.
+TEST(EstimateFlops, LlamaBlocksAndHeadMakeTheForward) {
+  RunConfig c;
+  c.model = "llama";
+  c.preset = "small";
+  const nlohmann::json arch = resolve_arch(c);
+  const int64_t T = arch.at("seq_len").get<int64_t>();
+  double blocks = 0;
+  for (const BlockFlops& b : block_forward_flops("llama", arch, T)) blocks += b.attention + b.mlp;
+  const double head =
+      2.0 * arch.at("vocab_size").get<double>() * arch.at("hidden_size").get<double>();
+  const double forward = model_registry().get("llama").forward_flops_per_token(arch, T) * T;
+  EXPECT_NEAR(blocks + head * T, forward, 1e-9 * forward);
+  EXPECT_TRUE(block_forward_flops("quadratic", arch, T).empty());
+}
+
 TEST(Estimate, MaxBatchIsTheLargestThatFits) {
   RunConfig c;
   c.model = "vit";

@@ -7,7 +7,11 @@
 #include "gradscope/core/settings.h"
 #include "gradscope/data/text.h"
 #include "gradscope/data/tokenizer.h"
+#include "gradscope/measure/clock.h"
 #include "gradscope/measure/memory.h"
+#include "gradscope/train/estimate.h"
+#include "gradscope/train/phase_timer.h"
+#include "gradscope/train/run_parts.h"
 #include "gradscope/train/trainer.h"
 #include "test_util.h"
 
@@ -359,6 +363,232 @@ TEST(TrainerDtype, Bf16AutocastTrainsCloseToFp32) {
   EXPECT_NE(bf16["run_id"], fp32["run_id"]);
   RunConfig bad = c;
   testing::expect_usage_error([&] { find_setting("dtype")->parse(bad, "fp16"); });
+}
+
+}  // namespace
+}  // namespace gradscope
+
+namespace gradscope {
+namespace {
+
+// ---------------------------------------------------------------------------------------
+// Energy and utilization over the timed steps alone
+
+// Evaluations between the timed steps (--eval-every 1, each over every validation window at
+// batch 1, several times a step's work) must add nothing to the energy or the utilization.
+RunConfig evaluating_config() {
+  RunConfig c = fixture_config();
+  c.batch = 1;
+  c.steps = 4;
+  c.warmup_steps = 1;
+  c.eval_every = 1;
+  c.eval_batches = 1000;  // capped at the validation windows there are
+  return c;
+}
+
+TEST(TrainerEnergy, EstimateWithoutSamplerCoversTheTimedStepsNotEvaluation) {
+  RunConfig c = evaluating_config();
+  c.sample_period_s = 0;
+  const RunRecord r = Trainer(c).run();
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(r.energy && r.energy->joules && r.utilization && r.utilization->mean_pct);
+  EXPECT_EQ(r.energy->source, "estimate");
+  // Both are the timed steps' CPU seconds: joules = cpu x W, utilization = cpu / (total_s x
+  // threads). Had either counted the evaluations, the two would disagree by the wall time
+  // the evaluations took.
+  const int threads = std::max(r.env->threads, r.env->blas_threads);
+  const double cpu_s = *r.utilization->mean_pct / 100.0 * *r.time->total_s * threads;
+  EXPECT_NEAR(*r.energy->joules, cpu_s * c.watts_per_core, 1e-6 * *r.energy->joules)
+      << "joules " << *r.energy->joules << ", utilization " << *r.utilization->mean_pct
+      << "%, total_s " << *r.time->total_s << ", wall_s " << *r.time->wall_s;
+}
+
+TEST(TrainerEnergy, EachTimedStepCarriesItsEnergyAndTheyMakeTheTotal) {
+  for (const double period : {0.0, 0.05}) {
+    RunConfig c = evaluating_config();
+    c.sample_period_s = period;
+    const RunRecord r = Trainer(c).run();
+    ASSERT_TRUE(r.ok());
+    ASSERT_TRUE(r.energy && r.energy->joules) << period;
+    double sum = 0;
+    int64_t with_energy = 0;
+    for (const StepEntry& s : r.steps) {
+      EXPECT_EQ(s.energy_j.has_value(), !s.warmup) << "step " << s.step;
+      if (s.energy_j) {
+        EXPECT_GE(*s.energy_j, 0);
+        sum += *s.energy_j;
+        ++with_energy;
+      }
+    }
+    EXPECT_EQ(with_energy, c.steps);
+    EXPECT_NEAR(*r.energy->joules, sum, 1e-9 * sum) << period;
+    EXPECT_NE(r.energy->detail->find("evaluation excluded"), std::string::npos)
+        << *r.energy->detail;
+    // The step entries keep their energy through the record's JSON.
+    const RunRecord back = record_from_json(record_to_json(r));
+    EXPECT_EQ(back.steps.back().energy_j, r.steps.back().energy_j);
+    EXPECT_FALSE(back.steps.front().energy_j.has_value());
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Hardware FLOPs
+
+// Adafactor has no memory model in the estimate (its state needs the parameters' shapes), so
+// the estimate is null; the FLOPs a checkpoint recomputes must be counted all the same.
+TEST(TrainerFlops, CheckpointedAdafactorRunCountsTheRecomputeInHfu) {
+  RunConfig c = fixture_config();
+  c.optimizer = "adafactor";
+  c.lr = 1e-2;
+  c.strategy = parse_strategy("checkpoint");
+  c.steps = 2;
+  c.warmup_steps = 0;
+  c.sample_period_s = 0;
+  RunRecord r = Trainer(c).run();
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(r.flops);
+  EXPECT_GT(r.flops->hardware_per_step, r.flops->per_step);
+  // A peak from a probe, so that MFU and HFU are computed.
+  apply_device_peak(r, {{"peak", {{"fp32", 1e12}}}, {"created_at", "test"}});
+  ASSERT_TRUE(r.flops->mfu && r.flops->hfu);
+  EXPECT_GT(*r.flops->hfu, *r.flops->mfu);
+}
+
+TEST(TrainerFlops, HardwareFlopsAddTheRecomputedSubLayers) {
+  RunConfig c = fixture_config();
+  c.recompute = Recompute::kRecomputeAttention;
+  c.steps = 1;
+  c.warmup_steps = 0;
+  c.sample_period_s = 0;
+  Trainer trainer(c);
+  const RunRecord r = trainer.run();
+  ASSERT_TRUE(r.ok());
+  const double recomputed =
+      recompute_flops(trainer.config(), trainer.arch(), trainer.config().seq_len).per_step;
+  EXPECT_GT(recomputed, 0);
+  EXPECT_DOUBLE_EQ(r.flops->hardware_per_step, r.flops->per_step + recomputed);
+}
+
+// ---------------------------------------------------------------------------------------
+// Memory at the moment of the peak
+
+// A meter whose allocations the test makes by hand.
+class HandMeter final : public MemoryMeter {
+ public:
+  void alloc(int64_t n) {
+    current_ += n;
+    peak_ = std::max(peak_, current_);
+  }
+  void free(int64_t n) { current_ -= n; }
+  int64_t current_bytes() const override { return current_; }
+  int64_t peak_bytes() const override { return peak_; }
+  void reset_peak() override { peak_ = current_; }
+  std::optional<int64_t> reserved_peak_bytes() const override { return std::nullopt; }
+
+ private:
+  int64_t current_ = 0, peak_ = 0;
+};
+
+// Two steps: the first's forward holds large activations (the highest forward peak); the
+// second's update allocates a large temporary, with the gradients and the optimizer state
+// allocated, which makes the run's peak. Parameters 100, gradients 100, state 200, batch 10.
+struct TwoSteps {
+  FakeClock clock;
+  HandMeter meter;
+  PhaseTimer timer{clock, meter, torch::Device(torch::kCPU), true};
+  RunTally tally;
+  TwoSteps() {
+    meter.alloc(100);  // parameters
+    meter.reset_peak();
+    timer.begin_step();
+    timer.enter(Phase::kPhaseData);
+    meter.alloc(10);  // batch
+    timer.enter(Phase::kPhaseForward);
+    meter.alloc(700);  // activations: 810 allocated
+    timer.enter(Phase::kPhaseBackward);
+    meter.free(700);
+    meter.alloc(100);  // gradients
+    timer.enter(Phase::kPhaseOptimizer);
+    meter.alloc(200);  // the state, made by the first update
+    meter.free(100);   // gradients freed
+    meter.free(10);    // batch
+    timer.close();
+    timer.begin_step();
+    timer.enter(Phase::kPhaseData);
+    meter.alloc(10);
+    timer.enter(Phase::kPhaseForward);
+    meter.alloc(100);
+    timer.enter(Phase::kPhaseBackward);
+    meter.free(100);
+    meter.alloc(100);
+    timer.enter(Phase::kPhaseOptimizer);
+    meter.alloc(500);  // a temporary of the update: 910 allocated, the run's peak
+    meter.free(500);
+    meter.free(100);
+    meter.free(10);
+    timer.close();
+    tally.state_bytes = 200;
+  }
+};
+
+TEST(MemoryAtPeak, ComponentsAreThoseAtThePeakAndSumToIt) {
+  TwoSteps run;
+  const RunMemory m = memory_part(run.tally, run.timer, run.meter, 100, int64_t{100}, true);
+  EXPECT_EQ(m.peak_bytes, 910);
+  const MemoryBreakdown& b = m.breakdown;
+  const int64_t sum =
+      b.params + b.grads.value_or(0) + b.optimizer_state + b.activations.value_or(0) + b.other;
+  EXPECT_EQ(sum, m.peak_bytes);
+  EXPECT_EQ(b.params, 100);
+  EXPECT_EQ(b.grads, 100);
+  EXPECT_EQ(b.optimizer_state, 200);
+  EXPECT_EQ(b.activations, 0);  // none were left when the update's temporary peaked
+  EXPECT_EQ(b.other, 510);      // the batch and the temporary
+  // The per-phase peaks keep their own moments.
+  ASSERT_TRUE(m.phase_peak_bytes && m.activations_peak_bytes);
+  EXPECT_EQ(m.phase_peak_bytes->forward, 810);
+  EXPECT_EQ(m.phase_peak_bytes->optimizer, 910);
+  EXPECT_EQ(*m.activations_peak_bytes, 700);
+}
+
+TEST(MemoryAtPeak, RecordSaysWhenThePeakHappened) {
+  TwoSteps run;
+  const RunMemory m = memory_part(run.tally, run.timer, run.meter, 100, int64_t{100}, true);
+  EXPECT_EQ(m.peak_phase, "optimizer");
+  EXPECT_EQ(m.peak_step, 2);
+  // A peak in a forward: activations are what the forward added, no gradient exists yet.
+  FakeClock clock;
+  HandMeter meter;
+  PhaseTimer timer(clock, meter, torch::Device(torch::kCPU), true);
+  meter.alloc(100);
+  timer.begin_step();
+  timer.enter(Phase::kPhaseData);
+  meter.alloc(10);
+  timer.enter(Phase::kPhaseForward);
+  meter.alloc(700);
+  timer.enter(Phase::kPhaseBackward);
+  meter.free(700);
+  meter.alloc(100);
+  timer.close();
+  RunTally tally;
+  const RunMemory f = memory_part(tally, timer, meter, 100, int64_t{100}, true);
+  EXPECT_EQ(f.peak_bytes, 810);
+  EXPECT_EQ(f.peak_phase, "forward");
+  EXPECT_EQ(f.breakdown.grads, 0);
+  EXPECT_EQ(f.breakdown.activations, 700);
+  EXPECT_EQ(f.breakdown.other, 10);
+}
+
+TEST(MemoryAtPeak, RealRunBreakdownSumsToThePeak) {
+  RunConfig c = fixture_config();
+  c.steps = 2;
+  const RunRecord r = Trainer(c).run();
+  ASSERT_TRUE(r.ok() && r.memory);
+  const MemoryBreakdown& b = r.memory->breakdown;
+  EXPECT_EQ(
+      b.params + b.grads.value_or(0) + b.optimizer_state + b.activations.value_or(0) + b.other,
+      r.memory->peak_bytes);
+  EXPECT_TRUE(r.memory->peak_phase.has_value());
 }
 
 }  // namespace

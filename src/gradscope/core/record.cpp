@@ -137,16 +137,18 @@ class Reader {
 // ---- parts: to JSON ----
 
 json step_to_json(const StepEntry& s) {
-  return {{"step", s.step},
-          {"loss", or_null(s.loss)},
-          {"lr", s.lr},
-          {"grad_norm", or_null(s.grad_norm)},
-          {"time_s", s.time_s},
-          {"samples", s.samples},
-          {"tokens", s.tokens},
-          {"targets", s.targets},
-          {"evaluations", s.evaluations},
-          {"warmup", s.warmup}};
+  json j = {{"step", s.step},
+            {"loss", or_null(s.loss)},
+            {"lr", s.lr},
+            {"grad_norm", or_null(s.grad_norm)},
+            {"time_s", s.time_s},
+            {"samples", s.samples},
+            {"tokens", s.tokens},
+            {"targets", s.targets},
+            {"evaluations", s.evaluations},
+            {"warmup", s.warmup}};
+  if (s.energy_j) j["energy_j"] = *s.energy_j;  // timed steps only
+  return j;
 }
 
 json memory_to_json(const RunMemory& m) {
@@ -158,7 +160,7 @@ json memory_to_json(const RunMemory& m) {
     timeline.push_back({{"step", s.step}, {"phases", phases}});
   }
   const MemoryBreakdown& b = m.breakdown;
-  return {
+  json j = {
       {"peak_bytes", m.peak_bytes},
       {"breakdown",
        {{"params", b.params},
@@ -178,6 +180,10 @@ json memory_to_json(const RunMemory& m) {
                                               : json(nullptr)},
       {"reserved_peak_bytes", or_null(m.reserved_peak_bytes)},
       {"peak_rss_bytes", or_null(m.peak_rss_bytes)}};
+  // Written when known (with phase timing), so that older records read back as they were.
+  if (m.peak_phase) j["peak_phase"] = *m.peak_phase;
+  if (m.peak_step) j["peak_step"] = *m.peak_step;
+  return j;
 }
 
 json sample_to_json(const TimelineSample& s) {
@@ -208,6 +214,7 @@ StepEntry step_from_json(const json& j, const std::string& path) {
   s.targets = r.integer("targets").value_or(0);
   s.evaluations = r.integer("evaluations").value_or(1);
   s.warmup = r.boolean("warmup").value_or(false);
+  s.energy_j = r.number("energy_j");
   return s;
 }
 
@@ -269,6 +276,8 @@ RunMemory memory_from_json(const Reader& r) {
   }
   m.reserved_peak_bytes = r.integer("reserved_peak_bytes");
   m.peak_rss_bytes = r.integer("peak_rss_bytes");
+  m.peak_phase = r.text("peak_phase");
+  m.peak_step = r.integer("peak_step");
   return m;
 }
 

@@ -59,6 +59,9 @@ struct StepEntry {
   int64_t targets = 0;
   int64_t evaluations = 1;  // forward + backward passes over the step's batch
   bool warmup = false;
+  // Joules of this step by the run's energy source (timed steps only; absent for warm-up
+  // steps and in records written before it existed).
+  std::optional<double> energy_j;
 };
 
 struct EvalEntry {
@@ -81,7 +84,8 @@ struct RunThroughput {
   std::optional<double> tokens_per_s;
 };
 
-// The peak split into its parts; null parts were not measured.
+// The peak split into what was allocated at the moment of the peak (the parts sum to the
+// peak); null parts were not measured.
 struct MemoryBreakdown {
   int64_t params = 0;
   std::optional<int64_t> grads;  // null when no buffer of every gradient exists (fused step)
@@ -110,6 +114,10 @@ struct PhasePeaks {
 struct RunMemory {
   int64_t peak_bytes = 0;
   MemoryBreakdown breakdown;
+  // When the peak happened: the phase ("data", "forward", "backward", "optimizer", or "after
+  // the last step") and the step (1-based, warm-up included); null without phase timing.
+  std::optional<std::string> peak_phase;
+  std::optional<int64_t> peak_step;
   std::vector<StepMemory> timeline;  // every timed step, with phase timing
   int64_t params_bytes = 0;
   std::optional<int64_t> grads_bytes;

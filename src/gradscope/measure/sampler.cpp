@@ -122,7 +122,9 @@ void Sampler::run_thread() {
   }
 }
 
-void Sampler::sample_now() {
+void Sampler::sample_now() { mark(); }
+
+size_t Sampler::mark() {
   std::lock_guard<std::mutex> one_at_a_time(sample_mutex_);
   // The sensors are read outside mutex_, so samples() and energy() never wait for a slow
   // driver call.
@@ -182,6 +184,7 @@ void Sampler::sample_now() {
   record(kEnergySourceRapl, rapl_j.has_value(), rapl_counter_.total_j());
   if (sources_.cpu) cpu_counter_.add(cpu ? std::optional<double>(cpu->cpu_s) : std::nullopt);
   record(kEnergySourceEstimate, cpu.has_value(), cpu_counter_.total_j() * options_.watts_per_core);
+  return samples_.size() - 1;
 }
 
 int Sampler::chosen_source() const {
@@ -293,6 +296,15 @@ EnergyResult Sampler::energy() const {
   result.detail = detail;
   if (options_.grid_g_per_kwh) result.co2_g = *result.joules / 3.6e6 * *options_.grid_g_per_kwh;
   return result;
+}
+
+std::optional<double> Sampler::energy_between(size_t from, size_t to) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const int source = chosen_source();
+  if (source == kEnergySourceCount || from > to || to >= samples_.size()) return std::nullopt;
+  const auto& cumulative = tracks_[source].cumulative_j;
+  if (!cumulative[from] || !cumulative[to]) return std::nullopt;
+  return *cumulative[to] - *cumulative[from];
 }
 
 double Sampler::sampling_seconds() const {

@@ -19,6 +19,7 @@
 
 #include <array>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -148,9 +149,17 @@ class Sampler {
   // Takes one sample on the caller's thread (tests drive a sampler this way, with a
   // FakeClock and no thread). Safe alongside the thread: samples are taken one at a time.
   void sample_now();
+  // Takes one sample on the caller's thread, as sample_now(), and returns its index in
+  // samples(): the trainer marks the start and the end of each timed step with it, so that
+  // energy and utilization can be read over the steps alone.
+  size_t mark();
 
   std::vector<Sample> samples() const;  // a copy, safe while the thread runs
   EnergyResult energy() const;          // over the first to the last sample
+  // Joules between samples `from` and `to` (indices from mark()), by the source energy()
+  // uses: its cumulative reading at `to` minus that at `from`. nullopt where that source did
+  // not read at either sample, or no source counts.
+  std::optional<double> energy_between(size_t from, size_t to) const;
   // Wall seconds spent reading the sensors, the sampler's own cost to the run.
   double sampling_seconds() const;
   // Clock::now_s() at the first sample (Sample::t_s counts from it); nullopt before it.

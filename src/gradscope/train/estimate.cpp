@@ -4,7 +4,12 @@
 
 #include "gradscope/core/error.h"
 #include "gradscope/models/common/memory_trace.h"
+#include "gradscope/models/llama.h"
+#include "gradscope/models/modernbert.h"
+#include "gradscope/models/nanovlm.h"
 #include "gradscope/models/registry.h"
+#include "gradscope/models/vit.h"
+#include "gradscope/optim/adam8bit.h"
 #include "gradscope/optim/factory.h"
 #include "gradscope/train/data_source.h"
 #include "gradscope/train/session.h"
@@ -58,8 +63,10 @@ OptimizerMemory optimizer_memory(const RunConfig& c, const std::vector<int64_t>&
   if (o == "adam8bit") {
     // Two 8-bit moments with a float32 scale per block for tensors of at least min_8bit_size
     // elements; float32 moments below it. An update dequantizes one tensor's moments.
-    const auto block = static_cast<int64_t>(setting(c, "block_size", 256));
-    const auto min8 = static_cast<int64_t>(setting(c, "min_8bit_size", 4096));
+    // The optimizer's own defaults, so that the two cannot drift apart.
+    const Adam8bitOptions defaults;
+    const auto block = static_cast<int64_t>(setting(c, "block_size", defaults.block_size()));
+    const auto min8 = static_cast<int64_t>(setting(c, "min_8bit_size", defaults.min_8bit_size()));
     int64_t state = 0;
     for (int64_t b : per_param) {
       const int64_t n = b / MemoryTrace::kFloat;
@@ -82,7 +89,87 @@ MemoryTrace::Checkpointing checkpointing_of(const StepPlan& plan) {
   return ck;
 }
 
+// A decoder block of Llama (and NanoVLM's decoder) over T positions, as
+// llama_forward_flops_per_token counts it.
+BlockFlops llama_block_flops(const LlamaConfig& c, int64_t tokens, const char* tower) {
+  const double C = static_cast<double>(c.hidden_size), T = static_cast<double>(tokens);
+  const double q = static_cast<double>(c.num_attention_heads * c.head_dim);
+  const double kv = static_cast<double>(c.num_key_value_heads * c.head_dim);
+  const double I = static_cast<double>(c.intermediate_size);
+  BlockFlops b;
+  b.tower = tower;
+  b.attention = 2.0 * T * (C * q + 2 * C * kv + q * C) + 2.0 * 2.0 * T * T * q;
+  b.mlp = 2.0 * T * 3 * C * I;  // gate, up, down
+  return b;
+}
+
+// An encoder block of ViT (and NanoVLM's vision tower), as vision_forward_flops_per_image
+// counts it.
+BlockFlops vision_block_flops(const VisionConfig& c, const char* tower) {
+  const double C = static_cast<double>(c.hidden_size), I = static_cast<double>(c.intermediate_size);
+  const double T = static_cast<double>(c.num_tokens());
+  BlockFlops b;
+  b.tower = tower;
+  b.attention = 2.0 * T * 4 * C * C + 2.0 * 2.0 * T * T * C;  // q, k, v, o; scores, sum
+  b.mlp = 2.0 * T * 2 * C * I;                                // fc1, fc2
+  return b;
+}
+
 }  // namespace
+
+std::vector<BlockFlops> block_forward_flops(const std::string& model, const nlohmann::json& arch,
+                                            int64_t seq_len) {
+  std::vector<BlockFlops> blocks;
+  if (model == "llama") {
+    const LlamaConfig c = llama_config(arch);
+    blocks.assign(static_cast<size_t>(c.num_hidden_layers),
+                  llama_block_flops(c, seq_len, "decoder"));
+  } else if (model == "vit") {
+    const VisionConfig c = vision_config(arch, "vit");
+    blocks.assign(static_cast<size_t>(c.num_hidden_layers), vision_block_flops(c, "encoder"));
+  } else if (model == "modernbert") {
+    // As modernbert_forward_flops_per_token: attention over the full T x T matrix, which the
+    // kernels compute whatever the sliding window keeps; GeGLU's Wi maps C -> 2I.
+    const ModernBertConfig c = modernbert_config(arch);
+    const double C = static_cast<double>(c.hidden_size),
+                 I = static_cast<double>(c.intermediate_size);
+    const double T = static_cast<double>(seq_len);
+    BlockFlops b;
+    b.tower = "encoder";
+    b.attention = 2.0 * T * 4 * C * C + 2.0 * 2.0 * T * T * C;
+    b.mlp = 2.0 * T * 3 * C * I;
+    blocks.assign(static_cast<size_t>(c.num_hidden_layers), b);
+  } else if (model == "nanovlm") {
+    // model.blocks() lists the vision tower's blocks, then the decoder's; the decoder runs
+    // over the image tokens and the caption.
+    const NanoVlmConfig c = nanovlm_config(arch);
+    blocks.assign(static_cast<size_t>(c.vision.num_hidden_layers),
+                  vision_block_flops(c.vision, "vision"));
+    const BlockFlops d = llama_block_flops(c.decoder, c.image_tokens() + seq_len, "decoder");
+    blocks.insert(blocks.end(), static_cast<size_t>(c.decoder.num_hidden_layers), d);
+  }
+  return blocks;
+}
+
+RecomputeFlops recompute_flops(const RunConfig& config, const nlohmann::json& arch,
+                               int64_t seq_len) {
+  RecomputeFlops r;
+  const StepPlan plan = config.step_plan();
+  if (plan.recompute == Recompute::kRecomputeNone) return r;
+  const int64_t every = std::max<int64_t>(1, plan.recompute_every);
+  const bool attention = plan.recompute != Recompute::kRecomputeMlp;
+  const bool mlp = plan.recompute != Recompute::kRecomputeAttention;
+  const auto samples = static_cast<double>(config.effective_batch());
+  const std::vector<BlockFlops> blocks = block_forward_flops(config.model, arch, seq_len);
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    if (static_cast<int64_t>(i) % every != 0) continue;
+    const double f =
+        samples * ((attention ? blocks[i].attention : 0.0) + (mlp ? blocks[i].mlp : 0.0));
+    r.per_step += f;
+    r.by_tower[blocks[i].tower] += f;
+  }
+  return r;
+}
 
 MemoryEstimate estimate_run(const RunConfig& config, int64_t data_bytes) {
   const ModelFamily& family = model_registry().get(config.model);
@@ -148,16 +235,11 @@ MemoryEstimate estimate_run(const RunConfig& config, int64_t data_bytes) {
   const double forward = family.forward_flops_per_token(arch, seq) *
                          static_cast<double>(config.effective_batch() * seq);
   e.model_flops_per_step = 3.0 * forward;
-  double recomputed = 0;
-  if (ck.enabled) {
-    // The share of the forward a checkpoint runs again: wrapped blocks of all blocks (half a
-    // block each under the attention or mlp policy).
-    const int64_t blocks = trace.block_count();
-    const int64_t wrapped = blocks > 0 ? (blocks + ck.every - 1) / ck.every : 0;
-    recomputed = blocks > 0 ? static_cast<double>(wrapped) / static_cast<double>(blocks) : 0;
-    if (ck.unit != MemoryTrace::Unit::kUnitBlock) recomputed *= 0.5;
-  }
-  e.hardware_flops_per_step = (3.0 + recomputed) * forward;
+  // The sub-layers a checkpoint runs again, block by block.
+  const RecomputeFlops recompute = recompute_flops(config, arch, seq);
+  e.recompute_flops_per_step = recompute.per_step;
+  e.recompute_flops_by_tower = recompute.by_tower;
+  e.hardware_flops_per_step = e.model_flops_per_step + recompute.per_step;
   return e;
 }
 
@@ -178,6 +260,8 @@ nlohmann::json estimate_to_json(const MemoryEstimate& e) {
             {"eval", e.eval_peak_bytes}}},
           {"model_flops_per_step", e.model_flops_per_step},
           {"hardware_flops_per_step", e.hardware_flops_per_step},
+          {"recompute_flops_per_step", e.recompute_flops_per_step},
+          {"recompute_flops_by_tower", e.recompute_flops_by_tower},
           {"notes", e.notes}};
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -34,8 +35,35 @@ struct MemoryEstimate {
   // the forward a checkpoint recomputes).
   double model_flops_per_step = 0;
   double hardware_flops_per_step = 0;
+  // What checkpointing runs again, per step, in all and per tower (hardware - model).
+  double recompute_flops_per_step = 0;
+  std::map<std::string, double> recompute_flops_by_tower;
   std::vector<std::string> notes;
 };
+
+// The forward FLOPs of one block of model.blocks() for one sample, split as checkpointing
+// splits a block: the attention sub-layer (q, k, v, o and the attention products) and the
+// MLP sub-layer, as the model's analytical count (forward_flops_per_token) has them.
+struct BlockFlops {
+  std::string tower;  // "decoder", "encoder" or "vision"
+  double attention = 0;
+  double mlp = 0;
+};
+// Every block of the model, in the order of model.blocks() (NanoVLM: the vision tower's
+// blocks, then the decoder's), at sequence length `seq_len`; empty for a toy problem.
+std::vector<BlockFlops> block_forward_flops(const std::string& model, const nlohmann::json& arch,
+                                            int64_t seq_len);
+
+// The forward FLOPs a step's checkpointing runs again in backward: for every wrapped block
+// (0, k, 2k, ... of model.blocks() under --checkpoint-every k) the sub-layers its policy
+// recomputes (both under full, one under attention or mlp), for every sample of the
+// effective batch. 0 without recompute. Independent of the optimizer.
+struct RecomputeFlops {
+  double per_step = 0;
+  std::map<std::string, double> by_tower;  // per step
+};
+RecomputeFlops recompute_flops(const RunConfig& config, const nlohmann::json& arch,
+                               int64_t seq_len);
 
 // The estimate for a run. `data_bytes`: what its data set holds in memory on the device (0
 // when it is elsewhere, e.g. on the host of a GPU run). Throws a usage error for a model,

@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include <torch/torch.h>
@@ -14,6 +15,21 @@
 #include "gradscope/strategy/strategy.h"
 
 namespace gradscope {
+
+// The phase in which the allocator reached the highest peak of the phases so far, and what
+// the timer knows of that moment beyond the total: whether the step's gradients and the
+// optimizer's state existed then, and what was allocated when the micro-batch's forward began
+// (everything above it then is that micro-batch's activations and backward's work).
+struct PeakMoment {
+  int64_t step = 0;  // begin_step() calls up to it: 1 is the run's first step (warm-up included)
+  Phase phase = Phase::kPhaseData;
+  int64_t peak_bytes = 0;
+  // Bytes allocated when the current micro-batch's forward began; -1 outside forward and
+  // backward.
+  int64_t forward_start_bytes = -1;
+  bool grads_exist = false;   // a backward or optimizer phase of the step began before
+  bool state_exists = false;  // an optimizer phase had ended before (the state is allocated)
+};
 
 class PhaseTimer : public PhaseObserver {
  public:
@@ -40,6 +56,8 @@ class PhaseTimer : public PhaseObserver {
   int64_t phase_peak(int phase) const { return phase_peak_[phase]; }
   int64_t run_peak() const { return *std::max_element(phase_peak_.begin(), phase_peak_.end()); }
   int64_t activations_peak() const { return activations_peak_; }
+  // The moment of run_peak(); nullopt before a phase has closed (or with enabled false).
+  const std::optional<PeakMoment>& peak_moment() const { return peak_moment_; }
 
  private:
   const Clock& clock_;
@@ -54,6 +72,10 @@ class PhaseTimer : public PhaseObserver {
   int64_t forward_start_bytes_ = -1;
   int64_t activations_peak_ = 0;
   std::vector<PhaseMemory> boundaries_;
+  int64_t steps_ = 0;
+  bool backward_in_step_ = false;  // a backward phase of this step has ended
+  bool optimizer_done_ = false;    // an optimizer phase has ended
+  std::optional<PeakMoment> peak_moment_;
 };
 
 }  // namespace gradscope

@@ -1,5 +1,6 @@
 #include "gradscope/train/run_parts.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -31,14 +32,21 @@ RunSensors::RunSensors(const RunConfig& config, const torch::Device& device, Mem
 }
 
 void RunSensors::fill(RunRecord& record, const RunTally& tally, const RunConfig& config,
-                      bool on_cpu, int threads, double timed_wall, double timed_cpu) const {
+                      bool on_cpu, int threads) const {
+  const std::vector<Sample> samples = sampler_ ? sampler_->samples() : std::vector<Sample>{};
+  // A sample covers the interval since the one before it, so the samples of a timed step are
+  // those after its start mark up to its end mark.
+  std::vector<const Sample*> in_steps;
+  for (const auto& [from, to] : tally.step_marks)
+    for (size_t i = from + 1; i <= to && i < samples.size(); ++i) in_steps.push_back(&samples[i]);
+
   RunUtilization util;
   if (!on_cpu) {
-    // GPU utilization from NVML's samples; "not available" (nulls) without NVML.
+    // GPU utilization from NVML's samples within the timed steps; "not available" (nulls)
+    // without NVML.
     std::vector<double> gpu;
-    if (sampler_)
-      for (const auto& s : sampler_->samples())
-        if (s.gpu_util_pct) gpu.push_back(*s.gpu_util_pct);
+    for (const Sample* s : in_steps)
+      if (s->gpu_util_pct) gpu.push_back(*s->gpu_util_pct);
     util.device = "gpu";
     if (!gpu.empty()) {
       double sum = 0;
@@ -48,24 +56,68 @@ void RunSensors::fill(RunRecord& record, const RunTally& tally, const RunConfig&
       util.p95_pct = finite_or_null(percentile(gpu, 95));
     }
     util.samples = static_cast<int64_t>(gpu.size());
-    util.source = !gpu.empty() ? std::string("nvml") : "not available (" + gpu_why_not_ + ")";
+    std::string why_not = gpu_why_not_;
+    if (!sampler_)
+      why_not = "the sampler is off (--sample-period 0)";
+    else if (gpu_sensor_)
+      why_not = "NVML gave no utilization sample within the timed steps";
+    util.source = !gpu.empty() ? std::string("nvml, samples within the timed steps")
+                               : "not available (" + why_not + ")";
   } else {
+    // The timed steps' CPU seconds over their wall seconds x threads: evaluation excluded.
     util.device = "cpu";
-    if (timed_wall > 0) util.mean_pct = 100.0 * timed_cpu / (timed_wall * threads);
+    double cpu_s = 0;
+    for (double c : tally.step_cpus) cpu_s += c;
+    if (tally.timed_s > 0) util.mean_pct = 100.0 * cpu_s / (tally.timed_s * threads);
     util.p50_pct = finite_or_null(percentile(tally.step_utils, 50));
     util.p95_pct = finite_or_null(percentile(tally.step_utils, 95));
     util.samples = static_cast<int64_t>(tally.step_utils.size());
-    util.source = "process cpu time / (wall x threads)";
+    util.source = "process cpu time / (wall x threads), over the timed steps";
   }
   record.utilization = util;
 
+  // Each timed step's energy, in the order of the timed steps of record.steps.
+  std::vector<StepEntry*> timed;
+  for (StepEntry& s : record.steps)
+    if (!s.warmup) timed.push_back(&s);
+  auto co2_of = [&](double joules) -> std::optional<double> {
+    if (config.grid_g_per_kwh <= 0) return std::nullopt;
+    return joules / 3.6e6 * config.grid_g_per_kwh;
+  };
+
   if (sampler_) {
     // The sampler's series, its time counted from the first timed step.
-    record.timeline = to_timeline(sampler_->samples());
+    record.timeline = to_timeline(samples);
     const auto origin = sampler_->origin_s();
     if (origin && tally.timed_wall_start > 0)
       for (auto& s : record.timeline) s.t_s += *origin - tally.timed_wall_start;
-    record.energy = to_energy(sampler_->energy());
+    RunEnergy energy = to_energy(sampler_->energy());
+    // The source's cumulative reading at each timed step's end minus at its start.
+    if (energy.joules) {
+      double joules = 0;
+      size_t measured = 0;
+      for (size_t i = 0; i < tally.step_marks.size(); ++i) {
+        const auto step_j =
+            sampler_->energy_between(tally.step_marks[i].first, tally.step_marks[i].second);
+        if (!step_j) continue;
+        joules += *step_j;
+        ++measured;
+        if (i < timed.size()) timed[i]->energy_j = *step_j;
+      }
+      const size_t steps = tally.step_marks.size();
+      energy.joules = measured > 0 ? std::optional<double>(joules) : std::nullopt;
+      energy.co2_g = energy.joules ? co2_of(*energy.joules) : std::nullopt;
+      std::string detail = energy.detail.value_or("");
+      detail += fmt::format(
+          "; over the {} timed steps only, read at each step's start and end: warm-up and "
+          "evaluation excluded",
+          steps);
+      if (measured < steps)
+        detail += fmt::format("; {} of them had no reading at their start or end and are left out",
+                              steps - measured);
+      energy.detail = detail;
+    }
+    record.energy = energy;
     record.sampler =
         SamplerInfo{config.sample_period_s, static_cast<int64_t>(record.timeline.size()),
                     sampler_->sampling_seconds(),
@@ -74,15 +126,22 @@ void RunSensors::fill(RunRecord& record, const RunTally& tally, const RunConfig&
     return;
   }
   record.timeline = tally.timeline;
-  // Without the sampler: CPU time x watts per core, labelled an estimate.
+  // Without the sampler: the timed steps' CPU time x watts per core, labelled an estimate.
   RunEnergy energy;
-  if (timed_wall > 0 && on_cpu) {
-    const double joules = timed_cpu * config.watts_per_core;
+  if (on_cpu && !tally.step_cpus.empty()) {
+    double joules = 0;
+    for (size_t i = 0; i < tally.step_cpus.size(); ++i) {
+      const double step_j = tally.step_cpus[i] * config.watts_per_core;
+      joules += step_j;
+      if (i < timed.size()) timed[i]->energy_j = step_j;
+    }
     energy.joules = joules;
     energy.source = "estimate";
-    if (config.grid_g_per_kwh > 0) energy.co2_g = joules / 3.6e6 * config.grid_g_per_kwh;
+    energy.co2_g = co2_of(joules);
   }
-  energy.detail = fmt::format("cpu time x {} W per core", config.watts_per_core);
+  energy.detail =
+      fmt::format("cpu time of the timed steps x {} W per core (warm-up and evaluation excluded)",
+                  config.watts_per_core);
   record.energy = energy;
   record.sampler.reset();
 }
@@ -115,14 +174,37 @@ RunThroughput throughput_part(const RunTally& tally) {
 RunMemory memory_part(const RunTally& tally, const PhaseTimer& timer, const MemoryMeter& meter,
                       int64_t params_bytes, std::optional<int64_t> grads_bytes, bool phase_timing) {
   RunMemory m;
-  m.peak_bytes = std::max(timer.run_peak(), meter.peak_bytes());
-  const int64_t activations = phase_timing ? timer.activations_peak() : 0;
-  m.breakdown.params = params_bytes;
-  m.breakdown.grads = grads_bytes;
-  m.breakdown.optimizer_state = tally.state_bytes;
-  if (phase_timing) m.breakdown.activations = activations;
-  m.breakdown.other = std::max<int64_t>(
-      0, m.peak_bytes - params_bytes - grads_bytes.value_or(0) - tally.state_bytes - activations);
+  // Training's peak: the phases', and the meter's outside them (between steps, and every
+  // step's without phase timing); evaluations reset the meter and are not counted.
+  m.peak_bytes = std::max({timer.run_peak(), meter.peak_bytes(), tally.training_peak_bytes});
+  // The breakdown is of one moment, the peak's, so its parts sum to the peak: each part is
+  // taken out of what is left of it, in this order, and "other" is the rest.
+  int64_t left = m.peak_bytes;
+  auto take = [&left](int64_t bytes) {
+    const int64_t part = std::clamp<int64_t>(bytes, 0, left);
+    left -= part;
+    return part;
+  };
+  const std::optional<PeakMoment>& at = timer.peak_moment();
+  const bool known = phase_timing && at.has_value();
+  // Past every phase's peak: the peak came between the phases (after an update, before the
+  // next step's data), when no gradient and no activation of a step is left.
+  const bool after_steps = known && m.peak_bytes > at->peak_bytes;
+  m.breakdown.params = take(params_bytes);
+  if (grads_bytes) {
+    // Without phase timing the moment is unknown: every gradient is counted (an upper bound).
+    const bool grads_then = !known || (!after_steps && at->grads_exist);
+    m.breakdown.grads = take(grads_then ? *grads_bytes : 0);
+  }
+  const bool state_then = !known || after_steps || at->state_exists;
+  m.breakdown.optimizer_state = take(state_then ? tally.state_bytes : 0);
+  if (known) {
+    const bool in_pass = !after_steps && at->forward_start_bytes >= 0;
+    m.breakdown.activations = take(in_pass ? at->peak_bytes - at->forward_start_bytes : 0);
+    m.peak_phase = after_steps ? "between steps" : phase_name(at->phase);
+    if (!after_steps) m.peak_step = at->step;
+  }
+  m.breakdown.other = left;
   m.timeline = tally.memory_timeline;
   m.params_bytes = params_bytes;
   // Not measured with a fused step: each gradient lives only until its parameter's update.
@@ -141,7 +223,7 @@ RunMemory memory_part(const RunTally& tally, const PhaseTimer& timer, const Memo
 }
 
 RunFlops flops_part(const RunTally& tally, double forward_flops_per_token,
-                    const nlohmann::json& estimate) {
+                    double recompute_flops_per_step) {
   RunFlops f;
   f.per_step = 3.0 * forward_flops_per_token * static_cast<double>(tally.tokens_per_step);
   // A step whose optimizer searches along a line evaluates the batch several times.
@@ -149,13 +231,10 @@ RunFlops flops_part(const RunTally& tally, double forward_flops_per_token,
     f.achieved_per_s = f.per_step * static_cast<double>(tally.timed_evaluations) / tally.timed_s;
   f.formula =
       "3 x analytical forward FLOPs per token x tokens per step (x evaluations per step for "
-      "achieved_per_s)";
-  // Hardware FLOPs count the forward a checkpoint recomputes as well (the estimate's ratio).
-  const double ratio = estimate.is_object() && estimate.value("model_flops_per_step", 0.0) > 0
-                           ? estimate["hardware_flops_per_step"].get<double>() /
-                                 estimate["model_flops_per_step"].get<double>()
-                           : 1.0;
-  f.hardware_per_step = f.per_step * ratio;
+      "achieved_per_s); hardware adds the sub-layers checkpointing recomputes";
+  // Hardware FLOPs count what a checkpoint runs again as well, from the model's blocks and
+  // the step plan alone: no estimate of the optimizer's memory is needed.
+  f.hardware_per_step = f.per_step + std::max(0.0, recompute_flops_per_step);
   return f;
 }
 

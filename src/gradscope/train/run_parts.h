@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <torch/torch.h>
@@ -27,14 +28,20 @@ struct RunTally {
   std::vector<EvalEntry> evals;
   std::vector<double> step_times;  // time_s of the timed steps
   std::vector<double> step_utils;  // CPU utilization of the timed steps, in %
+  std::vector<double> step_cpus;   // process CPU seconds of the timed steps
+  // With the sampler: the indices of its samples (Sampler::mark) at each timed step's start
+  // and end, so that energy and utilization cover the timed steps alone.
+  std::vector<std::pair<size_t, size_t>> step_marks;
   std::array<double, PhaseTimer::kPhases> phase_totals{};
   double timed_s = 0, timed_samples = 0, timed_tokens = 0;
   int64_t timed_evaluations = 0;
   int64_t tokens_per_step = 0;  // of the first step
   std::vector<StepMemory> memory_timeline;
   std::vector<TimelineSample> timeline;  // without the sampler: one entry per timed step
-  double timed_cpu_start = 0, timed_wall_start = 0;  // at the first timed step
-  int64_t state_bytes = 0;                           // optimizer state after the first step
+  double timed_wall_start = 0;           // the clock at the first timed step
+  int64_t state_bytes = 0;               // optimizer state after the first step
+  // The allocator's peak up to the last evaluation (evaluation excluded).
+  int64_t training_peak_bytes = 0;
 };
 
 // The sampler thread and its sensors: utilization, memory, power and energy over the timed
@@ -44,11 +51,12 @@ class RunSensors {
   RunSensors(const RunConfig& config, const torch::Device& device, MemoryMeter& meter, int threads,
              const Clock& clock);
   Sampler* sampler() { return sampler_.get(); }
-  // The record's timeline, energy, sampler and utilization parts; `timed_wall_start` is the
-  // clock at the first timed step (the timeline counts from it), `timed_wall` and `timed_cpu`
-  // the wall and process CPU seconds since.
+  // The record's timeline, energy, sampler and utilization parts, and each timed step's
+  // energy_j (record.steps must hold tally.steps). Energy and utilization cover the timed
+  // steps alone: neither warm-up nor evaluation. The timeline holds every sample, its time
+  // counted from the first timed step.
   void fill(RunRecord& record, const RunTally& tally, const RunConfig& config, bool on_cpu,
-            int threads, double timed_wall, double timed_cpu) const;
+            int threads) const;
 
  private:
   ProcCpuSensor cpu_sensor_;
@@ -61,14 +69,19 @@ class RunSensors {
 
 RunTime time_part(const RunTally& tally, double wall_s, bool phase_timing);
 RunThroughput throughput_part(const RunTally& tally);
-// The peak by component: what is left after parameters, gradients, optimizer state and
-// activations is "other" (the data set, the batch, temporaries of the update, caches).
+// The peak by component, as allocated at the moment of the peak (the timer's peak_moment):
+// parameters; gradients, if the step had made them by then; optimizer state, if an update had
+// made it; activations, what the micro-batch's forward and backward had added above the bytes
+// at the forward's start; "other", the rest (the data set, the batch, temporaries of the
+// update, caches). The parts sum to peak_bytes. Without phase timing the moment is unknown:
+// every gradient and the state are counted and activations are null.
 RunMemory memory_part(const RunTally& tally, const PhaseTimer& timer, const MemoryMeter& meter,
                       int64_t params_bytes, std::optional<int64_t> grads_bytes, bool phase_timing);
 // Model FLOPs (3 x the analytical forward x tokens per step), achieved FLOP/s and hardware
-// FLOPs (the estimate's recompute ratio); peaks and MFU come from apply_device_peak.
+// FLOPs (model FLOPs + what checkpointing recomputes per step, estimate.h recompute_flops);
+// peaks, MFU and HFU come from apply_device_peak.
 RunFlops flops_part(const RunTally& tally, double forward_flops_per_token,
-                    const nlohmann::json& estimate);
+                    double recompute_flops_per_step);
 RunEnv env_part(const std::string& device_text, const torch::Device& device);
 
 }  // namespace gradscope

@@ -126,7 +126,10 @@ RunRecord Trainer::run(ProgressSink* progress) {
   int64_t step = 0;
 
   auto evaluate_at = [&](int64_t done) {
+    // peak_bytes is training's: the peak so far is kept, and evaluation's own is left out.
+    tally.training_peak_bytes = std::max(tally.training_peak_bytes, meter_->peak_bytes());
     const Evaluation e = evaluate();
+    meter_->reset_peak();
     tally.evals.push_back({done, finite_or_null(e.val_loss), e.accuracy});
     if (progress) progress->on_eval(done, e.val_loss);
   };
@@ -135,12 +138,15 @@ RunRecord Trainer::run(ProgressSink* progress) {
     for (step = 0; step < total_steps; ++step) {
       const bool timed = step >= c.warmup_steps;
       if (step == c.warmup_steps) {
-        tally.timed_cpu_start = process_cpu_seconds();
         tally.timed_wall_start = clock.now_s();
         if (sensors.sampler()) sensors.sampler()->start();
       }
       const double lr = lr_at(step);
       updater.set_learning_rate(lr);
+      // The sampler reads its sensors at each timed step's start and end (outside the step's
+      // time), so that energy and utilization can be taken over the timed steps alone.
+      Sampler* const marks = timed ? sensors.sampler() : nullptr;
+      const size_t start_mark = marks ? marks->mark() : 0;
       const double step_cpu0 = process_cpu_seconds();
       sync(device);
       const double step_t0 = clock.now_s();
@@ -158,16 +164,18 @@ RunRecord Trainer::run(ProgressSink* progress) {
       timer.close();
       const double step_s = clock.now_s() - step_t0;
       const double step_cpu = process_cpu_seconds() - step_cpu0;
+      if (marks) tally.step_marks.push_back({start_mark, marks->mark()});
       if (step == 0) tally.state_bytes = updater.state_bytes();
 
       tally.steps.push_back({step + 1, finite_or_null(loss), lr, finite_or_null(r.grad_norm),
                              step_s, r.out.samples, r.out.tokens, r.out.target_count, r.evaluations,
-                             !timed});
+                             !timed, std::nullopt});  // energy_j: RunSensors::fill
       record.final_loss = finite_or_null(loss);
       if (timed) {
         tally.step_times.push_back(step_s);
         const double util = step_s > 0 ? 100.0 * step_cpu / (step_s * threads) : 0;
         tally.step_utils.push_back(util);
+        tally.step_cpus.push_back(step_cpu);
         tally.timed_s += step_s;
         tally.timed_samples += static_cast<double>(r.out.samples);
         tally.timed_tokens += static_cast<double>(r.out.tokens);
@@ -227,9 +235,6 @@ void Trainer::finish_record(RunRecord& record, RunTally& tally, const PhaseTimer
                             const RunSensors& sensors, double wall_s, int threads) {
   const RunConfig& c = config();
   const torch::Device& device = session_->device();
-  SteadyClock clock;
-  const double timed_cpu = process_cpu_seconds() - tally.timed_cpu_start;
-  const double timed_wall = tally.timed_wall_start > 0 ? clock.now_s() - tally.timed_wall_start : 0;
   record.steps = tally.steps;
   record.evals = tally.evals;
   if (!record.evals.empty()) {
@@ -248,12 +253,12 @@ void Trainer::finish_record(RunRecord& record, RunTally& tally, const PhaseTimer
   record.throughput = throughput_part(tally);
   record.memory = memory_part(tally, timer, *meter_, tensors_bytes(session_->parameters()),
                               session_->updater()->grads_bytes(), c.phase_timing);
-  sensors.fill(record, tally, c, device.is_cpu(), threads, timed_wall, timed_cpu);
+  sensors.fill(record, tally, c, device.is_cpu(), threads);
   // Tokens as they went through the model (effective batch x sequence length for a language
   // model, evaluations of the function for a toy problem).
   if (tally.tokens_per_step == 0) tally.tokens_per_step = c.effective_batch() * c.seq_len;
   record.flops = flops_part(tally, session_->family().forward_flops_per_token(arch(), c.seq_len),
-                            record.estimate);
+                            recompute_flops(c, arch(), c.seq_len).per_step);
   record.env = env_part(c.device, device);
   apply_device_peak(record);
 }
