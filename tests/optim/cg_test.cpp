@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 
 #include "gradscope/optim/conjugate_gradient.h"
 #include "gradscope/optim/factory.h"
@@ -262,6 +263,92 @@ TEST(CgLineSearch, StochasticMiniBatchesLowerALeastSquaresLoss) {
     }
     EXPECT_LT(full(), 0.1 * before) << search;
   }
+}
+
+// ----------------------------------------------------------- weight decay in the search
+
+// With weight decay the search minimizes F(x) = q(x) + wd / 2 x.x, whose gradient
+// A x - b + wd x CG follows; the test restates both in float64.
+struct DecayedQuadratic {
+  Quadratic q;
+  double wd;
+  double value(const torch::Tensor& x) const {
+    return q.loss(x).item<double>() + 0.5 * wd * x.dot(x).item<double>();
+  }
+  double loss_only(const torch::Tensor& x) const { return q.loss(x).item<double>(); }
+  torch::Tensor grad(const torch::Tensor& x) const { return q.a.mv(x) - q.b + wd * x; }
+};
+
+// Armijo backtracking restated on F: the first t = lr b^k with
+// F(x0 + t d) <= F(x0) + c1 t grad F(x0).d. CG must take that step with that many
+// evaluations; a search that read the closure's loss without the decay term stops at
+// another t (the test checks that it does, so it can tell the two apart).
+TEST(CgWeightDecay, ArmijoSearchesTheRegularizedObjective) {
+  // A strong decay (its curvature 20 against the loss's 1 to 10) puts the two objectives'
+  // Armijo bounds on t more than a factor 2 apart, so halving from lr cannot meet both.
+  const DecayedQuadratic f{Quadratic(4, 10.0, 3), 20.0};
+  const double lr = 2.0, c1 = 0.3, backtrack = 0.5;
+  torch::manual_seed(4);
+  const auto x0 = 0.1 * torch::randn({4}, kF64);
+  const auto d = -f.grad(x0);
+  const double slope = -d.dot(d).item<double>();
+  auto armijo = [&](const std::function<double(const torch::Tensor&)>& value) {
+    double t = lr;
+    for (int64_t evals = 2; evals <= 26; ++evals, t *= backtrack)
+      if (value(x0 + t * d) <= value(x0) + c1 * t * slope) return std::make_pair(t, evals);
+    return std::make_pair(0.0, int64_t{26});
+  };
+  const auto [t, evals] = armijo([&](const torch::Tensor& x) { return f.value(x); });
+  const auto [t_loss_only, unused] = armijo([&](const torch::Tensor& x) { return f.loss_only(x); });
+  ASSERT_GT(t, 0.0);
+  ASSERT_NE(t, t_loss_only) << "the problem cannot tell the objectives apart";
+
+  auto x = x0.clone().requires_grad_(true);
+  ConjugateGradient cg({x}, ConjugateGradientOptions(lr)
+                                .line_search("armijo")
+                                .c1(c1)
+                                .c2(0.9)
+                                .backtrack(backtrack)
+                                .weight_decay(f.wd));
+  cg.step(closure_of(x, [&](const torch::Tensor& v) { return f.q.loss(v); }));
+  const double taken = (x.detach() - x0).dot(d).item<double>() / d.dot(d).item<double>();
+  EXPECT_TRUE(torch::allclose(x.detach(), x0 + t * d, 1e-12, 1e-14))
+      << "step taken " << taken << ", Armijo on f + wd/2 |x|^2 takes " << t
+      << ", on the loss alone " << t_loss_only;
+  EXPECT_EQ(cg.last_evaluations(), evals);
+}
+
+// A first trial at 1.9 t* (t* the exact minimizer of F along d) meets the curvature condition
+// for c2 = 0.95 but not sufficient decrease for c1 = 0.1 (F falls by 0.095 |slope| t*, less than
+// the 0.19 asked for). From x0 = 0 the decay term grows along the line, so the loss alone
+// looks low enough there: a search that left it out would accept the trial. The accepted step
+// must hold both strong-Wolfe conditions on F, checked here in float64.
+TEST(CgWeightDecay, StrongWolfeStepHoldsTheConditionsOfTheRegularizedObjective) {
+  const DecayedQuadratic f{Quadratic(5, 10.0, 8), 2.0};
+  const double c1 = 0.1, c2 = 0.95;
+  const auto x0 = torch::zeros({5}, kF64);
+  const auto g0 = f.grad(x0);
+  const auto d = -g0;
+  const double slope = g0.dot(d).item<double>();
+  const double t_star = -slope / d.dot(f.q.a.mv(d) + f.wd * d).item<double>();
+
+  auto x = x0.clone().requires_grad_(true);
+  ConjugateGradient cg({x}, ConjugateGradientOptions(1.9 * t_star)
+                                .line_search("strong_wolfe")
+                                .c1(c1)
+                                .c2(c2)
+                                .weight_decay(f.wd));
+  cg.step(closure_of(x, [&](const torch::Tensor& v) { return f.q.loss(v); }));
+  const auto x1 = x.detach();
+  const double t = (x1 - x0).dot(d).item<double>() / d.dot(d).item<double>();
+  EXPECT_TRUE(torch::allclose(x1, x0 + t * d, 1e-12, 1e-14)) << "the step left the line";
+  EXPECT_GT(t, 0.0);
+  EXPECT_LE(f.value(x1), f.value(x0) + c1 * t * slope)
+      << "sufficient decrease fails on f + wd/2 |x|^2 at t = " << t << " (t* = " << t_star << ")";
+  EXPECT_LE(std::abs(f.grad(x1).dot(d).item<double>()), c2 * std::abs(slope))
+      << "curvature fails at t = " << t;
+  std::printf("CG strong Wolfe with weight decay: t = %.4f t*, %lld evaluations\n", t / t_star,
+              static_cast<long long>(cg.last_evaluations()));
 }
 
 TEST(CgSettings, BadValuesAreRefusedByName) {

@@ -114,6 +114,9 @@ class Line {
     t_ = t;
   }
 
+  // f(x + t d) of the objective the search minimizes, the closure's loss plus
+  // weight_decay / 2 ||x + t d||^2, and with_slope its slope (g + weight_decay x).d, so that
+  // the search's conditions compare the value and the slope of one function.
   LinePoint at(double t, bool with_slope) {
     move_to(t);
     LinePoint point;
@@ -123,14 +126,21 @@ class Line {
       point.f = closure_().item<double>();
     }
     ++evaluations_;
+    std::vector<torch::Tensor> grads;
+    std::vector<std::pair<const torch::Tensor*, const torch::Tensor*>> pairs;
     if (with_slope) {
-      std::vector<torch::Tensor> grads;
       for (const auto& p : params_) {
         TORCH_CHECK(p.grad().defined(), "ConjugateGradient's closure left no gradient");
         grads.push_back(weight_decay_ != 0 ? p.grad().add(p, weight_decay_) : p.grad());
       }
-      point.slope = dot(grads, directions_);
+      for (size_t i = 0; i < params_.size(); ++i) pairs.emplace_back(&grads[i], &directions_[i]);
     }
+    if (weight_decay_ != 0)
+      for (const auto& p : params_) pairs.emplace_back(&p, &p);
+    if (pairs.empty()) return point;
+    const auto s = dots(pairs, params_.size());  // [g.d,] [x.x]
+    if (with_slope) point.slope = s.front();
+    if (weight_decay_ != 0) point.f += 0.5 * weight_decay_ * s.back();
     return point;
   }
 
@@ -284,17 +294,22 @@ torch::Tensor ConjugateGradient::step(LossClosure closure) {
   bool restart =
       k == 0 || (o.restart_every() > 0 && k % o.restart_every() == 0) || first.step_size() == 0;
 
-  // g.g, g.g_prev, g_prev.g_prev, d_prev.g, d_prev.g_prev in one pass and one sync.
+  // g.g, g.g_prev, g_prev.g_prev, d_prev.g, d_prev.g_prev (and x.x, for the decay term of a
+  // search's f) in one pass and one sync.
   std::vector<std::pair<const torch::Tensor*, const torch::Tensor*>> pairs;
   for (size_t i = 0; i < params.size(); ++i) pairs.emplace_back(&grads[i], &grads[i]);
   for (size_t i = 0; i < params.size(); ++i) pairs.emplace_back(&grads[i], &prev[i]);
   for (size_t i = 0; i < params.size(); ++i) pairs.emplace_back(&prev[i], &prev[i]);
   for (size_t i = 0; i < params.size(); ++i) pairs.emplace_back(&dirs[i], &grads[i]);
   for (size_t i = 0; i < params.size(); ++i) pairs.emplace_back(&dirs[i], &prev[i]);
+  const bool decay_in_f = search && o.weight_decay() != 0;
+  if (decay_in_f)
+    for (size_t i = 0; i < params.size(); ++i) pairs.emplace_back(&params[i], &params[i]);
   const auto s = dots(pairs, params.size());
   const double gg = s[0], g_prev = s[1], prev_prev = s[2], d_g = s[3], d_prev = s[4];
-  const double gy = gg - g_prev;   // g.y with y = g - g_prev
-  const double dy = d_g - d_prev;  // d_prev.y
+  const double xx = decay_in_f ? s[5] : 0;  // ||x_k||^2
+  const double gy = gg - g_prev;            // g.y with y = g - g_prev
+  const double dy = d_g - d_prev;           // d_prev.y
 
   double beta = 0;
   if (!restart) {
@@ -332,7 +347,9 @@ torch::Tensor ConjugateGradient::step(LossClosure closure) {
       t = o.lr();
       for (size_t i = 0; i < params.size(); ++i) params[i].add_(dirs[i], t);
     } else {
-      const LinePoint origin{0, loss.item<double>(), slope};
+      // The search minimizes the objective whose gradient it follows: with weight decay (L2,
+      // g + wd x above) that is f + wd / 2 ||x||^2, in the origin as at every trial point.
+      const LinePoint origin{0, loss.item<double>() + 0.5 * o.weight_decay() * xx, slope};
       Line line(params, dirs, o.weight_decay(), closure, last_evaluations_);
       if (o.line_search() == "armijo") {
         t = armijo_search(line, origin, o.lr(), o);

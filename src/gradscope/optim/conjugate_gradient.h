@@ -15,7 +15,10 @@
 //
 // The step t_k is `lr` (line_search "none": the study's stochastic setting, no closure needed),
 // or found by a line search on the closure, which must re-evaluate the loss and leave the
-// gradients in .grad at the current parameters (like LBFGS's):
+// gradients in .grad at the current parameters (like LBFGS's). The search minimizes the
+// function whose gradient CG follows: with weight decay, f(x) = loss(x) + weight_decay / 2
+// ||x||^2 (the closure's loss plus the L2 term) with gradient g = grad loss + weight_decay x,
+// so its conditions compare the value and the slope of one function:
 //   armijo:       t = lr, lr b, lr b^2, ... (b = `backtrack`) until
 //                 f(x + t d) <= f(x) + c1 t g.d;
 //   strong_wolfe: Nocedal & Wright, "Numerical Optimization" (2006), Algorithms 3.5 and 3.6
@@ -51,7 +54,7 @@ struct ConjugateGradientOptions
   TORCH_ARG(double, backtrack) = 0.5;                    // Armijo's shrink factor, in (0, 1)
   TORCH_ARG(int64_t, max_evals) = 25;                    // closure evaluations per line search
   TORCH_ARG(double, tolerance_change) = 1e-12;           // smallest bracket width a search refines
-  TORCH_ARG(double, weight_decay) = 0;                   // L2, added to the gradient
+  TORCH_ARG(double, weight_decay) = 0;                   // L2: in g and in a search's f
 
  public:
   void serialize(torch::serialize::InputArchive& archive) override;
