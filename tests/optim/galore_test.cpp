@@ -1,12 +1,17 @@
 // GaLore against its formula (galore.h), computed here from an SVD of the test's own: the
 // projection side, the Adam moments in the projected shape, the projector refresh, AdamW on
-// vectors, the state's size, the refusal of bad settings, descent and a save/load round trip.
+// vectors, the state's size, the refusal of bad settings, descent and a save/load round trip;
+// which parameters of each model the registry's galore projects, by name.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cmath>
+#include <map>
 #include <sstream>
 
 #include "gradscope/core/error.h"
+#include "gradscope/core/tensors.h"
+#include "gradscope/models/registry.h"
 #include "gradscope/optim/factory.h"
 #include "gradscope/optim/galore.h"
 #include "gradscope/optim/state_bytes.h"
@@ -333,10 +338,13 @@ TEST(GaloreOptim, SerializationRoundTripContinuesExactly) {
 std::vector<torch::Tensor> registry_params() {
   return {torch::zeros({8, 12}, torch::requires_grad()), torch::zeros({5}, torch::requires_grad())};
 }
+// An MLP matrix of a block and its bias: the matrix is projected.
+const std::vector<std::string> kRegistryNames = {"layers.0.mlp.up_proj.weight",
+                                                 "layers.0.mlp.up_proj.bias"};
 
 std::string usage_refusal(const OptSettings& opt) {
   const Error e = testing::expect_usage_error(
-      [&] { make_optimizer("galore", registry_params(), 1e-3, 0, opt); });
+      [&] { make_optimizer("galore", registry_params(), kRegistryNames, 1e-3, 0, opt); });
   return std::string(e.what()) + " | " + e.hint();
 }
 
@@ -351,7 +359,10 @@ TEST(GaloreSettings, RegistryRefusesBadValuesNamingThem) {
       {{{"scale", "0"}}, "scale=0"},
       {{{"betas", "0.9,1"}}, "betas=0.9,1"},
       {{{"eps", "-1"}}, "eps=-1"},
-      {{{"momentum", "0.9"}}, "rank, update_gap, scale, betas, eps"},
+      {{{"momentum", "0.9"}}, "rank, update_gap, scale, betas, eps, targets"},
+      {{{"targets", "q_proj,"}}, "targets=q_proj,"},
+      {{{"targets", "mlp.fc1"}}, "targets=mlp.fc1"},
+      {{{"targets", "lm_head"}}, "targets=lm_head name no matrix"},
   };
   for (const auto& [opt, named] : cases) {
     const auto msg = usage_refusal(opt);
@@ -361,7 +372,7 @@ TEST(GaloreSettings, RegistryRefusesBadValuesNamingThem) {
 }
 
 TEST(GaloreSettings, SettingsReachTheOptimizer) {
-  auto optimizer = make_optimizer("galore", registry_params(), 2e-3, 0.05,
+  auto optimizer = make_optimizer("galore", registry_params(), kRegistryNames, 2e-3, 0.05,
                                   {{"rank", "3"},
                                    {"update_gap", "50"},
                                    {"scale", "0.5"},
@@ -376,13 +387,181 @@ TEST(GaloreSettings, SettingsReachTheOptimizer) {
   EXPECT_DOUBLE_EQ(std::get<0>(o.betas()), 0.8);
   EXPECT_DOUBLE_EQ(std::get<1>(o.betas()), 0.95);
   EXPECT_DOUBLE_EQ(o.eps(), 1e-6);
+  EXPECT_TRUE(o.project());
 
-  auto defaults = make_optimizer("galore", registry_params(), 1e-3, 0, {});
+  auto defaults = make_optimizer("galore", registry_params(), kRegistryNames, 1e-3, 0, {});
   const auto& d = static_cast<const GaloreOptions&>(defaults->param_groups()[0].options());
   EXPECT_FALSE(d.rank().has_value());
   EXPECT_EQ(d.update_gap(), 200);
   EXPECT_DOUBLE_EQ(d.scale(), 0.25);
   EXPECT_DOUBLE_EQ(optimizer_registry().get("galore").default_lr, 1e-2);
+}
+
+// ----------------------------------------------- which parameters galore projects, by name
+
+// A preset of a model family, built as a session builds it, with `overrides` applied.
+std::shared_ptr<Model> build_model(const std::string& family_name, const std::string& preset,
+                                   const nlohmann::json& overrides = nlohmann::json::object()) {
+  const auto& family = model_registry().get(family_name);
+  auto arch = family.preset(preset);
+  arch.update(overrides);
+  if (family.finalize != nullptr) family.finalize(arch);
+  return family.build(arch, 0);
+}
+
+// Whether `name` lies inside a block ("layers.<i>." somewhere in it).
+bool in_block(const std::string& name) {
+  for (size_t at = name.find("layers."); at != std::string::npos;
+       at = name.find("layers.", at + 1)) {
+    if ((at == 0 || name[at - 1] == '.') && at + 7 < name.size() && std::isdigit(name[at + 7]))
+      return true;
+  }
+  return false;
+}
+
+// Every model's own names: the blocks' attention and MLP matrices are projected, and the
+// embeddings, the LM head, the classifier, ModernBERT's head and NanoVLM's modality projector
+// are not. Each name is checked to exist, so a renamed module fails here rather than silently
+// dropping out of the rule.
+TEST(GaloreTargets, EachModelsBlockMatricesAndNothingElse) {
+  const std::map<std::string, std::vector<std::pair<std::string, bool>>> cases = {
+      {"llama",
+       {{"embed_tokens.weight", false},
+        {"layers.0.self_attn.q_proj.weight", true},
+        {"layers.1.self_attn.k_proj.weight", true},
+        {"layers.0.self_attn.v_proj.weight", true},
+        {"layers.0.self_attn.o_proj.weight", true},
+        {"layers.0.mlp.gate_proj.weight", true},
+        {"layers.0.mlp.up_proj.weight", true},
+        {"layers.1.mlp.down_proj.weight", true},
+        {"layers.0.input_layernorm.weight", false},
+        {"lm_head.weight", false}}},
+      {"vit",
+       {{"encoder.patch_embeddings.projection.weight", false},
+        {"encoder.layers.0.attention.q_proj.weight", true},
+        {"encoder.layers.0.attention.o_proj.weight", true},
+        {"encoder.layers.0.mlp.fc1.weight", true},
+        {"encoder.layers.0.mlp.fc2.weight", true},
+        {"encoder.layers.0.mlp.fc1.bias", false},
+        {"classifier.weight", false}}},
+      {"modernbert",
+       {{"tok_embeddings.weight", false},
+        {"layers.0.attn.q_proj.weight", true},
+        {"layers.0.mlp.Wi.weight", true},
+        {"layers.0.mlp.Wo.weight", true},
+        {"head_dense.weight", false}}},
+      {"nanovlm",
+       {{"vision.layers.0.attention.v_proj.weight", true},
+        {"vision.layers.0.mlp.fc2.weight", true},
+        {"projector.weight", false},
+        {"decoder.embed_tokens.weight", false},
+        {"decoder.layers.0.self_attn.q_proj.weight", true},
+        {"decoder.layers.0.mlp.down_proj.weight", true}}},
+  };
+  for (const auto& [family, names] : cases) {
+    // The tiny Llama ties its head to the embeddings; untied, it has lm_head.
+    const auto model =
+        build_model(family, "tiny",
+                    family == "llama" ? nlohmann::json{{"tie_word_embeddings", false}}
+                                      : nlohmann::json::object());
+    const auto params = model->named_parameters();
+    for (const auto& [name, projected] : names) {
+      EXPECT_NE(params.find(name), nullptr) << family << " has no parameter " << name;
+      EXPECT_EQ(galore_projects(name, galore_default_targets()), projected)
+          << family << " " << name;
+    }
+    // Inside a block every matrix is attention or MLP (the rest are norms); outside none is.
+    int64_t projected = 0;
+    for (const auto& item : params) {
+      if (item.value().dim() != 2) continue;
+      const bool target = galore_projects(item.key(), galore_default_targets());
+      EXPECT_EQ(target, in_block(item.key())) << family << " " << item.key();
+      projected += target;
+    }
+    EXPECT_GT(projected, 0) << family;
+  }
+}
+
+// The registry's galore on the tiny Llama (untied, so it has a head) and the tiny ViT (10
+// classes): after one step the embeddings, the head, the classifier and every other parameter
+// outside the blocks' attention and MLP hold AdamW's state (no projector, moments of the
+// parameter's shape); the attention and MLP matrices hold P and moments of rank r. The state
+// bytes are the sum of exactly that.
+TEST(GaloreTargets, RegistryProjectsOnlyTheBlocksMatrices) {
+  struct Case {
+    std::string family;
+    nlohmann::json overrides;
+    std::vector<std::string> outside;  // parameters that must get AdamW's state
+  };
+  for (const auto& [family, overrides, outside] : std::vector<Case>{
+           {"llama", {{"tie_word_embeddings", false}}, {"embed_tokens.weight", "lm_head.weight"}},
+           {"llama", nlohmann::json::object(), {"embed_tokens.weight"}},  // tied head
+           {"vit",
+            nlohmann::json::object(),
+            {"classifier.weight", "encoder.position_embeddings"}}}) {
+    auto model = build_model(family, "tiny", overrides);
+    const auto named = model->named_parameters();
+    torch::manual_seed(3);
+    for (auto& p : named.values()) p.mutable_grad() = torch::randn_like(p);
+    auto optimizer = make_optimizer("galore", named.values(), named.keys(), 1e-3, 0, {});
+    optimizer->step();
+
+    int64_t want_bytes = 0, projected = 0;
+    for (const auto& item : named) {
+      const auto& p = item.value();
+      const auto& state = state_of(*optimizer, p);
+      const bool target = p.dim() == 2 && galore_projects(item.key(), galore_default_targets());
+      if (target) {
+        const int64_t m = p.size(0), n = p.size(1), r = std::max<int64_t>(1, std::min(m, n) / 4);
+        EXPECT_TRUE(state.projector().defined()) << family << " " << item.key();
+        EXPECT_EQ(state.exp_avg().numel(), r * std::max(m, n)) << family << " " << item.key();
+        want_bytes += 4 * (std::min(m, n) * r + 2 * r * std::max(m, n));
+        ++projected;
+      } else {
+        EXPECT_FALSE(state.projector().defined()) << family << " " << item.key();
+        EXPECT_EQ(state.exp_avg().sizes(), p.sizes()) << family << " " << item.key();
+        want_bytes += 4 * 2 * p.numel();
+      }
+    }
+    for (const auto& name : outside) {
+      ASSERT_NE(named.find(name), nullptr) << family << " " << name;
+      EXPECT_FALSE(state_of(*optimizer, named[name]).projector().defined())
+          << family << " " << name << " was projected";
+      EXPECT_EQ(state_of(*optimizer, named[name]).exp_avg().sizes(), named[name].sizes())
+          << family << " " << name;
+    }
+    EXPECT_EQ(projected, family == "llama" ? 2 * 7 : 2 * 6) << family;
+    const int64_t bytes = optimizer_state_bytes(*optimizer);
+    EXPECT_EQ(bytes, want_bytes) << family;
+    std::cout << "GaLore on tiny " << family << " " << overrides.dump() << ": " << projected
+              << " matrices projected, state " << bytes << " B for "
+              << tensors_bytes(named.values()) << " B of parameters\n";
+  }
+}
+
+// targets=mlp projects the MLP matrices of the blocks and not their attention.
+TEST(GaloreTargets, TargetsSettingChoosesTheModules) {
+  auto model = build_model("llama", "tiny");
+  const auto named = model->named_parameters();
+  for (auto& p : named.values()) p.mutable_grad() = torch::randn_like(p);
+  auto optimizer =
+      make_optimizer("galore", named.values(), named.keys(), 1e-3, 0, {{"targets", "mlp"}});
+  optimizer->step();
+  EXPECT_TRUE(state_of(*optimizer, named["layers.0.mlp.up_proj.weight"]).projector().defined());
+  EXPECT_FALSE(
+      state_of(*optimizer, named["layers.0.self_attn.q_proj.weight"]).projector().defined());
+  EXPECT_FALSE(state_of(*optimizer, named["embed_tokens.weight"]).projector().defined());
+}
+
+// Without names galore cannot tell a block's matrix from an embedding: refused, not guessed.
+TEST(GaloreTargets, RefusesParametersWithoutNames) {
+  try {
+    make_optimizer("galore", registry_params(), 1e-3, 0, {});
+    ADD_FAILURE() << "expected a gradscope::Error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kErrorKindRuntime);
+    EXPECT_TRUE(testing::contains(e.what(), "names")) << e.what();
+  }
 }
 
 }  // namespace

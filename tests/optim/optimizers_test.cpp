@@ -21,6 +21,11 @@ std::vector<torch::Tensor> float_params() {
           torch::randn({4, 5, 6}).requires_grad_(true)};
 }
 
+// A matrix and a vector named as a block's MLP weight and bias (the names only matter to
+// galore, which projects such a matrix).
+const std::vector<std::string> kMatrixAndBias = {"layers.0.mlp.fc1.weight",
+                                                 "layers.0.mlp.fc1.bias"};
+
 int64_t params_bytes(const std::vector<torch::Tensor>& params) { return tensors_bytes(params); }
 
 // One step with random gradients, so the lazy state exists.
@@ -87,7 +92,7 @@ TEST_P(OptimizerSerialization, RoundTripContinuesExactly) {
   torch::manual_seed(7);
   std::vector<torch::Tensor> a = {torch::randn({2, 3}, torch::kFloat64).requires_grad_(true),
                                   torch::randn({3}, torch::kFloat64).requires_grad_(true)};
-  auto original = make_optimizer(name, a, entry.default_lr, 0.01, settings);
+  auto original = make_optimizer(name, a, kMatrixAndBias, entry.default_lr, 0.01, settings);
   std::vector<std::vector<torch::Tensor>> grads;
   for (int i = 0; i < 5; ++i) {
     grads.push_back({torch::randn({2, 3}, torch::kFloat64), torch::randn({3}, torch::kFloat64)});
@@ -107,9 +112,9 @@ TEST_P(OptimizerSerialization, RoundTripContinuesExactly) {
   };
   auto b = copy();
   auto c = copy();
-  auto loaded = make_optimizer(name, b, entry.default_lr, 0.01, settings);
+  auto loaded = make_optimizer(name, b, kMatrixAndBias, entry.default_lr, 0.01, settings);
   torch::load(*loaded, buffer);
-  auto forgetful = make_optimizer(name, c, entry.default_lr, 0.01, settings);
+  auto forgetful = make_optimizer(name, c, kMatrixAndBias, entry.default_lr, 0.01, settings);
   EXPECT_EQ(optimizer_state_bytes(*loaded), optimizer_state_bytes(*original));
 
   for (int i = 3; i < 5; ++i) {
@@ -141,7 +146,7 @@ TEST_P(OptimizerDescent, LowersALeastSquaresLoss) {
   auto w = torch::randn({8, 4}).requires_grad_(true);
   auto b = torch::zeros({4}).requires_grad_(true);
   const auto& entry = optimizer_registry().get(GetParam());
-  auto optimizer = make_optimizer(GetParam(), {w, b}, entry.default_lr, 0, {});
+  auto optimizer = make_optimizer(GetParam(), {w, b}, kMatrixAndBias, entry.default_lr, 0, {});
   auto loss_fn = [&] { return (torch::addmm(b, x, w) - y).pow(2).mean(); };
   const double before = loss_fn().item<double>();
   for (int i = 0; i < 300; ++i) {

@@ -1,5 +1,7 @@
 #include "gradscope/optim/factory.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <set>
 
@@ -79,6 +81,30 @@ class OptReader {
                "valid values of " + name + ": " + list);
   }
 
+  // Comma-separated names, each of letters, digits and '_' (module names).
+  std::vector<std::string> names(const std::string& name,
+                                 const std::vector<std::string>& fallback) const {
+    auto it = opt_.find(name);
+    if (it == opt_.end()) return fallback;
+    std::vector<std::string> out;
+    const std::string& text = it->second;
+    for (size_t start = 0;;) {
+      const size_t comma = text.find(',', start);
+      const std::string item = text.substr(start, comma - start);
+      const bool plain = !item.empty() && std::all_of(item.begin(), item.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+      });
+      if (!plain)
+        fail_usage(optimizer_ + " setting " + name + "=" + text + " is not a list of names",
+                   "write names of letters, digits and '_' separated by commas, e.g. " + name +
+                       "=q_proj,v_proj");
+      out.push_back(item);
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+    return out;
+  }
+
   std::pair<double, double> pair(const std::string& name,
                                  std::pair<double, double> fallback) const {
     auto it = opt_.find(name);
@@ -125,13 +151,13 @@ const std::vector<std::string> kAdafactorKeys = {"beta1",      "decay_rate",    
                                                  "eps",        "relative_step", "scale_parameter",
                                                  "warmup_init"};
 const std::vector<std::string> kAdam8bitKeys = {"betas", "eps", "block_size", "min_8bit_size"};
-const std::vector<std::string> kGaloreKeys = {"rank", "update_gap", "scale", "betas", "eps"};
+const std::vector<std::string> kGaloreKeys = {"rank",  "update_gap", "scale",
+                                              "betas", "eps",        "targets"};
 
 // Builds an optimizer whose constructor checks its hyperparameters with TORCH_CHECK: a value
 // the factory let through but the constructor refuses is still the user's to fix (exit 2).
-template <typename Optimizer, typename Options>
-std::unique_ptr<torch::optim::Optimizer> construct(const std::string& name,
-                                                   std::vector<torch::Tensor> params,
+template <typename Optimizer, typename Options, typename Params>
+std::unique_ptr<torch::optim::Optimizer> construct(const std::string& name, Params params,
                                                    const Options& options) {
   try {
     return std::make_unique<Optimizer>(std::move(params), options);
@@ -149,8 +175,10 @@ void check_betas(const std::string& optimizer, std::pair<double, double> betas) 
       fmt::format("{} betas={},{} must lie in [0, 1)", optimizer, betas.first, betas.second));
 }
 
-std::unique_ptr<torch::optim::Optimizer> make_sgd(std::vector<torch::Tensor> params, double lr,
-                                                  double weight_decay, const OptSettings& opt) {
+std::unique_ptr<torch::optim::Optimizer> make_sgd(std::vector<torch::Tensor> params,
+                                                  const std::vector<std::string>& /*names*/,
+                                                  double lr, double weight_decay,
+                                                  const OptSettings& opt) {
   OptReader r("sgd", opt, kSgdKeys);
   const double momentum = r.number("momentum", 0.0);
   const double dampening = r.number("dampening", 0.0);
@@ -185,14 +213,18 @@ std::unique_ptr<torch::optim::Optimizer> make_adam_like(const std::string& name,
   return construct<Opt>(name, std::move(params), options);
 }
 
-std::unique_ptr<torch::optim::Optimizer> make_adam(std::vector<torch::Tensor> params, double lr,
-                                                   double weight_decay, const OptSettings& opt) {
+std::unique_ptr<torch::optim::Optimizer> make_adam(std::vector<torch::Tensor> params,
+                                                   const std::vector<std::string>& /*names*/,
+                                                   double lr, double weight_decay,
+                                                   const OptSettings& opt) {
   return make_adam_like<torch::optim::Adam, torch::optim::AdamOptions>("adam", std::move(params),
                                                                        lr, weight_decay, opt);
 }
 
-std::unique_ptr<torch::optim::Optimizer> make_adagrad(std::vector<torch::Tensor> params, double lr,
-                                                      double weight_decay, const OptSettings& opt) {
+std::unique_ptr<torch::optim::Optimizer> make_adagrad(std::vector<torch::Tensor> params,
+                                                      const std::vector<std::string>& /*names*/,
+                                                      double lr, double weight_decay,
+                                                      const OptSettings& opt) {
   OptReader r("adagrad", opt, kAdagradKeys);
   const double lr_decay = r.number("lr_decay", 0.0);
   const double eps = r.number("eps", 1e-10);
@@ -208,14 +240,17 @@ std::unique_ptr<torch::optim::Optimizer> make_adagrad(std::vector<torch::Tensor>
   return construct<torch::optim::Adagrad>("adagrad", std::move(params), options);
 }
 
-std::unique_ptr<torch::optim::Optimizer> make_adamw(std::vector<torch::Tensor> params, double lr,
-                                                    double weight_decay, const OptSettings& opt) {
+std::unique_ptr<torch::optim::Optimizer> make_adamw(std::vector<torch::Tensor> params,
+                                                    const std::vector<std::string>& /*names*/,
+                                                    double lr, double weight_decay,
+                                                    const OptSettings& opt) {
   return make_adam_like<torch::optim::AdamW, torch::optim::AdamWOptions>("adamw", std::move(params),
                                                                          lr, weight_decay, opt);
 }
 
-std::unique_ptr<torch::optim::Optimizer> make_adadelta(std::vector<torch::Tensor> params, double lr,
-                                                       double weight_decay,
+std::unique_ptr<torch::optim::Optimizer> make_adadelta(std::vector<torch::Tensor> params,
+                                                       const std::vector<std::string>& /*names*/,
+                                                       double lr, double weight_decay,
                                                        const OptSettings& opt) {
   OptReader r("adadelta", opt, kAdadeltaKeys);
   const double rho = r.number("rho", 0.9);
@@ -230,8 +265,10 @@ std::unique_ptr<torch::optim::Optimizer> make_adadelta(std::vector<torch::Tensor
   return construct<Adadelta>("adadelta", std::move(params), options);
 }
 
-std::unique_ptr<torch::optim::Optimizer> make_lion(std::vector<torch::Tensor> params, double lr,
-                                                   double weight_decay, const OptSettings& opt) {
+std::unique_ptr<torch::optim::Optimizer> make_lion(std::vector<torch::Tensor> params,
+                                                   const std::vector<std::string>& /*names*/,
+                                                   double lr, double weight_decay,
+                                                   const OptSettings& opt) {
   OptReader r("lion", opt, kLionKeys);
   const auto betas = r.pair("betas", {0.9, 0.99});
   check_betas("lion", betas);
@@ -241,6 +278,7 @@ std::unique_ptr<torch::optim::Optimizer> make_lion(std::vector<torch::Tensor> pa
 }
 
 std::unique_ptr<torch::optim::Optimizer> make_adafactor(std::vector<torch::Tensor> params,
+                                                        const std::vector<std::string>& /*names*/,
                                                         double lr, double weight_decay,
                                                         const OptSettings& opt) {
   OptReader r("adafactor", opt, kAdafactorKeys);
@@ -272,8 +310,9 @@ std::unique_ptr<torch::optim::Optimizer> make_adafactor(std::vector<torch::Tenso
   return construct<Adafactor>("adafactor", std::move(params), options);
 }
 
-std::unique_ptr<torch::optim::Optimizer> make_adam8bit(std::vector<torch::Tensor> params, double lr,
-                                                       double weight_decay,
+std::unique_ptr<torch::optim::Optimizer> make_adam8bit(std::vector<torch::Tensor> params,
+                                                       const std::vector<std::string>& /*names*/,
+                                                       double lr, double weight_decay,
                                                        const OptSettings& opt) {
   OptReader r("adam8bit", opt, kAdam8bitKeys);
   const auto betas = r.pair("betas", {0.9, 0.999});
@@ -298,14 +337,19 @@ std::unique_ptr<torch::optim::Optimizer> make_adam8bit(std::vector<torch::Tensor
 }
 
 // rank and update_gap are integers read as numbers, so that rank=1.5 is refused naming it.
-std::unique_ptr<torch::optim::Optimizer> make_galore(std::vector<torch::Tensor> params, double lr,
-                                                     double weight_decay, const OptSettings& opt) {
+// The matrices the paper projects (galore_projects, by name) form a projecting group, every
+// other parameter a group with project=false (AdamW), as in GaLore's reference code.
+std::unique_ptr<torch::optim::Optimizer> make_galore(std::vector<torch::Tensor> params,
+                                                     const std::vector<std::string>& names,
+                                                     double lr, double weight_decay,
+                                                     const OptSettings& opt) {
   OptReader r("galore", opt, kGaloreKeys);
   const auto rank = r.maybe_number("rank");  // unset: max(1, min(m, n) / 4) per matrix
   const double update_gap = r.number("update_gap", 200);
   const double scale = r.number("scale", 0.25);
   const auto betas = r.pair("betas", {0.9, 0.999});
   const double eps = r.number("eps", 1e-8);
+  const auto targets = r.names("targets", galore_default_targets());
   auto positive_integer = [](double v) { return v >= 1 && v <= 9.0e15 && v == std::floor(v); };
   check_range(!rank || positive_integer(*rank),
               fmt::format("galore rank={} must be a positive integer (leave it unset for "
@@ -316,6 +360,12 @@ std::unique_ptr<torch::optim::Optimizer> make_galore(std::vector<torch::Tensor> 
   check_range(scale > 0, fmt::format("galore scale={} must be > 0", scale));
   check_betas("galore", betas);
   check_range(eps >= 0, fmt::format("galore eps={} must be >= 0", eps));
+  if (names.empty() && !params.empty())
+    fail_runtime(
+        "galore needs the parameters' names to tell the blocks' attention and MLP "
+        "matrices from embeddings, heads and classifiers",
+        "build it with make_optimizer(name, params, names, ...) "
+        "(torch::nn::Module::named_parameters())");
   auto options = GaloreOptions(lr)
                      .betas(std::make_tuple(betas.first, betas.second))
                      .eps(eps)
@@ -323,12 +373,30 @@ std::unique_ptr<torch::optim::Optimizer> make_galore(std::vector<torch::Tensor> 
                      .update_gap(static_cast<int64_t>(update_gap))
                      .scale(scale);
   if (rank) options.rank(static_cast<int64_t>(*rank));
+
+  std::vector<torch::Tensor> projected, others;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const bool target = params[i].dim() == 2 && galore_projects(names[i], targets);
+    (target ? projected : others).push_back(params[i]);
+  }
+  if (projected.empty() && opt.count("targets"))
+    fail_usage("galore targets=" + opt.at("targets") + " name no matrix in the model's blocks",
+               "targets are names of modules inside the blocks, e.g. targets=q_proj,v_proj or "
+               "targets=mlp (docs/optimizers.md)");
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  if (!projected.empty())
+    groups.emplace_back(std::move(projected), std::make_unique<GaloreOptions>(options));
+  if (!others.empty() || groups.empty())
+    groups.emplace_back(std::move(others),
+                        std::make_unique<GaloreOptions>(GaloreOptions(options).project(false)));
   // A rank above min(m, n) of some matrix is refused by the constructor: a usage error here.
-  return construct<Galore>("galore", std::move(params), options);
+  return construct<Galore>("galore", std::move(groups), options);
 }
 
-std::unique_ptr<torch::optim::Optimizer> make_cg(std::vector<torch::Tensor> params, double lr,
-                                                 double weight_decay, const OptSettings& opt) {
+std::unique_ptr<torch::optim::Optimizer> make_cg(std::vector<torch::Tensor> params,
+                                                 const std::vector<std::string>& /*names*/,
+                                                 double lr, double weight_decay,
+                                                 const OptSettings& opt) {
   OptReader r("cg", opt, kCgKeys);
   const auto rule = r.choice("beta_rule", "pr+", {"fr", "pr+", "hs", "dy"});
   const auto search = r.choice("line_search", "strong_wolfe", {"none", "armijo", "strong_wolfe"});
@@ -404,13 +472,23 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::string& name,
                                                         std::vector<torch::Tensor> params,
                                                         double lr, double weight_decay,
                                                         const OptSettings& opt) {
+  return make_optimizer(name, std::move(params), {}, lr, weight_decay, opt);
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::string& name,
+                                                        std::vector<torch::Tensor> params,
+                                                        const std::vector<std::string>& names,
+                                                        double lr, double weight_decay,
+                                                        const OptSettings& opt) {
+  TORCH_CHECK(names.empty() || names.size() == params.size(), "make_optimizer: ", names.size(),
+              " names for ", params.size(), " parameters");
   const auto& entry = optimizer_registry().get(name);
   check_usage(std::isfinite(lr) && lr > 0, fmt::format("learning rate {} must be > 0", lr),
               "pass --lr with a positive value, e.g. --lr 1e-3");
   check_usage(std::isfinite(weight_decay) && weight_decay >= 0,
               fmt::format("weight decay {} must be >= 0", weight_decay),
               "pass --weight-decay 0 for none");
-  return entry.make(std::move(params), lr, weight_decay, opt);
+  return entry.make(std::move(params), names, lr, weight_decay, opt);
 }
 
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {

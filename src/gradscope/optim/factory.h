@@ -1,5 +1,6 @@
-// The optimizer registry. Each entry builds a torch::optim::Optimizer from the parameters,
-// the learning rate, weight decay and `--opt NAME=VALUE` settings under PyTorch's names.
+// The optimizer registry. Each entry builds a torch::optim::Optimizer from the parameters
+// (with their names in the model, where known), the learning rate, weight decay and
+// `--opt NAME=VALUE` settings under PyTorch's names.
 #pragma once
 
 #include <map>
@@ -16,8 +17,10 @@ namespace gradscope {
 using OptSettings = std::map<std::string, std::string>;
 
 struct OptimizerEntry {
-  // Builds the optimizer; throws a usage error naming a bad or unknown setting.
-  std::unique_ptr<torch::optim::Optimizer> (*make)(std::vector<torch::Tensor> params, double lr,
+  // Builds the optimizer; throws a usage error naming a bad or unknown setting. `names` holds
+  // the name of each parameter in the model, or nothing when they are unknown.
+  std::unique_ptr<torch::optim::Optimizer> (*make)(std::vector<torch::Tensor> params,
+                                                   const std::vector<std::string>& names, double lr,
                                                    double weight_decay, const OptSettings& opt);
   double default_lr;              // used when --lr is not given and lr_by_model has no entry
   std::vector<std::string> keys;  // the --opt names it accepts
@@ -34,8 +37,20 @@ const Registry<OptimizerEntry>& optimizer_registry();
 // The learning rate `optimizer` uses on `model` when --lr is not given.
 double default_lr(const std::string& optimizer, const std::string& model);
 
+// An optimizer over parameters without names. galore, which picks the matrices it projects
+// by name, refuses them (a runtime error): use the overload below.
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::string& name,
                                                         std::vector<torch::Tensor> params,
+                                                        double lr, double weight_decay,
+                                                        const OptSettings& opt);
+
+// An optimizer over named parameters: names[i] is the name of params[i] in the model, as
+// torch::nn::Module::named_parameters() gives it (e.g. "layers.0.self_attn.q_proj.weight"),
+// or `names` is empty when they are unknown. Optimizers that treat parameters by their role
+// read them: galore projects the blocks' attention and MLP matrices only (galore.h).
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::string& name,
+                                                        std::vector<torch::Tensor> params,
+                                                        const std::vector<std::string>& names,
                                                         double lr, double weight_decay,
                                                         const OptSettings& opt);
 

@@ -50,6 +50,7 @@ void GaloreOptions::serialize(torch::serialize::OutputArchive& archive) const {
   _TORCH_OPTIM_SERIALIZE_TORCH_ARG(rank);
   _TORCH_OPTIM_SERIALIZE_TORCH_ARG(update_gap);
   _TORCH_OPTIM_SERIALIZE_TORCH_ARG(scale);
+  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(project);
 }
 
 void GaloreOptions::serialize(torch::serialize::InputArchive& archive) {
@@ -60,6 +61,7 @@ void GaloreOptions::serialize(torch::serialize::InputArchive& archive) {
   _TORCH_OPTIM_DESERIALIZE_TORCH_ARG_OPTIONAL(int64_t, rank);
   _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(int64_t, update_gap);
   _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(double, scale);
+  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(bool, project);
 }
 
 void GaloreParamState::serialize(torch::serialize::OutputArchive& archive) const {
@@ -76,6 +78,35 @@ void GaloreParamState::serialize(torch::serialize::InputArchive& archive) {
   _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(torch::Tensor, exp_avg_sq);
 }
 
+const std::vector<std::string>& galore_default_targets() {
+  static const std::vector<std::string> targets = {"q_proj",    "k_proj",  "v_proj",    "o_proj",
+                                                   "gate_proj", "up_proj", "down_proj", "fc1",
+                                                   "fc2",       "Wi",      "Wo"};
+  return targets;
+}
+
+bool galore_projects(const std::string& name, const std::vector<std::string>& targets) {
+  std::vector<std::string> parts;
+  for (size_t start = 0;;) {
+    const size_t dot = name.find('.', start);
+    parts.push_back(name.substr(start, dot - start));
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  if (parts.back() != "weight") return false;
+  auto is_index = [](const std::string& s) {
+    return !s.empty() &&
+           std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    if (parts[i] != "layers" || !is_index(parts[i + 1])) continue;
+    // The modules between the block and the weight: self_attn, q_proj; mlp, fc1; ...
+    for (size_t j = i + 2; j + 1 < parts.size(); ++j)
+      if (std::find(targets.begin(), targets.end(), parts[j]) != targets.end()) return true;
+  }
+  return false;
+}
+
 int64_t Galore::rank_for(const GaloreOptions& options, int64_t rows, int64_t cols) {
   if (options.rank()) return *options.rank();
   return std::max<int64_t>(1, std::min(rows, cols) / 4);
@@ -88,7 +119,7 @@ Galore::Galore(std::vector<torch::optim::OptimizerParamGroup> param_groups, Galo
   for (const auto& group : param_groups_) {
     const auto& options = static_cast<const GaloreOptions&>(group.options());
     check_hyperparameters(options);
-    if (!options.rank()) continue;
+    if (!options.project() || !options.rank()) continue;
     const int64_t rank = *options.rank();
     for (const auto& p : group.params()) {
       if (p.dim() != 2) continue;
@@ -113,7 +144,7 @@ torch::Tensor Galore::step(LossClosure closure) {
       if (!p.grad().defined()) continue;
       TORCH_CHECK(!p.grad().is_sparse(), "GaLore does not support sparse gradients");
       const auto& grad = p.grad();
-      const bool projected = p.dim() == 2;
+      const bool projected = options.project() && p.dim() == 2;
       const bool left = projected && p.size(0) <= p.size(1);  // P (m, r) on the left
       auto& slot = state_[param_state_key(p)];
       if (!slot) {

@@ -1,8 +1,13 @@
 // GaLore, Gradient Low-Rank Projection (Zhao et al. 2024, "GaLore: Memory-Efficient LLM
 // Training by Gradient Low-Rank Projection", arXiv:2403.03507, Algorithm 2, the GaLore-AdamW
-// variant). Every 2-D parameter W (m, n) with gradient G is updated in a rank-r subspace; all
-// other parameters (vectors, higher-dim tensors) get plain AdamW, exactly torch.optim.AdamW.
-// At step t (from 1), for a 2-D W:
+// variant). Every 2-D parameter W (m, n) of a projecting parameter group (`project`, the
+// default) with gradient G is updated in a rank-r subspace; all other parameters (vectors,
+// higher-dim tensors, and every parameter of a group with project=false) get plain AdamW,
+// exactly torch.optim.AdamW. The paper projects the attention and MLP matrices of the
+// transformer blocks only; embeddings, the head and a classifier get AdamW, as in its
+// reference code (the "galore" group and the regular one). `galore_projects` is that rule on
+// parameter names, and the registry's `galore` builds the two groups with it.
+// At step t (from 1), for a projected W:
 //
 //   if (t - 1) % update_gap == 0:                   (steps 1, 1 + T, 1 + 2T, ...; T = update_gap)
 //     U, S, V^T <- SVD(G)                          (full_matrices=false, in float32 or wider)
@@ -19,15 +24,17 @@
 // rank r applies to every matrix when set; unset, each matrix gets r = max(1, min(m, n) / 4),
 // the paper's choice for its pretraining runs (rank 128 of d_model 512, 256 of 1024, 512 of
 // 2048), so the default fits a model of any size. An explicit rank < 1 or above min(m, n) of
-// any 2-D parameter is refused by the constructor.
+// any projected parameter is refused by the constructor.
 //
-// State per 2-D (m, n) parameter with m <= n: P (m r) + M and V (2 r n) values, against Adam's
-// 2 m n (for m > n swap m and n); per other parameter 2x its size, as AdamW. The projector and
-// the moments are kept in the parameter's dtype; the SVD runs in float32 (float64 for a
-// float64 parameter), since half-precision SVD is not available.
+// State per projected (m, n) parameter with m <= n: P (m r) + M and V (2 r n) values, against
+// Adam's 2 m n (for m > n swap m and n); per other parameter 2x its size, as AdamW. The projector
+// and the moments are kept in the parameter's dtype; the SVD runs in float32 (float64 for a float64
+// parameter), since half-precision SVD is not available.
 #pragma once
 
+#include <string>
 #include <tuple>
+#include <vector>
 
 #include <torch/torch.h>
 
@@ -50,6 +57,9 @@ struct GaloreOptions : public torch::optim::OptimizerCloneableOptions<GaloreOpti
   // long gap saves that cost and keeps the subspace stale for longer.
   TORCH_ARG(int64_t, update_gap) = 200;
   TORCH_ARG(double, scale) = 0.25;  // alpha (> 0): multiplies the projected update
+  // Whether the group's 2-D parameters are projected; false: AdamW for every parameter of the
+  // group (the reference code's group of non-GaLore parameters).
+  TORCH_ARG(bool, project) = true;
 
  public:
   void serialize(torch::serialize::InputArchive& archive) override;
@@ -61,9 +71,9 @@ struct GaloreOptions : public torch::optim::OptimizerCloneableOptions<GaloreOpti
 struct GaloreParamState : public torch::optim::OptimizerCloneableParamState<GaloreParamState>,
                           public StateBytes {
   TORCH_ARG(int64_t, step) = 0;
-  TORCH_ARG(torch::Tensor, projector);   // P: (m, r) or (n, r); undefined unless 2-D
-  TORCH_ARG(torch::Tensor, exp_avg);     // M: R's shape (2-D), else the parameter's
-  TORCH_ARG(torch::Tensor, exp_avg_sq);  // V: R's shape (2-D), else the parameter's
+  TORCH_ARG(torch::Tensor, projector);   // P: (m, r) or (n, r); undefined unless projected
+  TORCH_ARG(torch::Tensor, exp_avg);     // M: R's shape if projected, else the parameter's
+  TORCH_ARG(torch::Tensor, exp_avg_sq);  // V: R's shape if projected, else the parameter's
 
  public:
   void serialize(torch::serialize::InputArchive& archive) override;
@@ -85,5 +95,17 @@ class Galore : public SerializingOptimizer<GaloreParamState, GaloreOptions> {
   // The rank a 2-D parameter of this shape gets under `options` (explicit, or min(m, n) / 4).
   static int64_t rank_for(const GaloreOptions& options, int64_t rows, int64_t cols);
 };
+
+// The modules whose weights GaLore projects by default: the blocks' attention projections
+// (q_proj, k_proj, v_proj, o_proj) and MLP matrices (gate_proj, up_proj, down_proj of SwiGLU;
+// fc1, fc2 of the GELU MLP; Wi, Wo of GeGLU), as gradscope's models name them.
+const std::vector<std::string>& galore_default_targets();
+
+// Whether GaLore projects the parameter called `name` (as torch::nn::Module::named_parameters()
+// names it, e.g. "layers.0.self_attn.q_proj.weight") when it is 2-D: a `weight` inside a
+// block (after a "layers.<i>" pair of components) with one of `targets` among the module
+// names between the block and the weight. Embeddings, a head, a classifier, a modality
+// projector and norms are not in a block's attention or MLP, so they are not projected.
+bool galore_projects(const std::string& name, const std::vector<std::string>& targets);
 
 }  // namespace gradscope

@@ -35,7 +35,8 @@ class AfterBackward : public Updater {
                 const UpdaterOptions& options)
       : params_(params),
         options_(options),
-        optimizer_(make_optimizer(spec.name, params, spec.lr, spec.weight_decay, spec.opt)),
+        optimizer_(make_optimizer(spec.name, params, spec.param_names, spec.lr, spec.weight_decay,
+                                  spec.opt)),
         line_search_(optimizer_registry().get(spec.name).steps_with_closure) {
     check_usage(!line_search_ || options.clip_grad_norm == 0,
                 "optimizer '" + spec.name +

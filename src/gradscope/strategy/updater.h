@@ -34,6 +34,9 @@ struct OptimizerSpec {
   double lr = 1e-3;
   double weight_decay = 0;
   std::map<std::string, std::string> opt;
+  // The parameters' names in the model, in the order make_updater gets them (empty: unknown);
+  // galore picks the matrices it projects by name.
+  std::vector<std::string> param_names = {};
 };
 
 struct UpdaterOptions {

@@ -163,7 +163,7 @@ ProcessSettings::~ProcessSettings() {
 
 void Session::build_updater() {
   const RunConfig& c = resolved_.config;
-  OptimizerSpec spec{c.optimizer, lr_, c.weight_decay, c.opt};
+  OptimizerSpec spec{c.optimizer, lr_, c.weight_decay, c.opt, model_->named_parameters().keys()};
   UpdaterOptions options;
   options.clip_grad_norm = c.clip_grad_norm;
   options.log_grad_norm = c.log_grad_norm;
