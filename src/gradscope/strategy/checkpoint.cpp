@@ -1,72 +1,18 @@
 #include "gradscope/strategy/checkpoint.h"
 
-#include <mutex>
 #include <optional>
 #include <utility>
 
 #include <ATen/core/ivalue.h>
 
 #include "gradscope/core/error.h"
+#include "gradscope/strategy/rng_state.h"
 
 namespace gradscope {
 namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-
-// ---------------------------------------------------------------------------------------
-// Generator states
-
-torch::Tensor generator_state(at::Generator generator) {
-  std::lock_guard<std::mutex> lock(generator.mutex());
-  return generator.get_state();
-}
-
-void set_generator_state(at::Generator generator, const torch::Tensor& state) {
-  std::lock_guard<std::mutex> lock(generator.mutex());
-  generator.set_state(state);
-}
-
-// The states of the generators a block's dropout can draw from: the default CPU generator
-// always, and the default generator of the input's CUDA device when it runs there.
-// at::globalContext().defaultGenerator exists in CPU-only builds too; it is only reached for
-// a CUDA tensor, which such a build cannot make.
-struct RngState {
-  torch::Tensor cpu;
-  torch::Tensor cuda;  // undefined unless the block runs on a CUDA device
-  torch::Device cuda_device = torch::kCPU;
-
-  static RngState capture(const torch::Device& device) {
-    RngState s;
-    s.cpu = generator_state(at::detail::getDefaultCPUGenerator());
-    if (device.is_cuda()) {
-      s.cuda_device = device;
-      s.cuda = generator_state(at::globalContext().defaultGenerator(device));
-    }
-    return s;
-  }
-
-  void restore() const {
-    set_generator_state(at::detail::getDefaultCPUGenerator(), cpu);
-    if (cuda.defined())
-      set_generator_state(at::globalContext().defaultGenerator(cuda_device), cuda);
-  }
-};
-
-// Sets the generators to `saved` for its lifetime, then puts back the states it found.
-class RngScope {
- public:
-  explicit RngScope(const RngState& saved, const torch::Device& device)
-      : found_(RngState::capture(device)) {
-    saved.restore();
-  }
-  ~RngScope() { found_.restore(); }
-  RngScope(const RngScope&) = delete;
-  RngScope& operator=(const RngScope&) = delete;
-
- private:
-  RngState found_;
-};
 
 // ---------------------------------------------------------------------------------------
 // The checkpoint function

@@ -9,6 +9,7 @@
 #include "gradscope/optim/factory.h"
 #include "gradscope/optim/state_bytes.h"
 #include "gradscope/strategy/fused.h"
+#include "gradscope/strategy/rng_state.h"
 
 namespace gradscope {
 namespace {
@@ -49,10 +50,21 @@ class AfterBackward : public Updater {
     UpdateResult r;
     if (line_search_) {
       // The optimizer evaluates the step's batch itself: first where the step starts (the
-      // loss and gradient recorded), then at each trial point of its line search.
+      // loss and gradient recorded), then at each trial point of its line search. A line
+      // search compares values of one function, so every evaluation starts from the generator
+      // states the step found and draws the same dropout masks (else each trial point would
+      // see other masks, and a noise difference could pass for a decrease). After the step the
+      // generators are where the first evaluation left them, as after a step without a line
+      // search: the next step draws fresh masks, and the stream depends on the seed alone, not
+      // on how many trial points the search took.
+      const torch::Device device = params_.empty() ? torch::kCPU : params_.front().device();
+      const RngState start = RngState::capture(device);
+      std::optional<RngState> after_first;
       auto closure = [&]() -> torch::Tensor {
         free_grads(params_);
+        start.restore();
         const StepOutput o = gradients();
+        if (!after_first) after_first = RngState::capture(device);
         observer.enter(Phase::kPhaseOptimizer);
         if (r.evaluations++ == 0) {
           r.out = o;
@@ -61,6 +73,7 @@ class AfterBackward : public Updater {
         return o.loss_sum / static_cast<double>(std::max<int64_t>(o.target_count, 1));
       };
       optimizer_->step(closure);
+      if (after_first) after_first->restore();
     } else {
       r.out = gradients();
       r.evaluations = 1;
