@@ -4,6 +4,7 @@
 #include <functional>
 #include <vector>
 
+#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
 #include "gradscope/core/error.h"
@@ -379,6 +380,27 @@ TEST(Checkpoint, EveryKWrapsEveryKthBlock) {
   EXPECT_EQ(runner3->counters().checkpointed, 2);
   EXPECT_EQ(runner3->counters().plain, 2);
   EXPECT_EQ(runner->counters().checkpointed, 0);  // the old runner is no longer installed
+}
+
+// Under autocast the checkpointed forward runs without a graph inside the scope its
+// recompute runs in, so a low-precision weight copy cached there (without autograd history)
+// could be reused by the recompute and the weight would get no gradient. The forward runs
+// with autocast's cache off; the recompute, and everything after, with it as it was.
+TEST(Checkpoint, ForwardWithoutAGraphBypassesTheAutocastCache) {
+  std::vector<std::pair<bool, bool>> seen;  // (grad mode, cache enabled) at each call
+  const SubLayerFn fn = [&seen](const torch::Tensor& in) {
+    seen.emplace_back(torch::GradMode::is_enabled(), at::autocast::is_autocast_cache_enabled());
+    return in * 2;
+  };
+  ASSERT_TRUE(at::autocast::is_autocast_cache_enabled());
+  const torch::Tensor x = torch::ones({2, 3}, torch::requires_grad());
+  const torch::Tensor y = checkpoint_function(fn, x);
+  EXPECT_TRUE(at::autocast::is_autocast_cache_enabled());
+  y.sum().backward();
+  const std::vector<std::pair<bool, bool>> expected = {{false, false}, {true, true}};
+  EXPECT_EQ(seen, expected);
+  EXPECT_TRUE(at::autocast::is_autocast_cache_enabled());
+  EXPECT_TRUE(torch::equal(x.grad(), torch::full({2, 3}, 2.0)));
 }
 
 // ---------------------------------------------------------------------------------------

@@ -1,6 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <ATen/autocast_mode.h>
+
 #include "gradscope/core/error.h"
+#include "gradscope/strategy/checkpoint.h"
 #include "gradscope/train/verify.h"
 #include "test_util.h"
 
@@ -15,16 +18,21 @@ RunConfig verify_config() {
 }
 
 TEST(Verify, EveryStrategyHoldsOnTinyLlama) {
-  const auto checks = verify_strategies(verify_config(), {});
-  // Every strategy but standard, checkpointing under its three policies.
-  ASSERT_EQ(checks.size(), 6u);
+  const auto checks = verify_strategies(verify_config(), VerifyOptions{});
+  // Every strategy but standard, checkpointing under its three policies; fp32, then bf16.
+  ASSERT_EQ(checks.size(), 12u);
   std::vector<std::string> names;
-  for (const auto& k : checks) {
-    names.push_back(k.strategy);
-    EXPECT_TRUE(k.passed) << k.strategy << " worst " << k.worst_tensor << " rel "
-                          << k.grad_max_rel_diff;
+  for (size_t i = 0; i < checks.size(); ++i) {
+    const VerifyCheck& k = checks[i];
+    const bool bf16 = k.dtype == Dtype::kDtypeBf16;
+    EXPECT_EQ(bf16, i >= 6) << k.strategy;
+    if (!bf16) names.push_back(k.strategy);
+    EXPECT_TRUE(k.passed) << k.strategy << " " << dtype_name(k.dtype) << " worst " << k.worst_tensor
+                          << " rel " << k.grad_max_rel_diff;
     EXPECT_GT(k.tensors, 0);
+    EXPECT_EQ(k.missing_grads, 0);
     if (k.strategy.rfind("checkpoint", 0) == 0 && k.strategy.find('+') == std::string::npos) {
+      // Bitwise in bf16 too: the recompute casts the weights as the forward did.
       EXPECT_EQ(k.criterion, "bitwise");
       EXPECT_EQ(k.grad_max_abs_diff, 0.0);
     } else if (k.strategy == "fused") {
@@ -32,18 +40,81 @@ TEST(Verify, EveryStrategyHoldsOnTinyLlama) {
       EXPECT_EQ(k.criterion, "params relative <= 1e-06");
       EXPECT_LE(k.grad_max_rel_diff, 1e-6);
     } else {
-      EXPECT_LE(k.grad_max_rel_diff, 1e-5);
+      EXPECT_EQ(k.criterion, bf16 ? "relative <= 0.02" : "relative <= 1e-05");
     }
   }
   for (const char* name : {"checkpoint", "checkpoint (attention)", "checkpoint (mlp)"})
     EXPECT_NE(std::find(names.begin(), names.end(), name), names.end()) << name;
 }
 
+// A recompute that loses a weight's graph under bf16 (as a low-precision copy cast without a
+// graph and reused from autocast's cache would) leaves that weight without a gradient. The
+// loss and every other gradient are right, so only verify's bf16 run, which asks every
+// parameter for its gradient, can catch it: the fp32 checks hold, the bf16 one fails and
+// names the weight.
+TEST(Verify, Bf16CatchesARecomputeThatLosesAWeightsGradient) {
+  VerifyOptions options;
+  options.strategies = {"checkpoint"};
+  std::string lost;  // the weight the broken recompute detaches
+  options.instrument = [&lost](Model& model, const StepPlan& plan) {
+    if (plan.recompute != Recompute::kRecomputeFull) return;
+    auto first = model.blocks().front();
+    for (const auto& p : first->named_parameters())
+      if (p.key().find("weight") != std::string::npos && p.value().dim() == 2) {
+        lost = p.key();
+        break;
+      }
+    model.set_block_runner([first, name = lost](Block& block, const torch::Tensor& x,
+                                                const BlockContext& ctx) {
+      Block* b = &block;
+      const bool broken = b == first.get();
+      return checkpoint_function(
+          [b, ctx, broken, name](const torch::Tensor& in) {
+            // Only the recompute under autocast: grad mode on, autocast on.
+            const bool recompute = torch::GradMode::is_enabled() && at::autocast::is_cpu_enabled();
+            if (!broken || !recompute) return b->forward(in, ctx);
+            torch::Tensor w = b->named_parameters()[name];
+            w.requires_grad_(false);
+            torch::Tensor out = b->forward(in, ctx);
+            w.requires_grad_(true);
+            return out;
+          },
+          x);
+    });
+  };
+  const auto checks = verify_strategies(verify_config(), options);
+  ASSERT_FALSE(lost.empty());
+  // The three policies in fp32, then in bf16; only whole blocks are broken.
+  ASSERT_EQ(checks.size(), 6u);
+  for (const auto& k : checks) {
+    const bool caught = k.dtype == Dtype::kDtypeBf16 && k.strategy == "checkpoint";
+    EXPECT_EQ(k.passed, !caught) << k.strategy << " " << dtype_name(k.dtype) << " "
+                                 << k.worst_tensor;
+    if (!caught) continue;
+    EXPECT_EQ(k.missing_grads, 1);
+    EXPECT_NE(k.worst_tensor.find(lost), std::string::npos) << k.worst_tensor;
+    EXPECT_LT(k.loss_abs_diff, 1e-6);  // the loss is right: only the gradient shows it
+  }
+}
+
+TEST(Verify, DtypesCanBeChosen) {
+  VerifyOptions options;
+  options.strategies = {"accumulation"};
+  options.dtypes = {Dtype::kDtypeBf16};
+  const auto checks = verify_strategies(verify_config(), options);
+  ASSERT_EQ(checks.size(), 1u);
+  EXPECT_EQ(checks[0].dtype, Dtype::kDtypeBf16);
+  EXPECT_TRUE(checks[0].passed) << checks[0].grad_max_rel_diff;
+}
+
 TEST(Verify, FusedSgdIsBitwise) {
   RunConfig c = verify_config();
   c.optimizer = "sgd";
   const auto checks = verify_strategies(c, {"fused"});
-  ASSERT_EQ(checks.size(), 1u);
+  ASSERT_EQ(checks.size(), 2u);  // fp32 and bf16, each bitwise
+  EXPECT_EQ(checks[1].criterion, "params bitwise");
+  EXPECT_TRUE(checks[1].passed);
+  EXPECT_EQ(checks[1].grad_max_abs_diff, 0.0);
   EXPECT_EQ(checks[0].criterion, "params bitwise");
   EXPECT_TRUE(checks[0].passed);
   EXPECT_EQ(checks[0].grad_max_abs_diff, 0.0);
@@ -70,11 +141,15 @@ TEST(Verify, EveryStrategyHoldsOnTheOtherModels) {
     c.accum_steps = 3;
     c.eval_batches = 1;
     if (model == "modernbert") c.dataset = testing::fixture("text/sotu-excerpt.txt");
-    const auto checks = verify_strategies(c, {});
-    ASSERT_EQ(checks.size(), 6u) << model;
+    VerifyOptions options;
+    // ModernBERT's forward fails under bf16 autocast (a Float tensor meets a BFloat16 one in
+    // the model), so it is checked in fp32 only until that is fixed.
+    if (model == "modernbert") options.dtypes = {Dtype::kDtypeFp32};
+    const auto checks = verify_strategies(c, options);
+    ASSERT_EQ(checks.size(), model == "modernbert" ? 6u : 12u) << model;  // fp32, then bf16
     for (const auto& k : checks) {
-      EXPECT_TRUE(k.passed) << model << " " << k.strategy << " worst " << k.worst_tensor << " rel "
-                            << k.grad_max_rel_diff;
+      EXPECT_TRUE(k.passed) << model << " " << k.strategy << " " << dtype_name(k.dtype) << " worst "
+                            << k.worst_tensor << " rel " << k.grad_max_rel_diff;
       if (k.criterion == "bitwise")
         EXPECT_EQ(k.grad_max_abs_diff, 0.0) << model << " " << k.strategy;
     }
@@ -87,8 +162,9 @@ TEST(Verify, ToyProblemsHold) {
     c.model = model;
     c.batch = 1;
     c.accum_steps = 2;
-    const auto checks = verify_strategies(c, {});
-    EXPECT_EQ(checks.size(), 4u) << model;  // one checkpoint policy: there are no sub-layers
+    const auto checks = verify_strategies(c, VerifyOptions{});
+    // One checkpoint policy (there are no sub-layers), in fp32 and bf16.
+    EXPECT_EQ(checks.size(), 8u) << model;
     for (const auto& k : checks) EXPECT_TRUE(k.passed) << model << " " << k.strategy;
   }
 }

@@ -1,6 +1,10 @@
 // `gradscope verify`: one step of each memory strategy against standard training on the whole
 // effective batch; exit 0 iff every check holds.
 #include "gradscope/train/verify.h"
+
+#include <algorithm>
+#include <vector>
+
 #include "gradscope/cli/commands.h"
 #include "gradscope/cli/settings_options.h"
 #include "gradscope/core/error.h"
@@ -9,9 +13,10 @@
 namespace gradscope {
 namespace {
 
-struct VerifyOptions {
+struct VerifyCliOptions {
   SettingOptions settings;
   std::vector<std::string> strategies;
+  std::vector<std::string> dtypes;
 };
 
 // verify's defaults: micro-batches of 2, 4 of them for the accumulating strategies.
@@ -25,16 +30,20 @@ RunConfig verify_defaults() {
 }  // namespace
 
 void add_verify_command(CLI::App& root, int& exit_code) {
-  auto o = std::make_shared<VerifyOptions>();
+  auto o = std::make_shared<VerifyCliOptions>();
   CLI::App* cmd = root.add_subcommand(
       "verify",
       "Prove the memory strategies exact: one step of each strategy from identical weights\n"
-      "and data against standard training on the whole effective batch (batch x accum-steps).\n"
-      "Checkpointing must give bitwise-equal gradients on the CPU with dropout 0.1 forced on;\n"
-      "accumulating strategies must agree within ||a-b||/||b|| <= 1e-5 per gradient tensor\n"
-      "with dropout off. The fused optimizer step must leave the parameters of standard\n"
+      "and data against standard training on the whole effective batch (batch x accum-steps),\n"
+      "in fp32 and under bf16 autocast, each against standard training in the same dtype.\n"
+      "Checkpointing must give bitwise-equal gradients on the CPU with dropout 0.1 forced on,\n"
+      "in bf16 too (the recompute runs the forward's kernels on its inputs; on CUDA within\n"
+      "1e-6, bf16 1e-2); accumulating strategies must agree within ||a-b||/||b|| <= 1e-5 per\n"
+      "gradient tensor with dropout off (2e-2 in bf16: each micro-batch's products round to\n"
+      "bfloat16's 2^-8 apart). The fused optimizer step must leave the parameters of standard\n"
       "training + the unfused optimizer after one step: bitwise for SGD on the CPU, within\n"
-      "1e-6 per tensor otherwise. Prints the differences; exit 0 iff every check holds.\n"
+      "1e-6 per tensor otherwise. A parameter left without a gradient fails its check.\n"
+      "Prints the differences; exit 0 iff every check holds.\n"
       "Example: gradscope verify --model llama --strategy checkpoint");
   o->settings.add_to(cmd, verify_defaults(),
                      {"model", "preset", "batch", "accum-steps", "seq", "seed", "device", "dataset",
@@ -42,23 +51,46 @@ void add_verify_command(CLI::App& root, int& exit_code) {
   cmd->add_option("--strategy", o->strategies,
                   "Strategy to check (repeatable; default: every strategy but standard)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_option("--dtype", o->dtypes,
+                  "Dtype to check in: fp32 or bf16 (repeatable; default: both)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->callback([o, &exit_code] {
     RunConfig c = verify_defaults();
     o->settings.apply(c);
     check_config(c);
-    const auto checks = verify_strategies(c, o->strategies);
-    fmt::print("{:<26} {:<24} {:>11} {:>11} {:>11}  {:<6} {}\n", "strategy", "criterion",
-               "loss |d|", "grad max|d|", "grad rel", "result", "worst tensor");
+    VerifyOptions options;
+    options.strategies = o->strategies;
+    for (const auto& name : o->dtypes) {
+      const auto dtype = parse_dtype(name);
+      check_usage(dtype.has_value(), "--dtype '" + name + "' is not a dtype",
+                  "pass --dtype fp32 or --dtype bf16, or leave it out to check both");
+      options.dtypes.push_back(*dtype);
+    }
+    const auto checks = verify_strategies(c, options);
+    fmt::print("{:<26} {:<5} {:<24} {:>11} {:>11} {:>11}  {:<6} {}\n", "strategy", "dtype",
+               "criterion", "loss |d|", "grad max|d|", "grad rel", "result", "worst tensor");
     bool all = true;
     for (const auto& k : checks) {
-      fmt::print("{:<26} {:<24} {:>11.3e} {:>11.3e} {:>11.3e}  {:<6} {}\n", k.strategy, k.criterion,
-                 k.loss_abs_diff, k.grad_max_abs_diff, k.grad_max_rel_diff,
-                 k.passed ? "ok" : "FAIL", k.worst_tensor);
+      fmt::print("{:<26} {:<5} {:<24} {:>11.3e} {:>11.3e} {:>11.3e}  {:<6} {}\n", k.strategy,
+                 dtype_name(k.dtype), k.criterion, k.loss_abs_diff, k.grad_max_abs_diff,
+                 k.grad_max_rel_diff, k.passed ? "ok" : "FAIL", k.worst_tensor);
       all = all && k.passed;
     }
-    fmt::print("{} of {} checks hold ({} gradient tensors each)\n",
-               std::count_if(checks.begin(), checks.end(), [](const auto& k) { return k.passed; }),
-               checks.size(), checks.empty() ? 0 : checks.front().tensors);
+    // One summary line per dtype, in the order checked.
+    std::vector<Dtype> order;
+    for (const auto& k : checks)
+      if (std::find(order.begin(), order.end(), k.dtype) == order.end()) order.push_back(k.dtype);
+    for (const Dtype dtype : order) {
+      int64_t held = 0, of = 0, tensors = 0;
+      for (const auto& k : checks) {
+        if (k.dtype != dtype) continue;
+        ++of;
+        held += k.passed ? 1 : 0;
+        tensors = k.tensors;
+      }
+      fmt::print("{}: {} of {} checks hold ({} gradient tensors each)\n", dtype_name(dtype), held,
+                 of, tensors);
+    }
     exit_code = all ? 0 : 1;
   });
 }

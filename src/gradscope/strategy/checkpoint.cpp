@@ -3,6 +3,7 @@
 #include <optional>
 #include <utility>
 
+#include <ATen/autocast_mode.h>
 #include <ATen/core/ivalue.h>
 
 #include "gradscope/core/error.h"
@@ -13,6 +14,33 @@ namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
+
+// ---------------------------------------------------------------------------------------
+// The autocast cache
+
+// Turns autocast's cache of low-precision weight copies off for its lifetime and puts back
+// what it found. Under autocast a weight's bfloat16 copy is cached for the life of the
+// outermost autocast scope, and the checkpointed forward runs without a graph inside the very
+// scope its recompute in backward runs in: a weight first cast there would be cached with no
+// autograd history, the recompute would reuse that copy, and the weight would get no
+// gradient. With the cache off the forward's casts are its own and the recompute casts (and
+// caches) with the graph recorded. (With LibTorch 1.13 on the CPU a weight first cast to
+// bfloat16 without a graph still got its gradient, probed: the copy was not reused there; the
+// cache's rules differ by version and device, so nothing here rests on them.) A nested
+// autocast scope would not do: only the outermost one clears the cache, and backward runs
+// inside the trainer's.
+class AutocastCacheOff {
+ public:
+  AutocastCacheOff() : found_(at::autocast::is_autocast_cache_enabled()) {
+    at::autocast::set_autocast_cache_enabled(false);
+  }
+  ~AutocastCacheOff() { at::autocast::set_autocast_cache_enabled(found_); }
+  AutocastCacheOff(const AutocastCacheOff&) = delete;
+  AutocastCacheOff& operator=(const AutocastCacheOff&) = delete;
+
+ private:
+  bool found_;
+};
 
 // ---------------------------------------------------------------------------------------
 // The checkpoint function
@@ -36,6 +64,7 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
     torch::Tensor y;
     {
       torch::NoGradGuard no_grad;
+      const AutocastCacheOff no_cache;  // the recompute must not see casts made without a graph
       y = state->fn(x);
     }
     actx->save_for_backward({x});

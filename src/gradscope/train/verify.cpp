@@ -9,14 +9,25 @@
 #include "gradscope/core/error.h"
 #include "gradscope/models/registry.h"
 #include "gradscope/strategy/fused.h"
+#include "gradscope/train/autocast.h"
 #include "gradscope/train/session.h"
 
 namespace gradscope {
 namespace {
 
 constexpr double kAccumulationTolerance = 1e-5;
+// bfloat16 keeps 8 significant bits (2^-8 = 3.9e-3 relative spacing). Each micro-batch's
+// products are rounded to it apart, so accumulation sums k rounded parts where standard
+// training rounds one sum: differences of about one spacing per element, well under 2e-2
+// norm-wise; an accumulation that dropped or doubled a micro-batch is off by 1/k or more.
+constexpr double kAccumulationToleranceBf16 = 2e-2;
 constexpr double kDropoutForCheckpointCheck = 0.1;
 constexpr double kFusedTolerance = 1e-6;
+// A recompute on CUDA may sum in another order than its forward did: float32 agrees to its
+// rounding; under bfloat16 an activation may round to the neighbouring value, a few units of
+// its 2^-8 spacing in the gradients.
+constexpr double kRecomputeToleranceCuda = 1e-6;
+constexpr double kRecomputeToleranceCudaBf16 = 1e-2;
 
 class NullObserver : public PhaseObserver {
  public:
@@ -27,23 +38,28 @@ struct StepResult {
   double loss = 0;
   // The gradients, or the parameters after the optimizer step when one was taken.
   std::vector<std::pair<std::string, torch::Tensor>> tensors;
+  std::vector<std::string> missing;  // parameters left without a gradient
 };
 
-// One step of `config` (its strategy, micro-batch and micro-batches) from freshly built
+// One step of `config` (its strategy, micro-batch, micro-batches and dtype) from freshly built
 // (identical) weights over `data`: the gradients, or with `optimizer_step` the parameters
 // after one step of config.optimizer (fused into the backward when the strategy steps the
-// optimizer itself).
+// optimizer itself). A parameter without a gradient counts as a zero gradient and is named.
 StepResult one_step(const RunConfig& config, const std::shared_ptr<const DataSource>& data,
-                    bool optimizer_step) {
+                    bool optimizer_step, const VerifyOptions& verify) {
   SessionOptions options;
   options.data = data;
   options.updater = optimizer_step;
   Session session(config, options);
+  if (verify.instrument) verify.instrument(session.model(), session.strategy().plan());
   // The same dropout stream for the reference and the candidate.
   seed_dropout(session.config());
   NullObserver observer;
   const MicroBatchSource next = session.step_batches(0);
+  const bool bf16 = config.dtype == Dtype::kDtypeBf16;
+  // As the trainer runs a step: the strategy under autocast, the optimizer outside it.
   const auto gradients = [&] {
+    AutocastScope autocast(session.device(), bf16);
     return session.strategy().compute_gradients(session.model(), next, observer);
   };
   const StepOutput out =
@@ -51,16 +67,16 @@ StepResult one_step(const RunConfig& config, const std::shared_ptr<const DataSou
   StepResult r;
   r.loss =
       out.loss_sum.item<double>() / static_cast<double>(std::max<int64_t>(out.target_count, 1));
-  const std::string name = session.strategy().plan().strategy_name();
   for (const auto& p : session.model().named_parameters()) {
     if (optimizer_step) {
       r.tensors.emplace_back(p.key(), p.value().detach().to(torch::kCPU).to(torch::kFloat64));
       continue;
     }
-    check_usage(p.value().grad().defined(),
-                "strategy '" + name + "' left no gradient in parameter '" + p.key() + "'",
-                "every parameter must receive a gradient");
-    r.tensors.emplace_back(p.key(), p.value().grad().detach().to(torch::kCPU).to(torch::kFloat64));
+    const torch::Tensor grad = p.value().grad();
+    if (!grad.defined()) r.missing.push_back(p.key());
+    r.tensors.emplace_back(p.key(), grad.defined()
+                                        ? grad.detach().to(torch::kCPU).to(torch::kFloat64)
+                                        : torch::zeros(p.value().sizes(), torch::kFloat64));
   }
   return r;
 }
@@ -80,10 +96,12 @@ RunConfig with_strategy(const RunConfig& base, const StrategyShorthand& shorthan
   return c;
 }
 
-VerifyCheck compare(const std::string& strategy, const StepResult& got, const StepResult& ref,
-                    bool bitwise, double tolerance, bool parameters = false) {
+VerifyCheck compare(const std::string& strategy, Dtype dtype, const StepResult& got,
+                    const StepResult& ref, bool bitwise, double tolerance,
+                    bool parameters = false) {
   VerifyCheck check;
   check.strategy = strategy;
+  check.dtype = dtype;
   check.criterion = bitwise ? "bitwise" : fmt::format("relative <= {:g}", tolerance);
   if (parameters) check.criterion = "params " + check.criterion;
   check.loss_abs_diff = std::fabs(got.loss - ref.loss);
@@ -92,8 +110,10 @@ VerifyCheck compare(const std::string& strategy, const StepResult& got, const St
   // Some gradients are zero in exact arithmetic and rounding noise in floating point (the key
   // projection's bias: softmax ignores a shift shared by all of a query's scores). Relative to
   // their own norm, two noises differ by 100%; so a tensor whose reference norm is below
-  // kZeroFraction of the whole gradient's is measured against the whole gradient's norm.
-  constexpr double kZeroFraction = 1e-6;
+  // 1e-6 of the whole gradient's is measured against the whole gradient's norm.
+  // Under bf16 that noise is at bfloat16's rounding (2^-8 of the terms summed), so there the
+  // fraction is the bf16 accumulation tolerance.
+  const double zero_fraction = dtype == Dtype::kDtypeBf16 ? kAccumulationToleranceBf16 : 1e-6;
   double whole_sq = 0;
   for (const auto& t : ref.tensors) whole_sq += t.second.pow(2).sum().item<double>();
   const double whole = std::sqrt(whole_sq);
@@ -101,7 +121,7 @@ VerifyCheck compare(const std::string& strategy, const StepResult& got, const St
     const torch::Tensor diff = got.tensors[i].second - ref.tensors[i].second;
     const double max_abs = diff.abs().max().item<double>();
     double ref_norm = ref.tensors[i].second.norm().item<double>();
-    if (ref_norm < kZeroFraction * whole) ref_norm = whole;
+    if (ref_norm < zero_fraction * whole) ref_norm = whole;
     const double rel =
         ref_norm > 0 ? diff.norm().item<double>() / ref_norm : (max_abs > 0 ? INFINITY : 0.0);
     check.grad_max_abs_diff = std::max(check.grad_max_abs_diff, max_abs);
@@ -113,6 +133,14 @@ VerifyCheck compare(const std::string& strategy, const StepResult& got, const St
   check.passed = bitwise
                      ? (check.grad_max_abs_diff == 0 && check.loss_abs_diff == 0)
                      : (check.grad_max_rel_diff <= tolerance && check.loss_rel_diff <= tolerance);
+  // Every parameter must get a gradient, in the candidate and in the reference alike.
+  check.missing_grads = static_cast<int64_t>(got.missing.size() + ref.missing.size());
+  if (check.missing_grads > 0) {
+    check.passed = false;
+    check.worst_tensor =
+        "no gradient: " +
+        (got.missing.empty() ? ref.missing.front() + " (reference)" : got.missing.front());
+  }
   return check;
 }
 
@@ -120,7 +148,13 @@ VerifyCheck compare(const std::string& strategy, const StepResult& got, const St
 
 std::vector<VerifyCheck> verify_strategies(const RunConfig& config,
                                            const std::vector<std::string>& strategies) {
-  std::vector<std::string> names = strategies;
+  VerifyOptions options;
+  options.strategies = strategies;
+  return verify_strategies(config, options);
+}
+
+std::vector<VerifyCheck> verify_strategies(const RunConfig& config, const VerifyOptions& options) {
+  std::vector<std::string> names = options.strategies;
   if (names.empty())
     for (const auto& s : strategy_shorthands())
       if (s.name != "standard") names.push_back(s.name);
@@ -162,51 +196,69 @@ std::vector<VerifyCheck> verify_strategies(const RunConfig& config,
   };
 
   std::vector<VerifyCheck> checks;
-  std::optional<StepResult> ref_dropout, ref_plain, ref_step;
-  // The fused step runs the run's optimizer when it supports it, SGD otherwise.
-  const auto& fused = fused_optimizers();
-  RunConfig stepped = with_dropout;
-  if (std::find(fused.begin(), fused.end(), stepped.optimizer) == fused.end())
-    stepped.optimizer = "sgd";
-  stepped.clip_grad_norm = 0;
-  const StrategyShorthand standard{};
+  const std::vector<Dtype> dtypes = options.dtypes.empty()
+                                        ? std::vector<Dtype>{Dtype::kDtypeFp32, Dtype::kDtypeBf16}
+                                        : options.dtypes;
   const bool cpu = torch::Device(config.device).is_cpu();
-  for (size_t i = 0; i < names.size(); ++i) {
-    const std::string& name = names[i];
-    const StrategyShorthand& s = shorthands[i];
-    if (s.fused) {
-      // Parameters after one step against standard + the unfused optimizer. SGD's update is
-      // the same arithmetic in either order, bitwise; the others within 1e-6 per tensor.
-      if (!ref_step)
-        ref_step = one_step(with_strategy(stepped, standard, 1, micro * k), data, true);
-      const StepResult got = one_step(with_strategy(stepped, s, 1, micro * k), data, true);
-      const bool bitwise = cpu && stepped.optimizer == "sgd";
-      checks.push_back(compare(name, got, *ref_step, bitwise, kFusedTolerance, true));
-    } else if (!s.accumulation) {
-      if (!ref_dropout)
-        ref_dropout = one_step(with_strategy(with_dropout, standard, 1, micro * k), data, false);
-      // Checkpointing is checked under each policy (whole blocks, then each residual branch
-      // alone) unless the configuration names one.
-      const Recompute given = with_dropout.recompute.value_or(
-          with_dropout.checkpoint_policy.value_or(Recompute::kRecomputeFull));
-      std::vector<Recompute> policies = {given};
-      if (s.checkpoint && given == Recompute::kRecomputeFull && exposes_sublayers())
-        policies = {Recompute::kRecomputeFull, Recompute::kRecomputeAttention,
-                    Recompute::kRecomputeMlp};
-      for (const Recompute policy : policies) {
-        RunConfig c = with_strategy(with_dropout, s, 1, micro * k);
-        c.checkpoint_policy = policy;
-        const StepResult got = one_step(c, data, false);
-        const std::string label =
-            policy == Recompute::kRecomputeFull ? name : name + " (" + recompute_name(policy) + ")";
-        // Bitwise on the CPU; CUDA kernels may pick other reduction orders on a recompute.
-        checks.push_back(compare(label, got, *ref_dropout, cpu, 1e-6));
+  for (const Dtype dtype : dtypes) {
+    const bool bf16 = dtype == Dtype::kDtypeBf16;
+    RunConfig dropout_on = with_dropout;
+    RunConfig dropout_off = without_dropout;
+    dropout_on.dtype = dtype;
+    dropout_off.dtype = dtype;
+    std::optional<StepResult> ref_dropout, ref_plain, ref_step;
+    // The fused step runs the run's optimizer when it supports it, SGD otherwise.
+    const auto& fused = fused_optimizers();
+    RunConfig stepped = dropout_on;
+    if (std::find(fused.begin(), fused.end(), stepped.optimizer) == fused.end())
+      stepped.optimizer = "sgd";
+    stepped.clip_grad_norm = 0;
+    const StrategyShorthand standard{};
+    for (size_t i = 0; i < names.size(); ++i) {
+      const std::string& name = names[i];
+      const StrategyShorthand& s = shorthands[i];
+      if (s.fused) {
+        // Parameters after one step against standard + the unfused optimizer. SGD's update is
+        // the same arithmetic in either order, bitwise; the others within 1e-6 per tensor.
+        if (!ref_step)
+          ref_step = one_step(with_strategy(stepped, standard, 1, micro * k), data, true, options);
+        const StepResult got =
+            one_step(with_strategy(stepped, s, 1, micro * k), data, true, options);
+        const bool bitwise = cpu && stepped.optimizer == "sgd";
+        checks.push_back(compare(name, dtype, got, *ref_step, bitwise, kFusedTolerance, true));
+      } else if (!s.accumulation) {
+        if (!ref_dropout)
+          ref_dropout =
+              one_step(with_strategy(dropout_on, standard, 1, micro * k), data, false, options);
+        // Checkpointing is checked under each policy (whole blocks, then each residual branch
+        // alone) unless the configuration names one.
+        const Recompute given = dropout_on.recompute.value_or(
+            dropout_on.checkpoint_policy.value_or(Recompute::kRecomputeFull));
+        std::vector<Recompute> policies = {given};
+        if (s.checkpoint && given == Recompute::kRecomputeFull && exposes_sublayers())
+          policies = {Recompute::kRecomputeFull, Recompute::kRecomputeAttention,
+                      Recompute::kRecomputeMlp};
+        for (const Recompute policy : policies) {
+          RunConfig c = with_strategy(dropout_on, s, 1, micro * k);
+          c.checkpoint_policy = policy;
+          const StepResult got = one_step(c, data, false, options);
+          const std::string label = policy == Recompute::kRecomputeFull
+                                        ? name
+                                        : name + " (" + recompute_name(policy) + ")";
+          // Bitwise on the CPU, under bf16 too: the recompute runs the forward's kernels on
+          // the forward's inputs and casts the weights as it did.
+          const double tolerance = bf16 ? kRecomputeToleranceCudaBf16 : kRecomputeToleranceCuda;
+          checks.push_back(compare(label, dtype, got, *ref_dropout, cpu, tolerance));
+        }
+      } else {
+        if (!ref_plain)
+          ref_plain =
+              one_step(with_strategy(dropout_off, standard, 1, micro * k), data, false, options);
+        const StepResult got =
+            one_step(with_strategy(dropout_off, s, k, micro), data, false, options);
+        checks.push_back(compare(name, dtype, got, *ref_plain, false,
+                                 bf16 ? kAccumulationToleranceBf16 : kAccumulationTolerance));
       }
-    } else {
-      if (!ref_plain)
-        ref_plain = one_step(with_strategy(without_dropout, standard, 1, micro * k), data, false);
-      const StepResult got = one_step(with_strategy(without_dropout, s, k, micro), data, false);
-      checks.push_back(compare(name, got, *ref_plain, false, kAccumulationTolerance));
     }
   }
   return checks;

@@ -1,40 +1,66 @@
 // `gradscope verify`: proof that each memory strategy computes the gradient the math says.
 // One step of every strategy from identical weights and data is compared with standard
-// training on the whole effective batch (docs/strategies.md):
-// - checkpoint: bitwise equal gradients on CPU fp32, with dropout 0.1 forced on (the recompute
-//   must draw the same dropout masks), whole blocks and, where the blocks expose them, the
-//   attention and MLP branches alone (--checkpoint-policy attention, mlp);
-// - accumulation, checkpoint+accumulation: norm-wise ||a - b|| / ||b|| <= 1e-5 per tensor,
-//   dropout off (micro-batches draw masks in a different order by construction).
+// training on the whole effective batch (docs/strategies.md), once in float32 and once under
+// bfloat16 autocast (--dtype bf16), each against the standard step in the same dtype:
+// - checkpoint: bitwise equal gradients on the CPU, fp32 and bf16 alike, with dropout 0.1
+//   forced on (the recompute must draw the same dropout masks and, under bf16, cast the
+//   weights as the forward did), whole blocks and, where the blocks expose them, the attention
+//   and MLP branches alone (--checkpoint-policy attention, mlp). On CUDA, whose kernels may
+//   sum in another order on a recompute: relative <= 1e-6 (fp32), <= 1e-2 (bf16: a few units
+//   of bfloat16's rounding, 2^-8 relative, where an activation rounds the other way);
+// - accumulation, checkpoint+accumulation: norm-wise ||a - b|| / ||b|| <= 1e-5 per tensor in
+//   fp32, <= 2e-2 in bf16 (each micro-batch's products are rounded to bfloat16 apart, so a
+//   weight's gradient sums k rounded parts instead of rounding one sum), dropout off
+//   (micro-batches draw masks in a different order by construction);
 // - fused, checkpoint+fused (strategies that step the optimizer in backward): the parameters
 //   after one step against standard + the unfused optimizer (the run's optimizer if the fused
 //   step supports it, else SGD), dropout 0.1: bitwise for SGD on CPU, else relative <= 1e-6
 //   per tensor. The grad_* fields then describe parameter differences.
+// A gradient check also fails when a parameter is left without a gradient (a recompute that
+// lost a weight's graph, say).
 // Every model is built by the session (session.h), as a run builds it.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "gradscope/core/config.h"
+#include "gradscope/models/model.h"
 
 namespace gradscope {
 
 struct VerifyCheck {
   std::string strategy;
+  Dtype dtype = Dtype::kDtypeFp32;
   std::string criterion;     // "bitwise" or "relative <= 1e-05"; "params ..." for fused
   double loss_abs_diff = 0;  // |loss - reference loss|
   double loss_rel_diff = 0;
   double grad_max_abs_diff = 0;  // over every element of every gradient
   double grad_max_rel_diff = 0;  // worst tensor's ||a - b|| / ||b||
-  std::string worst_tensor;      // name of that tensor
+  std::string worst_tensor;      // name of that tensor, or of the first without a gradient
   int64_t tensors = 0;
+  int64_t missing_grads = 0;  // parameters the strategy left without a gradient
   bool passed = false;
 };
 
-// Runs the checks for `strategies` (strategy names; every shorthand but standard when empty).
-// The config gives model, preset, batch, accum steps (at least 2 is used for accumulating
-// strategies), seed and device.
+struct VerifyOptions {
+  // Strategy names; every shorthand but standard when empty.
+  std::vector<std::string> strategies;
+  // The dtypes to check in; fp32 and then bf16 when empty.
+  std::vector<Dtype> dtypes;
+  // Called with each model verify builds (references included), after its session installed
+  // the plan's recomputation and before its step: tests break a recompute here to show that
+  // the checks catch it. Empty in every real use.
+  std::function<void(Model& model, const StepPlan& plan)> instrument;
+};
+
+// Runs the checks of `options`, grouped by dtype. The config gives model, preset, batch,
+// accum steps (at least 2 is used for accumulating strategies), seed and device; its dtype is
+// ignored (options.dtypes says which).
+std::vector<VerifyCheck> verify_strategies(const RunConfig& config, const VerifyOptions& options);
+// The checks of `strategies` in both dtypes.
 std::vector<VerifyCheck> verify_strategies(const RunConfig& config,
                                            const std::vector<std::string>& strategies);
 
