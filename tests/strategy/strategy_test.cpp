@@ -474,10 +474,66 @@ TEST(Accumulation, AnnouncesPhasesPerMicroBatch) {
   PhaseLog log;
   strategy->compute_gradients(*model, split(text_batch(6, 8, 2), 3), log);
   using P = Phase;
-  const std::vector<Phase> expected = {P::kPhaseData,     P::kPhaseData,     P::kPhaseData,
-                                       P::kPhaseForward,  P::kPhaseBackward, P::kPhaseForward,
-                                       P::kPhaseBackward, P::kPhaseForward,  P::kPhaseBackward};
+  // Data again before each later micro-batch: its move to the device.
+  const std::vector<Phase> expected = {P::kPhaseData,    P::kPhaseData,     P::kPhaseData,
+                                       P::kPhaseForward, P::kPhaseBackward, P::kPhaseData,
+                                       P::kPhaseForward, P::kPhaseBackward, P::kPhaseData,
+                                       P::kPhaseForward, P::kPhaseBackward};
   EXPECT_EQ(log.phases, expected);
+}
+
+// Counts, at each forward, the micro-batches whose device copies are alive: a device copy is a
+// fresh tensor made by the source's to_device, watched through a weak reference, so it counts
+// until the last owner (the strategy, the autograd graph) lets it go.
+struct DeviceResidency : PhaseObserver {
+  std::vector<c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>> moved;
+  std::vector<int64_t> resident_at_forward;
+  std::vector<int64_t> moved_at_forward;
+  int64_t fetched = 0;
+
+  void enter(Phase phase) override {
+    if (phase != Phase::kPhaseForward) return;
+    int64_t alive = 0;
+    for (const auto& w : moved) alive += w.expired() ? 0 : 1;
+    resident_at_forward.push_back(alive);
+    moved_at_forward.push_back(static_cast<int64_t>(moved.size()));
+  }
+
+  MicroBatchSource source(const Batch& batch, int64_t k) {
+    const int64_t each = batch.samples / k;
+    return MicroBatchSource(
+        [this, batch, each](int64_t i) {
+          ++fetched;
+          return rows(batch, i * each, each);
+        },
+        [this](const Batch& host) {
+          Batch device = host;
+          device.input_ids = host.input_ids.clone();
+          device.targets = host.targets.clone();
+          moved.emplace_back(device.input_ids.getIntrusivePtr());
+          return device;
+        });
+  }
+};
+
+// Accumulation keeps the step's micro-batches on the host (their target counts are all known
+// before the first backward) and moves each to the device just before its forward, dropping
+// it after its backward: at every forward exactly one micro-batch is on the device, and the
+// later ones have not been moved yet. Moving all k first would hold k there at the first.
+TEST(Accumulation, MovesOneMicroBatchToTheDeviceAtATime) {
+  const int64_t k = 4;
+  const Batch batch = text_batch(8, 16, 25, {16, 3, 16, 9, 16, 16, 5, 16});
+  auto model = tiny_llama(0);
+  auto strategy = make_strategy("accumulation", {}, k);
+  DeviceResidency residency;
+  const StepOutput out = strategy->compute_gradients(*model, residency.source(batch, k), residency);
+  EXPECT_EQ(residency.fetched, k);
+  EXPECT_EQ(residency.resident_at_forward, std::vector<int64_t>(k, 1));
+  EXPECT_EQ(residency.moved_at_forward, (std::vector<int64_t>{1, 2, 3, 4}));
+  for (const auto& w : residency.moved) EXPECT_TRUE(w.expired());  // none left behind
+  // Still the whole step's target count, and still the full batch's gradient.
+  EXPECT_EQ(out.target_count, batch.targets_count);
+  EXPECT_LE(max_relative_diff(take_grads(*model), strategy_grads("standard", 0, 1, batch)), 1e-5);
 }
 
 // Whole runs through the trainer: with dropout on, checkpointing changes no loss of any

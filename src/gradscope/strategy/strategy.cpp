@@ -4,12 +4,16 @@
 // effective batch. Each micro-batch's summed loss is divided by the target count of the
 // whole step (not by its own count and then by k: with padded or masked targets the counts
 // differ, and a mean of means weights the targets of short micro-batches more). That count
-// must be known before the first backward, so the k micro-batches are fetched first (their
-// inputs are held until their turn: index tensors for text, small beside the activations).
+// must be known before the first backward, so the k micro-batches are fetched first, and
+// held on the host until their turn: each is moved to the device just before its forward and
+// dropped after its backward, so the device holds one micro-batch's inputs at a time (with
+// images, holding all k there would spend k times the input memory accumulation saves).
 // Each batch knows its target count on the CPU (the data source counts it), so the step
 // needs no device synchronization to learn it. With one micro-batch this is standard
 // training: one forward and one backward over the whole batch.
 #include "gradscope/strategy/strategy.h"
+
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -48,21 +52,26 @@ void Strategy::attach(Model& model) {
 StepOutput Strategy::compute_gradients(Model& model, const MicroBatchSource& next,
                                        PhaseObserver& observer) const {
   const int64_t k = plan_.accum_steps;
-  // All micro-batches first, so that the step's target count is known before any backward.
-  std::vector<Batch> batches;
-  batches.reserve(static_cast<size_t>(k));
+  // All micro-batches first, on the host, so that the step's target count is known before
+  // any backward.
+  std::vector<Batch> host;
+  host.reserve(static_cast<size_t>(k));
   int64_t total = 0;
   for (int64_t i = 0; i < k; ++i) {
     observer.enter(Phase::kPhaseData);
-    batches.push_back(next(i));
-    total += batches.back().targets_count;
+    host.push_back(next.fetch(i));
+    total += host.back().targets_count;
   }
   const double denominator = static_cast<double>(std::max<int64_t>(total, 1));
 
   StepOutput step;
   step.target_count = total;
   for (int64_t i = 0; i < k; ++i) {
-    Batch& batch = batches[static_cast<size_t>(i)];
+    // The first move belongs to the data phase still running; a later one starts it again.
+    if (i > 0) observer.enter(Phase::kPhaseData);
+    Batch batch = std::move(host[static_cast<size_t>(i)]);
+    host[static_cast<size_t>(i)] = Batch();
+    if (next.to_device) batch = next.to_device(batch);  // the host copy is dropped here
     observer.enter(Phase::kPhaseForward);
     LossOutput out = model.loss(batch);
     if (out.target_count != batch.targets_count)
@@ -78,7 +87,11 @@ StepOutput Strategy::compute_gradients(Model& model, const MicroBatchSource& nex
     step.loss_sum = step.loss_sum.defined() ? step.loss_sum + summed : summed;
     step.samples += batch.samples;
     step.tokens += batch.tokens;
-    batch = Batch();  // its inputs are no longer needed
+    // Its inputs leave the device before the next one arrives (the graph that also held
+    // them was freed by backward).
+    out = LossOutput();
+    loss = torch::Tensor();
+    batch = Batch();
   }
   return step;
 }

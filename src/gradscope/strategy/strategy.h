@@ -16,6 +16,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <torch/torch.h>
@@ -44,8 +46,30 @@ struct StepOutput {
   int64_t tokens = 0;
 };
 
-// Returns micro-batch `index` (0 .. micro_batches-1) of the current step, on the device.
-using MicroBatchSource = std::function<Batch(int64_t index)>;
+// The micro-batches of one step. fetch(i) returns micro-batch i (0 .. micro_batches-1) where
+// the data source keeps it (the host), its target count counted; to_device moves one to the
+// device the model runs on. The strategy fetches all of them first (it needs the step's
+// target count before the first backward) but moves each to the device only just before its
+// forward and drops it after its backward, so one micro-batch's inputs are on the device at a
+// time: accumulation exists to save device memory, and k images on the device would spend it.
+// An empty to_device means that fetch's batches are already where the model runs.
+struct MicroBatchSource {
+  using Fetch = std::function<Batch(int64_t index)>;
+  using ToDevice = std::function<Batch(const Batch& host)>;
+
+  MicroBatchSource() = default;
+  MicroBatchSource(Fetch fetch_batch, ToDevice to_device_batch)
+      : fetch(std::move(fetch_batch)), to_device(std::move(to_device_batch)) {}
+  // A source whose batches need no move (tests, and sources that make them on the device).
+  template <typename F,
+            typename = std::enable_if_t<std::is_invocable_r_v<Batch, F&, int64_t> &&
+                                        !std::is_same_v<std::decay_t<F>, MicroBatchSource>>>
+  MicroBatchSource(F fetch_batch)  // NOLINT(google-explicit-constructor): a plain function is one
+      : fetch(std::move(fetch_batch)) {}
+
+  Fetch fetch;
+  ToDevice to_device;
+};
 
 class Strategy {
  public:
@@ -58,7 +82,9 @@ class Strategy {
   // Leaves the gradient of the mean per-target loss of the whole step (plan.accum_steps
   // micro-batches from `next`) in the parameters' .grad, accumulated onto what is there. Each
   // micro-batch's summed loss is divided by the target count of the whole step, never by the
-  // number of micro-batches, so accumulation is exact with padded or masked targets.
+  // number of micro-batches, so accumulation is exact with padded or masked targets. Phases:
+  // data (every fetch, and the first micro-batch's move to the device), then forward and
+  // backward of each micro-batch, with data again before each later one (its move).
   StepOutput compute_gradients(Model& model, const MicroBatchSource& next,
                                PhaseObserver& observer) const;
 

@@ -183,9 +183,12 @@ MicroBatchSource Session::step_batches(int64_t step) const {
   const int64_t first = step * resolved_.config.effective_batch();
   const DataSource* data = data_.get();
   const torch::Device device = device_;
-  return [data, first, micro, device](int64_t index) {
-    return data->train_batch(first + index * micro, micro).to(device);
-  };
+  // Host batches; the strategy moves each to the device just before its forward.
+  return MicroBatchSource(
+      [data, first, micro](int64_t index) {
+        return data->train_batch(first + index * micro, micro);
+      },
+      [device](const Batch& host) { return host.to(device); });
 }
 
 }  // namespace gradscope

@@ -110,7 +110,9 @@ class Session {
   void use_learning_rate(double lr);
 
   // The micro-batch source of step `step` (0-based, warm-up included): the step trains on
-  // samples [step * E, (step + 1) * E) of the data stream, E the effective batch.
+  // samples [step * E, (step + 1) * E) of the data stream, E the effective batch. Its
+  // batches come on the host and are moved to the run's device one at a time, as the
+  // strategy reaches them.
   MicroBatchSource step_batches(int64_t step) const;
 
  private:
