@@ -50,10 +50,78 @@ double percentile(std::vector<double> values, double pct) {
 
 double median(std::vector<double> values) { return percentile(std::move(values), 50); }
 
+double student_t_cdf(double t, double df) {
+  check_usage(df > 0 && !std::isnan(t), "student_t_cdf: df must be positive, t a number");
+  if (std::isinf(t)) return t > 0 ? 1 : 0;
+  // P(|T| > |t|) = I_{df / (df + t^2)}(df / 2, 1 / 2).
+  const double tail = 0.5 * incomplete_beta(df / (df + t * t), df / 2, 0.5);
+  return t >= 0 ? 1 - tail : tail;
+}
+
+namespace {
+
+struct Moments {
+  int n = 0;
+  double mean = kNaN, var = kNaN;  // var: the unbiased sample variance
+};
+
+Moments moments_of(const std::vector<double>& v) {
+  Moments m;
+  m.n = static_cast<int>(v.size());
+  if (m.n == 0) return m;
+  double sum = 0;
+  for (double x : v) sum += x;
+  m.mean = sum / m.n;
+  if (m.n < 2) return m;
+  double ss = 0;
+  for (double x : v) ss += (x - m.mean) * (x - m.mean);
+  m.var = ss / (m.n - 1);
+  return m;
+}
+
+// Welch's test from the two samples' moments; an exact side (var 0, n "infinite") is a
+// constant.
+WelchTest welch_from(const Moments& a, const Moments& b, bool b_exact) {
+  WelchTest w;
+  w.mean_a = a.mean;
+  w.mean_b = b.mean;
+  if (a.n < 2 || (!b_exact && b.n < 2)) return w;
+  w.valid = true;
+  const double va = a.var / a.n;
+  const double vb = b_exact ? 0 : b.var / b.n;
+  const double se2 = va + vb;
+  if (!(se2 > 0)) {  // no spread on either side: the difference is exact
+    w.df = b_exact ? a.n - 1 : a.n + b.n - 2;
+    const bool same = a.mean == b.mean;
+    w.t = same ? 0 : (a.mean > b.mean ? 1 : -1) * std::numeric_limits<double>::infinity();
+    w.p = same ? 1 : 0;
+    return w;
+  }
+  w.t = (a.mean - b.mean) / std::sqrt(se2);
+  const double denom = va * va / (a.n - 1) + (b_exact ? 0 : vb * vb / (b.n - 1));
+  w.df = se2 * se2 / denom;
+  w.p = 2 * student_t_cdf(-std::abs(w.t), w.df);
+  return w;
+}
+
+}  // namespace
+
+WelchTest welch_t_test(const std::vector<double>& a, const std::vector<double>& b) {
+  return welch_from(moments_of(a), moments_of(b), false);
+}
+
+WelchTest one_sample_t_test(const std::vector<double>& a, double mu) {
+  Moments b;
+  b.n = 1;
+  b.mean = mu;
+  b.var = 0;
+  return welch_from(moments_of(a), b, true);
+}
+
 double student_t_quantile(double p, double df) {
   check_usage(p > 0 && p < 1 && df > 0, "student_t_quantile: p must be in (0, 1), df positive");
   if (p < 0.5) return -student_t_quantile(1 - p, df);
-  auto cdf = [df](double t) { return 1 - 0.5 * incomplete_beta(df / (df + t * t), df / 2, 0.5); };
+  auto cdf = [df](double t) { return student_t_cdf(t, df); };
   double lo = 0, hi = 1;
   while (cdf(hi) < p) hi *= 2;
   for (int i = 0; i < 200 && hi - lo > 1e-12 * hi; ++i) {

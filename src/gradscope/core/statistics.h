@@ -1,5 +1,6 @@
 // The statistics gradscope computes, in one place: medians and percentiles of measurements
-// (step times, utilization) and means over seeds with their 95% Student-t intervals.
+// (step times, utilization), means over seeds with their 95% Student-t intervals, and Welch's
+// t test of two sets of per-seed values (the report's verdicts rest on it).
 #pragma once
 
 #include <limits>
@@ -30,5 +31,26 @@ Interval mean_interval(const std::vector<double>& values);
 // The p-quantile of Student's t distribution with `df` degrees of freedom (p in (0, 1)),
 // computed from the regularized incomplete beta function, not looked up.
 double student_t_quantile(double p, double df);
+// P(T <= t) for Student's t with `df` degrees of freedom (df > 0, not necessarily whole).
+double student_t_cdf(double t, double df);
+
+// Welch's t test of the means of two samples that may have different variances:
+//   t = (mean_a - mean_b) / sqrt(s_a^2 / n_a + s_b^2 / n_b),
+//   df = (s_a^2/n_a + s_b^2/n_b)^2 / ((s_a^2/n_a)^2 / (n_a - 1) + (s_b^2/n_b)^2 / (n_b - 1))
+// (Welch-Satterthwaite), p two-sided = 2 P(T > |t|). Valid only with n >= 2 on both sides.
+// When both samples have no spread the difference of the means is exact: p = 0 when they
+// differ, 1 when they are equal.
+struct WelchTest {
+  bool valid = false;  // both samples have at least two values
+  double mean_a = kNaN, mean_b = kNaN;
+  double t = kNaN, df = kNaN, p = kNaN;
+  // a's mean is above (below) b's, two-sided p < alpha.
+  bool above(double alpha = 0.05) const { return valid && p < alpha && mean_a > mean_b; }
+  bool below(double alpha = 0.05) const { return valid && p < alpha && mean_a < mean_b; }
+};
+WelchTest welch_t_test(const std::vector<double>& a, const std::vector<double>& b);
+// The one-sample t test of a's mean against mu (df = n - 1): Welch's test against a sample
+// with no spread.
+WelchTest one_sample_t_test(const std::vector<double>& a, double mu);
 
 }  // namespace gradscope

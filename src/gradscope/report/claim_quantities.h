@@ -1,6 +1,7 @@
-// The quantities of the study's claims (ClaimQuantity in claims.h), computed from the groups,
-// with the evidence, headline and notes the report shows beside each verdict. The verdict
-// itself is the evaluator's (claims.cpp): it compares the value with the rule's thresholds.
+// The comparisons behind the study's claims (ClaimQuantity in claims.h), gathered from the
+// groups as per-seed values, with the evidence, headline and notes the report shows beside
+// each verdict. The verdict itself is the evaluator's (claims.cpp): it tests each comparison
+// with Welch's t test against the rule's thresholds and combines the outcomes.
 #pragma once
 
 #include <optional>
@@ -11,20 +12,26 @@
 
 namespace gradscope {
 
-// A claim's quantity per basis: index 0 at equal steps (the study's), 1 at equal samples.
+// One comparison: per-seed values a against per-seed values b (scaled by a threshold), or
+// against the thresholds themselves when b is nullopt.
+struct ClaimTest {
+  std::vector<double> a;
+  std::optional<std::vector<double>> b;
+  size_t evidence = 0;  // the Evidence row it belongs to; the evaluator adds its outcome there
+};
+
 struct ClaimMeasurement {
-  std::optional<double> value[2];  // nullopt: nothing could be compared
-  // The verdict would turn on a difference smaller than the 95% intervals.
-  bool too_close[2] = {false, false};
+  std::vector<ClaimTest> tests[kBases];  // per basis (claims.h)
   double peak_ratio = 0;  // the largest treatment / standard peak of the deciding pairs
+  // The data measured something else than the study: the verdict is "not comparable here".
+  bool not_comparable = false;
   std::string measured;
   std::vector<Evidence> evidence;
   std::vector<std::string> notes;
 
   // For quantities that do not depend on the basis (step time, utilization).
-  void same_at_both_bases() {
-    value[1] = value[0];
-    too_close[1] = too_close[0];
+  void same_at_every_basis() {
+    for (int b = 1; b < kBases; ++b) tests[b] = tests[0];
   }
 };
 

@@ -1,12 +1,16 @@
 // The claims of "Gradient Under Microscope", re-examined against a database. Each claim is one
-// row of a table (study_claims): what the study says, the quantity that tests it, how the
-// quantity is compared with the rule's thresholds, and on which models. One evaluator computes
-// the quantity from the groups and applies the comparison, at equal steps (the study's basis,
-// which decides the verdict) and at equal samples (the fair basis when a strategy changes how
-// many samples a step sees).
+// row of a table (study_claims): what the study says, what it compares, how each comparison is
+// held against the rule's thresholds, and how the comparisons make a verdict. One evaluator
+// decides them all, at equal steps (the study's basis, the headline verdict), at equal samples
+// (the fair basis when a strategy changes how many samples a step sees) and at equal gradient
+// evaluations (the fair basis for compute: a line search spends several passes per step).
 //
-// A verdict is "not enough data" when nothing could be compared, and also when it would turn
-// on a difference smaller than the seeds' 95% intervals.
+// The one rule of every verdict: a comparison is of per-seed values (a loss at the basis's
+// point, a step time, a utilization), needs at least kMinSeeds seeds on each side, and is
+// decided by Welch's t test, two-sided at 95% (p < 0.05), of one side against the other
+// scaled by a threshold (or against a constant). A comparison with fewer seeds is listed but
+// does not count; one the test cannot decide either way is undecided. The verdict is "not
+// enough data" when no comparison counts or the counted ones do not settle the rule.
 #pragma once
 
 #include <optional>
@@ -17,30 +21,51 @@
 
 namespace gradscope {
 
-enum class Verdict { kReproduced, kNotReproduced, kNotEnoughData };
-const char* verdict_name(Verdict v);  // "reproduced", "not reproduced", "not enough data"
+// kNotComparable: the data measures something else than the study did (a CPU's utilization
+// against the study's GPU utilization).
+enum class Verdict { kReproduced, kNotReproduced, kNotEnoughData, kNotComparable };
+// "reproduced", "not reproduced", "not enough data", "not comparable here"
+const char* verdict_name(Verdict v);
 
-// What a claim measures.
+// Seeds a side of a comparison needs before it counts toward a verdict.
+inline constexpr int kMinSeeds = 3;
+// The two-sided significance level of the Welch t test behind every verdict.
+inline constexpr double kAlpha = 0.05;
+
+// What a claim compares.
 enum class ClaimQuantity {
-  // The median over (treatment, standard) pairs of the loss ratio standard / treatment; the
-  // pairs' largest peak-memory ratio treatment / standard beside it.
+  // Per (treatment, standard) pair: the standard run's loss against the treatment's scaled by
+  // the threshold (standard / treatment >= low); the pairs' largest peak-memory ratio beside.
   kLossRatio,
-  // The cells (model, strategy, settings other than the optimizer's) in which another
-  // optimizer's loss is below Adam's by more than their 95% intervals.
+  // Per cell (model, strategy, settings other than the optimizer's) and optimizer other than
+  // Adam: its loss against Adam's (another optimizer below Adam).
   kCellsBeatingAdam,
-  // The largest relative loss difference of a (treatment, standard) pair, seed by seed.
+  // Per (treatment, standard) pair: the treatment's loss against the standard's scaled by
+  // the band's ends (a relative difference beyond the band).
   kLossDifference,
-  // The largest step-time ratio treatment / standard over the pairs.
+  // Per (treatment, standard) pair: the treatment's step time against the standard's scaled.
   kStepTimeRatio,
-  // The median over the model's ok runs of their mean utilization (%).
+  // Per configuration of the model, on GPU runs only: the runs' mean utilization (%) against
+  // the range's ends as constants.
   kMedianUtilization,
 };
 
-// How the quantity is compared with the thresholds.
+// How one comparison (a against b, or against a constant) is held against the thresholds;
+// "above low" means a is significantly above low x b.
 enum class ClaimComparison {
-  kAtLeast,  // quantity >= low
-  kAbove,    // quantity > low
-  kWithin,   // low <= quantity <= high
+  kAtLeast,  // passes when above low, fails when below low
+  kBelow,    // passes when below low, fails when above low
+  kWithin,   // passes when above low and below high, fails when below low or above high
+  kOutside,  // passes when below low or above high, fails when above low and below high
+};
+
+// How the counted comparisons make the verdict.
+enum class ClaimAggregate {
+  kMedian,  // reproduced when more than half pass, not reproduced when more than half fail
+  kAny,     // reproduced when one passes, not reproduced when every one fails
+  // For kWithin: reproduced when every one is below high and one above low; not reproduced
+  // when one is above high or every one below low.
+  kUpTo,
 };
 
 // What a claim measures, and on what.
@@ -50,13 +75,11 @@ struct ClaimMeasure {
   std::vector<std::string> models;  // empty: every model in the data
 };
 
-// How the measured quantity decides the verdict.
+// How the comparisons decide the verdict.
 struct ClaimThresholds {
   ClaimComparison comparison;
   double low = 0, high = 0;
-  // The threshold a single pair's ratio is held against: when the range its 95% intervals
-  // allow holds it, the verdict is too close to call. Unset: no such per-pair test.
-  std::optional<double> pair_threshold;
+  ClaimAggregate aggregate = ClaimAggregate::kMedian;
   // Also required: no treatment run needs more than this times its standard run's peak.
   std::optional<double> max_peak_ratio;
 };
@@ -64,7 +87,7 @@ struct ClaimThresholds {
 struct ClaimRule {
   std::string id;     // "accumulation-vlm", ...
   std::string claim;  // the study's claim, in words
-  std::string rule;   // how the verdict is decided, in words
+  std::string rule;   // how the verdict is decided, in words (the seed rule included)
   ClaimMeasure measure;
   ClaimThresholds thresholds;
 };
@@ -72,11 +95,18 @@ struct ClaimRule {
 // The study's seven claims, in report order.
 const std::vector<ClaimRule>& study_claims();
 
-// One compared pair or cell behind a finding, at both bases.
+// The bases of a verdict, in order: equal steps (the study's), equal samples, equal gradient
+// evaluations.
+inline constexpr int kBases = 3;
+Axis basis_axis(int basis);
+
+// One compared pair or cell behind a finding, at each basis.
 struct Evidence {
-  std::string what;     // "nanovlm tiny, adam: accumulation vs standard"
-  std::string steps;    // the figure at equal steps, as text
-  std::string samples;  // the figure at equal samples, as text
+  std::string what;         // "nanovlm tiny, adam: accumulation vs standard"
+  std::string steps;        // the figure at equal steps, as text
+  std::string samples;      // at equal samples
+  std::string evaluations;  // at equal gradient evaluations
+  std::string time;         // at equal training time, shown beside (no verdict); "" if none
 };
 
 struct Finding {
@@ -85,9 +115,10 @@ struct Finding {
   std::string rule;
   Verdict verdict = Verdict::kNotEnoughData;  // on the study's basis
   Verdict verdict_equal_samples = Verdict::kNotEnoughData;
+  Verdict verdict_equal_evaluations = Verdict::kNotEnoughData;
   std::string measured;  // the headline figure(s) this database gives
   std::vector<Evidence> evidence;
-  std::vector<std::string> notes;  // intervals overlapping, device caveats, ...
+  std::vector<std::string> notes;  // seeds too few, device caveats, ...
 };
 
 // One claim's finding on these groups.

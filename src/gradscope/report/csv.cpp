@@ -121,14 +121,24 @@ std::string runs_csv(const GroupedRuns& data) {
 }
 
 std::string steps_csv(const GroupedRuns& data) {
-  std::string csv = csv_row(
-      {"run_id", "step", "samples", "tokens", "time_s", "energy_j", "loss", "lr", "grad_norm"});
+  std::string csv = csv_row({"run_id", "step", "samples", "tokens", "evaluations", "flops",
+                             "time_s", "energy_j", "loss", "lr", "grad_norm"});
   for (const Group& g : data.groups)
     for (size_t i : g.runs)
       for (const CurvePoint& p : data.runs[i].curve)
         csv += csv_row({data.runs[i].run_id(), csv_number(p.step), csv_number(p.samples),
-                        csv_number(p.tokens), csv_number(p.time_s), csv_number(p.energy_j),
-                        csv_number(p.loss), csv_number(p.lr), csv_number(p.grad_norm)});
+                        csv_number(p.tokens), csv_number(p.evaluations), csv_number(p.flops),
+                        csv_number(p.time_s), csv_number(p.energy_j), csv_number(p.loss),
+                        csv_number(p.lr), csv_number(p.grad_norm)});
+  return csv;
+}
+
+std::string claims_csv(const std::vector<Finding>& findings) {
+  std::string csv = csv_row({"claim_id", "claim", "verdict_equal_steps", "verdict_equal_samples",
+                             "verdict_equal_evaluations", "measured", "rule"});
+  for (const Finding& f : findings)
+    csv += csv_row({f.id, f.claim, verdict_name(f.verdict), verdict_name(f.verdict_equal_samples),
+                    verdict_name(f.verdict_equal_evaluations), f.measured, f.rule});
   return csv;
 }
 

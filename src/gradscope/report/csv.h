@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "gradscope/report/claims.h"
 #include "gradscope/report/groups.h"
 
 namespace gradscope {
@@ -10,8 +11,11 @@ namespace gradscope {
 // runs.csv: one row per run (latest attempt of each run_id), in report order: configuration,
 // status, losses, step time, throughput, peak memory by component, energy, utilization, FLOPs.
 std::string runs_csv(const GroupedRuns& data);
-// steps.csv: one row per step with a finite loss, with cumulative samples, tokens, time and
-// energy.
+// steps.csv: one row per step with a finite loss, with cumulative samples, tokens, gradient
+// evaluations (samples x passes), hardware FLOPs, time and energy.
 std::string steps_csv(const GroupedRuns& data);
+// claims.csv: one row per claim: its id, the verdicts at equal steps, samples and gradient
+// evaluations, the headline figure and the rule.
+std::string claims_csv(const std::vector<Finding>& findings);
 
 }  // namespace gradscope

@@ -62,7 +62,8 @@ class FigureWriter {
 
   std::vector<Figure> write_all() {
     for (const std::string& model : data_.models) {
-      for (Axis axis : {Axis::kSteps, Axis::kSamples, Axis::kTime, Axis::kEnergy})
+      for (Axis axis : {Axis::kSteps, Axis::kSamples, Axis::kEvaluations, Axis::kFlops, Axis::kTime,
+                        Axis::kEnergy})
         loss_figure(model, axis);
       memory_figure(model);
       phases_figure(model);
@@ -189,7 +190,14 @@ class FigureWriter {
             ? fmt::format(" Energy per step is the run's total ({}) spread in proportion to step "
                           "time.",
                           energy_sources(data_))
-            : "");
+        : axis == Axis::kEvaluations
+            ? std::string(" One gradient evaluation is one sample through one forward and "
+                          "backward pass; a line search (CG) spends several per step, so equal "
+                          "evaluations is equal compute.")
+        : axis == Axis::kFlops
+            ? std::string(" Hardware FLOPs: the record's FLOPs per forward-backward pass, "
+                          "recomputation included, times the passes.")
+            : std::string());
     emit(f, 440 * std::max(cols, 1) + 40, 360 * rows + 20, dat_text, body);
   }
 

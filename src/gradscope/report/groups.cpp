@@ -32,10 +32,15 @@ std::vector<CurvePoint> curve_of(const RunRecord& record) {
     if (std::isfinite(s.time_s) && s.time_s > 0) total_time += s.time_s;
   const double joules = record.energy ? or_nan(record.energy->joules) : kNaN;
   const double watts = std::isfinite(joules) && total_time > 0 ? joules / total_time : kNaN;
+  const double flops_per_evaluation =
+      record.flops && record.flops->hardware_per_step > 0 ? record.flops->hardware_per_step : kNaN;
   CurvePoint at;
   for (const StepEntry& s : record.steps) {
     at.step = static_cast<double>(s.step);
     at.samples += static_cast<double>(s.samples);
+    const double passes = static_cast<double>(std::max<int64_t>(1, s.evaluations));
+    at.evaluations += passes * static_cast<double>(s.samples);
+    at.flops += passes * flops_per_evaluation;
     at.tokens += static_cast<double>(s.tokens);
     at.time_s += std::isfinite(s.time_s) && s.time_s > 0 ? s.time_s : 0;
     at.energy_j = at.time_s * watts;
@@ -45,6 +50,20 @@ std::vector<CurvePoint> curve_of(const RunRecord& record) {
     if (std::isfinite(at.loss)) curve.push_back(at);
   }
   return curve;
+}
+
+// The evaluations at the positions of the steps they followed. An evaluation after the last
+// step (final_val_loss) is the last entry of evals.
+std::vector<ValPoint> val_of(const RunRecord& record, const std::vector<CurvePoint>& curve) {
+  std::vector<ValPoint> val;
+  for (const EvalEntry& e : record.evals) {
+    if (!e.val_loss || !std::isfinite(*e.val_loss)) continue;
+    const auto it = std::find_if(curve.begin(), curve.end(), [&](const CurvePoint& p) {
+      return p.step == static_cast<double>(e.step);
+    });
+    if (it != curve.end()) val.push_back({*it, *e.val_loss});
+  }
+  return val;
 }
 
 // The interval of one figure over a group's ok runs that have it.
@@ -126,16 +145,20 @@ void summarize(const GroupedRuns& data, Group& g) {
     });
     if (i.n > 0) g.phase_s[phase] = i;
   }
-  g.samples_total = kNaN;
-  g.steps_total = kNaN;
-  for (size_t i : g.ok_runs) {
-    const auto& c = data.runs[i].curve;
-    if (c.empty()) continue;
-    g.samples_total = std::isfinite(g.samples_total) ? std::min(g.samples_total, c.back().samples)
-                                                     : c.back().samples;
-    g.steps_total =
-        std::isfinite(g.steps_total) ? std::min(g.steps_total, c.back().step) : c.back().step;
-  }
+  const auto smallest = [&](Axis axis) {
+    double total = kNaN;
+    for (size_t i : g.ok_runs) {
+      const auto& c = data.runs[i].curve;
+      if (c.empty() || !std::isfinite(c.back().at(axis))) continue;
+      total = std::isfinite(total) ? std::min(total, c.back().at(axis)) : c.back().at(axis);
+    }
+    return total;
+  };
+  g.samples_total = smallest(Axis::kSamples);
+  g.steps_total = smallest(Axis::kSteps);
+  g.evaluations_total = smallest(Axis::kEvaluations);
+  g.flops_total = smallest(Axis::kFlops);
+  g.time_total = smallest(Axis::kTime);
 }
 
 std::string unquote(const std::string& s) {
@@ -209,6 +232,10 @@ const char* axis_name(Axis a) {
       return "steps";
     case Axis::kSamples:
       return "samples";
+    case Axis::kEvaluations:
+      return "evaluations";
+    case Axis::kFlops:
+      return "flops";
     case Axis::kTime:
       return "time";
     case Axis::kEnergy:
@@ -223,6 +250,10 @@ const char* axis_label(Axis a) {
       return "optimizer steps";
     case Axis::kSamples:
       return "samples";
+    case Axis::kEvaluations:
+      return "gradient evaluations (samples x forward-backward passes)";
+    case Axis::kFlops:
+      return "hardware FLOPs";
     case Axis::kTime:
       return "training time (s)";
     case Axis::kEnergy:
@@ -237,6 +268,10 @@ double CurvePoint::at(Axis a) const {
       return step;
     case Axis::kSamples:
       return samples;
+    case Axis::kEvaluations:
+      return evaluations;
+    case Axis::kFlops:
+      return flops;
     case Axis::kTime:
       return time_s;
     case Axis::kEnergy:
@@ -255,11 +290,50 @@ std::optional<double> loss_at(const std::vector<CurvePoint>& curve, Axis axis, d
   return sum / static_cast<double>(window);
 }
 
-Interval group_loss_at(const GroupedRuns& data, const Group& g, Axis axis, double x) {
+std::vector<double> seed_losses_at(const GroupedRuns& data, const Group& g, Axis axis, double x) {
   std::vector<double> v;
   for (size_t i : g.ok_runs)
     if (auto l = loss_at(data.runs[i].curve, axis, x)) v.push_back(*l);
+  return v;
+}
+
+Interval group_loss_at(const GroupedRuns& data, const Group& g, Axis axis, double x) {
+  return mean_interval(seed_losses_at(data, g, axis, x));
+}
+
+std::optional<double> val_loss_at(const ReportRun& run, Axis axis, double x) {
+  std::optional<double> last;
+  for (const ValPoint& v : run.val)
+    if (v.at.at(axis) <= x * (1 + 1e-12)) last = v.val_loss;
+  return last;
+}
+
+Interval group_val_loss_at(const GroupedRuns& data, const Group& g, Axis axis, double x) {
+  std::vector<double> v;
+  for (size_t i : g.ok_runs) {
+    const auto l = val_loss_at(data.runs[i], axis, x);
+    if (!l) return mean_interval({});
+    v.push_back(*l);
+  }
   return mean_interval(v);
+}
+
+double Group::total(Axis a) const {
+  switch (a) {
+    case Axis::kSteps:
+      return steps_total;
+    case Axis::kSamples:
+      return samples_total;
+    case Axis::kEvaluations:
+      return evaluations_total;
+    case Axis::kFlops:
+      return flops_total;
+    case Axis::kTime:
+      return time_total;
+    case Axis::kEnergy:
+      return kNaN;
+  }
+  return kNaN;
 }
 
 std::string key_without(const Group& g, const std::set<std::string>& erase) {
@@ -294,6 +368,7 @@ GroupedRuns group_runs(std::vector<RunRecord> records) {
     if (slot == kept.size()) kept.emplace_back();
     ReportRun run;
     run.curve = curve_of(record);
+    run.val = val_of(record, run.curve);
     run.record = std::move(record);
     kept[slot] = std::move(run);
     by_id[id] = by_seed[seed_key] = slot;

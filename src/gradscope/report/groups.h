@@ -6,9 +6,18 @@
 // - A group is the runs whose identity settings (core/settings.h) differ only in the seed: its
 //   key is grouping_key(config, arch). Its figures are means over its ok runs with a 95%
 //   Student-t interval (core/statistics.h).
-// - The loss "at" a point x of an axis (steps, samples, time, energy) is the mean training loss
-//   over the last tenth (at least one) of the steps whose axis value is at most x: training
-//   losses are noisy from step to step, and the study compares training loss.
+// - The loss "at" a point x of an axis (steps, samples, gradient evaluations, FLOPs, time,
+//   energy) is the mean training loss over the last tenth (at least one) of the steps whose
+//   axis value is at most x: training losses are noisy from step to step, and the study
+//   compares training loss. The validation loss at x is the last evaluation at or before x.
+// - Compute axes: a step's `evaluations` are forward + backward passes over its batch (more
+//   than one for a line search such as CG's strong-Wolfe search). "Gradient evaluations" count
+//   one per sample per pass, sum over steps of evaluations x samples: at equal evaluations two
+//   optimizers have spent the same forward and backward work, whatever their step count. FLOPs
+//   are hardware FLOPs, sum over steps of evaluations x record.flops.hardware_per_step: the
+//   model FLOPs of a pass (3 x forward) plus the forward a checkpoint recomputes, so they
+//   charge checkpointing for its recomputation where evaluations do not; NaN when the record
+//   has no FLOP count (toy problems excepted, every model run has one).
 #pragma once
 
 #include <cstdint>
@@ -24,15 +33,25 @@
 namespace gradscope {
 
 // The x axes of loss curves.
-enum class Axis { kSteps, kSamples, kTime, kEnergy };
-const char* axis_name(Axis a);   // "steps", "samples", "time", "energy"
-const char* axis_label(Axis a);  // "optimizer steps", "samples", "training time (s)", ...
+enum class Axis { kSteps, kSamples, kEvaluations, kFlops, kTime, kEnergy };
+// "steps", "samples", "evaluations", "flops", "time", "energy"
+const char* axis_name(Axis a);
+// "optimizer steps", "samples", "gradient evaluations (samples x passes)", ...
+const char* axis_label(Axis a);
 
 // One step of a run with its cumulative position on every axis.
 struct CurvePoint {
   double step = 0, samples = 0, tokens = 0, time_s = 0, energy_j = 0, loss = 0;
+  double evaluations = 0;        // sum of evaluations x samples (see above)
+  double flops = 0;              // sum of evaluations x hardware FLOPs per step; NaN when unknown
   double lr = 0, grad_norm = 0;  // grad_norm NaN when not recorded
   double at(Axis a) const;
+};
+
+// One evaluation of a run on the validation set, at the position of the step it followed.
+struct ValPoint {
+  CurvePoint at;  // the position (the step's loss is not the validation loss)
+  double val_loss = 0;
 };
 
 struct ReportRun {
@@ -40,6 +59,8 @@ struct ReportRun {
   // Every step with a finite loss, in order. Energy is the run's measured (or estimated)
   // joules spread over its steps in proportion to their time; NaN without an energy figure.
   std::vector<CurvePoint> curve;
+  // Every evaluation with a finite validation loss, in order.
+  std::vector<ValPoint> val;
 
   const std::string& run_id() const { return record.run_id; }
   uint64_t seed() const { return record.config.seed; }
@@ -61,6 +82,11 @@ struct Group {
   std::map<std::string, Interval> phase_s;  // data/forward/backward/optimizer -> s per step
   double samples_total = 0;                 // smallest over its ok runs; NaN when none
   double steps_total = 0;
+  double evaluations_total = 0;
+  double flops_total = 0;
+  double time_total = 0;
+  // The smallest total over its ok runs on an axis (energy: NaN).
+  double total(Axis a) const;
   std::string statuses;  // "ok" or e.g. "ok x2, oom"
 };
 
@@ -80,6 +106,12 @@ GroupedRuns group_runs(std::vector<RunRecord> records);
 std::optional<double> loss_at(const std::vector<CurvePoint>& curve, Axis axis, double x);
 // The loss of a group's ok runs at x, pooled over seeds.
 Interval group_loss_at(const GroupedRuns& data, const Group& g, Axis axis, double x);
+// The same per seed: one value per ok run that has one (what a t test is given).
+std::vector<double> seed_losses_at(const GroupedRuns& data, const Group& g, Axis axis, double x);
+// The validation loss of one run at x: its last evaluation at or before x.
+std::optional<double> val_loss_at(const ReportRun& run, Axis axis, double x);
+// The validation loss of a group's ok runs at x; n = 0 unless every ok run has one.
+Interval group_val_loss_at(const GroupedRuns& data, const Group& g, Axis axis, double x);
 
 // A group's identity settings without those named in `erase` (a flattened name, or its part
 // before the first '.'), as text: groups with the same text differ only in what was erased.

@@ -34,6 +34,7 @@ th { background: #f0f2f5; font-weight: 600; }
 .v-reproduced { background: #dcf5e0; color: #17612a; }
 .v-not-reproduced { background: #fde2e1; color: #9b1c17; }
 .v-not-enough-data { background: #eceef1; color: #4b5361; }
+.v-not-comparable-here { background: #fff4d6; color: #7a5a00; }
 figure { margin: 12px 0 18px 0; }
 figure img { max-width: 100%; height: auto; border: 1px solid #eceef1; background: #fff; }
 figcaption { font-size: 12.5px; color: #4b5361; max-width: 1000px; }
@@ -110,20 +111,29 @@ std::string report_html(const ReportData& data, const std::vector<Figure>& figur
   h += "<header><h1>gradscope report</h1><p>" + html_escape(provenance(data)) +
        "</p></header>\n<main>\n";
   h += "<section id=\"recommendations\"><h2>Recommendations</h2>\n<p>For each model and memory "
-       "budget: the optimizer and memory strategy with the lowest training loss at equal samples "
-       "among the configurations that fit, with the time and energy it took to get there. "
+       "budget: the optimizer and memory strategy with the lowest validation loss at equal "
+       "gradient evaluations (samples x forward-backward passes: equal compute, whatever an "
+       "optimizer spends per step) among the configurations that fit, with the time and energy "
+       "it took to get there; training loss where a configuration has no validation loss at "
+       "that point, as the row says. "
        "Budgets are the memory caps runs ran under, those passed with --memory-budget, or else "
        "the leanest and the median configuration's peak and no limit.</p>\n" +
        html_table(recommendations_table(data)) + "</section>\n";
   h += "<section id=\"findings\"><h2>The study's claims, re-examined</h2>\n<p>Each claim of "
        "\"Gradient Under Microscope\" beside what this database shows. The verdict is taken on "
-       "the study's own basis (equal optimizer steps); the fair comparison at equal samples is "
-       "beside it.</p>\n<table>\n<thead><tr><th>claim (study)</th><th>this database</th>"
-       "<th>verdict</th><th>at equal samples</th></tr></thead>\n<tbody>\n";
+       "the study's own basis (equal optimizer steps); the fair comparisons at equal samples "
+       "and at equal gradient evaluations (equal compute) are beside it. Every verdict rests on "
+       "per-seed values: a comparison needs at least 3 seeds on each side and is decided by "
+       "Welch's t test, two-sided at 95%; otherwise the verdict is not enough data. A claim "
+       "about a quantity this data does not measure (GPU utilization, on CPU runs) is not "
+       "comparable here.</p>\n<table>\n<thead><tr><th>claim (study)</th><th>this database</th>"
+       "<th>verdict</th><th>at equal samples</th><th>at equal gradient evaluations</th></tr>"
+       "</thead>\n<tbody>\n";
   for (const Finding& f : data.findings) {
-    h += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
+    h += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
                      html_escape(f.claim), html_escape(f.measured), verdict_badge(f.verdict),
-                     verdict_badge(f.verdict_equal_samples));
+                     verdict_badge(f.verdict_equal_samples),
+                     verdict_badge(f.verdict_equal_evaluations));
   }
   h += "</tbody></table>\n";
   for (const Finding& f : data.findings) {
@@ -173,8 +183,10 @@ std::string report_html(const ReportData& data, const std::vector<Figure>& figur
   }
   if (across) h += "</section>\n";
   h += "<section id=\"files\"><h2>Data</h2>\n<p><a href=\"runs.csv\">runs.csv</a> (one row per "
-       "run) · <a href=\"steps.csv\">steps.csv</a> (one row per step, cumulative samples, time "
-       "and energy) · <a href=\"summary.md\">summary.md</a> (these tables in Markdown). Each "
+       "run) · <a href=\"steps.csv\">steps.csv</a> (one row per step, cumulative samples, "
+       "gradient evaluations, FLOPs, time and energy) · <a href=\"claims.csv\">claims.csv</a> "
+       "(one row per claim, its verdicts at each basis) · <a href=\"summary.md\">summary.md</a> "
+       "(these tables in Markdown). Each "
        "figure's data and gnuplot script are in figures/.</p></section>\n";
   h += "</main>\n<script>" + std::string(kScript) + "</script>\n</body>\n</html>\n";
   return h;

@@ -59,20 +59,23 @@ std::string miss_reason(const GroupedRuns& data, const Group& g, double budget) 
   return reason;
 }
 
-// The time and energy the best group's runs took to reach `equal` samples, over seeds.
-void time_to_samples(const GroupedRuns& data, double equal, Recommendation& rec) {
-  std::vector<double> t, e;
+// The time, energy and samples the best group's runs took to reach `equal` evaluations, over
+// seeds.
+void time_to_point(const GroupedRuns& data, double equal, Recommendation& rec) {
+  std::vector<double> t, e, n;
   for (size_t r : data.groups[*rec.best].ok_runs) {
     for (const CurvePoint& p : data.runs[r].curve)
-      if (p.samples >= equal) {
+      if (p.evaluations >= equal * (1 - 1e-12)) {
         t.push_back(p.time_s);
+        n.push_back(p.samples);
         if (std::isfinite(p.energy_j)) e.push_back(p.energy_j);
         break;
       }
   }
-  rec.time_to_samples_s = t.empty() ? kNaN : mean_interval(t).mean;
+  rec.time_to_point_s = t.empty() ? kNaN : mean_interval(t).mean;
+  rec.equal_samples = n.empty() ? kNaN : mean_interval(n).mean;
   rec.energy_known = !e.empty() && e.size() == t.size();
-  rec.energy_to_samples_j = rec.energy_known ? mean_interval(e).mean : kNaN;
+  rec.energy_to_point_j = rec.energy_known ? mean_interval(e).mean : kNaN;
 }
 
 }  // namespace
@@ -84,29 +87,44 @@ std::vector<Recommendation> recommend(const GroupedRuns& data,
     std::vector<size_t> mine;
     for (size_t i = 0; i < data.groups.size(); ++i)
       if (data.groups[i].model == model) mine.push_back(i);
-    // Equal samples: the fewest any ok group of the model reached.
+    // Equal evaluations: the fewest any ok group of the model reached.
     double equal = std::numeric_limits<double>::infinity();
     for (size_t i : mine)
-      if (std::isfinite(data.groups[i].samples_total))
-        equal = std::min(equal, data.groups[i].samples_total);
+      if (std::isfinite(data.groups[i].evaluations_total))
+        equal = std::min(equal, data.groups[i].evaluations_total);
     for (const auto& [budget, source] : budgets_of(data, mine, memory_budgets)) {
       Recommendation rec;
       rec.model = model;
       rec.budget_bytes = budget;
       rec.budget_source = source;
-      rec.equal_samples = std::isfinite(equal) ? equal : 0;
+      rec.equal_evaluations = std::isfinite(equal) ? equal : 0;
       for (size_t i : mine) {
-        const Group& g = data.groups[i];
-        const std::string reason = miss_reason(data, g, budget);
-        if (!reason.empty()) {
+        const std::string reason = miss_reason(data, data.groups[i], budget);
+        if (reason.empty()) {
+          rec.fits.push_back(i);
+        } else {
           rec.misses.push_back(i);
           rec.miss_reasons.push_back(reason);
-          continue;
         }
-        rec.fits.push_back(i);
+      }
+      // Validation loss where every fitting configuration has one at the point, else training.
+      std::vector<std::string> without;
+      for (size_t i : rec.fits)
+        if (group_val_loss_at(data, data.groups[i], Axis::kEvaluations, equal).n == 0)
+          without.push_back(data.groups[i].label);
+      const bool by_val = without.empty();
+      rec.loss_kind = by_val ? "validation" : "training";
+      if (!by_val) {
+        std::string names;
+        for (const std::string& w : without) names += (names.empty() ? "" : ", ") + w;
+        rec.loss_note = fmt::format("no validation loss at or before the point for {}", names);
+      }
+      for (size_t i : rec.fits) {
+        const Group& g = data.groups[i];
         // The lowest loss; between losses equal to 0.01% (checkpointing, and accumulation at
         // the same effective batch, change only the rounding), the faster step.
-        const Interval l = group_loss_at(data, g, Axis::kSamples, equal);
+        const Interval l = by_val ? group_val_loss_at(data, g, Axis::kEvaluations, equal)
+                                  : group_loss_at(data, g, Axis::kEvaluations, equal);
         const bool tie = rec.best && std::abs(l.mean - rec.best_loss.mean) <=
                                          1e-4 * std::abs(rec.best_loss.mean);
         const bool better =
@@ -117,7 +135,7 @@ std::vector<Recommendation> recommend(const GroupedRuns& data,
           rec.best_loss = l;
         }
       }
-      if (rec.best) time_to_samples(data, equal, rec);
+      if (rec.best) time_to_point(data, equal, rec);
       out.push_back(rec);
     }
   }

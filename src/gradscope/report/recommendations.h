@@ -1,5 +1,10 @@
 // Recommendations: per model and memory budget, the optimizer and strategy with the lowest
-// training loss at equal samples among the configurations that fit, and what does not fit.
+// validation loss at equal gradient evaluations (groups.h: samples x forward-backward passes,
+// so an optimizer with a line search pays for its extra passes) among the configurations that
+// fit, and what does not fit. Each configuration's validation loss at that point is its last
+// evaluation at or before it; when a configuration that fits has none there (it never
+// evaluated, or not that early), the row ranks every configuration by training loss at the
+// same point instead and says so.
 //
 // Budgets are the memory caps runs ran under, those asked for, and, when there is neither,
 // the data's own range: the leanest configuration's peak, the median one's, and no limit.
@@ -19,9 +24,13 @@ struct Recommendation {
   double budget_bytes = 0;     // 0: no limit
   std::string budget_source;   // "a memory cap in the data", "--memory-budget", ...
   std::optional<size_t> best;  // group index
-  Interval best_loss;          // at equal samples
-  double equal_samples = 0;
-  double time_to_samples_s = 0, energy_to_samples_j = 0;  // the best group's, to equal_samples
+  Interval best_loss;          // at equal evaluations
+  std::string loss_kind;       // "validation" or "training": what the row ranks by
+  std::string loss_note;       // why training loss, when it is
+  double equal_evaluations = 0;
+  double equal_samples = 0;  // the best group's samples at equal_evaluations
+  // The best group's time and energy to equal_evaluations.
+  double time_to_point_s = 0, energy_to_point_j = 0;
   bool energy_known = false;
   std::vector<size_t> fits, misses;  // group indices
   std::vector<std::string> miss_reasons;

@@ -1,5 +1,6 @@
 #include "gradscope/report/tables.h"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -54,32 +55,40 @@ std::string html_table(const Table& t, const std::string& css_class) {
 }
 
 Table recommendations_table(const ReportData& data) {
-  Table t{{"model", "memory budget", "use", "loss at equal samples", "samples", "time to them",
-           "energy to them", "does not fit"},
+  Table t{{"model", "memory budget", "use", "loss at equal gradient evaluations", "evaluations",
+           "samples", "time to them", "energy to them", "does not fit"},
           {}};
   for (const Recommendation& r : data.recommendations) {
     std::string misses;
     for (size_t i = 0; i < r.misses.size(); ++i)
       misses += (i ? "; " : "") + data.groups[r.misses[i]].label + " (" + r.miss_reasons[i] + ")";
     const Group* best = r.best ? &data.groups[*r.best] : nullptr;
+    std::string loss = "n/a";
+    if (best) {
+      loss = r.loss_kind + " " + format_interval(r.best_loss);
+      if (!r.loss_note.empty()) loss += " (" + r.loss_note + ")";
+    }
     t.rows.push_back(
         {r.model,
          r.budget_bytes > 0 ? budget_text(r) + " (" + r.budget_source + ")" : budget_text(r),
-         best ? best->preset + ": " + best->label : "nothing measured fits",
-         best ? format_interval(r.best_loss) : "n/a", fmt::format("{:.0f}", r.equal_samples),
-         best && std::isfinite(r.time_to_samples_s) ? format_duration(r.time_to_samples_s) : "n/a",
-         best && r.energy_known ? format_joules(r.energy_to_samples_j) : "n/a",
+         best ? best->preset + ": " + best->label : "nothing measured fits", loss,
+         format_count(r.equal_evaluations),
+         best && std::isfinite(r.equal_samples) ? format_count(r.equal_samples) : "n/a",
+         best && std::isfinite(r.time_to_point_s) ? format_duration(r.time_to_point_s) : "n/a",
+         best && r.energy_known ? format_joules(r.energy_to_point_j) : "n/a",
          misses.empty() ? "-" : misses});
   }
   return t;
 }
 
 Table findings_table(const ReportData& data) {
-  Table t{{"claim (study)", "this database", "verdict (the study's basis)", "at equal samples"},
+  Table t{{"claim (study)", "this database", "verdict (the study's basis: equal steps)",
+           "at equal samples", "at equal gradient evaluations"},
           {}};
   for (const Finding& f : data.findings)
-    t.rows.push_back(
-        {f.claim, f.measured, verdict_name(f.verdict), verdict_name(f.verdict_equal_samples)});
+    t.rows.push_back({f.claim, f.measured, verdict_name(f.verdict),
+                      verdict_name(f.verdict_equal_samples),
+                      verdict_name(f.verdict_equal_evaluations)});
   return t;
 }
 
@@ -99,8 +108,14 @@ Table groups_table(const ReportData& data, const std::string& model) {
 }
 
 Table evidence_table(const Finding& f) {
-  Table t{{"compared", "at equal steps", "at equal samples"}, {}};
-  for (const Evidence& e : f.evidence) t.rows.push_back({e.what, e.steps, e.samples});
+  const bool time = std::any_of(f.evidence.begin(), f.evidence.end(),
+                                [](const Evidence& e) { return !e.time.empty(); });
+  Table t{{"compared", "at equal steps", "at equal samples", "at equal gradient evaluations"}, {}};
+  if (time) t.header.push_back("at equal time (shown, no verdict)");
+  for (const Evidence& e : f.evidence) {
+    t.rows.push_back({e.what, e.steps, e.samples, e.evaluations});
+    if (time) t.rows.back().push_back(e.time);
+  }
   return t;
 }
 
@@ -138,12 +153,15 @@ std::string markdown_summary(const ReportData& data) {
   std::string md = "# gradscope report\n\n" + markdown_escape(provenance(data)) + "\n\n";
   md +=
       "## Recommendations\n\nFor each model and memory budget: the optimizer and strategy with "
-      "the lowest training loss at equal samples among the configurations that fit.\n\n";
+      "the lowest validation loss at equal gradient evaluations (samples x forward-backward "
+      "passes) among the configurations that fit; training loss where a configuration has no "
+      "validation loss at that point, as the row says.\n\n";
   md += markdown_table(recommendations_table(data));
   md += "\n## The study's claims\n\n" + markdown_table(findings_table(data));
-  for (const Finding& f : data.findings)
-    for (const std::string& note : f.notes)
-      md += fmt::format("\n- {}: {}", f.id, markdown_escape(note));
+  for (const Finding& f : data.findings) {
+    md += fmt::format("\n- {}: {}", f.id, markdown_escape(f.rule));
+    for (const std::string& note : f.notes) md += fmt::format("\n  - {}", markdown_escape(note));
+  }
   md += "\n";
   for (const std::string& model : data.models)
     md += "\n## " + markdown_escape(model) + "\n\n" + markdown_table(groups_table(data, model));
