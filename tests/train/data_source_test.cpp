@@ -103,9 +103,9 @@ std::string write_documents(const std::string& dir, int count) {
 
 // Special tokens (the eot id between documents) are structure: never a target, never masked,
 // never drawn as a replacement. `first_special` is the tokenizer's first special id.
-void expect_no_special_selected(RunConfig c, int64_t first_special) {
+void expect_no_special_selected(RunConfig c, int64_t first_special, int documents) {
   testing::TempDir docs("gradscope-mlm");
-  c.dataset = write_documents(docs.path(), 60);
+  c.dataset = write_documents(docs.path(), documents);
   Source s = source_for(c);
   auto causal = make_data_source(model_registry().get("llama"), s.arch, c);
   const int64_t mask_id = s.data->describe()["mask_id"].get<int64_t>();
@@ -130,11 +130,11 @@ void expect_no_special_selected(RunConfig c, int64_t first_special) {
     EXPECT_EQ(changed.ne(mask_id).logical_and(changed.ge(first_special)).sum().item<int64_t>(), 0);
     EXPECT_GT(targets.numel(), 0);
   }
-  EXPECT_GE(specials, 50);  // 59 boundaries, most in the windows read
+  EXPECT_GE(specials, documents * 4 / 5);  // a boundary between documents, most of them read
 }
 
 TEST(MaskedLmSource, NeverSelectsSpecialTokensBytes) {
-  expect_no_special_selected(bert_config(), kBytesBosId);
+  expect_no_special_selected(bert_config(), kBytesBosId, 60);
 }
 
 TEST(MaskedLmSource, NeverSelectsSpecialTokensGpt2) {
@@ -143,7 +143,8 @@ TEST(MaskedLmSource, NeverSelectsSpecialTokensGpt2) {
   RunConfig c = bert_config();
   c.preset = "small";
   c.seq_len = 32;
-  expect_no_special_selected(c, 50256);  // <|endoftext|>, GPT-2's only special token
+  // <|endoftext|>, GPT-2's only special token; ~23 tokens a document, 2% of them held out.
+  expect_no_special_selected(c, 50256, 200);
 }
 
 TEST(ImageClassificationSource, FashionMnistBatches) {
