@@ -37,8 +37,9 @@ void RunSensors::fill(RunRecord& record, const RunTally& tally, const RunConfig&
   // A sample covers the interval since the one before it, so the samples of a timed step are
   // those after its start mark up to its end mark.
   std::vector<const Sample*> in_steps;
-  for (const auto& [from, to] : tally.step_marks)
-    for (size_t i = from + 1; i <= to && i < samples.size(); ++i) in_steps.push_back(&samples[i]);
+  for (const RunTally::StepMarks& m : tally.step_marks)
+    for (size_t i = m.from + 1; i <= m.to && i < samples.size(); ++i)
+      in_steps.push_back(&samples[i]);
 
   RunUtilization util;
   if (!on_cpu) {
@@ -96,15 +97,14 @@ void RunSensors::fill(RunRecord& record, const RunTally& tally, const RunConfig&
     if (energy.joules) {
       double joules = 0;
       size_t measured = 0;
-      for (size_t i = 0; i < tally.step_marks.size(); ++i) {
-        const auto step_j =
-            sampler_->energy_between(tally.step_marks[i].first, tally.step_marks[i].second);
+      for (const RunTally::StepMarks& m : tally.step_marks) {
+        const auto step_j = sampler_->energy_between(m.from, m.to);
         if (!step_j) continue;
         joules += *step_j;
         ++measured;
-        if (i < timed.size()) timed[i]->energy_j = *step_j;
+        if (m.step < timed.size()) timed[m.step]->energy_j = *step_j;
       }
-      const size_t steps = tally.step_marks.size();
+      const size_t steps = tally.step_times.size();
       energy.joules = measured > 0 ? std::optional<double>(joules) : std::nullopt;
       energy.co2_g = energy.joules ? co2_of(*energy.joules) : std::nullopt;
       std::string detail = energy.detail.value_or("");

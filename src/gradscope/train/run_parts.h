@@ -29,9 +29,13 @@ struct RunTally {
   std::vector<double> step_times;  // time_s of the timed steps
   std::vector<double> step_utils;  // CPU utilization of the timed steps, in %
   std::vector<double> step_cpus;   // process CPU seconds of the timed steps
-  // With the sampler: the indices of its samples (Sampler::mark) at each timed step's start
-  // and end, so that energy and utilization cover the timed steps alone.
-  std::vector<std::pair<size_t, size_t>> step_marks;
+  // With the sampler: the indices of its samples (Sampler::mark) at a timed step's start and
+  // end, so that energy and utilization cover the timed steps alone; `step` counts the timed
+  // steps from 0 (a step whose mark failed has none).
+  struct StepMarks {
+    size_t step = 0, from = 0, to = 0;
+  };
+  std::vector<StepMarks> step_marks;
   std::array<double, PhaseTimer::kPhases> phase_totals{};
   double timed_s = 0, timed_samples = 0, timed_tokens = 0;
   int64_t timed_evaluations = 0;

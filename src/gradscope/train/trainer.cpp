@@ -44,6 +44,17 @@ std::optional<ToyResult> toy_result(Model& model) {
   return r;
 }
 
+// A sample at a timed step's start or end; nullopt without a sampler, or when a sensor threw
+// (the run goes on, and that step is left out of the sampler's energy and utilization).
+std::optional<size_t> sampler_mark(Sampler* sampler) {
+  if (sampler == nullptr) return std::nullopt;
+  try {
+    return sampler->mark();
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
 }  // namespace
 
 Trainer::Trainer(const RunConfig& config)
@@ -146,7 +157,7 @@ RunRecord Trainer::run(ProgressSink* progress) {
       // The sampler reads its sensors at each timed step's start and end (outside the step's
       // time), so that energy and utilization can be taken over the timed steps alone.
       Sampler* const marks = timed ? sensors.sampler() : nullptr;
-      const size_t start_mark = marks ? marks->mark() : 0;
+      const std::optional<size_t> start_mark = sampler_mark(marks);
       const double step_cpu0 = process_cpu_seconds();
       sync(device);
       const double step_t0 = clock.now_s();
@@ -164,7 +175,9 @@ RunRecord Trainer::run(ProgressSink* progress) {
       timer.close();
       const double step_s = clock.now_s() - step_t0;
       const double step_cpu = process_cpu_seconds() - step_cpu0;
-      if (marks) tally.step_marks.push_back({start_mark, marks->mark()});
+      const std::optional<size_t> end_mark = sampler_mark(marks);
+      if (start_mark && end_mark)
+        tally.step_marks.push_back({tally.step_times.size(), *start_mark, *end_mark});
       if (step == 0) tally.state_bytes = updater.state_bytes();
 
       tally.steps.push_back({step + 1, finite_or_null(loss), lr, finite_or_null(r.grad_norm),
