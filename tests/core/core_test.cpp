@@ -1,3 +1,5 @@
+#include <cmath>
+
 #include <gtest/gtest.h>
 
 #include "gradscope/core/config.h"
@@ -6,6 +8,7 @@
 #include "gradscope/core/registry.h"
 #include "gradscope/core/rng.h"
 #include "gradscope/core/settings.h"
+#include "gradscope/core/statistics.h"
 
 namespace gradscope {
 namespace {
@@ -59,6 +62,47 @@ TEST(Rng, CounterBasedHashIsDeterministicAndSpread) {
   double sum = 0;
   for (int i = 0; i < 10000; ++i) sum += unit_double(hash3(7, 0, i));
   EXPECT_NEAR(sum / 10000, 0.5, 0.02);
+}
+
+TEST(Statistics, StudentTCdfMatchesClosedForms) {
+  // df = 1 is Cauchy: 1/2 + atan(t) / pi; df = 2: 1/2 + t / (2 sqrt(2 + t^2)).
+  EXPECT_NEAR(student_t_cdf(1.0, 1), 0.75, 1e-12);
+  EXPECT_NEAR(student_t_cdf(-3.0, 1), 0.5 + std::atan(-3.0) / M_PI, 1e-12);
+  EXPECT_NEAR(student_t_cdf(2.0, 2), 0.5 + 2.0 / (2 * std::sqrt(6.0)), 1e-12);
+  // The 97.5% points of t tables.
+  EXPECT_NEAR(student_t_cdf(2.228138852, 10), 0.975, 1e-8);
+  EXPECT_NEAR(student_t_cdf(4.302652730, 2), 0.975, 1e-8);
+  EXPECT_DOUBLE_EQ(student_t_cdf(0, 7.5), 0.5);
+}
+
+// R's sleep data set (Student 1908): extra hours of sleep under two drugs.
+const std::vector<double> kSleep1 = {0.7, -1.6, -0.2, -1.2, -0.1, 3.4, 3.7, 0.8, 0.0, 2.0};
+const std::vector<double> kSleep2 = {1.9, 0.8, 1.1, 0.1, -0.1, 4.4, 5.5, 1.6, 4.6, 3.4};
+
+TEST(Statistics, WelchTestMatchesR) {
+  // R: t.test(extra ~ group, data = sleep) gives t = -1.8608, df = 17.776, p-value = 0.07939.
+  const WelchTest w = welch_t_test(kSleep1, kSleep2);
+  ASSERT_TRUE(w.valid);
+  EXPECT_NEAR(w.t, -1.8608, 1e-4);
+  EXPECT_NEAR(w.df, 17.776, 1e-3);
+  EXPECT_NEAR(w.p, 0.07939, 1e-5);
+  EXPECT_FALSE(w.below());  // not at 95%
+  EXPECT_TRUE(w.below(0.1));
+  // R: t.test(sleep$extra[1:10], mu = 0) gives t = 1.3257, df = 9, p-value = 0.2176.
+  const WelchTest one = one_sample_t_test(kSleep1, 0);
+  EXPECT_NEAR(one.t, 1.3257, 1e-4);
+  EXPECT_DOUBLE_EQ(one.df, 9);
+  EXPECT_NEAR(one.p, 0.2176, 1e-4);
+}
+
+TEST(Statistics, WelchTestNeedsTwoValuesAndHandlesNoSpread) {
+  EXPECT_FALSE(welch_t_test({1.0}, {1.0 + 1e-7}).valid);
+  EXPECT_FALSE(welch_t_test({1, 2, 3}, {}).valid);
+  const WelchTest exact = welch_t_test({1, 1, 1}, {2, 2, 2});
+  EXPECT_TRUE(exact.valid);
+  EXPECT_DOUBLE_EQ(exact.p, 0);
+  EXPECT_TRUE(exact.below());
+  EXPECT_DOUBLE_EQ(welch_t_test({1, 1, 1}, {1, 1, 1}).p, 1);
 }
 
 }  // namespace

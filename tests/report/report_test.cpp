@@ -71,7 +71,37 @@ struct FakeRun {
   std::string status = "ok";
   // Loss of step i (1-based) given the samples seen after it.
   std::function<double(int, double)> loss = [](int, double) { return 1.0; };
+  int64_t evaluations = 1;    // forward + backward passes per step (a line search: more)
+  double flops_per_step = 0;  // hardware FLOPs of one pass; 0: no flops in the record
+  // Validation loss after step i, every eval_every steps (0: never evaluated).
+  int64_t eval_every = 0;
+  std::function<double(int)> val = [](int) { return 1.0; };
 };
+
+// n seeds of a run: seed s has its loss, step time and utilization scaled by
+// 1 + spread x (s - (n - 1) / 2), so the seeds spread around the given run.
+std::vector<FakeRun> seeds_of(const FakeRun& r, int n = 3, double spread = 0.01) {
+  std::vector<FakeRun> out;
+  for (int s = 0; s < n; ++s) {
+    FakeRun x = r;
+    x.seed = s;
+    const double f = 1 + spread * (s - (n - 1) / 2.0);
+    const auto base = r.loss;
+    x.loss = [base, f](int i, double samples) { return base(i, samples) * f; };
+    const auto val = r.val;
+    x.val = [val, f](int i) { return val(i) * f; };
+    x.step_s *= f;
+    x.util *= f;
+    out.push_back(x);
+  }
+  return out;
+}
+
+std::vector<FakeRun> all_of(std::initializer_list<std::vector<FakeRun>> parts) {
+  std::vector<FakeRun> out;
+  for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+  return out;
+}
 
 // The record of a run as JSON (schema 1, as older databases hold them).
 json record_json(const FakeRun& r) {
@@ -103,45 +133,61 @@ json record_json(const FakeRun& r) {
                      {"time_s", r.step_s},
                      {"samples", r.batch * r.accum},
                      {"tokens", 16 * r.batch * r.accum},
-                     {"targets", 16 * r.batch * r.accum}});
+                     {"targets", 16 * r.batch * r.accum},
+                     {"evaluations", r.evaluations}});
   }
+  json evals = json::array();
+  double last_val = kNaN;
+  for (int i = 1; r.eval_every > 0 && i <= r.steps; ++i)
+    if (i % r.eval_every == 0 || i == r.steps) {
+      last_val = r.val(i);
+      evals.push_back({{"step", i}, {"val_loss", last_val}});
+    }
   // A plain id (records refuse others), distinct for distinct runs whatever their names.
   const std::string id =
-      file_slug(fmt::format("{}-{}-{}-{}-{}-{}-{}-{}", r.model, r.optimizer, r.strategy, r.seed,
-                            r.batch, r.accum, r.memory_cap, r.eval_batches));
-  return {{"schema", "gradscope.run/1"},
-          {"run_id", id},
-          {"attempt_uid", id},
-          {"status", r.status},
-          {"started_at", "2026-01-01T00:00:00Z"},
-          {"finished_at", "2026-01-01T00:00:01Z"},
-          {"config", config},
-          {"steps", steps},
-          {"eval", json::array()},
-          {"final_loss", r.loss(r.steps, samples)},
-          {"final_val_loss", nullptr},
-          {"params", 1000},
-          {"env", {{"device_name", "test device"}, {"libtorch", "1.13.0"}}},
-          {"time",
-           {{"step_median_s", r.step_s},
-            {"timed_steps", r.steps},
-            {"total_s", r.step_s * r.steps},
-            {"data_s", 0.1 * r.step_s * r.steps},
-            {"forward_s", 0.3 * r.step_s * r.steps},
-            {"backward_s", 0.5 * r.step_s * r.steps},
-            {"optimizer_s", 0.1 * r.step_s * r.steps}}},
-          {"memory",
-           {{"peak_bytes", bytes(r.peak)},
-            {"breakdown",
-             {{"params", bytes(0.1 * r.peak)},
-              {"grads", bytes(0.1 * r.peak)},
-              {"optimizer_state", bytes(0.2 * r.peak)},
-              {"activations", bytes(0.5 * r.peak)},
-              {"other", bytes(0.1 * r.peak)}}}}},
-          {"utilization", {{"device", r.device}, {"mean_pct", r.util}, {"source", "test"}}},
-          {"energy", {{"joules", 50.0 * r.step_s * r.steps}, {"source", "nvml"}}},
-          {"timeline", json::array({{{"t_s", 0.0}, {"util_pct", r.util}},
-                                    {{"t_s", 1.0}, {"util_pct", r.util}}})}};
+      file_slug(fmt::format("{}-{}-{}-{}-{}-{}-{}-{}-{}", r.model, r.optimizer, r.strategy, r.seed,
+                            r.batch, r.accum, r.memory_cap, r.eval_batches, r.steps));
+  return {
+      {"schema", "gradscope.run/1"},
+      {"run_id", id},
+      {"attempt_uid", id},
+      {"status", r.status},
+      {"started_at", "2026-01-01T00:00:00Z"},
+      {"finished_at", "2026-01-01T00:00:01Z"},
+      {"config", config},
+      {"steps", steps},
+      {"eval", evals},
+      {"final_loss", r.loss(r.steps, samples)},
+      {"final_val_loss", std::isfinite(last_val) ? json(last_val) : json(nullptr)},
+      {"flops", r.flops_per_step > 0
+                    ? json{{"per_step", r.flops_per_step}, {"hardware_per_step", r.flops_per_step}}
+                    : json(nullptr)},
+      {"params", 1000},
+      {"env", {{"device_name", "test device"}, {"libtorch", "1.13.0"}}},
+      {"time",
+       {{"step_median_s", r.step_s},
+        {"timed_steps", r.steps},
+        {"total_s", r.step_s * r.steps},
+        {"data_s", 0.1 * r.step_s * r.steps},
+        {"forward_s", 0.3 * r.step_s * r.steps},
+        {"backward_s", 0.5 * r.step_s * r.steps},
+        {"optimizer_s", 0.1 * r.step_s * r.steps}}},
+      {"memory",
+       {{"peak_bytes", bytes(r.peak)},
+        {"breakdown",
+         {{"params", bytes(0.1 * r.peak)},
+          {"grads", bytes(0.1 * r.peak)},
+          {"optimizer_state", bytes(0.2 * r.peak)},
+          {"activations", bytes(0.5 * r.peak)},
+          {"other", bytes(0.1 * r.peak)}}}}},
+      // Records name the kind of device: "cpu" or "gpu".
+      {"utilization",
+       {{"device", r.device.rfind("cuda", 0) == 0 ? "gpu" : "cpu"},
+        {"mean_pct", r.util},
+        {"source", "test"}}},
+      {"energy", {{"joules", 50.0 * r.step_s * r.steps}, {"source", "nvml"}}},
+      {"timeline",
+       json::array({{{"t_s", 0.0}, {"util_pct", r.util}}, {{"t_s", 1.0}, {"util_pct", r.util}}})}};
 }
 
 RunRecord record_of(const FakeRun& r) { return record_from_json(record_json(r)); }
@@ -177,10 +223,12 @@ TEST(ReportFindings, AccumulationTenfoldOnTheVlmIsReproducedAtEqualStepsOnly) {
   lm_accum.strategy = "accumulation";
   lm_accum.accum = 4;
   lm_accum.loss = [](int, double) { return 1.0; };
-  const ReportData d = analyze_runs({standard, accum, lm, lm_accum});
+  const ReportData d =
+      analyze_runs(all_of({seeds_of(standard), seeds_of(accum), seeds_of(lm), seeds_of(lm_accum)}));
   const Finding& vlm = finding(d, "accumulation-vlm");
   EXPECT_EQ(vlm.verdict, Verdict::kReproduced) << vlm.measured;
   EXPECT_EQ(vlm.verdict_equal_samples, Verdict::kNotReproduced) << vlm.measured;
+  EXPECT_EQ(vlm.verdict_equal_evaluations, Verdict::kNotReproduced) << vlm.measured;
   ASSERT_EQ(vlm.evidence.size(), 1u);
   EXPECT_TRUE(testing::contains(vlm.evidence[0].what, "same micro-batch 8"));
   const Finding& llm = finding(d, "accumulation-lm");
@@ -196,14 +244,16 @@ TEST(ReportFindings, AccumulationThatNeedsMoreMemoryIsNotReproduced) {
   accum.accum = 4;
   accum.peak *= 1.5;
   accum.loss = [](int, double) { return 0.1; };
-  const Finding f = finding(analyze_runs({standard, accum}), "accumulation-vlm");  // a copy
+  const Finding f =
+      finding(analyze_runs(all_of({seeds_of(standard), seeds_of(accum)})), "accumulation-vlm");
   EXPECT_EQ(f.verdict, Verdict::kNotReproduced) << f.measured;
 }
 
 TEST(ReportFindings, WithoutComparableRunsThereIsNotEnoughData) {
   FakeRun vit{"vit"};
+  vit.device = "cuda:0";
   vit.util = 50;
-  const ReportData d = analyze_runs({vit});
+  const ReportData d = analyze_runs(seeds_of(vit));
   for (const char* id : {"accumulation-vlm", "accumulation-lm", "adam-not-best", "checkpoint-loss",
                          "checkpoint-time", "utilization-lm"})
     EXPECT_EQ(finding(d, id).verdict, Verdict::kNotEnoughData) << id;
@@ -216,9 +266,11 @@ TEST(ReportFindings, AdamBeatenSomewhereIsReproducedAndAdamBestEverywhereIsNot) 
   FakeRun sgd = adam;
   sgd.optimizer = "sgd";
   sgd.loss = [](int, double) { return 0.5; };
-  EXPECT_EQ(finding(analyze_runs({adam, sgd}), "adam-not-best").verdict, Verdict::kReproduced);
+  EXPECT_EQ(finding(analyze_runs(all_of({seeds_of(adam), seeds_of(sgd)})), "adam-not-best").verdict,
+            Verdict::kReproduced);
   sgd.loss = [](int, double) { return 1.5; };
-  EXPECT_EQ(finding(analyze_runs({adam, sgd}), "adam-not-best").verdict, Verdict::kNotReproduced);
+  EXPECT_EQ(finding(analyze_runs(all_of({seeds_of(adam), seeds_of(sgd)})), "adam-not-best").verdict,
+            Verdict::kNotReproduced);
 }
 
 TEST(ReportFindings, ADifferenceWithinTheSeedIntervalIsTooCloseToCall) {
@@ -241,8 +293,8 @@ TEST(ReportFindings, ADifferenceWithinTheSeedIntervalIsTooCloseToCall) {
   EXPECT_TRUE(d.groups[0].final_loss.has_interval());
   const Finding& f = finding(d, "adam-not-best");
   EXPECT_EQ(f.verdict, Verdict::kNotEnoughData) << f.measured;
-  ASSERT_FALSE(f.notes.empty());
-  EXPECT_TRUE(testing::contains(f.notes[0], "95% intervals"));
+  ASSERT_EQ(f.evidence.size(), 1u);
+  EXPECT_TRUE(testing::contains(f.evidence[0].steps, "undecided")) << f.evidence[0].steps;
 }
 
 TEST(ReportFindings, CheckpointingWithTheSameLossAndThirtyPercentMoreTime) {
@@ -252,32 +304,196 @@ TEST(ReportFindings, CheckpointingWithTheSameLossAndThirtyPercentMoreTime) {
   checkpoint.strategy = "checkpoint";
   checkpoint.step_s = 0.13;
   checkpoint.peak *= 0.6;
-  const ReportData d = analyze_runs({standard, checkpoint});
+  // Seeds that agree to 1e-5: a 0.1% difference is well outside their spread.
+  const ReportData d =
+      analyze_runs(all_of({seeds_of(standard, 3, 1e-5), seeds_of(checkpoint, 3, 1e-5)}));
   EXPECT_EQ(finding(d, "checkpoint-loss").verdict, Verdict::kNotReproduced);
   EXPECT_EQ(finding(d, "checkpoint-time").verdict, Verdict::kReproduced)
       << finding(d, "checkpoint-time").measured;
   // Twice the time is more than "up to 60%"; a different loss is a change.
   checkpoint.step_s = 0.2;
   checkpoint.loss = [](int i, double) { return 3.1 / i; };
-  const ReportData e = analyze_runs({standard, checkpoint});
+  const ReportData e =
+      analyze_runs(all_of({seeds_of(standard, 3, 1e-5), seeds_of(checkpoint, 3, 1e-5)}));
   EXPECT_EQ(finding(e, "checkpoint-time").verdict, Verdict::kNotReproduced);
   EXPECT_EQ(finding(e, "checkpoint-loss").verdict, Verdict::kReproduced);
 }
 
 TEST(ReportFindings, UtilizationRangesAndTheDeviceCaveat) {
   FakeRun lm{"llama"};
-  lm.device = "cuda:0";
+  lm.device = "cuda:0";  // the record's utilization.device is "gpu"
   lm.util = 12;
   FakeRun vit{"vit"};
   vit.device = "cpu";
   vit.util = 98;
-  const ReportData d = analyze_runs({lm, vit});
-  EXPECT_EQ(finding(d, "utilization-lm").verdict, Verdict::kReproduced);
+  const ReportData d = analyze_runs(all_of({seeds_of(lm), seeds_of(vit)}));
+  EXPECT_EQ(finding(d, "utilization-lm").verdict, Verdict::kReproduced)
+      << finding(d, "utilization-lm").measured;
   EXPECT_TRUE(finding(d, "utilization-lm").notes.empty());
+  // A CPU's 98% is CPU time over wall time, not the study's GPU utilization.
   const Finding& v = finding(d, "utilization-vision");
-  EXPECT_EQ(v.verdict, Verdict::kReproduced);
+  EXPECT_EQ(v.verdict, Verdict::kNotComparable) << v.measured;
+  EXPECT_EQ(v.verdict_equal_evaluations, Verdict::kNotComparable);
   ASSERT_EQ(v.notes.size(), 1u);
   EXPECT_TRUE(testing::contains(v.notes[0], "GPU utilization"));
+  // The verdict is shown as such everywhere.
+  EXPECT_STREQ(verdict_name(Verdict::kNotComparable), "not comparable here");
+  EXPECT_TRUE(testing::contains(markdown_summary(d), "| not comparable here |"));
+  EXPECT_TRUE(testing::contains(claims_csv(d.findings), "utilization-vision,"));
+  EXPECT_TRUE(testing::contains(claims_csv(d.findings), ",not comparable here,"));
+  // With a GPU run beside the CPU ones, only the GPU run counts.
+  FakeRun gpu_vit = vit;
+  gpu_vit.device = "cuda:0";
+  gpu_vit.batch = 4;
+  gpu_vit.util = 50;
+  const Finding w =
+      finding(analyze_runs(all_of({seeds_of(vit), seeds_of(gpu_vit)})), "utilization-vision");
+  EXPECT_EQ(w.verdict, Verdict::kNotReproduced) << w.measured;
+}
+
+// ---- the rule every verdict follows: 3 seeds a side, Welch's t test at 95% ----
+
+TEST(ReportVerdicts, OneSeedEachIsNotEnoughDataHoweverTheyDiffer) {
+  // One seed each, SGD 1e-7 below Adam: before the rule, that counted as Adam beaten.
+  FakeRun adam{"vit"};
+  FakeRun sgd = adam;
+  sgd.optimizer = "sgd";
+  sgd.loss = [](int, double) { return 1.0 - 1e-7; };
+  const ReportData d = analyze_runs({adam, sgd});
+  const Finding& f = finding(d, "adam-not-best");
+  EXPECT_EQ(f.verdict, Verdict::kNotEnoughData) << f.measured;
+  EXPECT_EQ(f.verdict_equal_samples, Verdict::kNotEnoughData);
+  EXPECT_EQ(f.verdict_equal_evaluations, Verdict::kNotEnoughData);
+  ASSERT_FALSE(f.notes.empty());
+  EXPECT_TRUE(testing::contains(f.notes.back(), "fewer than 3 seeds")) << f.notes.back();
+  // Two seeds are not enough either, even a tenfold difference.
+  sgd.loss = [](int, double) { return 0.1; };
+  const Finding two =
+      finding(analyze_runs(all_of({seeds_of(adam, 2), seeds_of(sgd, 2)})), "adam-not-best");
+  EXPECT_EQ(two.verdict, Verdict::kNotEnoughData) << two.measured;
+  // Every rule says so.
+  for (const ClaimRule& rule : study_claims())
+    EXPECT_TRUE(testing::contains(rule.rule, "Welch's t test, two-sided at 95%")) << rule.id;
+}
+
+TEST(ReportVerdicts, ThreeSeedsEachAndWelchBelowFivePercentDecide) {
+  FakeRun adam{"vit"};
+  FakeRun sgd = adam;
+  sgd.optimizer = "sgd";
+  sgd.loss = [](int, double) { return 0.97; };
+  // Seeds spread by 1%: SGD's 3% lead is significant (Welch p about 0.03).
+  const ReportData d = analyze_runs(all_of({seeds_of(adam), seeds_of(sgd)}));
+  const Finding& f = finding(d, "adam-not-best");
+  EXPECT_EQ(f.verdict, Verdict::kReproduced) << f.measured;
+  ASSERT_EQ(f.evidence.size(), 1u);
+  EXPECT_TRUE(testing::contains(f.evidence[0].steps, "Welch p = ")) << f.evidence[0].steps;
+  EXPECT_TRUE(testing::contains(f.evidence[0].steps, "passes")) << f.evidence[0].steps;
+  const WelchTest w = welch_t_test({0.97 * 0.99, 0.97, 0.97 * 1.01}, {0.99, 1.0, 1.01});
+  EXPECT_LT(w.p, 0.05);
+  // A 0.5% lead over the same spread is not.
+  sgd.loss = [](int, double) { return 0.995; };
+  EXPECT_EQ(finding(analyze_runs(all_of({seeds_of(adam), seeds_of(sgd)})), "adam-not-best").verdict,
+            Verdict::kNotEnoughData);
+}
+
+// CG with a strong-Wolfe search spends 26 forward-backward passes per step. Per step it gets
+// further than Adam; per gradient evaluation (equal compute) it is behind.
+TEST(ReportVerdicts, ALineSearchIsJudgedAtEqualGradientEvaluations) {
+  const double a = 1e-3;
+  FakeRun adam{"vit"};
+  adam.steps = 52;
+  adam.flops_per_step = 1e9;
+  adam.loss = [a](int, double samples) { return 2.0 * std::exp(-a * samples); };
+  FakeRun cg = adam;
+  cg.optimizer = "cg";
+  cg.evaluations = 26;
+  cg.loss = [a](int i, double) { return 2.0 * std::exp(-a * 3 * 8 * i); };  // 3x Adam per step
+  const ReportData d = analyze_runs(all_of({seeds_of(adam), seeds_of(cg)}));
+  // The compute axes.
+  const Group& g_cg = d.groups[0].optimizer == "cg" ? d.groups[0] : d.groups[1];
+  const Group& g_adam = d.groups[0].optimizer == "cg" ? d.groups[1] : d.groups[0];
+  EXPECT_DOUBLE_EQ(g_cg.steps_total, 52);
+  EXPECT_DOUBLE_EQ(g_cg.evaluations_total, 52 * 26 * 8);
+  EXPECT_DOUBLE_EQ(g_adam.evaluations_total, 52 * 8);
+  EXPECT_DOUBLE_EQ(g_cg.flops_total, 52 * 26 * 1e9);
+  EXPECT_DOUBLE_EQ(g_adam.flops_total, 52 * 1e9);
+  const Finding& f = finding(d, "adam-not-best");
+  EXPECT_EQ(f.verdict, Verdict::kReproduced) << f.measured;  // per step, CG wins
+  EXPECT_EQ(f.verdict_equal_samples, Verdict::kReproduced) << f.measured;
+  // At Adam's 416 evaluations CG has made 2 steps: behind.
+  EXPECT_EQ(f.verdict_equal_evaluations, Verdict::kNotReproduced) << f.measured;
+  ASSERT_EQ(f.evidence.size(), 1u);
+  EXPECT_TRUE(testing::contains(f.evidence[0].evaluations, "at 416 evaluations"))
+      << f.evidence[0].evaluations;
+  EXPECT_TRUE(testing::contains(f.evidence[0].time, "at 5 time")) << f.evidence[0].time;
+  // Recommendations rank at equal evaluations: Adam, not CG.
+  ASSERT_FALSE(d.recommendations.empty());
+  for (const Recommendation& r : d.recommendations) {
+    ASSERT_TRUE(r.best.has_value());
+    EXPECT_EQ(d.groups[*r.best].optimizer, "adam");
+    EXPECT_DOUBLE_EQ(r.equal_evaluations, 416);
+  }
+}
+
+TEST(ReportVerdicts, AccumulationIsPairedAtTheSameMicroBatchAndAtTheSameEffectiveBatch) {
+  // Micro-batch 4 x 2 against standard at batch 4 (the study's setup) and at batch 8.
+  const double a = std::log(10.0) / 80;
+  auto by_samples = [a](int, double s) { return 2.0 * std::exp(-a * s); };
+  FakeRun accum{"nanovlm"};
+  accum.strategy = "accumulation";
+  accum.batch = 4;
+  accum.accum = 2;
+  accum.loss = by_samples;
+  FakeRun micro{"nanovlm"};
+  micro.batch = 4;
+  micro.loss = by_samples;
+  FakeRun effective = micro;
+  effective.batch = 8;
+  const ReportData d =
+      analyze_runs(all_of({seeds_of(accum), seeds_of(micro), seeds_of(effective)}));
+  const Finding& f = finding(d, "accumulation-vlm");
+  ASSERT_EQ(f.evidence.size(), 2u);
+  std::string both;
+  for (const Evidence& e : f.evidence) both += e.what + "\n";
+  EXPECT_TRUE(testing::contains(both, "same micro-batch 4: effective batch 8 vs 4")) << both;
+  EXPECT_TRUE(testing::contains(both, "same effective batch 8: micro-batch 4 vs 8")) << both;
+  EXPECT_TRUE(testing::contains(both, "[shown, does not decide]")) << both;
+  // At the same micro-batch accumulation has seen twice the samples per step: 10x at equal
+  // steps, the same at equal samples.
+  EXPECT_EQ(f.verdict, Verdict::kReproduced) << f.measured;
+  EXPECT_EQ(f.verdict_equal_samples, Verdict::kNotReproduced) << f.measured;
+  EXPECT_TRUE(testing::contains(f.measured, "same micro-batch")) << f.measured;
+  EXPECT_TRUE(testing::contains(f.measured, "same effective batch")) << f.measured;
+}
+
+TEST(ReportRecommendations, RankByValidationLossWhereEveryConfigurationHasOne) {
+  // Adam trains lower, SGD validates lower: the recommendation follows validation.
+  FakeRun adam{"vit"};
+  adam.eval_every = 5;
+  adam.loss = [](int, double) { return 0.5; };
+  adam.val = [](int) { return 1.2; };
+  FakeRun sgd = adam;
+  sgd.optimizer = "sgd";
+  sgd.peak *= 0.99;
+  sgd.loss = [](int, double) { return 0.8; };
+  sgd.val = [](int) { return 0.9; };
+  const ReportData d = analyze_runs(all_of({seeds_of(adam), seeds_of(sgd)}));
+  ASSERT_FALSE(d.recommendations.empty());
+  const Recommendation& unlimited = d.recommendations.front();
+  ASSERT_TRUE(unlimited.best.has_value());
+  EXPECT_EQ(d.groups[*unlimited.best].optimizer, "sgd");
+  EXPECT_EQ(unlimited.loss_kind, "validation");
+  EXPECT_NEAR(unlimited.best_loss.mean, 0.9, 1e-12);
+  EXPECT_TRUE(testing::contains(markdown_summary(d), "validation 0.9000"));
+  // Without SGD's evaluations, every configuration is ranked by training loss, and the row
+  // says why.
+  sgd.eval_every = 0;
+  const ReportData e = analyze_runs(all_of({seeds_of(adam), seeds_of(sgd)}));
+  const Recommendation& r = e.recommendations.front();
+  ASSERT_TRUE(r.best.has_value());
+  EXPECT_EQ(e.groups[*r.best].optimizer, "adam");
+  EXPECT_EQ(r.loss_kind, "training");
+  EXPECT_TRUE(testing::contains(r.loss_note, "no validation loss")) << r.loss_note;
 }
 
 TEST(ReportRecommendations, TheBestThatFitsEachBudget) {
@@ -308,7 +524,8 @@ TEST(ReportRecommendations, TheBestThatFitsEachBudget) {
   ASSERT_TRUE(by_budget.at(200)->best.has_value());
   EXPECT_EQ(d.groups[*by_budget.at(200)->best].optimizer, "adam");
   EXPECT_DOUBLE_EQ(by_budget.at(200)->best_loss.mean, 0.5);
-  EXPECT_NEAR(by_budget.at(200)->time_to_samples_s, 2.0, 1e-9);  // 20 steps x 0.1 s
+  EXPECT_EQ(by_budget.at(200)->loss_kind, "training");         // no run evaluated
+  EXPECT_NEAR(by_budget.at(200)->time_to_point_s, 2.0, 1e-9);  // 20 steps x 0.1 s
   // The capped run is listed as not fitting, with its reason.
   const auto& misses = by_budget.at(200)->miss_reasons;
   EXPECT_TRUE(std::any_of(misses.begin(), misses.end(), [](const std::string& m) {
@@ -422,7 +639,7 @@ TEST(ReportRender, CsvColumnsAndMarkdownTables) {
   EXPECT_EQ(std::count(runs.begin(), runs.end(), '\n'), 3);
   const std::string steps = steps_csv(d);
   EXPECT_EQ(steps.substr(0, steps.find('\n')),
-            "run_id,step,samples,tokens,time_s,energy_j,loss,lr,grad_norm");
+            "run_id,step,samples,tokens,evaluations,flops,time_s,energy_j,loss,lr,grad_norm");
   EXPECT_EQ(std::count(steps.begin(), steps.end(), '\n'), 41);
   const std::string md = markdown_summary(d);
   EXPECT_TRUE(testing::contains(md, "## Recommendations"));
@@ -606,8 +823,9 @@ set = {{ accum_steps = 2 }}
   for (const auto& e : fs::directory_iterator(fs::path(out) / "figures"))
     stems.insert(e.path().stem().string());
   for (const char* expected :
-       {"loss-llama-steps", "loss-llama-samples", "loss-llama-time", "loss-llama-energy",
-        "memory-llama", "phases-llama", "pareto-llama", "loss-vit-steps", "utilization", "energy"})
+       {"loss-llama-steps", "loss-llama-samples", "loss-llama-evaluations", "loss-llama-flops",
+        "loss-llama-time", "loss-llama-energy", "memory-llama", "phases-llama", "pareto-llama",
+        "loss-vit-steps", "utilization", "energy"})
     EXPECT_TRUE(stems.count(expected)) << expected;
   for (const std::string& stem : stems) {
     const fs::path base = fs::path(out) / "figures" / stem;
@@ -624,8 +842,10 @@ set = {{ accum_steps = 2 }}
   EXPECT_EQ(std::count(runs.begin(), runs.end(), '\n'), 14);
   const std::string steps = testing::slurp(out + "/steps.csv");
   EXPECT_EQ(steps.substr(0, steps.find('\n')),
-            "run_id,step,samples,tokens,time_s,energy_j,loss,lr,grad_norm");
+            "run_id,step,samples,tokens,evaluations,flops,time_s,energy_j,loss,lr,grad_norm");
   EXPECT_EQ(std::count(steps.begin(), steps.end(), '\n'), 1 + 13 * 7);
+  const std::string claims = testing::slurp(out + "/claims.csv");
+  EXPECT_EQ(std::count(claims.begin(), claims.end(), '\n'), 1 + 7);
   // The HTML references no missing file, and inlines one image per figure.
   const std::string html = testing::slurp(out + "/report.html");
   // (Scanned by hand: std::regex recurses per character and overflows on inline images.)
