@@ -4,6 +4,7 @@
 #include "gradscope/core/error.h"
 #include "gradscope/models/modernbert.h"
 #include "gradscope/models/registry.h"
+#include "gradscope/train/autocast.h"
 #include "gradscope/train/session.h"
 #include "models/model_test_util.h"
 
@@ -150,6 +151,27 @@ TEST(ModernBert, GradientsReachEveryParameter) {
   for (const auto& p : model->named_parameters()) {
     ASSERT_TRUE(p.value().grad().defined()) << p.key();
     EXPECT_GT(p.value().grad().abs().sum().item<double>(), 0.0) << p.key();
+  }
+}
+
+// Under bfloat16 autocast the MLM head's norm gets the bfloat16 output of its dense layer;
+// the loss must still be computed, and reach every parameter.
+TEST(ModernBert, TrainsUnderBf16Autocast) {
+  auto model = make_bert(modernbert_preset("tiny"));
+  Batch batch;
+  batch.input_ids = random_ids(2, 24, 256, 6);
+  batch.targets = torch::where(random_ids(2, 24, 3, 7).eq(0), random_ids(2, 24, 256, 8),
+                               torch::full({2, 24}, kIgnoreIndex, torch::kLong));
+  LossOutput out;
+  {
+    AutocastScope autocast(torch::Device(torch::kCPU), /*enabled=*/true);
+    out = model->loss(batch);
+    out.loss_sum.backward();
+  }
+  EXPECT_TRUE(std::isfinite(out.loss_sum.item<double>()));
+  for (const auto& p : model->named_parameters()) {
+    ASSERT_TRUE(p.value().grad().defined()) << p.key();
+    EXPECT_EQ(p.value().grad().scalar_type(), torch::kFloat) << p.key();
   }
 }
 
