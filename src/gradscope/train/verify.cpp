@@ -28,6 +28,11 @@ constexpr double kFusedTolerance = 1e-6;
 // its 2^-8 spacing in the gradients.
 constexpr double kRecomputeToleranceCuda = 1e-6;
 constexpr double kRecomputeToleranceCudaBf16 = 1e-2;
+// Under bfloat16 on the CPU the recompute's values are the forward's, bitwise, but autocast's
+// casts add nodes to the graph, and a tensor that feeds several of them (ModernBERT's tied
+// embedding, through the first block's attention) may sum its float32 gradient parts in
+// another order inside the recomputed graph: 2.9e-6 measured there, 0 on the other models.
+constexpr double kRecomputeToleranceCpuBf16 = 1e-5;
 
 class NullObserver : public PhaseObserver {
  public:
@@ -245,10 +250,13 @@ std::vector<VerifyCheck> verify_strategies(const RunConfig& config, const Verify
           const std::string label = policy == Recompute::kRecomputeFull
                                         ? name
                                         : name + " (" + recompute_name(policy) + ")";
-          // Bitwise on the CPU, under bf16 too: the recompute runs the forward's kernels on
-          // the forward's inputs and casts the weights as it did.
-          const double tolerance = bf16 ? kRecomputeToleranceCudaBf16 : kRecomputeToleranceCuda;
-          checks.push_back(compare(label, dtype, got, *ref_dropout, cpu, tolerance));
+          // Bitwise on the CPU in fp32: the recompute runs the forward's kernels on the
+          // forward's inputs. Under bf16 the gradient parts of a tensor read by several casts
+          // may be summed in another order (kRecomputeToleranceCpuBf16).
+          const double tolerance =
+              bf16 ? (cpu ? kRecomputeToleranceCpuBf16 : kRecomputeToleranceCudaBf16)
+                   : kRecomputeToleranceCuda;
+          checks.push_back(compare(label, dtype, got, *ref_dropout, cpu && !bf16, tolerance));
         }
       } else {
         if (!ref_plain)
