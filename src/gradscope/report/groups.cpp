@@ -27,11 +27,24 @@ int strategy_rank(const std::string& s) {
 
 std::vector<CurvePoint> curve_of(const RunRecord& record) {
   std::vector<CurvePoint> curve;
-  double total_time = 0;
-  for (const StepEntry& s : record.steps)
-    if (std::isfinite(s.time_s) && s.time_s > 0) total_time += s.time_s;
+  auto seconds = [](const StepEntry& s) {
+    return std::isfinite(s.time_s) && s.time_s > 0 ? s.time_s : 0.0;
+  };
+  // Steps measured their own energy (the timed ones); the run's mean power over them charges
+  // the steps that did not (warm-up). Records without per-step energy spread the run's joules
+  // over its timed steps by their time, and charge warm-up steps at the same power.
+  double metered_j = 0, metered_s = 0, timed_s = 0;
+  for (const StepEntry& s : record.steps) {
+    if (s.energy_j && std::isfinite(*s.energy_j)) {
+      metered_j += *s.energy_j;
+      metered_s += seconds(s);
+    }
+    if (!s.warmup) timed_s += seconds(s);
+  }
   const double joules = record.energy ? or_nan(record.energy->joules) : kNaN;
-  const double watts = std::isfinite(joules) && total_time > 0 ? joules / total_time : kNaN;
+  const double watts = metered_s > 0                          ? metered_j / metered_s
+                       : std::isfinite(joules) && timed_s > 0 ? joules / timed_s
+                                                              : kNaN;
   const double flops_per_evaluation =
       record.flops && record.flops->hardware_per_step > 0 ? record.flops->hardware_per_step : kNaN;
   CurvePoint at;
@@ -42,8 +55,9 @@ std::vector<CurvePoint> curve_of(const RunRecord& record) {
     at.evaluations += passes * static_cast<double>(s.samples);
     at.flops += passes * flops_per_evaluation;
     at.tokens += static_cast<double>(s.tokens);
-    at.time_s += std::isfinite(s.time_s) && s.time_s > 0 ? s.time_s : 0;
-    at.energy_j = at.time_s * watts;
+    at.time_s += seconds(s);
+    at.energy_j += s.energy_j && std::isfinite(*s.energy_j) && metered_s > 0 ? *s.energy_j
+                                                                             : seconds(s) * watts;
     at.loss = or_nan(s.loss);
     at.lr = s.lr;
     at.grad_norm = or_nan(s.grad_norm);

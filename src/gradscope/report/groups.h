@@ -56,8 +56,11 @@ struct ValPoint {
 
 struct ReportRun {
   RunRecord record;
-  // Every step with a finite loss, in order. Energy is the run's measured (or estimated)
-  // joules spread over its steps in proportion to their time; NaN without an energy figure.
+  // Every step with a finite loss, in order. Energy is each timed step's own reading
+  // (StepEntry::energy_j); a step without one (warm-up) is charged at the run's mean power
+  // over the steps that have one. Records without per-step readings spread the run's joules
+  // over the timed steps by their time, warm-up charged at the same power. NaN without an
+  // energy figure.
   std::vector<CurvePoint> curve;
   // Every evaluation with a finite validation loss, in order.
   std::vector<ValPoint> val;
