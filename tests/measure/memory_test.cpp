@@ -1,6 +1,8 @@
 #include "gradscope/measure/memory.h"
 
 #include <c10/core/CPUAllocator.h>
+#include <sys/mman.h>
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -171,15 +173,17 @@ TEST(Rss, PeakIsPositiveAndGrowsWhenABufferIsTouched) {
   // Enough to pass the old peak whatever earlier tests did, plus a margin to see.
   constexpr int64_t kMargin = 64LL << 20;
   const size_t size = static_cast<size_t>(peak - current + kMargin);
-  char* buffer = static_cast<char*>(std::malloc(size));
-  ASSERT_NE(buffer, nullptr);
+  // Fresh pages from the kernel: malloc may hand back heap pages earlier tests left resident.
+  void* mapped = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(mapped, MAP_FAILED);
+  char* buffer = static_cast<char*>(mapped);
   std::memset(buffer, 1, size);  // touching the pages is what makes them resident
   const int64_t grown = peak_rss_bytes();
   EXPECT_GE(grown, peak + kMargin / 2) << "peak " << peak << " -> " << grown;
   EXPECT_GE(current_rss_bytes(), current + kMargin / 2);
   volatile char sink = buffer[size / 2];
   (void)sink;
-  std::free(buffer);
+  munmap(mapped, size);
 }
 
 }  // namespace

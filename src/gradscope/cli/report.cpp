@@ -33,12 +33,15 @@ void add_report_command(CLI::App& root, int& exit_code) {
   CLI::App* cmd = root.add_subcommand(
       "report",
       "Build the report of a results database: recommendations (per model and memory budget,\n"
-      "the optimizer and strategy with the lowest loss at equal samples that fits), the study's\n"
-      "claims re-examined with verdicts, figures (loss by steps, samples, time and energy;\n"
-      "memory by component; time by phase; utilization; energy; loss against memory) and\n"
-      "tables. Seeds of one configuration are pooled: mean with a 95% interval.\n"
+      "the optimizer and strategy with the lowest validation loss at equal gradient\n"
+      "evaluations that fits), the study's claims re-examined with verdicts (at equal steps,\n"
+      "samples and gradient evaluations; a verdict needs 3 seeds a side and Welch's t test),\n"
+      "figures (loss by steps, samples, gradient evaluations, FLOPs, time and energy; memory by\n"
+      "component; time by phase; utilization; energy; loss against memory) and tables. Seeds\n"
+      "of one configuration are pooled: mean with a 95% interval.\n"
       "  --format html (default): DIR/report.html (self-contained), DIR/figures/*.svg|png\n"
-      "      (with each figure's gnuplot script and data), runs.csv, steps.csv, summary.md\n"
+      "      (with each figure's gnuplot script and data), runs.csv, steps.csv, claims.csv,\n"
+      "      summary.md\n"
       "  --format md: print the tables as Markdown (and write DIR/summary.md with --out)\n"
       "  --format csv: write DIR/runs.csv and DIR/steps.csv only\n"
       "The same database always gives the same files.\n"
@@ -85,8 +88,12 @@ void add_report_command(CLI::App& root, int& exit_code) {
       const auto figures = write_report(data, o->out, o->gnuplot);
       fmt::print("{} runs in {} configurations, {} figures\n", data.runs.size(), data.groups.size(),
                  figures.size());
+      fmt::print("  {:<20} {:<18} {:<18} {}\n", "claim", "at equal steps", "equal samples",
+                 "equal gradient evaluations");
       for (const Finding& f : data.findings)
-        fmt::print("  {:<20} {}\n", f.id, verdict_name(f.verdict));
+        fmt::print("  {:<20} {:<18} {:<18} {}\n", f.id, verdict_name(f.verdict),
+                   verdict_name(f.verdict_equal_samples),
+                   verdict_name(f.verdict_equal_evaluations));
       fmt::print("report: {}/report.html\n", o->out);
     }
     exit_code = 0;
