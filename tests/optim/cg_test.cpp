@@ -285,11 +285,14 @@ struct DecayedQuadratic {
 // another t (the test checks that it does, so it can tell the two apart).
 TEST(CgWeightDecay, ArmijoSearchesTheRegularizedObjective) {
   // A strong decay (its curvature 20 against the loss's 1 to 10) puts the two objectives'
-  // Armijo bounds on t more than a factor 2 apart, so halving from lr cannot meet both.
-  const DecayedQuadratic f{Quadratic(4, 10.0, 3), 20.0};
+  // Armijo bounds on t more than a factor 2 apart, so halving from lr cannot meet both. The
+  // problem is written out (a diagonal quadratic): on a random one the two searches may stop
+  // at the same t, and the check below would then prove nothing.
+  DecayedQuadratic f{Quadratic(4, 10.0, 3), 20.0};
+  f.q.a = torch::diag(torch::tensor({1.0, 2.0, 5.0, 10.0}, kF64));
+  f.q.b = torch::tensor({1.0, -1.0, 0.5, 2.0}, kF64);
   const double lr = 2.0, c1 = 0.3, backtrack = 0.5;
-  torch::manual_seed(4);
-  const auto x0 = 0.1 * torch::randn({4}, kF64);
+  const auto x0 = torch::tensor({0.1, -0.2, 0.05, 0.3}, kF64);
   const auto d = -f.grad(x0);
   const double slope = -d.dot(d).item<double>();
   auto armijo = [&](const std::function<double(const torch::Tensor&)>& value) {
