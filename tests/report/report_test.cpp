@@ -67,7 +67,7 @@ TEST(ReportStats, LossAtAveragesTheLastTenthUpToThePoint) {
 struct FakeRun {
   std::string model = "llama", optimizer = "adam", strategy = "standard", device = "cpu";
   int64_t seed = 0, batch = 8, accum = 1, steps = 20, eval_batches = 8;
-  double peak = 100 * 1024.0 * 1024, step_s = 0.1, util = 99, memory_cap = 0;
+  double peak = 100 * 1024.0 * 1024, step_s = 0.1, util = 99, memory_cap = 0, lr = 0.001;
   std::string status = "ok";
   // Loss of step i (1-based) given the samples seen after it.
   std::function<double(int, double)> loss = [](int, double) { return 1.0; };
@@ -114,7 +114,7 @@ json record_json(const FakeRun& r) {
                  {"batch", r.batch},
                  {"accum_steps", r.accum},
                  {"steps", r.steps},
-                 {"lr", 0.001},
+                 {"lr", r.lr},
                  {"threads", 1},
                  {"seq_len", 16},
                  {"device", r.device},
@@ -128,7 +128,7 @@ json record_json(const FakeRun& r) {
     samples += r.batch * r.accum;
     steps.push_back({{"step", i},
                      {"loss", r.loss(i, samples)},
-                     {"lr", 0.001},
+                     {"lr", r.lr},
                      {"grad_norm", 1.0},
                      {"time_s", r.step_s},
                      {"samples", r.batch * r.accum},
@@ -145,8 +145,8 @@ json record_json(const FakeRun& r) {
     }
   // A plain id (records refuse others), distinct for distinct runs whatever their names.
   const std::string id =
-      file_slug(fmt::format("{}-{}-{}-{}-{}-{}-{}-{}-{}", r.model, r.optimizer, r.strategy, r.seed,
-                            r.batch, r.accum, r.memory_cap, r.eval_batches, r.steps));
+      file_slug(fmt::format("{}-{}-{}-{}-{}-{}-{}-{}-{}-{}", r.model, r.optimizer, r.strategy,
+                            r.seed, r.batch, r.accum, r.memory_cap, r.eval_batches, r.steps, r.lr));
   return {
       {"schema", "gradscope.run/1"},
       {"run_id", id},
@@ -373,7 +373,69 @@ TEST(ReportVerdicts, OneSeedEachIsNotEnoughDataHoweverTheyDiffer) {
   EXPECT_EQ(two.verdict, Verdict::kNotEnoughData) << two.measured;
   // Every rule says so.
   for (const ClaimRule& rule : study_claims())
-    EXPECT_TRUE(testing::contains(rule.rule, "Welch's t test, two-sided at 95%")) << rule.id;
+    EXPECT_TRUE(testing::contains(rule.rule, "Welch's t test, two-sided")) << rule.id;
+}
+
+// Adam at two learning rates in one cell: the worse one is not a rival optimizer, and SGD is
+// held against the better one.
+TEST(ReportVerdicts, AdamIsNeverItsOwnRivalAndOthersMeetItsBestGroup) {
+  FakeRun adam{"vit"};
+  FakeRun adam_hot = adam;
+  adam_hot.lr = 0.01;
+  adam_hot.loss = [](int, double) { return 1.5; };
+  const Finding alone =
+      finding(analyze_runs(all_of({seeds_of(adam), seeds_of(adam_hot)})), "adam-not-best");
+  EXPECT_NE(alone.verdict, Verdict::kReproduced) << alone.measured;
+  EXPECT_TRUE(alone.evidence.empty());
+  // SGD beats the worse Adam clearly, but not the better one.
+  FakeRun sgd = adam;
+  sgd.optimizer = "sgd";
+  sgd.loss = [](int, double) { return 1.2; };
+  const Finding f = finding(
+      analyze_runs(all_of({seeds_of(adam), seeds_of(adam_hot), seeds_of(sgd)})), "adam-not-best");
+  EXPECT_EQ(f.verdict, Verdict::kNotReproduced) << f.measured;
+  ASSERT_EQ(f.evidence.size(), 1u);
+}
+
+// Many cells in which every optimizer ties Adam within the seeds' spread: some would pass at
+// 5% each by chance; the claim as a whole is held at 5% (each cell at 5% / cells).
+TEST(ReportVerdicts, ManyComparisonsAreHeldAtFivePercentTogether) {
+  FakeRun adam{"vit"};
+  FakeRun sgd = adam;
+  sgd.optimizer = "sgd";
+  // Seeds spread by 1%: SGD 3% ahead is p about 0.03 alone, significant at 5% but not at 5%/4.
+  sgd.loss = [](int, double) { return 0.97; };
+  std::vector<FakeRun> runs;
+  for (int64_t batch : {8, 9, 10, 11}) {
+    FakeRun a = adam, o = sgd;
+    a.batch = o.batch = batch;
+    for (const auto& part : {seeds_of(a), seeds_of(o)})
+      runs.insert(runs.end(), part.begin(), part.end());
+  }
+  const Finding f = finding(analyze_runs(runs), "adam-not-best");
+  EXPECT_EQ(f.verdict, Verdict::kNotEnoughData) << f.measured;
+  ASSERT_EQ(f.evidence.size(), 4u);
+  EXPECT_TRUE(testing::contains(f.evidence[0].steps, "decides below 0.0125"))
+      << f.evidence[0].steps;
+}
+
+// Checkpointing against standard, seed by seed: the seeds spread by 1% on both sides alike, and
+// each seed's pair agrees exactly, so the paired test settles "inside the 0.1% band" where an
+// unpaired test against the band's ends never could.
+TEST(ReportVerdicts, CheckpointLossIsComparedSeedBySeed) {
+  FakeRun standard{"vit"};
+  FakeRun checkpoint = standard;
+  checkpoint.strategy = "checkpoint";
+  checkpoint.step_s = 0.13;
+  const Finding f =
+      finding(analyze_runs(all_of({seeds_of(standard), seeds_of(checkpoint)})), "checkpoint-loss");
+  EXPECT_EQ(f.verdict, Verdict::kNotReproduced) << f.measured;
+  // A 1% difference in every seed is outside the band, however the seeds spread.
+  checkpoint.loss = [](int, double) { return 1.01; };
+  EXPECT_EQ(finding(analyze_runs(all_of({seeds_of(standard), seeds_of(checkpoint, 3, 0.01)})),
+                    "checkpoint-loss")
+                .verdict,
+            Verdict::kReproduced);
 }
 
 TEST(ReportVerdicts, ThreeSeedsEachAndWelchBelowFivePercentDecide) {

@@ -88,10 +88,10 @@ void add_report_command(CLI::App& root, int& exit_code) {
       const auto figures = write_report(data, o->out, o->gnuplot);
       fmt::print("{} runs in {} configurations, {} figures\n", data.runs.size(), data.groups.size(),
                  figures.size());
-      fmt::print("  {:<20} {:<18} {:<18} {}\n", "claim", "at equal steps", "equal samples",
+      fmt::print("  {:<20} {:<20} {:<20} {}\n", "claim", "at equal steps", "equal samples",
                  "equal gradient evaluations");
       for (const Finding& f : data.findings)
-        fmt::print("  {:<20} {:<18} {:<18} {}\n", f.id, verdict_name(f.verdict),
+        fmt::print("  {:<20} {:<20} {:<20} {}\n", f.id, verdict_name(f.verdict),
                    verdict_name(f.verdict_equal_samples),
                    verdict_name(f.verdict_equal_evaluations));
       fmt::print("report: {}/report.html\n", o->out);

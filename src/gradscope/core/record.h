@@ -114,8 +114,8 @@ struct PhasePeaks {
 struct RunMemory {
   int64_t peak_bytes = 0;
   MemoryBreakdown breakdown;
-  // When the peak happened: the phase ("data", "forward", "backward", "optimizer", or "after
-  // the last step") and the step (1-based, warm-up included); null without phase timing.
+  // When the peak happened: the phase ("data", "forward", "backward", "optimizer", or "between
+  // steps") and the step (1-based, warm-up included); null without phase timing.
   std::optional<std::string> peak_phase;
   std::optional<int64_t> peak_step;
   std::vector<StepMemory> timeline;  // every timed step, with phase timing

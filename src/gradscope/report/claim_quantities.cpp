@@ -194,11 +194,12 @@ ClaimMeasurement cells_beating_adam(const GroupedRuns& data, const ClaimRule& ru
   }
   int adam_cells = 0, lower[kBases] = {0, 0, 0};
   for (const auto& [key, members] : cells) {
-    const auto adam = std::find_if(members.begin(), members.end(),
-                                   [&](size_t i) { return data.groups[i].optimizer == "adam"; });
-    if (adam == members.end() || members.size() < 2) continue;
+    // A cell may hold Adam more than once (two learning rates, say): another optimizer is held
+    // against Adam's best group of the cell at each basis, and Adam is never its own rival.
+    std::vector<size_t> adams, others;
+    for (size_t i : members) (data.groups[i].optimizer == "adam" ? adams : others).push_back(i);
+    if (adams.empty() || others.empty()) continue;
     ++adam_cells;
-    const Group& ga = data.groups[*adam];
     // Every basis, and equal time beside them (shown, no verdict).
     double x[kBases + 1];
     for (int basis = 0; basis <= kBases; ++basis) {
@@ -206,13 +207,28 @@ ClaimMeasurement cells_beating_adam(const GroupedRuns& data, const ClaimRule& ru
       x[basis] = std::numeric_limits<double>::infinity();
       for (size_t i : members) x[basis] = std::min(x[basis], data.groups[i].total(axis));
     }
-    for (size_t i : members) {
-      if (i == *adam) continue;
+    size_t best_adam[kBases + 1];
+    for (int basis = 0; basis <= kBases; ++basis) {
+      const Axis axis = basis < kBases ? basis_axis(basis) : Axis::kTime;
+      best_adam[basis] = adams.front();
+      double best = std::numeric_limits<double>::infinity();
+      for (size_t i : adams) {
+        const Interval l = group_loss_at(data, data.groups[i], axis, x[basis]);
+        if (l.n > 0 && l.mean < best) {
+          best = l.mean;
+          best_adam[basis] = i;
+        }
+      }
+    }
+    for (size_t i : others) {
       const Group& go = data.groups[i];
+      const Group& first = data.groups[adams.front()];
       Evidence e;
-      e.what = fmt::format("{} {}, {}: {} vs Adam", ga.model, ga.preset, ga.strategy, go.label);
+      e.what = fmt::format("{} {}, {}: {} vs Adam{}", first.model, first.preset, first.strategy,
+                           go.label, adams.size() > 1 ? " (its best group at each point)" : "");
       for (int basis = 0; basis <= kBases; ++basis) {
         const Axis axis = basis < kBases ? basis_axis(basis) : Axis::kTime;
+        const Group& ga = data.groups[best_adam[basis]];
         const std::vector<double> lo = seed_losses_at(data, go, axis, x[basis]);
         const std::vector<double> la = seed_losses_at(data, ga, axis, x[basis]);
         const Interval io = mean_interval(lo), ia = mean_interval(la);
@@ -236,6 +252,22 @@ ClaimMeasurement cells_beating_adam(const GroupedRuns& data, const ClaimRule& ru
                 "verdicts count only significant ones)",
                 adam_cells, lower[0], lower[1], lower[2]);
   return m;
+}
+
+// Per seed, the loss of a's run over b's run of the same seed at x (seeds both ran, ok, with a
+// loss there), in seed order: a paired comparison, free of the seeds' spread.
+std::vector<double> paired_ratios(const GroupedRuns& data, const Group& a, const Group& b,
+                                  Axis axis, double x) {
+  std::map<uint64_t, double> of_b;
+  for (size_t i : b.ok_runs)
+    if (auto l = loss_at(data.runs[i].curve, axis, x)) of_b[data.runs[i].seed()] = *l;
+  std::vector<double> ratios;
+  for (size_t i : a.ok_runs) {
+    const auto l = loss_at(data.runs[i].curve, axis, x);
+    const auto other = of_b.find(data.runs[i].seed());
+    if (l && other != of_b.end() && other->second != 0) ratios.push_back(*l / other->second);
+  }
+  return ratios;
 }
 
 ClaimMeasurement loss_difference(const GroupedRuns& data, const ClaimRule& rule) {
@@ -263,7 +295,10 @@ ClaimMeasurement loss_difference(const GroupedRuns& data, const ClaimRule& rule)
       text = fmt::format("at {}: loss {} vs {} ({} vs {}), relative difference {:.2e}",
                          format_count(x), format_interval(ia), format_interval(ib), seeds_text(la),
                          seeds_text(lb), diff);
-      m.tests[basis].push_back({la, lb, m.evidence.size()});
+      // Seed by seed: recomputation changes nothing but the order of sums, so the runs of one
+      // seed are compared with each other, not through the spread of the seeds.
+      m.tests[basis].push_back(
+          {paired_ratios(data, a, b, axis, x), std::nullopt, m.evidence.size()});
     }
     m.evidence.push_back(e);
   }

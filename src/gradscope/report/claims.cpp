@@ -32,17 +32,17 @@ bool enough_seeds(const ClaimTest& t) {
          (!t.b || static_cast<int>(t.b->size()) >= kMinSeeds);
 }
 
-Outcome outcome_of(const ClaimRule& rule, const ClaimTest& t) {
+Outcome outcome_of(const ClaimRule& rule, const ClaimTest& t, double alpha) {
   Outcome o;
   const WelchTest lo = test_against(t, rule.thresholds.low);
-  o.above_low = lo.above(kAlpha);
-  o.below_low = lo.below(kAlpha);
+  o.above_low = lo.above(alpha);
+  o.below_low = lo.below(alpha);
   o.p_low = lo.p;
   const ClaimComparison c = rule.thresholds.comparison;
   if (c == ClaimComparison::kWithin || c == ClaimComparison::kOutside) {
     const WelchTest hi = test_against(t, rule.thresholds.high);
-    o.above_high = hi.above(kAlpha);
-    o.below_high = hi.below(kAlpha);
+    o.above_high = hi.above(alpha);
+    o.below_high = hi.below(alpha);
     o.p_high = hi.p;
   }
   return o;
@@ -76,7 +76,8 @@ bool rule_fails(ClaimComparison c, const Outcome& o) {
   return false;
 }
 
-std::string outcome_text(const ClaimRule& rule, const ClaimTest& t, const Outcome& o) {
+std::string outcome_text(const ClaimRule& rule, const ClaimTest& t, const Outcome& o,
+                         double alpha) {
   if (!enough_seeds(t))
     return fmt::format("{} vs {} seed(s): fewer than {}, does not count", t.a.size(),
                        t.b ? t.b->size() : t.a.size(), kMinSeeds);
@@ -86,19 +87,25 @@ std::string outcome_text(const ClaimRule& rule, const ClaimTest& t, const Outcom
       fmt::format("Welch p = {:.3g} against {:.4g}{}", o.p_low, rule.thresholds.low, unit);
   if (c == ClaimComparison::kWithin || c == ClaimComparison::kOutside)
     p += fmt::format(", {:.3g} against {:.4g}{}", o.p_high, rule.thresholds.high, unit);
+  p += fmt::format(" (decides below {:.3g})", alpha);
   return p + (rule_passes(c, o) ? ": passes" : rule_fails(c, o) ? ": fails" : ": undecided");
 }
 
 Verdict decide(const ClaimRule& rule, ClaimMeasurement& m, int basis, int& too_few) {
   if (m.not_comparable) return Verdict::kNotComparable;
   const ClaimComparison c = rule.thresholds.comparison;
+  // Bonferroni: a claim decided by m comparisons tests each at kAlpha / m, so that the
+  // claim as a whole errs at most kAlpha (with many cells, some would pass by chance).
+  int comparisons = 0;
+  for (const ClaimTest& t : m.tests[basis]) comparisons += enough_seeds(t);
+  const double alpha = kAlpha / std::max(comparisons, 1);
   int counted = 0, pass = 0, fail = 0, above_high = 0, below_high = 0, above_low = 0, below_low = 0;
   for (const ClaimTest& t : m.tests[basis]) {
-    const Outcome o = outcome_of(rule, t);
+    const Outcome o = outcome_of(rule, t, alpha);
     if (t.evidence < m.evidence.size()) {
       Evidence& e = m.evidence[t.evidence];
       std::string& text = basis == 0 ? e.steps : basis == 1 ? e.samples : e.evaluations;
-      text += (text.empty() ? "" : "; ") + outcome_text(rule, t, o);
+      text += (text.empty() ? "" : "; ") + outcome_text(rule, t, o, alpha);
     }
     if (!enough_seeds(t)) {
       ++too_few;
@@ -138,9 +145,11 @@ Verdict decide(const ClaimRule& rule, ClaimMeasurement& m, int basis, int& too_f
 std::string seed_rule() {
   return fmt::format(
       " Every comparison is of per-seed values, needs at least {} seeds on each side (fewer: "
-      "listed, not counted) and is decided by Welch's t test, two-sided at {:.0f}% (p < {:.2f}); "
-      "with no counted comparison, or none that settles the rule, the verdict is not enough "
-      "data.",
+      "listed, not counted) and is decided by Welch's t test, two-sided (a paired t test of "
+      "per-seed ratios where both sides ran the same seeds and the claim is about their "
+      "difference); the claim as a whole at {:.0f}%: each of its m counted comparisons at "
+      "p < {:.2f} / m (Bonferroni). With no counted comparison, or none that settles the rule, "
+      "the verdict is not enough data.",
       kMinSeeds, 100 * (1 - kAlpha), kAlpha);
 }
 
@@ -209,10 +218,11 @@ const std::vector<ClaimRule>& study_claims() {
        {C::kBelow, 1, 0, A::kAny, kNone}},
       {"checkpoint-loss",
        "Gradient checkpointing changes the training loss.",
-       "Checkpointed runs against standard runs of the same settings: per pair, the checkpointed "
-       "loss is tested against the standard loss times 0.999 and 1.001: reproduced when some "
-       "pair is significantly outside that 0.1% band; not reproduced when every pair is "
-       "significantly inside it. Recomputing activations gives the same gradients, so only "
+       "Checkpointed runs against standard runs of the same settings: per pair, the ratio of "
+       "the checkpointed loss to the standard loss of the same seed is tested against 0.999 "
+       "and 1.001 (a paired t test over the seeds both ran): reproduced when some pair is "
+       "significantly outside that 0.1% band; not reproduced when every pair is significantly "
+       "inside it. Recomputing activations gives the same gradients, so only "
        "floating-point reordering should show." +
            seed_rule(),
        {Q::kLossDifference, "checkpoint", {}},

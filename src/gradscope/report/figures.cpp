@@ -187,8 +187,8 @@ class FigureWriter {
         "strategy, one line per configuration.{}{}",
         kCurvePoints, axis_label(axis), any_band ? " Shaded: 95% confidence band over seeds." : "",
         axis == Axis::kEnergy
-            ? fmt::format(" Energy per step is the run's total ({}) spread in proportion to step "
-                          "time.",
+            ? fmt::format(" Energy ({}) is each timed step's own reading; warm-up steps are "
+                          "charged at the run's mean power.",
                           energy_sources(data_))
         : axis == Axis::kEvaluations
             ? std::string(" One gradient evaluation is one sample through one forward and "
