@@ -69,7 +69,8 @@ fuzz-run: fuzz
 	FUZZ_BUILD=$(FUZZ_BUILD) bash scripts/fuzz.sh $(FUZZ_TARGET) $(FUZZ_TIME)
 
 # The main job: the smoke sweep (the four models at their tiny presets x SGD and Adam x the
-# three memory strategies, each run in its own process; about 2-5 minutes on two cores,
+# three memory strategies x three seeds, each run in its own process; 72 runs, about 10-15
+# minutes on two cores,
 # resumable), then one longer run of the tiny Llama with its full summary: loss, time per
 # phase, memory, throughput and FLOP/s; then the report of everything in the database.
 # Results land in $(DEMO_OUT)/.
