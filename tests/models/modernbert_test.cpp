@@ -141,12 +141,18 @@ TEST(ModernBert, LossOnlyOverMaskedTargets) {
   EXPECT_NEAR(out.loss_sum.item<double>() / 3, std::log(320.0), 0.5);
 }
 
-TEST(ModernBert, GradientsReachEveryParameter) {
-  auto model = make_bert(modernbert_preset("tiny"));
+// Two sequences of 24 tokens with about a third of the positions as targets.
+Batch masked_batch() {
   Batch batch;
   batch.input_ids = random_ids(2, 24, 256, 6);
   batch.targets = torch::where(random_ids(2, 24, 3, 7).eq(0), random_ids(2, 24, 256, 8),
                                torch::full({2, 24}, kIgnoreIndex, torch::kLong));
+  return batch;
+}
+
+TEST(ModernBert, GradientsReachEveryParameter) {
+  auto model = make_bert(modernbert_preset("tiny"));
+  const Batch batch = masked_batch();
   model->loss(batch).loss_sum.backward();
   for (const auto& p : model->named_parameters()) {
     ASSERT_TRUE(p.value().grad().defined()) << p.key();
@@ -158,10 +164,7 @@ TEST(ModernBert, GradientsReachEveryParameter) {
 // the loss must still be computed, and reach every parameter.
 TEST(ModernBert, TrainsUnderBf16Autocast) {
   auto model = make_bert(modernbert_preset("tiny"));
-  Batch batch;
-  batch.input_ids = random_ids(2, 24, 256, 6);
-  batch.targets = torch::where(random_ids(2, 24, 3, 7).eq(0), random_ids(2, 24, 256, 8),
-                               torch::full({2, 24}, kIgnoreIndex, torch::kLong));
+  const Batch batch = masked_batch();
   LossOutput out;
   {
     AutocastScope autocast(torch::Device(torch::kCPU), /*enabled=*/true);
