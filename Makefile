@@ -4,6 +4,8 @@ BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
 GS := $(BUILD)/gradscope
 DEMO_OUT ?= demo-out
+STUDY_OUT ?= results/cpu-tiny
+STUDY_WORK ?= study-out
 FUZZ_BUILD ?= build-fuzz
 FUZZ_TIME ?= 300
 FUZZ_TARGET ?= all
@@ -13,7 +15,7 @@ SANITIZER_ENV := ASAN_OPTIONS=detect_leaks=0:detect_odr_violation=0 \
   UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 
 .PHONY: all deps data data-all configure build test test-fast test-sanitize fuzz fuzz-run demo \
-  bench clean format
+  study bench clean format
 
 all: build
 
@@ -85,6 +87,13 @@ demo: data build
 	$(GS) report $(DEMO_OUT)/gradscope.db --out $(DEMO_OUT)/report
 	@echo "results: $(DEMO_OUT)/ (sweep.txt, summary.txt, the run record llama-tiny-adam.json, gradscope.db)"
 	@echo "report:  $(DEMO_OUT)/report/report.html (figures, findings, recommendations; docs/reports.md)"
+
+# The study's grid asked properly on this machine (configs/sweeps/study-cpu.toml: 240 runs,
+# about an hour on two cores), then its report in $(STUDY_OUT) with made.md (command, commit,
+# machine, wall time): the committed folder, so `git diff` shows what a rerun changed. The database
+# and logs stay in $(STUDY_WORK): run again to resume a killed study, remove it to start over.
+study: data build
+	bash scripts/study.sh $(GS) $(STUDY_OUT) $(STUDY_WORK)
 
 # The benchmarks (not tests: nothing fails on a slow machine): gradscope against PyTorch
 # peers, the FLOP/s limit, the strategies' costs, the sampler's overhead and the tiny study
