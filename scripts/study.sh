@@ -24,6 +24,10 @@ case $out in
 esac
 
 mkdir -p -- "$work"
+# The source as the sweep starts (the tree may move on while it runs).
+commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+dirty=""
+if ! git diff --quiet HEAD -- 2>/dev/null; then dirty=" (with uncommitted changes)"; fi
 started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 t0=$(date +%s)
 # The sweep's exit status, not tee's: a grid with failed runs still gets its report.
@@ -40,9 +44,6 @@ fi
 rm -rf -- "$out"
 "$gs" report "$work/study.db" --out "$out"
 
-commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)
-dirty=""
-if ! git diff --quiet HEAD -- 2>/dev/null; then dirty=" (with uncommitted changes)"; fi
 cpu=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//' || true)
 {
   echo "# How this folder was made"
