@@ -511,6 +511,9 @@ TEST(ReportVerdicts, AccumulationIsPairedAtTheSameMicroBatchAndAtTheSameEffectiv
   micro.loss = by_samples;
   FakeRun effective = micro;
   effective.batch = 8;
+  // Evaluated on the standard runs' samples: half the effective batches of 8 (evaluation
+  // settings do not keep a pair apart).
+  accum.eval_batches = micro.eval_batches / 2;
   const ReportData d =
       analyze_runs(all_of({seeds_of(accum), seeds_of(micro), seeds_of(effective)}));
   const Finding& f = finding(d, "accumulation-vlm");
@@ -547,15 +550,55 @@ TEST(ReportRecommendations, RankByValidationLossWhereEveryConfigurationHasOne) {
   EXPECT_EQ(unlimited.loss_kind, "validation");
   EXPECT_NEAR(unlimited.best_loss.mean, 0.9, 1e-12);
   EXPECT_TRUE(testing::contains(markdown_summary(d), "validation 0.9000"));
-  // Without SGD's evaluations, every configuration is ranked by training loss, and the row
-  // says why.
+  // Without SGD's evaluations, Adam is still ranked by validation loss; SGD is not ranked,
+  // and the row names it with both training losses.
   sgd.eval_every = 0;
   const ReportData e = analyze_runs(all_of({seeds_of(adam), seeds_of(sgd)}));
   const Recommendation& r = e.recommendations.front();
   ASSERT_TRUE(r.best.has_value());
   EXPECT_EQ(e.groups[*r.best].optimizer, "adam");
-  EXPECT_EQ(r.loss_kind, "training");
-  EXPECT_TRUE(testing::contains(r.loss_note, "no validation loss")) << r.loss_note;
+  EXPECT_EQ(r.loss_kind, "validation");
+  EXPECT_NEAR(r.best_loss.mean, 1.2, 1e-12);
+  EXPECT_TRUE(testing::contains(r.loss_note, "not ranked, no validation loss by then: sgd"))
+      << r.loss_note;
+  EXPECT_TRUE(testing::contains(r.loss_note, "(training 0.8000")) << r.loss_note;
+  EXPECT_TRUE(testing::contains(r.loss_note, "the chosen one's training loss there 0.5000"))
+      << r.loss_note;
+  // With no evaluation anywhere, training loss ranks, and the row says so.
+  adam.eval_every = 0;
+  const ReportData t = analyze_runs(all_of({seeds_of(adam), seeds_of(sgd)}));
+  const Recommendation& by_training = t.recommendations.front();
+  ASSERT_TRUE(by_training.best.has_value());
+  EXPECT_EQ(t.groups[*by_training.best].optimizer, "adam");
+  EXPECT_EQ(by_training.loss_kind, "training");
+  EXPECT_TRUE(testing::contains(by_training.loss_note, "no configuration that fits has"))
+      << by_training.loss_note;
+}
+
+// A lead within the seeds' spread is no lead: the row lists who the data cannot tell apart.
+TEST(ReportRecommendations, ListTheConfigurationsNotSignificantlyWorse) {
+  FakeRun adam{"vit"};
+  adam.eval_every = 5;
+  adam.val = [](int) { return 1.0; };
+  FakeRun sgd = adam;  // 0.5% worse, seeds 10% apart: within the spread
+  sgd.optimizer = "sgd";
+  sgd.val = [](int) { return 1.005; };
+  FakeRun adagrad = adam;  // 50% worse, seeds 1% apart: a real lead
+  adagrad.optimizer = "adagrad";
+  adagrad.val = [](int) { return 1.5; };
+  const ReportData d = analyze_runs(
+      all_of({seeds_of(adam, 3, 0.1), seeds_of(sgd, 3, 0.1), seeds_of(adagrad, 3, 0.01)}));
+  const Recommendation& r = d.recommendations.front();
+  ASSERT_TRUE(r.best.has_value());
+  EXPECT_EQ(d.groups[*r.best].optimizer, "adam");
+  ASSERT_EQ(r.not_worse.size(), 1u);
+  EXPECT_EQ(d.groups[r.not_worse[0]].optimizer, "sgd");
+  const std::string md = markdown_summary(d);
+  EXPECT_TRUE(testing::contains(md, "| " + d.groups[r.not_worse[0]].label + " |")) << md;
+  // With two seeds a side nothing can be told apart: every ranked configuration is listed.
+  const ReportData two = analyze_runs(
+      all_of({seeds_of(adam, 2, 0.1), seeds_of(sgd, 2, 0.1), seeds_of(adagrad, 2, 0.01)}));
+  EXPECT_EQ(two.recommendations.front().not_worse.size(), 2u);
 }
 
 TEST(ReportRecommendations, TheBestThatFitsEachBudget) {

@@ -57,8 +57,11 @@ struct Pair {
 // treatments are matched at the same batch.
 std::vector<Pair> strategy_pairs(const GroupedRuns& data, const std::string& model,
                                  const std::string& treatment) {
-  const std::set<std::string> erase = {"strategy", "accum_steps", "checkpoint_every",
-                                       "checkpoint_policy", "batch"};
+  // eval_batches counts effective batches, so a grid that evaluates every run on the same
+  // samples gives accumulation fewer of them; evaluation never changes training, and the
+  // claims compare training losses.
+  const std::set<std::string> erase = {"strategy",          "accum_steps", "checkpoint_every",
+                                       "checkpoint_policy", "batch",       "eval_batches"};
   std::vector<Pair> pairs;
   for (size_t a = 0; a < data.groups.size(); ++a) {
     const Group& ga = data.groups[a];

@@ -322,14 +322,19 @@ std::optional<double> val_loss_at(const ReportRun& run, Axis axis, double x) {
   return last;
 }
 
-Interval group_val_loss_at(const GroupedRuns& data, const Group& g, Axis axis, double x) {
+std::vector<double> seed_val_losses_at(const GroupedRuns& data, const Group& g, Axis axis,
+                                       double x) {
   std::vector<double> v;
   for (size_t i : g.ok_runs) {
     const auto l = val_loss_at(data.runs[i], axis, x);
-    if (!l) return mean_interval({});
+    if (!l) return {};
     v.push_back(*l);
   }
-  return mean_interval(v);
+  return v;
+}
+
+Interval group_val_loss_at(const GroupedRuns& data, const Group& g, Axis axis, double x) {
+  return mean_interval(seed_val_losses_at(data, g, axis, x));
 }
 
 double Group::total(Axis a) const {

@@ -115,6 +115,9 @@ std::vector<double> seed_losses_at(const GroupedRuns& data, const Group& g, Axis
 std::optional<double> val_loss_at(const ReportRun& run, Axis axis, double x);
 // The validation loss of a group's ok runs at x; n = 0 unless every ok run has one.
 Interval group_val_loss_at(const GroupedRuns& data, const Group& g, Axis axis, double x);
+// The same per seed; empty unless every ok run has one.
+std::vector<double> seed_val_losses_at(const GroupedRuns& data, const Group& g, Axis axis,
+                                       double x);
 
 // A group's identity settings without those named in `erase` (a flattened name, or its part
 // before the first '.'), as text: groups with the same text differ only in what was erased.

@@ -9,6 +9,8 @@
 
 #include "gradscope/core/env.h"
 #include "gradscope/core/statistics.h"
+#include "gradscope/report/claims.h"
+#include "gradscope/report/format.h"
 
 namespace gradscope {
 
@@ -107,24 +109,25 @@ std::vector<Recommendation> recommend(const GroupedRuns& data,
           rec.miss_reasons.push_back(reason);
         }
       }
-      // Validation loss where every fitting configuration has one at the point, else training.
-      std::vector<std::string> without;
+      // Validation loss among the fitting configurations that have one at the point; training
+      // loss only when none has.
+      std::vector<size_t> with, without;
       for (size_t i : rec.fits)
-        if (group_val_loss_at(data, data.groups[i], Axis::kEvaluations, equal).n == 0)
-          without.push_back(data.groups[i].label);
-      const bool by_val = without.empty();
+        (seed_val_losses_at(data, data.groups[i], Axis::kEvaluations, equal).empty() ? without
+                                                                                     : with)
+            .push_back(i);
+      const bool by_val = !with.empty();
       rec.loss_kind = by_val ? "validation" : "training";
-      if (!by_val) {
-        std::string names;
-        for (const std::string& w : without) names += (names.empty() ? "" : ", ") + w;
-        rec.loss_note = fmt::format("no validation loss at or before the point for {}", names);
-      }
-      for (size_t i : rec.fits) {
+      if (!by_val) rec.loss_note = "no configuration that fits has a validation loss by then";
+      const auto seed_losses = [&](size_t i) {
+        return by_val ? seed_val_losses_at(data, data.groups[i], Axis::kEvaluations, equal)
+                      : seed_losses_at(data, data.groups[i], Axis::kEvaluations, equal);
+      };
+      for (size_t i : by_val ? with : rec.fits) {
         const Group& g = data.groups[i];
         // The lowest loss; between losses equal to 0.01% (checkpointing, and accumulation at
         // the same effective batch, change only the rounding), the faster step.
-        const Interval l = by_val ? group_val_loss_at(data, g, Axis::kEvaluations, equal)
-                                  : group_loss_at(data, g, Axis::kEvaluations, equal);
+        const Interval l = mean_interval(seed_losses(i));
         const bool tie = rec.best && std::abs(l.mean - rec.best_loss.mean) <=
                                          1e-4 * std::abs(rec.best_loss.mean);
         const bool better =
@@ -135,7 +138,32 @@ std::vector<Recommendation> recommend(const GroupedRuns& data,
           rec.best_loss = l;
         }
       }
-      if (rec.best) time_to_point(data, equal, rec);
+      if (rec.best) {
+        time_to_point(data, equal, rec);
+        const std::vector<double> best = seed_losses(*rec.best);
+        for (size_t i : by_val ? with : rec.fits) {
+          if (i == *rec.best) continue;
+          const std::vector<double> other = seed_losses(i);
+          if (other.empty()) continue;
+          const bool counts = static_cast<int>(best.size()) >= kMinSeeds &&
+                              static_cast<int>(other.size()) >= kMinSeeds;
+          if (!counts || !welch_t_test(other, best).above(kAlpha)) rec.not_worse.push_back(i);
+        }
+        // What was not ranked, with the training loss that could be compared at the point.
+        if (by_val && !without.empty()) {
+          const auto train = [&](size_t i) {
+            return format_interval(group_loss_at(data, data.groups[i], Axis::kEvaluations, equal));
+          };
+          std::string names;
+          for (size_t i : without)
+            names += fmt::format("{}{} (training {})", names.empty() ? "" : "; ",
+                                 data.groups[i].label, train(i));
+          rec.loss_note = fmt::format(
+              "not ranked, no validation loss by then: {}; the chosen one's training loss there "
+              "{}",
+              names, train(*rec.best));
+        }
+      }
       out.push_back(rec);
     }
   }

@@ -55,13 +55,17 @@ std::string html_table(const Table& t, const std::string& css_class) {
 }
 
 Table recommendations_table(const ReportData& data) {
-  Table t{{"model", "memory budget", "use", "loss at equal gradient evaluations", "evaluations",
-           "samples", "time to them", "energy to them", "does not fit"},
+  Table t{{"model", "memory budget", "use", "loss at equal gradient evaluations",
+           "not significantly worse (Welch, 95%)", "evaluations", "samples", "time to them",
+           "energy to them", "does not fit"},
           {}};
   for (const Recommendation& r : data.recommendations) {
     std::string misses;
     for (size_t i = 0; i < r.misses.size(); ++i)
       misses += (i ? "; " : "") + data.groups[r.misses[i]].label + " (" + r.miss_reasons[i] + ")";
+    std::string not_worse;
+    for (size_t i : r.not_worse)
+      not_worse += (not_worse.empty() ? "" : "; ") + data.groups[i].label;
     const Group* best = r.best ? &data.groups[*r.best] : nullptr;
     std::string loss = "n/a";
     if (best) {
@@ -72,7 +76,7 @@ Table recommendations_table(const ReportData& data) {
         {r.model,
          r.budget_bytes > 0 ? budget_text(r) + " (" + r.budget_source + ")" : budget_text(r),
          best ? best->preset + ": " + best->label : "nothing measured fits", loss,
-         format_count(r.equal_evaluations),
+         best ? (not_worse.empty() ? "none" : not_worse) : "-", format_count(r.equal_evaluations),
          best && std::isfinite(r.equal_samples) ? format_count(r.equal_samples) : "n/a",
          best && std::isfinite(r.time_to_point_s) ? format_duration(r.time_to_point_s) : "n/a",
          best && r.energy_known ? format_joules(r.energy_to_point_j) : "n/a",
@@ -121,12 +125,18 @@ Table evidence_table(const Finding& f) {
 
 // Hosts, devices and LibTorch versions of the runs, for the header.
 std::string provenance(const ReportData& data) {
-  std::set<std::string> devices, libtorch, sweeps;
+  std::set<std::string> devices, libtorch, sweeps, commits;
+  // ISO 8601 UTC times order as text.
+  std::string first_start, last_finish;
   for (const ReportRun& r : data.runs) {
     if (r.record.env && !r.record.env->device_name.empty())
       devices.insert(r.record.env->device_name);
     if (r.record.env && !r.record.env->libtorch.empty()) libtorch.insert(r.record.env->libtorch);
+    if (r.record.env && !r.record.env->git_commit.empty()) commits.insert(r.record.env->git_commit);
     if (r.record.sweep) sweeps.insert(*r.record.sweep);
+    if (!r.record.started_at.empty() && (first_start.empty() || r.record.started_at < first_start))
+      first_start = r.record.started_at;
+    if (r.record.finished_at > last_finish) last_finish = r.record.finished_at;
   }
   auto join = [](const std::set<std::string>& s) {
     std::string text;
@@ -135,9 +145,10 @@ std::string provenance(const ReportData& data) {
   };
   std::string text = fmt::format(
       "{} runs in {} configurations ({} attempts stored); sweeps: {}; devices: {}; "
-      "LibTorch {}",
+      "LibTorch {}; gradscope commits: {}; runs started {} and finished {}",
       data.runs.size(), data.groups.size(), data.attempts, join(sweeps), join(devices),
-      join(libtorch));
+      join(libtorch), join(commits), first_start.empty() ? "n/a" : first_start,
+      last_finish.empty() ? "n/a" : last_finish);
   // Left out, and said so: a record this version cannot read (a refused configuration that
   // an older version stored, a damaged row).
   if (!data.unreadable.empty()) {
@@ -154,8 +165,9 @@ std::string markdown_summary(const ReportData& data) {
   md +=
       "## Recommendations\n\nFor each model and memory budget: the optimizer and strategy with "
       "the lowest validation loss at equal gradient evaluations (samples x forward-backward "
-      "passes) among the configurations that fit; training loss where a configuration has no "
-      "validation loss at that point, as the row says.\n\n";
+      "passes) among the configurations that fit that have a validation loss by then (those "
+      "without one are named, with their training loss; training loss ranks only when none "
+      "has one), and the configurations not significantly worse (Welch's t test at 95%).\n\n";
   md += markdown_table(recommendations_table(data));
   md += "\n## The study's claims\n\n" + markdown_table(findings_table(data));
   for (const Finding& f : data.findings) {
