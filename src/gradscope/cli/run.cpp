@@ -54,8 +54,9 @@ int execute(const RunOptions& o) {
     search = search_learning_rate(c, [&](const LrTrial& t, int64_t i, int64_t n) {
       if (c.quiet) return;
       fmt::print(stderr, "lr search {}/{}: lr {:.3g} -> {} after {} steps ({})\n", i, n, t.lr,
-                 t.val_loss ? fmt::format("val loss {:.4f}", *t.val_loss) : "no val loss", t.steps,
-                 t.status);
+                 t.val_loss ? fmt::format("search-split loss {:.4f}", *t.val_loss)
+                            : "no search-split loss",
+                 t.steps, t.status);
     });
     if (!c.quiet) fmt::print(stderr, "lr search: training with lr {:.3g}\n", search.best_lr);
   }
