@@ -6,6 +6,7 @@ GS := $(BUILD)/gradscope
 DEMO_OUT ?= demo-out
 STUDY_OUT ?= results/cpu-tiny
 STUDY_WORK ?= study-out
+STUDY_RERUN ?= --model llama --optimizer adam --strategy checkpoint --batch 8 --seed 1
 FUZZ_BUILD ?= build-fuzz
 FUZZ_TIME ?= 300
 FUZZ_TARGET ?= all
@@ -15,7 +16,7 @@ SANITIZER_ENV := ASAN_OPTIONS=detect_leaks=0:detect_odr_violation=0 \
   UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 
 .PHONY: all deps data data-all configure build test test-fast test-sanitize fuzz fuzz-run demo \
-  study bench clean format
+  study study-rerun bench clean format
 
 all: build
 
@@ -94,6 +95,12 @@ demo: data build
 # and logs stay in $(STUDY_WORK): run again to resume a killed study, remove it to start over.
 study: data build
 	bash scripts/study.sh $(GS) $(STUDY_OUT) $(STUDY_WORK)
+
+# One configuration of the study grid run again and compared bit for bit with $(STUDY_OUT)
+# (every step's loss, learning rate and gradient norm; the final losses); STUDY_RERUN names it
+# with `gradscope run` flags. Under a minute.
+study-rerun: data build
+	bash scripts/study-rerun.sh $(GS) $(STUDY_OUT) $(STUDY_RERUN)
 
 # The benchmarks (not tests: nothing fails on a slow machine): gradscope against PyTorch
 # peers, the FLOP/s limit, the strategies' costs, the sampler's overhead and the tiny study
