@@ -6,7 +6,7 @@ GS := $(BUILD)/gradscope
 DEMO_OUT ?= demo-out
 STUDY_OUT ?= results/cpu-tiny
 STUDY_WORK ?= study-out
-STUDY_RERUN ?= --model llama --optimizer adam --strategy checkpoint --batch 8 --seed 1
+STUDY_RERUN ?= e8b61e453fe01f9d
 FUZZ_BUILD ?= build-fuzz
 FUZZ_TIME ?= 300
 FUZZ_TARGET ?= all
@@ -96,9 +96,9 @@ demo: data build
 study: data build
 	bash scripts/study.sh $(GS) $(STUDY_OUT) $(STUDY_WORK)
 
-# One configuration of the study grid run again and compared bit for bit with $(STUDY_OUT)
-# (every step's loss, learning rate and gradient norm; the final losses); STUDY_RERUN names it
-# with `gradscope run` flags. Under a minute.
+# One run of the study grid run again and compared bit for bit with $(STUDY_OUT) (its status,
+# every step's loss, learning rate and gradient norm, the final losses); STUDY_RERUN is its id
+# (the first column of runs.csv). Under a minute for most runs.
 study-rerun: data build
 	bash scripts/study-rerun.sh $(GS) $(STUDY_OUT) $(STUDY_RERUN)
 

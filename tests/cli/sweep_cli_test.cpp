@@ -113,6 +113,32 @@ TEST(SweepCli, RunsEveryConfigThenResumeSkipsThem) {
   EXPECT_TRUE(contains(dry.out, "0 to run, 2 skipped")) << dry.out;
 }
 
+// One run of a grid, by its id: what is rerun to check a committed result.
+TEST(SweepCli, OnlyRunsTheRunsNamedByTheirIds) {
+  testing::TempDir dir("gradscope-sweep-only");
+  const std::string file = write_sweep(dir, 2);
+  const std::string db = dir.file("r.db");
+  auto dry = run_gradscope("sweep " + file + " --db " + db + " --dry-run");
+  ASSERT_EQ(dry.code, 0) << dry.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(dry.out, m, std::regex("adam seed=0 +([0-9a-f]{16})"))) << dry.out;
+  const std::string adam = m[1];
+  dry = run_gradscope("sweep " + file + " --db " + db + " --dry-run --only " + adam);
+  ASSERT_EQ(dry.code, 0) << dry.err;
+  EXPECT_TRUE(contains(dry.out, "1 to run, 0 skipped")) << dry.out;
+  EXPECT_FALSE(contains(dry.out, "sgd")) << dry.out;
+
+  auto one = run_gradscope("sweep " + file + " --db " + db + " --only " + adam);
+  ASSERT_EQ(one.code, 0) << one.out << one.err;
+  const auto s = statuses(db);
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_EQ(s.begin()->first, adam);
+
+  auto unknown = run_gradscope("sweep " + file + " --db " + db + " --only 0123456789abcdef");
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_TRUE(contains(unknown.err, "--only 0123456789abcdef: no run of")) << unknown.err;
+}
+
 // The sweep plans each run under the id gradscope 0.1.0 (commit 048378a) gave it, so that a
 // sweep resumed on a database of that version skips what it ran.
 TEST(SweepCli, DryRunListsTheRunIdsOfVersionZeroOne) {

@@ -529,6 +529,13 @@ TEST(ReportVerdicts, AccumulationIsPairedAtTheSameMicroBatchAndAtTheSameEffectiv
   EXPECT_EQ(f.verdict_equal_samples, Verdict::kNotReproduced) << f.measured;
   EXPECT_TRUE(testing::contains(f.measured, "same micro-batch")) << f.measured;
   EXPECT_TRUE(testing::contains(f.measured, "same effective batch")) << f.measured;
+  // The same accumulation also stored with another eval_batches (a grid edited between two
+  // sweeps on one database): each standard group is still paired once per setting.
+  FakeRun accum_again = accum;
+  accum_again.eval_batches = micro.eval_batches;
+  const ReportData twice = analyze_runs(
+      all_of({seeds_of(accum), seeds_of(accum_again), seeds_of(micro), seeds_of(effective)}));
+  EXPECT_EQ(finding(twice, "accumulation-vlm").evidence.size(), 2u);
 }
 
 TEST(ReportRecommendations, RankByValidationLossWhereEveryConfigurationHasOne) {
@@ -571,8 +578,61 @@ TEST(ReportRecommendations, RankByValidationLossWhereEveryConfigurationHasOne) {
   ASSERT_TRUE(by_training.best.has_value());
   EXPECT_EQ(t.groups[*by_training.best].optimizer, "adam");
   EXPECT_EQ(by_training.loss_kind, "training");
-  EXPECT_TRUE(testing::contains(by_training.loss_note, "no configuration that fits has"))
+  EXPECT_TRUE(testing::contains(by_training.loss_note, "no ranked configuration has"))
       << by_training.loss_note;
+}
+
+// A configuration that lost a seed, or whose run blew up without a NaN, is no contender: its
+// surviving seeds would look better than the configuration is.
+TEST(ReportRecommendations, AConfigurationWithAFailedOrBlownUpRunIsNotRanked) {
+  FakeRun adam{"vit"};
+  adam.eval_every = 5;
+  adam.val = [](int) { return 1.0; };
+  FakeRun sgd = adam;  // the lowest validation loss, but one of its seeds diverged
+  sgd.optimizer = "sgd";
+  sgd.val = [](int) { return 0.5; };
+  std::vector<FakeRun> sgd_seeds = seeds_of(sgd);
+  sgd_seeds[0].status = "diverged";
+  FakeRun adagrad = adam;  // lower still, but a seed ends far above where it started
+  adagrad.optimizer = "adagrad";
+  adagrad.val = [](int) { return 0.4; };
+  std::vector<FakeRun> adagrad_seeds = seeds_of(adagrad);
+  adagrad_seeds[2].loss = [](int i, double) { return 1.0 + 50.0 * i; };
+  const ReportData d = analyze_runs(all_of({seeds_of(adam, 3, 0.1), sgd_seeds, adagrad_seeds}));
+  const Recommendation& r = d.recommendations.front();
+  ASSERT_TRUE(r.best.has_value());
+  EXPECT_EQ(d.groups[*r.best].optimizer, "adam");
+  EXPECT_TRUE(r.not_worse.empty());
+  EXPECT_TRUE(testing::contains(r.loss_note, "not ranked: ")) << r.loss_note;
+  EXPECT_TRUE(testing::contains(r.loss_note, "(2 of 3 runs ok)")) << r.loss_note;
+  EXPECT_TRUE(testing::contains(r.loss_note, "seed 2 ended at loss 1001, above its first 51"))
+      << r.loss_note;
+}
+
+// Many configurations within the noise of the chosen one: Holm's correction keeps the family
+// of "worse" verdicts at 95%, so a p just under 0.05 among several does not count as worse.
+TEST(ReportRecommendations, NotWorseUsesHolmsCorrectionOverTheComparisons) {
+  FakeRun adam{"vit"};
+  adam.eval_every = 5;
+  adam.val = [](int) { return 1.0; };
+  std::vector<std::vector<FakeRun>> parts = {seeds_of(adam, 3, 0.015)};
+  const char* others[] = {"sgd", "adagrad", "adadelta", "cg", "adamw", "lion"};
+  for (const char* name : others) {
+    FakeRun o = adam;
+    o.optimizer = name;
+    o.val = [](int) { return 1.04; };  // alone: Welch p about 0.04
+    parts.push_back(seeds_of(o, 3, 0.015));
+  }
+  std::vector<FakeRun> runs;
+  for (const auto& p : parts) runs.insert(runs.end(), p.begin(), p.end());
+  const WelchTest alone = welch_t_test({1.04 * 0.985, 1.04, 1.04 * 1.015}, {0.985, 1.0, 1.015});
+  ASSERT_LT(alone.p, 0.05);
+  ASSERT_GT(alone.p, 0.05 / 6);
+  const ReportData d = analyze_runs(runs);
+  const Recommendation& r = d.recommendations.front();
+  ASSERT_TRUE(r.best.has_value());
+  EXPECT_EQ(d.groups[*r.best].optimizer, "adam");
+  EXPECT_EQ(r.not_worse.size(), 6u);
 }
 
 // A lead within the seeds' spread is no lead: the row lists who the data cannot tell apart.

@@ -2,6 +2,7 @@
 // `gradscope collect`: merges result files (cluster tasks) into a database.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <optional>
@@ -29,6 +30,7 @@ struct SweepCliOptions {
   int64_t cpus_per_task = 4;
   std::string log_dir;
   double heartbeat_s = 30;
+  std::vector<std::string> only;  // run ids: the grid's runs to keep, the rest left alone
 };
 
 std::string self_executable() {
@@ -90,6 +92,20 @@ int execute_sweep(SweepCliOptions& o) {
   std::optional<SweepLock> lock;  // held from the plan to the last stored record
   if (!o.dry_run) lock.emplace(run.db_path);
   std::vector<PlannedRun> plan = plan_sweep(sweep, db, parse_run_arguments);
+  if (!o.only.empty()) {
+    std::vector<PlannedRun> kept;
+    for (const std::string& id : o.only) {
+      const auto it = std::find_if(plan.begin(), plan.end(),
+                                   [&](const PlannedRun& p) { return p.run_id == id; });
+      check_usage(it != plan.end(),
+                  fmt::format("--only {}: no run of {} has that id", terminal_text(id), o.file),
+                  "the ids are in `gradscope sweep FILE --dry-run` and a report's runs.csv");
+      if (std::none_of(kept.begin(), kept.end(),
+                       [&](const PlannedRun& p) { return p.run_id == id; }))
+        kept.push_back(*it);
+    }
+    plan = std::move(kept);
+  }
   if (o.dry_run) {
     print_plan(sweep, plan);
     return 0;
@@ -127,6 +143,9 @@ void add_sweep_command(CLI::App& root, int& exit_code) {
   cmd->add_option("--cpus-per-task", o->cpus_per_task, "With --emit slurm: CPUs of each task")
       ->capture_default_str();
   cmd->add_option("--log-dir", o->log_dir, "Where each attempt's output goes (default: DB.logs)");
+  cmd->add_option("--only", o->only,
+                  "Run only the run with this id (repeatable; ids as --dry-run lists them), "
+                  "e.g. to run one configuration of a grid again into a database of its own");
   cmd->add_option("--heartbeat", o->heartbeat_s,
                   "Seconds between progress reports of a long run (0 = none)")
       ->capture_default_str();

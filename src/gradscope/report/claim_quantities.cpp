@@ -6,6 +6,7 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -82,7 +83,28 @@ std::vector<Pair> strategy_pairs(const GroupedRuns& data, const std::string& mod
       }
     }
   }
-  return pairs;
+  // Two treatment groups that differ only in eval_batches (a grid changed between sweeps on
+  // one database) would each pair with the same standard group and vote twice: keep one, the
+  // one evaluated on the standard group's samples where there is one.
+  const auto evaluated = [&](size_t g) {
+    const RunConfig& c = data.groups[g].config;
+    return c.eval_batches * c.batch * c.accum_steps;
+  };
+  std::map<std::tuple<size_t, bool, std::string>, size_t> kept;  // -> index into `unique`
+  std::vector<Pair> unique;
+  for (const Pair& p : pairs) {
+    const auto key =
+        std::make_tuple(p.b, p.same_micro, key_without(data.groups[p.a], {"eval_batches"}));
+    const auto it = kept.find(key);
+    if (it == kept.end()) {
+      kept.emplace(key, unique.size());
+      unique.push_back(p);
+    } else if (evaluated(p.a) == evaluated(p.b) &&
+               evaluated(unique[it->second].a) != evaluated(p.b)) {
+      unique[it->second] = p;
+    }
+  }
+  return unique;
 }
 
 std::vector<Pair> pairs_of(const GroupedRuns& data, const ClaimRule& rule) {

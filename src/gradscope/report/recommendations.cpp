@@ -80,6 +80,50 @@ void time_to_point(const GroupedRuns& data, double equal, Recommendation& rec) {
   rec.energy_to_point_j = rec.energy_known ? mean_interval(e).mean : kNaN;
 }
 
+// Why a group that fits is not ranked, or "" when it is: a run that did not end ok (it
+// diverged, or failed), or one whose last loss is above its first (it blew up without a NaN).
+std::string unranked_reason(const GroupedRuns& data, const Group& g) {
+  if (g.ok_runs.size() != g.runs.size())
+    return fmt::format("{} of {} runs ok", g.ok_runs.size(), g.runs.size());
+  for (size_t r : g.ok_runs) {
+    const std::vector<CurvePoint>& c = data.runs[r].curve;
+    if (c.size() >= 2 && c.back().loss > c.front().loss)
+      return fmt::format("seed {} ended at loss {:.4g}, above its first {:.4g}",
+                         data.runs[r].seed(), c.back().loss, c.front().loss);
+  }
+  return "";
+}
+
+// The ranked groups other than `best` whose per-seed losses are not significantly above the
+// best's: Welch's t test of each against the best, Holm's step-down over those with kMinSeeds
+// seeds a side (the family errs at most kAlpha); with fewer seeds, none can be told apart.
+template <typename SeedLosses>
+std::vector<size_t> not_significantly_worse(const SeedLosses& seed_losses, size_t best,
+                                            const std::vector<size_t>& ranked) {
+  const std::vector<double> b = seed_losses(best);
+  std::vector<size_t> out;
+  std::vector<std::pair<double, size_t>> tested;  // (p, group)
+  for (size_t i : ranked) {
+    if (i == best) continue;
+    const std::vector<double> other = seed_losses(i);
+    if (other.empty()) continue;
+    const bool counts =
+        static_cast<int>(b.size()) >= kMinSeeds && static_cast<int>(other.size()) >= kMinSeeds;
+    const WelchTest w = welch_t_test(other, b);
+    if (!counts || !w.valid || !(w.mean_a > w.mean_b))
+      out.push_back(i);
+    else
+      tested.emplace_back(w.p, i);
+  }
+  std::sort(tested.begin(), tested.end());
+  const size_t m = tested.size();
+  size_t k = 0;  // Holm: reject while the k-th smallest p is below kAlpha / (m - k)
+  while (k < m && tested[k].first < kAlpha / static_cast<double>(m - k)) ++k;
+  for (size_t j = k; j < m; ++j) out.push_back(tested[j].second);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 }  // namespace
 
 std::vector<Recommendation> recommend(const GroupedRuns& data,
@@ -109,21 +153,28 @@ std::vector<Recommendation> recommend(const GroupedRuns& data,
           rec.miss_reasons.push_back(reason);
         }
       }
-      // Validation loss among the fitting configurations that have one at the point; training
-      // loss only when none has.
+      // Ranked: the fitting configurations whose every run ended ok and none above where it
+      // started (a run that blew up without a NaN is not a contender); by validation loss
+      // among those with one at the point, by training loss only when none has.
       std::vector<size_t> with, without;
-      for (size_t i : rec.fits)
-        (seed_val_losses_at(data, data.groups[i], Axis::kEvaluations, equal).empty() ? without
-                                                                                     : with)
-            .push_back(i);
+      std::vector<std::pair<size_t, std::string>> unranked;
+      for (size_t i : rec.fits) {
+        const std::string why = unranked_reason(data, data.groups[i]);
+        if (!why.empty())
+          unranked.emplace_back(i, why);
+        else
+          (seed_val_losses_at(data, data.groups[i], Axis::kEvaluations, equal).empty() ? without
+                                                                                       : with)
+              .push_back(i);
+      }
       const bool by_val = !with.empty();
       rec.loss_kind = by_val ? "validation" : "training";
-      if (!by_val) rec.loss_note = "no configuration that fits has a validation loss by then";
+      const std::vector<size_t>& ranked = by_val ? with : without;
       const auto seed_losses = [&](size_t i) {
         return by_val ? seed_val_losses_at(data, data.groups[i], Axis::kEvaluations, equal)
                       : seed_losses_at(data, data.groups[i], Axis::kEvaluations, equal);
       };
-      for (size_t i : by_val ? with : rec.fits) {
+      for (size_t i : ranked) {
         const Group& g = data.groups[i];
         // The lowest loss; between losses equal to 0.01% (checkpointing, and accumulation at
         // the same effective batch, change only the rounding), the faster step.
@@ -138,32 +189,34 @@ std::vector<Recommendation> recommend(const GroupedRuns& data,
           rec.best_loss = l;
         }
       }
+      std::vector<std::string> notes;
+      if (!by_val && !rec.fits.empty())
+        notes.push_back("no ranked configuration has a validation loss by then");
       if (rec.best) {
         time_to_point(data, equal, rec);
-        const std::vector<double> best = seed_losses(*rec.best);
-        for (size_t i : by_val ? with : rec.fits) {
-          if (i == *rec.best) continue;
-          const std::vector<double> other = seed_losses(i);
-          if (other.empty()) continue;
-          const bool counts = static_cast<int>(best.size()) >= kMinSeeds &&
-                              static_cast<int>(other.size()) >= kMinSeeds;
-          if (!counts || !welch_t_test(other, best).above(kAlpha)) rec.not_worse.push_back(i);
-        }
+        rec.not_worse = not_significantly_worse(seed_losses, *rec.best, ranked);
+        const auto train = [&](size_t i) {
+          return format_interval(group_loss_at(data, data.groups[i], Axis::kEvaluations, equal));
+        };
         // What was not ranked, with the training loss that could be compared at the point.
         if (by_val && !without.empty()) {
-          const auto train = [&](size_t i) {
-            return format_interval(group_loss_at(data, data.groups[i], Axis::kEvaluations, equal));
-          };
           std::string names;
           for (size_t i : without)
             names += fmt::format("{}{} (training {})", names.empty() ? "" : "; ",
                                  data.groups[i].label, train(i));
-          rec.loss_note = fmt::format(
+          notes.push_back(fmt::format(
               "not ranked, no validation loss by then: {}; the chosen one's training loss there "
               "{}",
-              names, train(*rec.best));
+              names, train(*rec.best)));
         }
       }
+      if (!unranked.empty()) {
+        std::string names;
+        for (const auto& [i, why] : unranked)
+          names += fmt::format("{}{} ({})", names.empty() ? "" : "; ", data.groups[i].label, why);
+        notes.push_back("not ranked: " + names);
+      }
+      for (const std::string& n : notes) rec.loss_note += (rec.loss_note.empty() ? "" : "; ") + n;
       out.push_back(rec);
     }
   }

@@ -1,17 +1,19 @@
 // Recommendations: per model and memory budget, the optimizer and strategy with the lowest
 // validation loss at equal gradient evaluations (groups.h: samples x forward-backward passes,
 // so an optimizer with a line search pays for its extra passes) among the configurations that
-// fit, and what does not fit. Each configuration's validation loss at that point is its last
-// evaluation at or before it. A configuration that fits but has none there (it never
-// evaluated, or not that early: a line search spends its evaluations in few steps) is not
-// ranked; the row names it with its training loss at the point beside the chosen one's. Only
-// when no configuration that fits has a validation loss there does the row rank by training
-// loss, and say so.
+// fit, and what does not fit. Only a configuration whose every run ended ok, none with a last
+// loss above its first (a blow-up without a NaN), is ranked; the others are named with why.
+// Each configuration's validation loss at that point is its last evaluation at or before it.
+// A ranked configuration with none there (it never evaluated, or not that early: a line
+// search spends its evaluations in few steps) is left out and named, with its training loss
+// at the point beside the chosen one's. Only when no ranked configuration has a validation
+// loss there does the row rank by training loss, and say so.
 //
-// The lowest mean over seeds is not always a real lead: the row also lists the configurations
-// whose per-seed losses at the point are not significantly above the chosen one's (Welch's t
-// test, two-sided at 95%, each side with at least kMinSeeds seeds; with fewer, nothing can be
-// told apart and every one is listed).
+// The lowest mean over seeds is not always a real lead: the row also lists the ranked
+// configurations whose per-seed losses at the point are not significantly above the chosen
+// one's (Welch's t test, two-sided, Holm's step-down at 95% over the comparisons, each side
+// with at least kMinSeeds seeds; with fewer, nothing can be told apart and every one is
+// listed).
 //
 // Budgets are the memory caps runs ran under, those asked for, and, when there is neither,
 // the data's own range: the leanest configuration's peak, the median one's, and no limit.
@@ -33,7 +35,7 @@ struct Recommendation {
   std::optional<size_t> best;  // group index
   Interval best_loss;          // at equal evaluations
   std::string loss_kind;       // "validation" or "training": what the row ranks by
-  std::string loss_note;       // why training loss, or which fitting groups were not ranked
+  std::string loss_note;       // why training loss, and which fitting groups were not ranked
   // Fitting groups ranked beside the best whose losses are not significantly above its own.
   std::vector<size_t> not_worse;
   double equal_evaluations = 0;

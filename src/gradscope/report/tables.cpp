@@ -68,15 +68,16 @@ Table recommendations_table(const ReportData& data) {
       not_worse += (not_worse.empty() ? "" : "; ") + data.groups[i].label;
     const Group* best = r.best ? &data.groups[*r.best] : nullptr;
     std::string loss = "n/a";
-    if (best) {
-      loss = r.loss_kind + " " + format_interval(r.best_loss);
-      if (!r.loss_note.empty()) loss += " (" + r.loss_note + ")";
-    }
+    if (best) loss = r.loss_kind + " " + format_interval(r.best_loss);
+    if (!r.loss_note.empty()) loss += " (" + r.loss_note + ")";
     t.rows.push_back(
         {r.model,
          r.budget_bytes > 0 ? budget_text(r) + " (" + r.budget_source + ")" : budget_text(r),
-         best ? best->preset + ": " + best->label : "nothing measured fits", loss,
-         best ? (not_worse.empty() ? "none" : not_worse) : "-", format_count(r.equal_evaluations),
+         best             ? best->preset + ": " + best->label
+         : r.fits.empty() ? std::string("nothing measured fits")
+                          : std::string("nothing ranked"),
+         loss, best ? (not_worse.empty() ? "none" : not_worse) : "-",
+         format_count(r.equal_evaluations),
          best && std::isfinite(r.equal_samples) ? format_count(r.equal_samples) : "n/a",
          best && std::isfinite(r.time_to_point_s) ? format_duration(r.time_to_point_s) : "n/a",
          best && r.energy_known ? format_joules(r.energy_to_point_j) : "n/a",
