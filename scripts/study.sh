@@ -72,7 +72,7 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ 
   echo "- command: \`scripts/study.sh $gs $out $work\` (what \`make study\` runs), sweep file \`$sweep_file\`"
   echo "- source tree at commit \`$commit\`$dirty when the last invocation started; \`$("$gs" --version)\`"
   echo "- machine: ${cpu:-unknown CPU}, $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)"
-  echo "- \`steps.csv.gz\` is the report's \`steps.csv\` (the page links it by that name), compressed"
+  echo "- \`steps.csv.gz\` is the report's \`steps.csv\`, compressed (the page's link to \`steps.csv\` means this file)"
   echo "- the report's first line gives the commits the runs were built from, when the first"
   echo "  run's training started (after its learning-rate search) and when the last finished"
   echo
