@@ -23,8 +23,9 @@ out_abs=$(realpath -m -- "$out")
 work_abs=$(realpath -m -- "$work")
 # OUT is removed before the new report takes its place: never the database's folder or one
 # above it, never a folder this script did not write.
-if [[ $out_abs == / || $work_abs == "$out_abs" || $work_abs == "$out_abs"/* ]]; then
-  echo "study: refusing to replace '$out' with the report: it holds the work folder '$work'" >&2
+if [[ $out_abs == / || $work_abs == "$out_abs" || $work_abs == "$out_abs"/* ||
+  $out_abs == "$work_abs"/* ]]; then
+  echo "study: refusing to write the report to '$out': it holds, or is inside, the work folder '$work'" >&2
   exit 2
 fi
 if [[ -e $out && ! -f $out/made.md ]]; then
@@ -51,7 +52,8 @@ echo "- started $started at commit \`$commit\`$dirty: the sweep took $(( (t1 - t
   >> "$work/invocations.md"
 # Exit 1 is a sweep whose runs ended, some of them not ok; a report of it is still wanted. But
 # 1 is also a sweep that stopped on an error: only a grid with nothing left to run is reported.
-left=$("$gs" sweep "$sweep_file" --db "$work/study.db" --dry-run | tail -n 1)
+left=$("$gs" sweep "$sweep_file" --db "$work/study.db" --dry-run | tail -n 1) ||
+  left="the dry run to check it failed"
 if [[ ($sweep_status -ne 0 && $sweep_status -ne 1) || $left != "0 to run,"* ]]; then
   echo "study: the sweep stopped with exit status $sweep_status ($left); run again to resume" >&2
   exit 1

@@ -536,6 +536,16 @@ TEST(ReportVerdicts, AccumulationIsPairedAtTheSameMicroBatchAndAtTheSameEffectiv
   const ReportData twice = analyze_runs(
       all_of({seeds_of(accum), seeds_of(accum_again), seeds_of(micro), seeds_of(effective)}));
   EXPECT_EQ(finding(twice, "accumulation-vlm").evidence.size(), 2u);
+  // The same with the standard side stored twice too (the whole grid's evaluation changed):
+  // still one comparison per setting.
+  FakeRun micro_again = micro;
+  micro_again.eval_batches = accum_again.eval_batches / 2;
+  FakeRun effective_again = effective;
+  effective_again.eval_batches = accum_again.eval_batches / 2;
+  const ReportData both_sides =
+      analyze_runs(all_of({seeds_of(accum), seeds_of(accum_again), seeds_of(micro),
+                           seeds_of(micro_again), seeds_of(effective), seeds_of(effective_again)}));
+  EXPECT_EQ(finding(both_sides, "accumulation-vlm").evidence.size(), 2u);
 }
 
 TEST(ReportRecommendations, RankByValidationLossWhereEveryConfigurationHasOne) {
@@ -633,6 +643,21 @@ TEST(ReportRecommendations, NotWorseUsesHolmsCorrectionOverTheComparisons) {
   ASSERT_TRUE(r.best.has_value());
   EXPECT_EQ(d.groups[*r.best].optimizer, "adam");
   EXPECT_EQ(r.not_worse.size(), 6u);
+  // Holm steps down: with one clearly worse (p far below 0.025) and one at p about 0.03, both
+  // are worse (0.03 < 0.05 / 1 at the second step), where Bonferroni (0.05 / 2) would list the
+  // second.
+  FakeRun far = adam;
+  far.optimizer = "sgd";
+  far.val = [](int) { return 1.3; };
+  FakeRun near = adam;
+  near.optimizer = "adagrad";
+  near.val = [](int) { return 1.04; };
+  const ReportData two = analyze_runs(
+      all_of({seeds_of(adam, 3, 0.015), seeds_of(far, 3, 0.015), seeds_of(near, 3, 0.015)}));
+  const Recommendation& h = two.recommendations.front();
+  ASSERT_TRUE(h.best.has_value());
+  EXPECT_EQ(two.groups[*h.best].optimizer, "adam");
+  EXPECT_TRUE(h.not_worse.empty()) << h.not_worse.size();
 }
 
 // A lead within the seeds' spread is no lead: the row lists who the data cannot tell apart.

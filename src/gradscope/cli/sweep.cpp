@@ -78,6 +78,8 @@ int execute_sweep(SweepCliOptions& o) {
   run.heartbeat_s = o.heartbeat_s;
 
   if (!o.emit.empty()) {
+    check_usage(o.only.empty(), "--only does not combine with --emit",
+                "a cluster job runs the whole grid; run single runs here with --only");
     check_usage(o.emit == "slurm", "unknown --emit target '" + o.emit + "'", "valid: slurm");
     check_usage(!o.out.empty(), "--emit slurm needs --out DIR", "e.g. --out cluster/paper");
     const std::string script = emit_slurm(sweep, o.out, run.executable, o.cpus_per_task);
@@ -145,7 +147,8 @@ void add_sweep_command(CLI::App& root, int& exit_code) {
   cmd->add_option("--log-dir", o->log_dir, "Where each attempt's output goes (default: DB.logs)");
   cmd->add_option("--only", o->only,
                   "Run only the run with this id (repeatable; ids as --dry-run lists them), "
-                  "e.g. to run one configuration of a grid again into a database of its own");
+                  "e.g. to run one configuration of a grid again into a database of its own")
+      ->allow_extra_args(false);
   cmd->add_option("--heartbeat", o->heartbeat_s,
                   "Seconds between progress reports of a long run (0 = none)")
       ->capture_default_str();

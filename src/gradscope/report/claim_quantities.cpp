@@ -83,18 +83,18 @@ std::vector<Pair> strategy_pairs(const GroupedRuns& data, const std::string& mod
       }
     }
   }
-  // Two treatment groups that differ only in eval_batches (a grid changed between sweeps on
-  // one database) would each pair with the same standard group and vote twice: keep one, the
-  // one evaluated on the standard group's samples where there is one.
+  // Groups that differ only in eval_batches (a grid changed between sweeps on one database,
+  // on either side) would make one comparison twice: keep one pair per pair of configurations
+  // apart from eval_batches, the one evaluated on the same samples where there is one.
   const auto evaluated = [&](size_t g) {
     const RunConfig& c = data.groups[g].config;
     return c.eval_batches * c.batch * c.accum_steps;
   };
-  std::map<std::tuple<size_t, bool, std::string>, size_t> kept;  // -> index into `unique`
+  std::map<std::tuple<std::string, bool, std::string>, size_t> kept;  // -> index in `unique`
   std::vector<Pair> unique;
   for (const Pair& p : pairs) {
-    const auto key =
-        std::make_tuple(p.b, p.same_micro, key_without(data.groups[p.a], {"eval_batches"}));
+    const auto key = std::make_tuple(key_without(data.groups[p.b], {"eval_batches"}), p.same_micro,
+                                     key_without(data.groups[p.a], {"eval_batches"}));
     const auto it = kept.find(key);
     if (it == kept.end()) {
       kept.emplace(key, unique.size());

@@ -114,11 +114,13 @@ std::string report_html(const ReportData& data, const std::vector<Figure>& figur
        "budget: the optimizer and memory strategy with the lowest validation loss at equal "
        "gradient evaluations (samples x forward-backward passes: equal compute, whatever an "
        "optimizer spends per step) among the configurations that fit, with the time and energy "
-       "it took to get there. A configuration with no validation loss by that point is not "
-       "ranked and the row names it, with its training loss there; only when none that fits "
-       "has one does the row rank by training loss. The next column lists the configurations "
-       "whose per-seed losses are not significantly above the chosen one's (Welch's t test at "
-       "95%, 3 seeds a side): the lead over them is within the seeds' spread. "
+       "it took to get there. Only a configuration whose every run ended ok, none above its "
+       "first loss, is ranked; one with no validation loss by that point is not either, and "
+       "the row names each left out, with why or with its training loss there; only when no "
+       "ranked one has a validation loss does the row rank by training loss. The next column "
+       "lists the configurations whose per-seed losses are not significantly above the chosen "
+       "one's (Welch's t test, Holm's correction over the row at 95%, 3 seeds a side): the "
+       "lead over them is within the seeds' spread. "
        "Budgets are the memory caps runs ran under, those passed with --memory-budget, or else "
        "the leanest and the median configuration's peak and no limit.</p>\n" +
        html_table(recommendations_table(data)) + "</section>\n";

@@ -190,7 +190,7 @@ std::vector<Recommendation> recommend(const GroupedRuns& data,
         }
       }
       std::vector<std::string> notes;
-      if (!by_val && !rec.fits.empty())
+      if (!by_val && !without.empty())
         notes.push_back("no ranked configuration has a validation loss by then");
       if (rec.best) {
         time_to_point(data, equal, rec);

@@ -56,7 +56,7 @@ std::string html_table(const Table& t, const std::string& css_class) {
 
 Table recommendations_table(const ReportData& data) {
   Table t{{"model", "memory budget", "use", "loss at equal gradient evaluations",
-           "not significantly worse (Welch, 95%)", "evaluations", "samples", "time to them",
+           "not significantly worse (Welch, Holm, 95%)", "evaluations", "samples", "time to them",
            "energy to them", "does not fit"},
           {}};
   for (const Recommendation& r : data.recommendations) {
@@ -166,9 +166,10 @@ std::string markdown_summary(const ReportData& data) {
   md +=
       "## Recommendations\n\nFor each model and memory budget: the optimizer and strategy with "
       "the lowest validation loss at equal gradient evaluations (samples x forward-backward "
-      "passes) among the configurations that fit that have a validation loss by then (those "
-      "without one are named, with their training loss; training loss ranks only when none "
-      "has one), and the configurations not significantly worse (Welch's t test at 95%).\n\n";
+      "passes) among the configurations that fit, whose every run ended ok and none above its "
+      "first loss, and that have a validation loss by then (the others are named, with why or "
+      "with their training loss; training loss ranks only when none has one), and the "
+      "configurations not significantly worse (Welch's t test, Holm's correction, 95%).\n\n";
   md += markdown_table(recommendations_table(data));
   md += "\n## The study's claims\n\n" + markdown_table(findings_table(data));
   for (const Finding& f : data.findings) {
