@@ -33,7 +33,7 @@ trap 'rm -rf -- "$work"' EXIT
 # The sweep runs it as it ran in the grid (exit 1 when the run did not end ok: a diverged run
 # is compared like any other; a bad id is exit 2).
 status=0
-"$gs" sweep configs/sweeps/study-cpu.toml --db "$work/rerun.db" --only "$id" \
+"$gs" sweep "$(dirname -- "$0")/../configs/sweeps/study-cpu.toml" --db "$work/rerun.db" --only "$id" \
   > "$work/sweep.txt" 2>&1 || status=$?
 if [[ $status -ne 0 && $status -ne 1 ]]; then
   cat "$work/sweep.txt" >&2

@@ -16,7 +16,8 @@ fi
 gs=$1
 out=$2
 work=$3
-sweep_file=configs/sweeps/study-cpu.toml
+# The grid beside this script, wherever it is run from (OUT and WORK are the caller's paths).
+sweep_file=$(dirname -- "$0")/../configs/sweeps/study-cpu.toml
 
 mkdir -p -- "$work"
 out_abs=$(realpath -m -- "$out")
@@ -71,7 +72,7 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ 
 {
   echo "# How this folder was made"
   echo
-  echo "- command: \`scripts/study.sh $gs $out $work\` (what \`make study\` runs), sweep file \`$sweep_file\`"
+  echo "- command: \`scripts/study.sh $gs $out $work\` (what \`make study\` runs), sweep file \`configs/sweeps/study-cpu.toml\`"
   echo "- source tree at commit \`$commit\`$dirty when the last invocation started; \`$("$gs" --version)\`"
   echo "- machine: ${cpu:-unknown CPU}, $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)"
   echo "- \`steps.csv.gz\` is the report's \`steps.csv\`, compressed (the page's link to \`steps.csv\` means this file)"

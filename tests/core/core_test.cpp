@@ -98,6 +98,18 @@ TEST(Statistics, WelchTestMatchesR) {
 TEST(Statistics, WelchTestNeedsTwoValuesAndHandlesNoSpread) {
   EXPECT_FALSE(welch_t_test({1.0}, {1.0 + 1e-7}).valid);
   EXPECT_FALSE(welch_t_test({1, 2, 3}, {}).valid);
+}
+
+// Holm's step-down against hand-worked families: it rejects more than Bonferroni (alpha / m)
+// once the smallest p is rejected, and stops at the first that is not.
+TEST(Statistics, HolmStepsDownAndStopsAtTheFirstKeptHypothesis) {
+  // m = 2: 0.001 < 0.025, then 0.03 < 0.05: both; Bonferroni would keep 0.03.
+  EXPECT_EQ(holm_rejections({0.03, 0.001}, 0.05), (std::vector<bool>{true, true}));
+  // m = 3: 0.01 < 0.0167, 0.03 > 0.025: stop; 0.04 is kept although below 0.05.
+  EXPECT_EQ(holm_rejections({0.04, 0.01, 0.03}, 0.05), (std::vector<bool>{false, true, false}));
+  // m = 6, all 0.033: the first needs 0.0083.
+  EXPECT_EQ(holm_rejections(std::vector<double>(6, 0.033), 0.05), std::vector<bool>(6, false));
+  EXPECT_TRUE(holm_rejections({}, 0.05).empty());
   const WelchTest exact = welch_t_test({1, 1, 1}, {2, 2, 2});
   EXPECT_TRUE(exact.valid);
   EXPECT_DOUBLE_EQ(exact.p, 0);

@@ -152,4 +152,15 @@ Interval mean_interval(const std::vector<double>& values) {
   return i;
 }
 
+std::vector<bool> holm_rejections(const std::vector<double>& p, double alpha) {
+  std::vector<size_t> order(p.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return p[a] < p[b]; });
+  std::vector<bool> rejected(p.size(), false);
+  const size_t m = p.size();
+  for (size_t k = 0; k < m && p[order[k]] < alpha / static_cast<double>(m - k); ++k)
+    rejected[order[k]] = true;
+  return rejected;
+}
+
 }  // namespace gradscope

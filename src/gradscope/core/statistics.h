@@ -52,5 +52,9 @@ WelchTest welch_t_test(const std::vector<double>& a, const std::vector<double>& 
 // The one-sample t test of a's mean against mu (df = n - 1): Welch's test against a sample
 // with no spread.
 WelchTest one_sample_t_test(const std::vector<double>& a, double mu);
+// Holm's step-down over a family of tests: which null hypotheses are rejected so that the
+// family errs at most alpha. Sorted by p, the k-th smallest (from 0) is rejected while it and
+// every smaller one are below alpha / (m - k). One flag per p, in the order given.
+std::vector<bool> holm_rejections(const std::vector<double>& p, double alpha);
 
 }  // namespace gradscope

@@ -88,7 +88,7 @@ std::vector<Pair> strategy_pairs(const GroupedRuns& data, const std::string& mod
   // apart from eval_batches, the one evaluated on the same samples where there is one.
   const auto evaluated = [&](size_t g) {
     const RunConfig& c = data.groups[g].config;
-    return c.eval_batches * c.batch * c.accum_steps;
+    return c.eval_batches * c.effective_batch();
   };
   std::map<std::tuple<std::string, bool, std::string>, size_t> kept;  // -> index in `unique`
   std::vector<Pair> unique;

@@ -101,8 +101,8 @@ template <typename SeedLosses>
 std::vector<size_t> not_significantly_worse(const SeedLosses& seed_losses, size_t best,
                                             const std::vector<size_t>& ranked) {
   const std::vector<double> b = seed_losses(best);
-  std::vector<size_t> out;
-  std::vector<std::pair<double, size_t>> tested;  // (p, group)
+  std::vector<size_t> out, tested;
+  std::vector<double> p;
   for (size_t i : ranked) {
     if (i == best) continue;
     const std::vector<double> other = seed_losses(i);
@@ -110,16 +110,16 @@ std::vector<size_t> not_significantly_worse(const SeedLosses& seed_losses, size_
     const bool counts =
         static_cast<int>(b.size()) >= kMinSeeds && static_cast<int>(other.size()) >= kMinSeeds;
     const WelchTest w = welch_t_test(other, b);
-    if (!counts || !w.valid || !(w.mean_a > w.mean_b))
+    if (!counts || !w.valid || !(w.mean_a > w.mean_b)) {
       out.push_back(i);
-    else
-      tested.emplace_back(w.p, i);
+    } else {
+      tested.push_back(i);
+      p.push_back(w.p);
+    }
   }
-  std::sort(tested.begin(), tested.end());
-  const size_t m = tested.size();
-  size_t k = 0;  // Holm: reject while the k-th smallest p is below kAlpha / (m - k)
-  while (k < m && tested[k].first < kAlpha / static_cast<double>(m - k)) ++k;
-  for (size_t j = k; j < m; ++j) out.push_back(tested[j].second);
+  const std::vector<bool> worse = holm_rejections(p, kAlpha);
+  for (size_t j = 0; j < tested.size(); ++j)
+    if (!worse[j]) out.push_back(tested[j]);
   std::sort(out.begin(), out.end());
   return out;
 }
