@@ -9,9 +9,12 @@ median meets it. Benchmarks are not tests: nothing here fails the build.
   peers        gradscope's ViT and Llama against PyTorch peers (bench/peers/): step time and
                peak tensor memory, ours / peer
   limit        achieved FLOP/s of the Llama `small` step against the fp32 GEMM peak that
-               `gradscope probe` measures in the same run, and where the rest goes by phase
+               `gradscope probe` measures in the same run, and where the rest goes by phase;
+               the same with --projections packed, --loss chunked and both, run interleaved
+               with the plain step (model FLOPs: 3 x the forward's, whatever is recomputed)
   checkpoint   checkpointing's step time against standard
-  accumulation peak memory of 4 accumulated micro-batches against one micro-batch alone
+  accumulation peak memory of 4 accumulated micro-batches against one micro-batch alone, with
+               a gradient buffer (Adam) and without one (SGD with momentum stepped in backward)
   sampler      step time with the sampler thread and phase timing on against both off
   grid         the study's whole grid (240 runs, 3 seeds) at the tiny presets, wall time
 
@@ -36,6 +39,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PYTHON = "/usr/bin/python3"
 
 
+def table_text(text, limit=200):
+    """Outside text (a run's error line) as a Markdown table cell: one line, no cell breaks,
+    no markup, at most `limit` characters."""
+    text = " ".join(str(text).split())
+    text = text.replace("|", "/").replace("<", "(").replace(">", ")").replace("`", "'")
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def log(*args):
     print("bench:", *args, file=sys.stderr, flush=True)
 
@@ -48,6 +59,13 @@ def data_set_bytes(record):
 def training_peak(record):
     """The run's peak allocated bytes without its resident data set."""
     return record["memory"]["peak_bytes"] - data_set_bytes(record)
+
+
+class Failed:
+    """A run that did not end ok, and why (the last line of its error output)."""
+
+    def __init__(self, reason):
+        self.reason = reason
 
 
 class Bench:
@@ -76,6 +94,31 @@ class Bench:
             raise RuntimeError(f"{' '.join(cmd)} ended {record['status']}")
         return record
 
+    def try_gradscope(self, *flags):
+        """As gradscope(), but a run that fails returns a Failed (with the reason) instead of
+        raising, so that one failing configuration does not end the benchmark."""
+        self.counter += 1
+        out = os.path.join(self.tmp, f"run-{self.counter}.json")
+        cmd = [self.gs, "run", "--threads", str(self.args.threads), "--no-db", "--quiet",
+               "--eval-batches", "1", "--json", out, *flags]
+        done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        record = None
+        if os.path.exists(out):
+            with open(out) as f:
+                try:
+                    record = json.load(f)
+                except json.JSONDecodeError:
+                    record = None
+        if done.returncode != 0 or record is None or record.get("status") != "ok":
+            lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+            errors = [line for line in lines if line.lower().startswith("error")]
+            reason = ((errors or lines)[-1] if lines else
+                      f"exit {done.returncode}, status {(record or {}).get('status')}")
+            log(f"FAILED: {' '.join(cmd)}: {reason}")
+            return Failed(reason)
+        self.env = record.get("env", {})
+        return record
+
     def peer(self, script, *flags):
         self.counter += 1
         out = os.path.join(self.tmp, f"peer-{self.counter}.json")
@@ -100,6 +143,29 @@ class Bench:
             results.append((a, b))
             log(f"{name}: pair {i + 1}/{count} done")
         return results
+
+    def rounds(self, name, sides, count=None):
+        """Like pairs() for more than two sides: `count` rounds, each running every side of
+        `sides` (label -> callable) once, the order rotated from round to round. Returns one
+        dict label -> result per round."""
+        count = count or self.args.pairs
+        labels = list(sides)
+        results = []
+        for i in range(count):
+            shift = i % len(labels)
+            order = labels[shift:] + labels[:shift]
+            results.append({label: sides[label]() for label in order})
+            log(f"{name}: round {i + 1}/{count} ({', '.join(order)}) done")
+        return results
+
+    def failed_row(self, name, target, reason, better="lower"):
+        """A row whose runs failed: reported as such, with the reason, instead of a number."""
+        reason = table_text(reason)
+        self.rows.append({
+            "benchmark": name, "min": None, "median": None, "max": None, "n": 0,
+            "target": f"{'<=' if better == 'lower' else '>='} {target:g}", "met": False,
+            "unit": "ratio", "note": f"FAILED: {reason}"})
+        log(f"{name}: FAILED: {reason}")
 
     def row(self, name, ratios, target, better="lower", unit="ratio", note=""):
         ratios = sorted(ratios)
@@ -169,40 +235,113 @@ class Bench:
             probe = json.load(f)
         return probe["peak"]["fp32"]
 
+    LLAMA_SMALL = ["--model", "llama", "--preset", "small", "--batch", "8", "--seq", "128",
+                   "--optimizer", "adam"]
+    # The plain step and the settings that change how it computes, measured side by side.
+    LIMIT_VARIANTS = [
+        ("separate, full loss", []),
+        ("--projections packed", ["--projections", "packed"]),
+        ("--loss chunked", ["--loss", "chunked"]),
+        ("packed + chunked", ["--projections", "packed", "--loss", "chunked"]),
+    ]
+
     def limit(self):
         # The probe before and after the training runs; the higher is the peak.
         peak_before = self.probe()
-        records = getattr(self, "llama_records", None) or [
-            self.gradscope("--model", "llama", "--preset", "small", "--batch", "8", "--seq",
-                           "128", "--optimizer", "adam", "--steps", str(self.args.steps),
-                           "--warmup-steps", "2") for _ in range(self.args.pairs)]
+        steps = str(self.args.steps)
+        sides = {label: (lambda extra=extra: self.try_gradscope(
+                     *self.LLAMA_SMALL, *extra, "--steps", steps, "--warmup-steps", "2"))
+                 for label, extra in self.LIMIT_VARIANTS}
+        runs = self.rounds("limit", sides)
         peak = max(peak_before, self.probe())
-        fractions = [r["flops"]["achieved_per_s"] / peak for r in records]
-        self.row("Llama small: achieved FLOP/s / fp32 GEMM peak (probe)", fractions, 0.70,
-                 better="higher", unit="fraction")
-        # Where the time goes: per phase, its share of the step and the FLOP/s it reaches
-        # (forward 1/3 and backward 2/3 of the step's FLOPs).
-        r = records[len(records) // 2]
-        t = r["time"]
-        n = t["timed_steps"]
-        per_step = r["flops"]["per_step"]
-        phases = [("data", t["data_s"], 0.0), ("forward", t["forward_s"], per_step / 3),
-                  ("backward", t["backward_s"], 2 * per_step / 3),
-                  ("optimizer", t["optimizer_s"], 0.0)]
-        total = sum(s for _, s, _ in phases)
-        lines = [f"Llama small (batch 8 x 128 tokens, {r['params']:,} parameters), one run: "
-                 f"{per_step / 1e9:.1f} GFLOP per step, fp32 GEMM peak {peak / 1e9:.1f} GFLOP/s "
-                 f"({self.args.threads} thread(s)).", "",
-                 "| phase | time per step | share | FLOP/s | of peak |", "|---|---|---|---|---|"]
-        for name, seconds, flops in phases:
-            per = seconds / n
-            rate = flops / per if flops and per > 0 else None
-            lines.append(f"| {name} | {1e3 * per:.1f} ms | {100 * seconds / total:.1f}% | "
-                         f"{'%.1f G' % (rate / 1e9) if rate else '-'} | "
-                         f"{'%.0f%%' % (100 * rate / peak) if rate else '-'} |")
+        base_label = self.LIMIT_VARIANTS[0][0]
+
+        def ok(r):
+            return not isinstance(r, Failed)
+
+        summary = []
+        for label, extra in self.LIMIT_VARIANTS:
+            records = [rnd[label] for rnd in runs if ok(rnd[label])]
+            failures = [rnd[label] for rnd in runs if not ok(rnd[label])]
+            # The first row keeps its name from before the variants existed.
+            name = ("Llama small: achieved FLOP/s / fp32 GEMM peak (probe)" if not extra else
+                    f"Llama small {' '.join(extra)}: achieved model FLOP/s / fp32 GEMM peak")
+            if not records:
+                self.failed_row(name, 0.70, failures[0].reason, better="higher")
+                summary.append((label, None, failures))
+                continue
+            self.row(name, [r["flops"]["achieved_per_s"] / peak for r in records], 0.70,
+                     better="higher", unit="fraction",
+                     note=f"{len(failures)} run(s) failed" if failures else "")
+            if extra:
+                ratios = [rnd[label]["time"]["step_median_s"] /
+                          rnd[base_label]["time"]["step_median_s"]
+                          for rnd in runs if ok(rnd[label]) and ok(rnd[base_label])]
+                if ratios:
+                    self.row(f"Llama small: step time {' '.join(extra)} / separate, full loss",
+                             ratios, 1.0)
+            summary.append((label, records, failures))
+
+        # Where the time goes in the plain step: per phase, its share of the step and the
+        # FLOP/s it reaches (forward 1/3 and backward 2/3 of the step's FLOPs).
+        base = summary[0][1]
+        lines = []
+        raw = {"peak_flops_per_s": [peak_before, peak]}
+        if base:
+            raw["fractions"] = [r["flops"]["achieved_per_s"] / peak for r in base]
+            r = base[len(base) // 2]
+            t = r["time"]
+            n = t["timed_steps"]
+            per_step = r["flops"]["per_step"]
+            phases = [("data", t["data_s"], 0.0), ("forward", t["forward_s"], per_step / 3),
+                      ("backward", t["backward_s"], 2 * per_step / 3),
+                      ("optimizer", t["optimizer_s"], 0.0)]
+            total = sum(s for _, s, _ in phases)
+            lines = [f"Llama small (batch 8 x 128 tokens, {r['params']:,} parameters), one run: "
+                     f"{per_step / 1e9:.1f} GFLOP per step, fp32 GEMM peak {peak / 1e9:.1f} "
+                     f"GFLOP/s ({self.args.threads} thread(s)).", "",
+                     "| phase | time per step | share | FLOP/s | of peak |",
+                     "|---|---|---|---|---|"]
+            for name, seconds, flops in phases:
+                per = seconds / n
+                rate = flops / per if flops and per > 0 else None
+                lines.append(f"| {name} | {1e3 * per:.1f} ms | {100 * seconds / total:.1f}% | "
+                             f"{'%.1f G' % (rate / 1e9) if rate else '-'} | "
+                             f"{'%.0f%%' % (100 * rate / peak) if rate else '-'} |")
+            lines.append("")
+            raw["phases"] = {name: s / n for name, s, _ in phases}
+        # The variants side by side, medians over the rounds. FLOP/s counts the model's FLOPs
+        # (3 x the forward's), the same for every variant: work a variant does again (the
+        # chunked loss computes the head's logits once more in backward) is not counted.
+        lines += [f"The step's variants, run interleaved ({self.args.pairs} rounds; medians). "
+                  "FLOP/s counts model FLOPs, 3 x the forward's, the same for every variant; "
+                  "the chunked loss's second computation of the head's logits in backward is "
+                  "not counted.", "",
+                  "| variant | step | forward | backward | model FLOP/s | of peak | peak memory |",
+                  "|---|---|---|---|---|---|---|"]
+        raw_variants = {}
+        for label, records, failures in summary:
+            if not records:
+                lines.append(f"| {label} | failed: {failures[0].reason} | | | | | |")
+                raw_variants[label] = {"failed": [f.reason for f in failures]}
+                continue
+            med = lambda key: statistics.median(key(r) for r in records)  # noqa: E731
+            step = med(lambda r: r["time"]["step_median_s"])
+            fwd = med(lambda r: r["time"]["forward_s"] / r["time"]["timed_steps"])
+            bwd = med(lambda r: r["time"]["backward_s"] / r["time"]["timed_steps"])
+            rate = med(lambda r: r["flops"]["achieved_per_s"])
+            mem = med(lambda r: r["memory"]["peak_bytes"])
+            lines.append(f"| {label} | {1e3 * step:.0f} ms | {1e3 * fwd:.0f} ms | "
+                         f"{1e3 * bwd:.0f} ms | {rate / 1e9:.1f} G | {100 * rate / peak:.0f}% | "
+                         f"{mem / 2**20:.0f} MiB |")
+            raw_variants[label] = [
+                {"step_median_s": r["time"]["step_median_s"],
+                 "forward_s": r["time"]["forward_s"], "backward_s": r["time"]["backward_s"],
+                 "timed_steps": r["time"]["timed_steps"],
+                 "achieved_per_s": r["flops"]["achieved_per_s"],
+                 "peak_bytes": r["memory"]["peak_bytes"]} for r in records]
         self.details["limit"] = "\n".join(lines)
-        self.raw["limit"] = {"peak_flops_per_s": [peak_before, peak], "fractions": fractions,
-                             "phases": {name: s / n for name, s, _ in phases}}
+        self.raw["limit"] = {**raw, "variants": raw_variants}
 
     def checkpoint(self):
         base = ["--model", "llama", "--preset", "small", "--batch", "8", "--seq", "128",
@@ -218,15 +357,36 @@ class Bench:
 
     def accumulation(self):
         base = ["--model", "llama", "--preset", "small", "--seq", "128", "--batch", "2",
-                "--optimizer", "adam", "--steps", "2", "--warmup-steps", "1"]
+                "--steps", "2", "--warmup-steps", "1"]
+        adam = ["--optimizer", "adam"]
         # Peak memory is counted exactly by the allocator: one pair per repetition is plenty.
-        runs = [(self.gradscope(*base, "--strategy", "accumulation", "--accum-steps", "4"),
-                 self.gradscope(*base, "--strategy", "standard"))
-                for _ in range(max(1, min(3, self.args.pairs)))]
+        count = max(1, min(3, self.args.pairs))
+        runs = [(self.gradscope(*base, *adam, "--strategy", "accumulation", "--accum-steps", "4"),
+                 self.gradscope(*base, *adam, "--strategy", "standard"))
+                for _ in range(count)]
         self.row("Llama small: accumulation k=4 peak / one micro-batch (2) peak",
                  [a["memory"]["peak_bytes"] / b["memory"]["peak_bytes"] for a, b in runs], 1.05)
         self.raw["accumulation"] = [[a["memory"]["peak_bytes"], b["memory"]["peak_bytes"]]
                                     for a, b in runs]
+        # Without a gradient buffer: each parameter's gradient is folded into the optimizer's
+        # state as backward produces it, against one micro-batch with the same optimizer.
+        sgd = ["--optimizer", "sgd", "--opt", "momentum=0.9"]
+        name = ("Llama small: accumulation k=4 without a gradient buffer (SGD momentum 0.9, "
+                "optimizer step in backward) peak / one micro-batch (2) peak")
+        fused = [(self.try_gradscope(*base, *sgd, "--accum-steps", "4", "--optimizer-step",
+                                     "in-backward"),
+                  self.try_gradscope(*base, *sgd)) for _ in range(count)]
+        good = [(a, b) for a, b in fused if not isinstance(a, Failed) and
+                not isinstance(b, Failed)]
+        if good:
+            self.row(name, [a["memory"]["peak_bytes"] / b["memory"]["peak_bytes"]
+                            for a, b in good], 1.05)
+        else:
+            self.failed_row(name, 1.05, next(r.reason for pair in fused for r in pair
+                                             if isinstance(r, Failed)))
+        self.raw["accumulation without a gradient buffer"] = [
+            [x.reason if isinstance(x, Failed) else x["memory"]["peak_bytes"] for x in pair]
+            for pair in fused]
 
     def sampler(self):
         base = ["--model", "vit", "--preset", "small", "--batch", "8", "--steps", "20",
@@ -282,12 +442,18 @@ class Bench:
                 f"{self.args.threads} thread(s) on both sides")
 
     def write(self, started):
+        rows = self.rows
         if self.args.merge and os.path.exists(os.path.splitext(self.args.out)[0] + ".json"):
-            # Keep the earlier rows of benchmarks not rerun this time.
+            # Keep the earlier rows of benchmarks not rerun this time; a row measured again
+            # takes its earlier place in the table, a new one goes at the end. self.rows keeps
+            # this run's rows only, so that writing again after the next benchmark merges them
+            # once.
             with open(os.path.splitext(self.args.out)[0] + ".json") as f:
                 earlier = json.load(f)
-            names = {r["benchmark"] for r in self.rows}
-            self.rows = [r for r in earlier["rows"] if r["benchmark"] not in names] + self.rows
+            now = {r["benchmark"]: r for r in self.rows}
+            old_names = {r["benchmark"] for r in earlier["rows"]}
+            rows = ([now.get(r["benchmark"], r) for r in earlier["rows"]] +
+                    [r for r in self.rows if r["benchmark"] not in old_names])
             self.raw = {**earlier.get("raw", {}), **self.raw}
             old = earlier.get("details", {})
             if isinstance(old, list):
@@ -300,7 +466,11 @@ class Bench:
                  f"Machine: {self.machine()}.", "",
                  "| benchmark | min | median | max | pairs | target | met |",
                  "|---|---|---|---|---|---|---|"]
-        for r in self.rows:
+        for r in rows:
+            if r["median"] is None:  # every run failed
+                lines.append(f"| {r['benchmark']} | - | - | - | 0 | {r['target']} | "
+                             f"no ({r['note']}) |")
+                continue
             lines.append(f"| {r['benchmark']} | {r['min']:.3f} | {r['median']:.3f} | "
                          f"{r['max']:.3f} | {r['n']} | {r['target']}"
                          f"{' (' + r['note'] + ')' if r['note'] else ''} | "
@@ -311,7 +481,7 @@ class Bench:
         with open(self.args.out, "w") as f:
             f.write(text)
         with open(os.path.splitext(self.args.out)[0] + ".json", "w") as f:
-            json.dump({"rows": self.rows, "raw": self.raw, "details": self.details}, f, indent=1)
+            json.dump({"rows": rows, "raw": self.raw, "details": self.details}, f, indent=1)
         print(text)
 
 

@@ -579,6 +579,38 @@ TEST(MemoryAtPeak, RecordSaysWhenThePeakHappened) {
   EXPECT_EQ(f.breakdown.other, 10);
 }
 
+TEST(MemoryAtPeak, LogitsAreTheLossHeadsPartOfThePass) {
+  // A forward peak of 700 bytes above its start, of which the head kept 300 (logits_bytes).
+  FakeClock clock;
+  HandMeter meter;
+  PhaseTimer timer(clock, meter, torch::Device(torch::kCPU), true);
+  meter.alloc(100);
+  timer.begin_step();
+  timer.enter(Phase::kPhaseData);
+  meter.alloc(10);
+  timer.enter(Phase::kPhaseForward);
+  meter.alloc(700);
+  timer.enter(Phase::kPhaseBackward);
+  meter.free(700);
+  timer.close();
+  RunTally tally;
+  tally.logits_bytes = 300;
+  const RunMemory m = memory_part(tally, timer, meter, 100, std::nullopt, true);
+  EXPECT_EQ(m.logits_bytes, 300);
+  EXPECT_EQ(m.breakdown.logits, 300);
+  // A part of activations, which keep their meaning: the parts without it sum to the peak.
+  EXPECT_EQ(m.breakdown.activations, 700);
+  EXPECT_EQ(m.breakdown.params + m.breakdown.activations.value_or(0) + m.breakdown.other,
+            m.peak_bytes);
+  // Never more than the activations at the peak.
+  tally.logits_bytes = 5000;
+  const RunMemory capped = memory_part(tally, timer, meter, 100, std::nullopt, true);
+  EXPECT_EQ(capped.breakdown.logits, 700);
+  EXPECT_EQ(capped.breakdown.activations, 700);
+  // Without a language-model head the part is unmeasured (null), not 0.
+  EXPECT_FALSE(memory_part(RunTally{}, timer, meter, 100, std::nullopt, true).breakdown.logits);
+}
+
 TEST(MemoryAtPeak, RealRunBreakdownSumsToThePeak) {
   RunConfig c = fixture_config();
   c.steps = 2;
@@ -588,6 +620,7 @@ TEST(MemoryAtPeak, RealRunBreakdownSumsToThePeak) {
   EXPECT_EQ(
       b.params + b.grads.value_or(0) + b.optimizer_state + b.activations.value_or(0) + b.other,
       r.memory->peak_bytes);
+  EXPECT_LE(b.logits.value_or(0), b.activations.value_or(0));
   EXPECT_TRUE(r.memory->peak_phase.has_value());
 }
 

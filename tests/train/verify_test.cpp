@@ -19,13 +19,14 @@ RunConfig verify_config() {
 
 TEST(Verify, EveryStrategyHoldsOnTinyLlama) {
   const auto checks = verify_strategies(verify_config(), VerifyOptions{});
-  // Every strategy but standard, checkpointing under its three policies; fp32, then bf16.
-  ASSERT_EQ(checks.size(), 12u);
+  // Every strategy but standard, checkpointing under its three policies, the folded
+  // accumulations without and with weight decay; fp32, then bf16.
+  ASSERT_EQ(checks.size(), 20u);
   std::vector<std::string> names;
   for (size_t i = 0; i < checks.size(); ++i) {
     const VerifyCheck& k = checks[i];
     const bool bf16 = k.dtype == Dtype::kDtypeBf16;
-    EXPECT_EQ(bf16, i >= 6) << k.strategy;
+    EXPECT_EQ(bf16, i >= 10) << k.strategy;
     if (!bf16) names.push_back(k.strategy);
     EXPECT_TRUE(k.passed) << k.strategy << " " << dtype_name(k.dtype) << " worst " << k.worst_tensor
                           << " rel " << k.grad_max_rel_diff;
@@ -41,6 +42,9 @@ TEST(Verify, EveryStrategyHoldsOnTinyLlama) {
       // Parameters after one Adam step (the config's optimizer) against the unfused step.
       EXPECT_EQ(k.criterion, "params relative <= 1e-06");
       EXPECT_LE(k.grad_max_rel_diff, 1e-6);
+    } else if (k.strategy.find("accumulation+fused") != std::string::npos) {
+      EXPECT_EQ(k.criterion, bf16 ? "updates relative <= 0.02"
+                                  : "params relative <= 1e-06, updates <= 0.02");
     } else {
       EXPECT_EQ(k.criterion, bf16 ? "relative <= 0.02" : "relative <= 1e-05");
     }
@@ -144,7 +148,7 @@ TEST(Verify, EveryStrategyHoldsOnTheOtherModels) {
     c.eval_batches = 1;
     if (model == "modernbert") c.dataset = testing::fixture("text/sotu-excerpt.txt");
     const auto checks = verify_strategies(c, VerifyOptions{});
-    ASSERT_EQ(checks.size(), 12u) << model;  // fp32, then bf16
+    ASSERT_EQ(checks.size(), 20u) << model;  // fp32, then bf16
     for (const auto& k : checks) {
       EXPECT_TRUE(k.passed) << model << " " << k.strategy << " " << dtype_name(k.dtype) << " worst "
                             << k.worst_tensor << " rel " << k.grad_max_rel_diff;
@@ -162,8 +166,132 @@ TEST(Verify, ToyProblemsHold) {
     c.accum_steps = 2;
     const auto checks = verify_strategies(c, VerifyOptions{});
     // One checkpoint policy (there are no sub-layers), in fp32 and bf16.
-    EXPECT_EQ(checks.size(), 8u) << model;
+    EXPECT_EQ(checks.size(), 16u) << model;
     for (const auto& k : checks) EXPECT_TRUE(k.passed) << model << " " << k.strategy;
+  }
+}
+
+}  // namespace
+}  // namespace gradscope
+
+namespace gradscope {
+namespace {
+
+// The chunked loss (--loss chunked): standard and each strategy again with the loss taken
+// over chunks of 37 positions (none of the tiny batches divides into them), each against the
+// full-loss reference of its strategy's check, within the chunked tolerance on top of the
+// strategy's own.
+TEST(VerifyChunkedLoss, HoldsOnTinyLlama) {
+  VerifyOptions options;
+  options.strategies = {"checkpoint", "accumulation", "fused"};
+  options.chunked_loss = true;
+  const auto checks = verify_strategies(verify_config(), options);
+  // Per dtype: checkpoint under three policies, accumulation, fused; then the chunked loss on
+  // standard, checkpoint, accumulation, fused.
+  ASSERT_EQ(checks.size(), 18u);
+  std::vector<std::string> chunked;
+  for (const auto& k : checks) {
+    const bool bf16 = k.dtype == Dtype::kDtypeBf16;
+    EXPECT_TRUE(k.passed) << k.strategy << " " << dtype_name(k.dtype) << " worst " << k.worst_tensor
+                          << " rel " << k.grad_max_rel_diff;
+    EXPECT_EQ(k.missing_grads, 0);
+    if (k.strategy.find("loss chunked") == std::string::npos) continue;
+    if (!bf16) chunked.push_back(k.strategy);
+    // Never bitwise: the chunks reorder sums over positions. Yet it is not the reference
+    // itself: some gradient differs.
+    EXPECT_NE(k.criterion, "bitwise");
+    EXPECT_GT(k.grad_max_abs_diff, 0.0) << k.strategy;
+    if (k.strategy.rfind("standard", 0) == 0)
+      EXPECT_EQ(k.criterion, bf16 ? "relative <= 0.02" : "relative <= 1e-05");
+    if (k.strategy.rfind("accumulation", 0) == 0)
+      EXPECT_EQ(k.criterion, bf16 ? "relative <= 0.04" : "relative <= 2e-05");
+    if (k.strategy.rfind("fused", 0) == 0)
+      EXPECT_EQ(k.criterion, bf16 ? "params relative <= 0.020001" : "params relative <= 1.1e-05");
+  }
+  EXPECT_EQ(chunked,
+            (std::vector<std::string>{"standard, loss chunked 37", "checkpoint, loss chunked 37",
+                                      "accumulation, loss chunked 37", "fused, loss chunked 37"}));
+}
+
+// --loss chunked in the configuration asks for the chunked checks, with its chunk; the other
+// checks and the references keep the full loss (they are the same checks as without it).
+TEST(VerifyChunkedLoss, TheConfigurationsChunkIsUsed) {
+  RunConfig c = verify_config();
+  c.loss = LossKind::kLossChunked;
+  c.loss_chunk = 5;
+  VerifyOptions options;
+  options.strategies = {"accumulation"};
+  options.dtypes = {Dtype::kDtypeFp32};
+  const auto checks = verify_strategies(c, options);
+  ASSERT_EQ(checks.size(), 3u);
+  EXPECT_EQ(checks[0].strategy, "accumulation");
+  EXPECT_EQ(checks[1].strategy, "standard, loss chunked 5");
+  EXPECT_EQ(checks[2].strategy, "accumulation, loss chunked 5");
+  for (const auto& k : checks) EXPECT_TRUE(k.passed) << k.strategy;
+  // The full-loss check is the one verify makes without --loss chunked.
+  const auto plain = verify_strategies(verify_config(), options);
+  ASSERT_EQ(plain.size(), 1u);
+  EXPECT_EQ(plain[0].grad_max_abs_diff, checks[0].grad_max_abs_diff);
+}
+
+// A chunked head that loses the head weight's gradient (tied to the embedding: the weight
+// then gets only the embedding's part) must fail every chunked check and no other. The loss
+// is right; only the gradient shows it.
+TEST(VerifyChunkedLoss, CatchesAChunkedHeadThatLosesTheWeightsGradient) {
+  VerifyOptions options;
+  options.strategies = {"checkpoint"};
+  options.chunked_loss = true;
+  options.instrument = [](Model& model, const StepPlan& plan) {
+    if (plan.loss != LossKind::kLossChunked) return;
+    LossOptions broken = model.loss_options();
+    torch::Tensor weight = model.named_parameters()["embed_tokens.weight"];
+    broken.head_probe = [weight](bool starts) mutable { weight.requires_grad_(!starts); };
+    model.set_loss_options(broken);
+  };
+  const auto checks = verify_strategies(verify_config(), options);
+  ASSERT_EQ(checks.size(), 10u);  // per dtype: three policies, then standard and checkpoint
+  for (const auto& k : checks) {
+    const bool chunked = k.strategy.find("loss chunked") != std::string::npos;
+    EXPECT_EQ(k.passed, !chunked) << k.strategy << " " << dtype_name(k.dtype);
+    if (!chunked) continue;
+    EXPECT_EQ(k.worst_tensor, "embed_tokens.weight") << k.strategy;
+    EXPECT_GT(k.grad_max_rel_diff, 0.1) << k.strategy;
+    EXPECT_LT(k.loss_rel_diff, 1e-5) << k.strategy;
+  }
+}
+
+// Models without a language-model head get no chunked checks, and asking for them by
+// --loss chunked is a usage error.
+TEST(VerifyChunkedLoss, ModelsWithoutALanguageModelHead) {
+  RunConfig c;
+  c.model = "quadratic";
+  c.batch = 1;
+  c.accum_steps = 2;
+  VerifyOptions options;
+  options.strategies = {"accumulation"};
+  options.chunked_loss = true;
+  EXPECT_EQ(verify_strategies(c, options).size(), 2u);
+  c.loss = LossKind::kLossChunked;
+  EXPECT_THROW(verify_strategies(c, options), Error);
+}
+
+// The other models with a language-model head: every chunked check holds in fp32 and bf16.
+TEST(VerifyChunkedLoss, HoldsOnModernBertAndNanoVlm) {
+  for (const std::string model : {"modernbert", "nanovlm"}) {
+    RunConfig c;
+    c.model = model;
+    c.batch = 2;
+    c.accum_steps = 3;
+    c.eval_batches = 1;
+    if (model == "modernbert") c.dataset = testing::fixture("text/sotu-excerpt.txt");
+    VerifyOptions options;
+    options.strategies = {"checkpoint+accumulation"};
+    options.chunked_loss = true;
+    const auto checks = verify_strategies(c, options);
+    ASSERT_EQ(checks.size(), 6u) << model;  // per dtype: the strategy, standard and it chunked
+    for (const auto& k : checks)
+      EXPECT_TRUE(k.passed) << model << " " << k.strategy << " " << dtype_name(k.dtype) << " worst "
+                            << k.worst_tensor << " rel " << k.grad_max_rel_diff;
   }
 }
 

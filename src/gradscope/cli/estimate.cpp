@@ -29,6 +29,7 @@ void print_estimate(const RunConfig& c, const MemoryEstimate& e) {
       {"gradients", e.grads_bytes},
       {"optimizer state", e.optimizer_state_bytes},
       {"activations (saved)", e.activations_bytes},
+      {"  of which logits", e.logits_bytes},
       {"batch and tables", e.batch_bytes},
       {"data set", e.data_bytes},
   };
@@ -56,9 +57,27 @@ void add_estimate_command(CLI::App& root, int& exit_code) {
       "With --max-batch: the largest micro-batch within the budget.\n"
       "Example: gradscope estimate --model llama --preset small --memory-budget 1GiB --max-batch");
   o->settings.add_to(cmd, RunConfig{},
-                     {"model", "preset", "optimizer", "strategy", "recompute", "checkpoint-policy",
-                      "checkpoint-every", "accum-steps", "optimizer-step", "batch", "seq", "dtype",
-                      "device", "weight-decay", "opt", "arch", "dataset", "tokenizer"});
+                     {"model",
+                      "preset",
+                      "optimizer",
+                      "strategy",
+                      "recompute",
+                      "checkpoint-policy",
+                      "checkpoint-every",
+                      "accum-steps",
+                      "optimizer-step",
+                      "batch",
+                      "seq",
+                      "dtype",
+                      "device",
+                      "weight-decay",
+                      "opt",
+                      "arch",
+                      "dataset",
+                      "tokenizer",
+                      "projections",
+                      "loss",
+                      "loss-chunk"});
   cmd->add_option("--memory-budget", o->budget, "Device memory to fit in, e.g. 8GiB or 512MiB");
   cmd->add_flag("--max-batch", o->max_batch, "Find the largest micro-batch within the budget");
   cmd->add_flag("--no-data", o->no_data, "Do not load the data set (its bytes count as 0)");

@@ -37,6 +37,7 @@ nlohmann::json catalogue() {
   }
   for (const auto& s : strategy_shorthands())
     j["strategies"][s.name] = {{"description", s.description}};
+  for (const auto& s : step_options()) j["step_options"][s.name] = {{"description", s.description}};
   for (const auto& item : text_dataset_registry().items())
     j["datasets"][item.name] = {{"description", item.description}, {"folder", item.entry}};
   for (const auto& item : tokenizer_registry().items())
@@ -92,7 +93,10 @@ void print_text(const nlohmann::json& j) {
   }
   fmt::print("\nstrategies (--strategy):\n");
   for (const auto& [name, s] : j["strategies"].items())
-    fmt::print("  {:<24} {}\n", name, s["description"].get<std::string>());
+    fmt::print("  {:<30} {}\n", name, s["description"].get<std::string>());
+  fmt::print("\nwith any strategy:\n");
+  for (const auto& [name, s] : j["step_options"].items())
+    fmt::print("  {:<30} {}\n", name, s["description"].get<std::string>());
   fmt::print("\ndata sets (--dataset; fetched into {}):\n", j["data_dir"].get<std::string>());
   for (const auto& [name, d] : j["datasets"].items())
     fmt::print("  {:<12} {}\n", name, d["description"].get<std::string>());

@@ -34,6 +34,10 @@ constexpr std::pair<Recompute, const char*> kRecomputes[] = {
 constexpr std::pair<OptimizerStep, const char*> kOptimizerSteps[] = {
     {OptimizerStep::kOptimizerStepAfterBackward, "after-backward"},
     {OptimizerStep::kOptimizerStepInBackward, "in-backward"}};
+constexpr std::pair<LossKind, const char*> kLossKinds[] = {{LossKind::kLossFull, "full"},
+                                                           {LossKind::kLossChunked, "chunked"}};
+constexpr std::pair<Projections, const char*> kProjections[] = {
+    {Projections::kProjectionsSeparate, "separate"}, {Projections::kProjectionsPacked, "packed"}};
 
 }  // namespace
 
@@ -41,6 +45,8 @@ const char* dtype_name(Dtype d) { return name_of(d, kDtypes); }
 const char* lr_schedule_name(LrSchedule s) { return name_of(s, kSchedules); }
 const char* recompute_name(Recompute r) { return name_of(r, kRecomputes); }
 const char* optimizer_step_name(OptimizerStep s) { return name_of(s, kOptimizerSteps); }
+const char* loss_kind_name(LossKind k) { return name_of(k, kLossKinds); }
+const char* projections_name(Projections p) { return name_of(p, kProjections); }
 std::optional<Dtype> parse_dtype(const std::string& name) { return parse_named(name, kDtypes); }
 std::optional<LrSchedule> parse_lr_schedule(const std::string& name) {
   return parse_named(name, kSchedules);
@@ -50,6 +56,12 @@ std::optional<Recompute> parse_recompute(const std::string& name) {
 }
 std::optional<OptimizerStep> parse_optimizer_step(const std::string& name) {
   return parse_named(name, kOptimizerSteps);
+}
+std::optional<LossKind> parse_loss_kind(const std::string& name) {
+  return parse_named(name, kLossKinds);
+}
+std::optional<Projections> parse_projections(const std::string& name) {
+  return parse_named(name, kProjections);
 }
 
 std::string strategy_name(const StrategyShorthand& s) {
@@ -84,6 +96,28 @@ const std::vector<StrategyDescription>& strategy_shorthands() {
       {"fused",
        "standard, each parameter updated in backward and its gradient freed at once "
        "(--optimizer-step in-backward)"},
+      {"accumulation+fused",
+       "accumulation without a gradient buffer: each micro-batch's gradient is folded into the "
+       "optimizer state in backward and freed (sgd with momentum: exact; adam, adamw: AdamA, "
+       "whose second moment sums each micro-batch's squared gradient, not Adam's rule)"},
+      {"checkpoint+accumulation+fused",
+       "accumulation+fused with every k-th block recomputed in backward"},
+  };
+  return list;
+}
+
+const std::vector<StrategyDescription>& step_options() {
+  static const std::vector<StrategyDescription> list = {
+      {"--loss chunked",
+       fmt::format("a language model's loss head computes its logits --loss-chunk positions at a "
+                   "time (default {}), never for the whole batch: its activations drop from "
+                   "positions x vocabulary floats to one chunk's, for one more matrix product of "
+                   "the head in backward (llama, nanovlm, modernbert)",
+                   RunConfig().loss_chunk)},
+      {"--projections packed",
+       "q, k and v, and gate and up, as one matrix product each while the parameters stay "
+       "separate: fewer, larger products, for a stacked copy of those weights per layer kept for "
+       "backward"},
   };
   return list;
 }
@@ -104,6 +138,8 @@ StepPlan RunConfig::step_plan_as_given() const {
   StepPlan plan;
   plan.recompute_every = checkpoint_every;
   plan.accum_steps = accum_steps;
+  plan.loss = loss;
+  plan.loss_chunk = loss_chunk;
   const Recompute policy = checkpoint_policy.value_or(Recompute::kRecomputeFull);
   if (strategy) {
     plan.recompute = strategy->checkpoint ? recompute.value_or(policy) : Recompute::kRecomputeNone;
@@ -124,6 +160,8 @@ StepPlan RunConfig::step_plan() const {
   StepPlan plan;
   plan.recompute_every = checkpoint_every;
   plan.accum_steps = accum_steps;
+  plan.loss = loss;
+  plan.loss_chunk = loss_chunk;
   if (recompute && checkpoint_policy && *recompute != Recompute::kRecomputeNone)
     check_usage(*checkpoint_policy == *recompute,
                 fmt::format("--recompute {} disagrees with --checkpoint-policy {}",

@@ -38,6 +38,20 @@ enum class OptimizerStep {
   kOptimizerStepInBackward,     // each parameter as soon as its gradient is complete (fused)
 };
 
+// --loss: how a language-model head takes its cross-entropy.
+enum class LossKind {
+  kLossFull,     // the logits of every position at once, then their cross-entropy
+  kLossChunked,  // --loss-chunk positions at a time; the logits are never held for the whole
+                 // batch, and each chunk's are computed again in backward
+};
+
+// --projections: how the projections that read the same input are multiplied.
+enum class Projections {
+  kProjectionsSeparate,  // one matrix product per projection (q, k, v; gate, up)
+  kProjectionsPacked,    // one product over the stacked weights of q, k and v, and of gate
+                         // and up; the parameters stay separate tensors
+};
+
 // --strategy: the study's memory strategies, each a shorthand for a way of computing a step.
 // "standard" is none of the parts; the others join the parts they use with '+', in the order
 // checkpoint, accumulation, fused ("checkpoint+accumulation").
@@ -61,6 +75,10 @@ struct StepPlan {
   int64_t accum_steps = 1;      // micro-batches per optimizer step
   bool micro_batches = false;   // accumulation asked for (by name or by accum_steps > 1)
   OptimizerStep optimizer_step = OptimizerStep::kOptimizerStepAfterBackward;
+  // The loss of a language-model head, which combines with every part above (and is not in
+  // the strategy's name).
+  LossKind loss = LossKind::kLossFull;
+  int64_t loss_chunk = 0;  // positions per chunk with kLossChunked
 
   // The strategy's name: "standard", or the parts in use joined by '+' (as StrategyShorthand).
   // The study's five strategies keep the names they had, so run ids stay as they were.
@@ -97,6 +115,9 @@ struct RunConfig {
   int64_t checkpoint_every = 1;
   int64_t accum_steps = 1;
   std::optional<OptimizerStep> optimizer_step;  // unset = as --strategy says
+  LossKind loss = LossKind::kLossFull;
+  int64_t loss_chunk = 256;  // positions per chunk of --loss chunked
+  Projections projections = Projections::kProjectionsSeparate;
 
   // --- shape of the work ---
   int64_t batch = 8;    // micro-batch; effective batch = batch * accum_steps
@@ -149,11 +170,15 @@ const char* dtype_name(Dtype d);
 const char* lr_schedule_name(LrSchedule s);
 const char* recompute_name(Recompute r);
 const char* optimizer_step_name(OptimizerStep s);
+const char* loss_kind_name(LossKind k);
+const char* projections_name(Projections p);
 std::string strategy_name(const StrategyShorthand& s);
 std::optional<Dtype> parse_dtype(const std::string& name);
 std::optional<LrSchedule> parse_lr_schedule(const std::string& name);
 std::optional<Recompute> parse_recompute(const std::string& name);
 std::optional<OptimizerStep> parse_optimizer_step(const std::string& name);
+std::optional<LossKind> parse_loss_kind(const std::string& name);
+std::optional<Projections> parse_projections(const std::string& name);
 std::optional<StrategyShorthand> parse_strategy(const std::string& name);
 
 // The study's strategies and the fused step, with what each does, in documentation order.
@@ -163,5 +188,8 @@ struct StrategyDescription {
   std::string description;
 };
 const std::vector<StrategyDescription>& strategy_shorthands();
+// The settings that combine with every strategy ("--loss chunked"), with what each trades, in
+// documentation order.
+const std::vector<StrategyDescription>& step_options();
 
 }  // namespace gradscope

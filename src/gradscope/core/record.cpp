@@ -167,12 +167,14 @@ json memory_to_json(const RunMemory& m) {
         {"grads", or_null(b.grads)},
         {"optimizer_state", b.optimizer_state},
         {"activations", or_null(b.activations)},
+        {"logits", or_null(b.logits)},
         {"other", b.other}}},
       {"timeline", timeline},
       {"params_bytes", m.params_bytes},
       {"grads_bytes", or_null(m.grads_bytes)},
       {"optimizer_state_bytes", m.optimizer_state_bytes},
       {"activations_peak_bytes", or_null(m.activations_peak_bytes)},
+      {"logits_bytes", or_null(m.logits_bytes)},
       {"phase_peak_bytes", m.phase_peak_bytes ? json{{"data", m.phase_peak_bytes->data},
                                                      {"forward", m.phase_peak_bytes->forward},
                                                      {"backward", m.phase_peak_bytes->backward},
@@ -249,6 +251,7 @@ RunMemory memory_from_json(const Reader& r) {
     m.breakdown.grads = b.integer("grads");
     m.breakdown.optimizer_state = b.integer("optimizer_state").value_or(0);
     m.breakdown.activations = b.integer("activations");
+    m.breakdown.logits = b.integer("logits");
     m.breakdown.other = b.integer("other").value_or(0);
   }
   m.timeline = r.array<StepMemory>("timeline", [](const json& j, const std::string& path) {
@@ -268,6 +271,7 @@ RunMemory memory_from_json(const Reader& r) {
   m.grads_bytes = r.integer("grads_bytes");
   m.optimizer_state_bytes = r.integer("optimizer_state_bytes").value_or(0);
   m.activations_peak_bytes = r.integer("activations_peak_bytes");
+  m.logits_bytes = r.integer("logits_bytes");
   if (r.has("phase_peak_bytes")) {
     const Reader p = r.object("phase_peak_bytes");
     m.phase_peak_bytes =
@@ -376,6 +380,7 @@ json record_to_json(const RunRecord& r) {
         {"loss", r.toy->min_loss}, {"params", r.toy->min_params}, {"distance", r.toy->distance}};
   }
   j["estimate"] = r.estimate;
+  j["update_rule"] = or_null(r.update_rule);
   j["time"] = r.time ? json{{"total_s", or_null(r.time->total_s)},
                             {"wall_s", or_null(r.time->wall_s)},
                             {"step_median_s", or_null(r.time->step_median_s)},
@@ -522,6 +527,7 @@ RunRecord record_from_json(const json& j) {
     out.toy = toy;
   }
   out.estimate = j.value("estimate", json(nullptr));
+  out.update_rule = r.text("update_rule");
   if (r.has("time")) out.time = time_from_json(r.object("time"));
   if (r.has("throughput")) {
     const Reader t = r.object("throughput");

@@ -92,6 +92,10 @@ struct MemoryBreakdown {
   int64_t optimizer_state = 0;
   std::optional<int64_t> activations;  // null without phase timing
   int64_t other = 0;
+  // Of activations, what the loss head of a language model held (its logits' log-softmax,
+  // with --loss full): a part of activations, not a summand; null without such a head or
+  // without phase timing.
+  std::optional<int64_t> logits;
 };
 
 // One phase of a step, as the memory timeline holds it: [phase, entry, peak, exit].
@@ -123,6 +127,9 @@ struct RunMemory {
   std::optional<int64_t> grads_bytes;
   int64_t optimizer_state_bytes = 0;
   std::optional<int64_t> activations_peak_bytes;
+  // Bytes the loss head of a language model left allocated when its forward ended (what it
+  // keeps for backward), the most over the timed micro-batches; null without such a head.
+  std::optional<int64_t> logits_bytes;
   std::optional<PhasePeaks> phase_peak_bytes;
   std::optional<int64_t> reserved_peak_bytes;  // CUDA's caching allocator only
   std::optional<int64_t> peak_rss_bytes;       // null where the system does not say
@@ -226,6 +233,9 @@ struct RunRecord {
   std::optional<std::vector<LrTrial>> lr_search;
   std::optional<ToyResult> toy;
   nlohmann::json estimate;  // `gradscope estimate`'s prediction, null where it has no model
+  // The update rule where it is not the optimizer's own: "adama" (Adam's second moment
+  // accumulated per micro-batch: accumulation+fused with adam or adamw); nullopt otherwise.
+  std::optional<std::string> update_rule;
   std::optional<RunTime> time;
   std::optional<RunThroughput> throughput;
   std::optional<RunMemory> memory;

@@ -298,6 +298,53 @@ std::vector<Setting> build_settings_table() {
     t.push_back(std::move(s));
   }
 
+  {
+    Setting s = choice_row<LossKind>(
+        "loss", "loss", &RunConfig::loss, S::kSectionStep,
+        "Cross-entropy of a language-model head: full (the logits of every position at once) or "
+        "chunked (--loss-chunk positions at a time, their logits computed again in backward; "
+        "llama, nanovlm, modernbert)",
+        parse_loss_kind, loss_kind_name, {"full", "chunked"});
+    // In the id only when chunked: the key is newer than the first records, whose ids hold.
+    s.write = [](const RunConfig& c, json& out, JsonPurpose purpose) {
+      if (purpose == JsonPurpose::kPurposeRecord || c.loss != LossKind::kLossFull)
+        out["loss"] = loss_kind_name(c.loss);
+    };
+    t.push_back(std::move(s));
+  }
+  {
+    Setting s = member_row("loss-chunk", "loss_chunk", &RunConfig::loss_chunk, T::kTypeInteger,
+                           R::kRoleDefines, S::kSectionStep,
+                           "With --loss chunked: positions whose logits exist at once");
+    s.check = [flag = s.flag()](const RunConfig& c) {
+      check_usage(c.loss_chunk >= 1, fmt::format("{} {} must be at least 1", flag, c.loss_chunk),
+                  "pass a chunk of at least one position, e.g. --loss-chunk 256");
+      check_usage(c.loss == LossKind::kLossChunked || c.loss_chunk == RunConfig().loss_chunk,
+                  fmt::format("{} only applies with --loss chunked", flag),
+                  "add --loss chunked, or leave --loss-chunk out");
+    };
+    s.write = [](const RunConfig& c, json& out, JsonPurpose purpose) {
+      if (purpose == JsonPurpose::kPurposeRecord || c.loss != LossKind::kLossFull)
+        out["loss_chunk"] = c.loss_chunk;
+    };
+    t.push_back(std::move(s));
+  }
+  {
+    Setting s = choice_row<Projections>(
+        "projections", "projections", &RunConfig::projections, S::kSectionStep,
+        "separate (one matrix product per projection) or packed (q, k and v as one product "
+        "over a copy of their stacked weights, gate and up as one; the parameters stay separate "
+        "tensors with their own names). Packs the attention of vit, llama, nanovlm and "
+        "modernbert, and the SwiGLU of llama and nanovlm; modernbert's GeGLU (Wi) is one product "
+        "already, vit has no gated MLP, toy has neither",
+        parse_projections, projections_name, {"separate", "packed"});
+    s.write = [](const RunConfig& c, json& out, JsonPurpose purpose) {
+      if (purpose == JsonPurpose::kPurposeRecord || c.projections != Projections::kProjectionsSeparate)
+        out["projections"] = projections_name(c.projections);
+    };
+    t.push_back(std::move(s));
+  }
+
   // --- shape of the work ---
   {
     Setting s = member_row("batch", "batch", &RunConfig::batch, T::kTypeInteger, R::kRoleDefines,

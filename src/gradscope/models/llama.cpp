@@ -5,6 +5,7 @@
 
 #include "gradscope/core/error.h"
 #include "gradscope/models/common/arch.h"
+#include "gradscope/models/common/lm_loss.h"
 
 namespace gradscope {
 
@@ -267,6 +268,13 @@ torch::Tensor LlamaModel::lm_logits(const torch::Tensor& hidden) {
   return F::linear(hidden, embed_tokens->weight);  // (B, T, V)
 }
 
+torch::Tensor LlamaModel::chunked_lm_loss(const torch::Tensor& hidden, const torch::Tensor& targets,
+                                          int64_t chunk_rows) {
+  const torch::Tensor& weight = lm_head ? lm_head->weight : embed_tokens->weight;  // (V, C)
+  return chunked_cross_entropy(hidden.reshape({-1, hidden.size(-1)}), weight, {},
+                               targets.reshape({-1}), chunk_rows, kIgnoreIndex);  // ()
+}
+
 torch::Tensor LlamaModel::logits(const torch::Tensor& input_ids) {
   return lm_logits(decode(embed(input_ids)));  // (B, T, V)
 }
@@ -276,11 +284,20 @@ LossOutput LlamaModel::loss(const Batch& batch) {
               "llama: a batch needs input_ids and targets");
   TORCH_CHECK(batch.targets.sizes() == batch.input_ids.sizes(), "llama: targets ",
               batch.targets.sizes(), " do not match input_ids ", batch.input_ids.sizes());
-  auto lg = logits(batch.input_ids);  // (B, T, V)
+  auto hidden = decode(embed(batch.input_ids));  // (B, T, C)
+  const LossOptions& options = loss_options();
+  const bool probe = options.head_probe && is_training();
+  if (probe) options.head_probe(true);
   LossOutput out;
-  out.loss_sum = F::cross_entropy(
-      lg.reshape({-1, lg.size(-1)}), batch.targets.reshape({-1}),
-      F::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(kIgnoreIndex));  // ()
+  if (options.chunked) {
+    out.loss_sum = chunked_lm_loss(hidden, batch.targets, options.chunk_rows);  // ()
+  } else {
+    auto lg = lm_logits(hidden);  // (B, T, V)
+    out.loss_sum = F::cross_entropy(
+        lg.reshape({-1, lg.size(-1)}), batch.targets.reshape({-1}),
+        F::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(kIgnoreIndex));  // ()
+  }  // the logits are gone unless backward keeps them
+  if (probe) options.head_probe(false);
   // The batch counted its targets on the CPU; counting them here would wait for the device.
   out.target_count = batch.targets_count > 0 ? batch.targets_count
                                              : batch.targets.ne(kIgnoreIndex).sum().item<int64_t>();
@@ -322,13 +339,26 @@ MemoryTrace::Id trace_llama_blocks(const LlamaConfig& c, int64_t batch, int64_t 
     trace.begin(Unit::kUnitMlp, h);
     const auto normed2 = trace.rms_norm(h, n, C);
     // SwiGLU: down(silu(gate(x)) * up(x))
-    const auto gate = trace.linear(normed2, n, C, c.intermediate_size, c.mlp_bias);
-    const auto act = trace.activation(gate);
-    const auto up = trace.linear(normed2, n, C, c.intermediate_size, c.mlp_bias);
-    const auto product = trace.mul(act, up);
-    trace.release(gate);
-    trace.release(act);
-    trace.release(up);
+    MemoryTrace::Id product;
+    if (trace.packed_projections()) {
+      // gate and up are views of one (n, 2I) output, which silu and the product save.
+      const int64_t I = c.intermediate_size;
+      const auto parts = trace.packed_linear(normed2, n, C, {I, I}, c.mlp_bias);
+      const auto act = trace.alloc(n * I * MemoryTrace::kFloat);
+      trace.node({parts[0]}, {parts[1]}, {act});
+      product = trace.alloc(n * I * MemoryTrace::kFloat);
+      trace.node({act, parts[0]}, {act, parts[2]}, {product});
+      trace.release(act);
+      trace.release(parts[0]);
+    } else {
+      const auto gate = trace.linear(normed2, n, C, c.intermediate_size, c.mlp_bias);
+      const auto act = trace.activation(gate);
+      const auto up = trace.linear(normed2, n, C, c.intermediate_size, c.mlp_bias);
+      product = trace.mul(act, up);
+      trace.release(gate);
+      trace.release(act);
+      trace.release(up);
+    }
     const auto m = trace.linear(product, n, c.intermediate_size, C, c.mlp_bias);
     trace.release(product);
     trace.release(normed2);
@@ -346,11 +376,10 @@ void trace_llama_head(const LlamaConfig& c, MemoryTrace::Id x, int64_t rows, int
                       MemoryTrace& trace) {
   const auto hidden = trace.rms_norm(x, rows, c.hidden_size);
   trace.release(x);
-  const auto logits = trace.linear(hidden, rows, c.hidden_size, c.vocab_size, false,
-                                   c.tie_word_embeddings ? embedding : -1);
+  trace.begin_head();
+  trace.lm_loss(hidden, rows, c.hidden_size, c.vocab_size, false,
+                c.tie_word_embeddings ? embedding : -1);
   trace.release(hidden);
-  trace.cross_entropy(logits, rows, c.vocab_size);
-  trace.release(logits);
 }
 
 void llama_trace_step(const json& arch, int64_t batch, MemoryTrace& trace) {

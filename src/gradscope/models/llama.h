@@ -118,9 +118,11 @@ class LlamaModel : public Model {
   // seeded with `seed` (never the default generator), so one seed gives one set of weights.
   void init_weights(uint64_t seed);
 
-  // Summed cross-entropy over targets != kIgnoreIndex, and their count.
+  // Summed cross-entropy over targets != kIgnoreIndex, and their count; with
+  // loss_options().chunked, over chunks of positions (chunked_lm_loss).
   LossOutput loss(const Batch& batch) override;
   std::vector<std::shared_ptr<Block>> blocks() override;
+  bool has_lm_head() const override { return true; }
 
   // (B, T) int64 -> (B, T, V)
   torch::Tensor logits(const torch::Tensor& input_ids);
@@ -133,6 +135,11 @@ class LlamaModel : public Model {
   torch::Tensor decode(const torch::Tensor& inputs_embeds);
   // (B, T, C) -> (B, T, V)
   torch::Tensor lm_logits(const torch::Tensor& hidden);
+  // The summed cross-entropy of lm_logits(hidden) against targets != kIgnoreIndex, taken
+  // chunk_rows positions at a time without the logits of all of them (common/lm_loss.h).
+  // (B, T, C), (B, T) int64 -> ()
+  torch::Tensor chunked_lm_loss(const torch::Tensor& hidden, const torch::Tensor& targets,
+                                int64_t chunk_rows);
   // What every block of a forward over `seq_len` positions gets: the rotary tables.
   BlockContext context(int64_t seq_len, const torch::Device& device);
 

@@ -95,14 +95,33 @@ class Block : public torch::nn::Module {
 using BlockRunner =
     std::function<torch::Tensor(Block& block, const torch::Tensor& x, const BlockContext& ctx)>;
 
+// How a language-model head takes its cross-entropy (--loss, --loss-chunk).
+struct LossOptions {
+  bool chunked = false;     // chunks of positions, the logits never held for the whole batch
+  int64_t chunk_rows = 256;  // positions per chunk
+  // Called, when set, in training forwards and with either loss: with true just before the
+  // projection to the vocabulary (after the final norm; ModernBERT: before its MLM head), with
+  // false once the summed loss exists; lets the trainer measure what the head keeps for
+  // backward without models reading a meter. Models only test and call it (no allocation).
+  std::function<void(bool starts)> head_probe;
+};
+
 class Model : public torch::nn::Module {
  public:
   // Summed loss over the batch's targets.
   virtual LossOutput loss(const Batch& batch) = 0;
   // The transformer blocks, in order.
   virtual std::vector<std::shared_ptr<Block>> blocks() = 0;
+  // Whether the loss is a language-model head's cross-entropy over a vocabulary (what
+  // --loss chunked changes).
+  virtual bool has_lm_head() const { return false; }
 
   void set_block_runner(BlockRunner runner) { runner_ = std::move(runner); }
+  void set_loss_options(LossOptions options) { loss_options_ = std::move(options); }
+  const LossOptions& loss_options() const { return loss_options_; }
+  // --projections packed: every attention and gated MLP of the model multiplies its
+  // projections that read one input as one product (models/common/layers.h).
+  void set_packed_projections(bool packed);
 
  protected:
   torch::Tensor run_block(Block& block, const torch::Tensor& x, const BlockContext& ctx) {
@@ -111,6 +130,7 @@ class Model : public torch::nn::Module {
 
  private:
   BlockRunner runner_;
+  LossOptions loss_options_;
 };
 
 }  // namespace gradscope

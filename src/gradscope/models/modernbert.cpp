@@ -5,6 +5,7 @@
 
 #include "gradscope/core/error.h"
 #include "gradscope/models/common/arch.h"
+#include "gradscope/models/common/lm_loss.h"
 
 namespace gradscope {
 
@@ -151,8 +152,12 @@ torch::Tensor ModernBertModel::encode(const torch::Tensor& input_ids, const torc
   return final_norm(x);  // (B, T, C)
 }
 
+torch::Tensor ModernBertModel::mlm_hidden(const torch::Tensor& hidden) {
+  return head_norm(F::gelu(head_dense(hidden)));  // (M, C)
+}
+
 torch::Tensor ModernBertModel::mlm_logits(const torch::Tensor& hidden) {
-  auto h = head_norm(F::gelu(head_dense(hidden)));            // (M, C)
+  auto h = mlm_hidden(hidden);                                // (M, C)
   return F::linear(h, tok_embeddings->weight, decoder_bias);  // (M, V), tied decoder
 }
 
@@ -166,9 +171,19 @@ LossOutput ModernBertModel::loss(const Batch& batch) {
   auto positions = selected.nonzero().squeeze(1);                             // (M)
   auto h = hidden.reshape({-1, hidden.size(-1)}).index_select(0, positions);  // (M, C)
   auto targets = batch.targets.reshape({-1}).index_select(0, positions);      // (M)
+  const LossOptions& options = loss_options();
+  const bool probe = options.head_probe && is_training();
+  if (probe) options.head_probe(true);
   LossOutput out;
-  out.loss_sum = F::cross_entropy(mlm_logits(h).to(torch::kFloat), targets,
-                                  F::CrossEntropyFuncOptions().reduction(torch::kSum));  // ()
+  if (options.chunked) {
+    // Only the decoder holds (M, V) tensors: the dense layer and norm before it run whole.
+    out.loss_sum = chunked_cross_entropy(mlm_hidden(h), tok_embeddings->weight, decoder_bias,
+                                         targets, options.chunk_rows, kIgnoreIndex);  // ()
+  } else {
+    out.loss_sum = F::cross_entropy(mlm_logits(h).to(torch::kFloat), targets,
+                                    F::CrossEntropyFuncOptions().reduction(torch::kSum));  // ()
+  }
+  if (probe) options.head_probe(false);
   out.target_count = positions.size(0);
   return out;
 }
@@ -331,16 +346,15 @@ void modernbert_trace_step(const json& arch, int64_t batch, MemoryTrace& trace) 
   const auto rows = trace.alloc(M * C * F4);
   trace.node({}, {hidden}, {rows});
   trace.release(hidden);
+  trace.begin_head();
   const auto dense = trace.linear(rows, M, C, C, false);
   trace.release(rows);
   const auto act = trace.activation(dense);
   trace.release(dense);
   const auto normed = trace.layer_norm(act, M, C, c.norm_bias);
   trace.release(act);
-  const auto logits = trace.linear(normed, M, C, c.vocab_size, c.decoder_bias, embedding);
+  trace.lm_loss(normed, M, C, c.vocab_size, c.decoder_bias, embedding);
   trace.release(normed);
-  trace.cross_entropy(logits, M, c.vocab_size);
-  trace.release(logits);
 }
 
 }  // namespace gradscope

@@ -93,9 +93,12 @@ class ModernBertModel : public Model {
   explicit ModernBertModel(const ModernBertConfig& config);
   void init_weights(uint64_t seed);
 
-  // Summed cross-entropy over targets != kIgnoreIndex (the masked positions) and their count.
+  // Summed cross-entropy over targets != kIgnoreIndex (the masked positions) and their count;
+  // with loss_options().chunked the decoder's projection and the cross-entropy run over chunks
+  // of positions (common/lm_loss.h).
   LossOutput loss(const Batch& batch) override;
   std::vector<std::shared_ptr<Block>> blocks() override { return {blocks_.begin(), blocks_.end()}; }
+  bool has_lm_head() const override { return true; }
 
   // The masks and rotary tables of a forward over `seq_len` positions; `real` (B, T) bool
   // marks non-padding positions (undefined: none is padding).
@@ -104,6 +107,8 @@ class ModernBertModel : public Model {
   torch::Tensor encode(const torch::Tensor& input_ids, const torch::Tensor& real = {});
   // MLM head on selected hidden states: (M, C) -> (M, V)
   torch::Tensor mlm_logits(const torch::Tensor& hidden);
+  // The MLM head before its decoder (dense, GELU, norm): (M, C) -> (M, C)
+  torch::Tensor mlm_hidden(const torch::Tensor& hidden);
 
   const ModernBertConfig& config() const { return config_; }
 

@@ -72,6 +72,12 @@ torch::Tensor NanoVlmModel::image_tokens(const torch::Tensor& images) {
 
 torch::Tensor NanoVlmModel::logits(const torch::Tensor& images, const torch::Tensor& input_ids,
                                    const torch::Tensor& text_mask) {
+  return decoder->lm_logits(caption_hidden(images, input_ids, text_mask));  // (B, T, V)
+}
+
+torch::Tensor NanoVlmModel::caption_hidden(const torch::Tensor& images,
+                                           const torch::Tensor& input_ids,
+                                           const torch::Tensor& text_mask) {
   TORCH_CHECK(images.size(0) == input_ids.size(0), "nanovlm: ", images.size(0), " images for ",
               input_ids.size(0), " captions");
   auto img = image_tokens(images);                             // (B, n, C)
@@ -86,8 +92,7 @@ torch::Tensor NanoVlmModel::logits(const torch::Tensor& images, const torch::Ten
     ctx.mask_includes_causal = true;
   }
   for (const auto& block : decoder->blocks()) x = run_block(*block, x, ctx);
-  auto hidden = decoder->norm(x.narrow(1, n, total - n));  // caption positions (B, T, C)
-  return decoder->lm_logits(hidden);                       // (B, T, V)
+  return decoder->norm(x.narrow(1, n, total - n));  // caption positions (B, T, C)
 }
 
 int64_t nanovlm_image_tokens(const json& arch) { return nanovlm_config(arch).image_tokens(); }
@@ -97,11 +102,20 @@ LossOutput NanoVlmModel::loss(const Batch& batch) {
               "nanovlm: a batch needs images, input_ids and targets");
   TORCH_CHECK(batch.targets.sizes() == batch.input_ids.sizes(), "nanovlm: targets ",
               batch.targets.sizes(), " do not match input_ids ", batch.input_ids.sizes());
-  auto lg = logits(batch.images, batch.input_ids, batch.text_mask);  // (B, T, V)
+  auto hidden = caption_hidden(batch.images, batch.input_ids, batch.text_mask);  // (B, T, C)
+  const LossOptions& options = loss_options();
+  const bool probe = options.head_probe && is_training();
+  if (probe) options.head_probe(true);
   LossOutput out;
-  out.loss_sum = F::cross_entropy(
-      lg.reshape({-1, lg.size(-1)}).to(torch::kFloat), batch.targets.reshape({-1}),
-      F::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(kIgnoreIndex));  // ()
+  if (options.chunked) {
+    out.loss_sum = decoder->chunked_lm_loss(hidden, batch.targets, options.chunk_rows);  // ()
+  } else {
+    auto lg = decoder->lm_logits(hidden);  // (B, T, V)
+    out.loss_sum = F::cross_entropy(
+        lg.reshape({-1, lg.size(-1)}).to(torch::kFloat), batch.targets.reshape({-1}),
+        F::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(kIgnoreIndex));  // ()
+  }  // the logits are gone unless backward keeps them
+  if (probe) options.head_probe(false);
   // The batch counted its targets on the CPU; counting them here would wait for the device.
   out.target_count = batch.targets_count > 0 ? batch.targets_count
                                              : batch.targets.ne(kIgnoreIndex).sum().item<int64_t>();

@@ -61,9 +61,11 @@ class NanoVlmModel : public Model {
   // Summed next-token cross-entropy over the caption's targets != kIgnoreIndex.
   // batch.images (B, 3, H, W), batch.input_ids and batch.targets (B, T), batch.text_mask
   // (B, T) when captions are padded.
+  // With loss_options().chunked, over chunks of caption positions (common/lm_loss.h).
   LossOutput loss(const Batch& batch) override;
   // Vision blocks first, then decoder blocks.
   std::vector<std::shared_ptr<Block>> blocks() override;
+  bool has_lm_head() const override { return true; }
 
   // (B, 3, H, W) -> (B, n, C): encoder, pixel shuffle, projection
   torch::Tensor image_tokens(const torch::Tensor& images);
@@ -71,6 +73,10 @@ class NanoVlmModel : public Model {
   // -> (B, T, V)
   torch::Tensor logits(const torch::Tensor& images, const torch::Tensor& input_ids,
                        const torch::Tensor& text_mask = {});
+  // The decoder's output at the caption positions, after its final norm (what logits()
+  // projects to the vocabulary): same arguments -> (B, T, C)
+  torch::Tensor caption_hidden(const torch::Tensor& images, const torch::Tensor& input_ids,
+                               const torch::Tensor& text_mask = {});
 
   const NanoVlmConfig& config() const { return config_; }
 

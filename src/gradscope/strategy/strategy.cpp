@@ -82,6 +82,7 @@ StepOutput Strategy::compute_gradients(Model& model, const MicroBatchSource& nex
     // This micro-batch's share of the mean per target over the whole effective batch.
     torch::Tensor loss = out.loss_sum / denominator;
     observer.enter(Phase::kPhaseBackward);
+    if (listener_) listener_->before_backward({i, k, batch.targets_count, total});
     loss.backward();
     const torch::Tensor summed = out.loss_sum.detach();
     step.loss_sum = step.loss_sum.defined() ? step.loss_sum + summed : summed;

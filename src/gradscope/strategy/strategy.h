@@ -38,6 +38,23 @@ class PhaseObserver {
   virtual void enter(Phase phase) = 0;
 };
 
+// Which micro-batch a backward belongs to, told before that backward starts: an Updater that
+// works inside the backward (accumulation folded into the optimizer state) needs to know it,
+// and only the strategy does.
+struct MicroBatchInfo {
+  int64_t index = 0;         // 0 .. count - 1
+  int64_t count = 1;         // micro-batches of the step (plan.accum_steps)
+  int64_t targets = 0;       // this micro-batch's targets
+  int64_t step_targets = 0;  // all micro-batches' targets (the loss's denominator, if > 0)
+};
+
+class MicroBatchListener {
+ public:
+  virtual ~MicroBatchListener() = default;
+  // Called after micro-batch `info.index`'s forward and before its backward.
+  virtual void before_backward(const MicroBatchInfo& info) = 0;
+};
+
 // What the step's gradient was computed from.
 struct StepOutput {
   torch::Tensor loss_sum;    // () detached: summed loss over all targets of the step
@@ -88,6 +105,10 @@ class Strategy {
   StepOutput compute_gradients(Model& model, const MicroBatchSource& next,
                                PhaseObserver& observer) const;
 
+  // Tells `listener` (null: nobody) of every micro-batch before its backward; it must outlive
+  // the calls to compute_gradients. The Updater that needs it (updater.h) provides it.
+  void set_micro_batch_listener(MicroBatchListener* listener) { listener_ = listener; }
+
   const StepPlan& plan() const { return plan_; }
   // The installed checkpoint runner (its counters), null when nothing is recomputed.
   const CheckpointRunner* checkpoint_runner() const { return runner_.get(); }
@@ -95,6 +116,7 @@ class Strategy {
  private:
   StepPlan plan_;
   std::shared_ptr<CheckpointRunner> runner_;
+  MicroBatchListener* listener_ = nullptr;
 };
 
 }  // namespace gradscope

@@ -6,7 +6,9 @@
 //     or the record needs it, clipped, one optimizer step over all parameters; an optimizer
 //     with a line search (cg) is handed the gradient function as its closure instead;
 //   - in backward (the fused step, fused.cpp): each parameter is updated by an optimizer of
-//     its own as soon as its gradient is complete, and the gradient freed at once.
+//     its own as soon as its gradient is complete, and the gradient freed at once; with
+//     micro-batches, each micro-batch's gradient is folded into the optimizer state and freed,
+//     and the parameter updated after the last one (accumulation without a gradient buffer).
 // Either way no gradient is left behind when step() returns, so memory figures agree across
 // LibTorch versions (zero_grad zeroes in place on 1.13 and frees on 2.x).
 #pragma once
@@ -69,6 +71,12 @@ class Updater {
   // Bytes of every gradient at once, measured at the first step; nullopt where they never
   // exist at once (the fused step) or before the first step.
   virtual std::optional<int64_t> grads_bytes() const = 0;
+  // What must hear of each micro-batch before its backward (Strategy::set_micro_batch_listener):
+  // an updater that folds micro-batches into the optimizer state in backward; null otherwise.
+  virtual MicroBatchListener* micro_batch_listener() { return nullptr; }
+  // The update rule where it is not the optimizer's own ("adama": Adam's second moment
+  // accumulated per micro-batch); nullopt when the parameters move as the optimizer says.
+  virtual std::optional<std::string> update_rule() const { return std::nullopt; }
 };
 
 // The Updater of a step plan for these parameters. A usage error for settings it cannot honour
@@ -80,5 +88,7 @@ std::unique_ptr<Updater> make_updater(const StepPlan& plan,
 
 // The optimizers the fused step supports (their updates are elementwise per parameter).
 const std::vector<std::string>& fused_optimizers();
+// The optimizers the fused step supports with micro-batches (their state can take a fold).
+const std::vector<std::string>& folding_optimizers();
 
 }  // namespace gradscope

@@ -182,6 +182,8 @@ MemoryEstimate estimate_run(const RunConfig& config, int64_t data_bytes) {
               "pass --batch and --accum-steps of at least 1");
   const nlohmann::json arch = resolve_arch(config);
   MemoryTrace trace;
+  if (plan.loss == LossKind::kLossChunked) trace.set_loss_chunk(plan.loss_chunk);
+  trace.set_packed_projections(config.projections == Projections::kProjectionsPacked);
   family.trace_step(arch, config.batch, trace);
 
   MemoryEstimate e;
@@ -196,11 +198,31 @@ MemoryEstimate estimate_run(const RunConfig& config, int64_t data_bytes) {
   const auto first = trace.replay(ck, /*grads_exist=*/false, /*with_grad=*/true);
   e.grads_bytes = first.grads_bytes;
   e.activations_bytes = first.saved_bytes;
+  e.logits_bytes = first.head_saved_bytes;
   // The steady state from the second step on: parameters, optimizer state, batch and data.
   const int64_t steady = e.params_bytes + e.optimizer_state_bytes + e.batch_bytes + data_bytes;
   e.forward_peak_bytes = steady + first.forward_peak;
   e.backward_peak_bytes = steady + first.backward_peak;
-  if (config.accum_steps > 1) {
+  // Whether a buffer of every gradient exists. Not when the optimizer steps in backward (fused,
+  // accumulation+fused): each gradient is applied to its parameter, or folded into the
+  // optimizer state, as its AccumulateGrad finishes, and freed there.
+  const bool grad_buffer = plan.optimizer_step != OptimizerStep::kOptimizerStepInBackward;
+  if (!grad_buffer) {
+    // The replay with gradients already allocated counts each new gradient as a transient of
+    // the node that makes it (made, added, freed): here it is made, used by the optimizer and
+    // freed. Every micro-batch's backward is that one. An update's temporaries come when its
+    // parameter's gradient is complete, after the nodes that read the parameter: the largest
+    // parameter's (a tied embedding's, complete at the end of backward) are taken beside its
+    // gradient alone, not on top of the backward's peak.
+    const auto unbuffered = trace.replay(ck, /*grads_exist=*/true, /*with_grad=*/true);
+    const auto& sizes = trace.param_sizes();
+    const int64_t largest = sizes.empty() ? 0 : *std::max_element(sizes.begin(), sizes.end());
+    e.grads_bytes = 0;
+    e.backward_peak_bytes =
+        steady + std::max(unbuffered.backward_peak, largest + e.optimizer_scratch_bytes);
+    e.notes.push_back(
+        "no gradient buffer: the optimizer steps in backward and frees each gradient at once");
+  } else if (config.accum_steps > 1) {
     // Later micro-batches run with the gradients of the earlier ones allocated.
     const auto later = trace.replay(ck, /*grads_exist=*/true, /*with_grad=*/true);
     e.forward_peak_bytes =
@@ -208,11 +230,9 @@ MemoryEstimate estimate_run(const RunConfig& config, int64_t data_bytes) {
     e.backward_peak_bytes =
         std::max(e.backward_peak_bytes, steady + e.grads_bytes + later.backward_peak);
   }
-  if (plan.optimizer_step == OptimizerStep::kOptimizerStepInBackward)
-    e.notes.push_back(
-        "fused is modelled as standard: an upper bound, since it frees each "
-        "gradient as soon as its parameter is updated");
-  e.optimizer_peak_bytes = steady + e.grads_bytes + e.optimizer_scratch_bytes;
+  // Without a buffer the optimizer's work was done in backward.
+  e.optimizer_peak_bytes =
+      grad_buffer ? steady + e.grads_bytes + e.optimizer_scratch_bytes : steady;
   // Evaluation: forwards of micro-batch size without a graph.
   const auto eval = trace.replay(ck, false, /*with_grad=*/false);
   e.eval_peak_bytes = steady + eval.forward_peak;
@@ -251,6 +271,7 @@ nlohmann::json estimate_to_json(const MemoryEstimate& e) {
           {"optimizer_state_bytes", e.optimizer_state_bytes},
           {"optimizer_scratch_bytes", e.optimizer_scratch_bytes},
           {"activations_bytes", e.activations_bytes},
+          {"logits_bytes", e.logits_bytes},
           {"batch_bytes", e.batch_bytes},
           {"data_bytes", e.data_bytes},
           {"phase_peak_bytes",

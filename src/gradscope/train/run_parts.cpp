@@ -201,6 +201,11 @@ RunMemory memory_part(const RunTally& tally, const PhaseTimer& timer, const Memo
   if (known) {
     const bool in_pass = !after_steps && at->forward_start_bytes >= 0;
     m.breakdown.activations = take(in_pass ? at->peak_bytes - at->forward_start_bytes : 0);
+    // Of those, the loss head's share: what it keeps for backward, as measured at the end of
+    // its forward (in backward the gradient of its logits takes that room), at most the
+    // activations themselves. Part of activations, not beside it, so that the parts still sum
+    // to the peak and activations means what it meant before the head was measured.
+    if (tally.logits_bytes) m.breakdown.logits = std::min(*tally.logits_bytes, *m.breakdown.activations);
     m.peak_phase = after_steps ? "between steps" : phase_name(at->phase);
     if (!after_steps) m.peak_step = at->step;
   }
@@ -210,6 +215,7 @@ RunMemory memory_part(const RunTally& tally, const PhaseTimer& timer, const Memo
   // Not measured with a fused step: each gradient lives only until its parameter's update.
   m.grads_bytes = grads_bytes;
   m.optimizer_state_bytes = tally.state_bytes;
+  m.logits_bytes = tally.logits_bytes;
   // Not measured without phase timing: null, not 0.
   if (phase_timing) {
     m.activations_peak_bytes = timer.activations_peak();

@@ -46,6 +46,9 @@ struct RunTally {
   int64_t state_bytes = 0;               // optimizer state after the first step
   // The allocator's peak up to the last evaluation (evaluation excluded).
   int64_t training_peak_bytes = 0;
+  // What the loss head left allocated when its forward ended, the most over the timed
+  // micro-batches (Model::loss_options().head_probe); null without a language-model head.
+  std::optional<int64_t> logits_bytes;
 };
 
 // The sampler thread and its sensors: utilization, memory, power and energy over the timed

@@ -117,6 +117,16 @@ Session::Session(const RunConfig& config, const SessionOptions& options)
         "cannot build " + c.model + " from its architecture: " + what.substr(0, what.find('\n')),
         "check the --arch overrides against the preset (`gradscope list --json`)");
   }
+  check_usage(plan.loss == LossKind::kLossFull || model_->has_lm_head(),
+              fmt::format("--loss chunked needs a language-model head, and {} has none", c.model),
+              "use --loss chunked with llama, nanovlm or modernbert, or leave --loss out");
+  {
+    LossOptions loss;
+    loss.chunked = plan.loss == LossKind::kLossChunked;
+    loss.chunk_rows = plan.loss_chunk;
+    model_->set_loss_options(std::move(loss));
+  }
+  model_->set_packed_projections(c.projections == Projections::kProjectionsPacked);
   model_->to(device_);
   model_->train();
   parameters_ = model_->parameters();
@@ -168,6 +178,7 @@ void Session::build_updater() {
   options.clip_grad_norm = c.clip_grad_norm;
   options.log_grad_norm = c.log_grad_norm;
   updater_ = make_updater(strategy_->plan(), parameters_, spec, options);
+  strategy_->set_micro_batch_listener(updater_->micro_batch_listener());
 }
 
 void Session::use_learning_rate(double lr) {

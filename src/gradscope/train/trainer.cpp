@@ -109,6 +109,32 @@ Trainer::Evaluation Trainer::evaluate() {
   return e;
 }
 
+namespace {
+
+// Hands a language model's loss head a probe for the life of a run, and takes it back after
+// (it refers to the run's locals).
+class HeadProbe {
+ public:
+  HeadProbe(Model& model, std::function<void(bool starts)> probe) : model_(model) {
+    if (!model_.has_lm_head()) return;
+    LossOptions options = model_.loss_options();
+    options.head_probe = std::move(probe);
+    model_.set_loss_options(std::move(options));
+  }
+  ~HeadProbe() {
+    LossOptions options = model_.loss_options();
+    options.head_probe = nullptr;
+    model_.set_loss_options(std::move(options));
+  }
+  HeadProbe(const HeadProbe&) = delete;
+  HeadProbe& operator=(const HeadProbe&) = delete;
+
+ private:
+  Model& model_;
+};
+
+}  // namespace
+
 RunRecord Trainer::run(ProgressSink* progress) {
   SteadyClock clock;
   const double run_started = clock.now_s();
@@ -122,6 +148,7 @@ RunRecord Trainer::run(ProgressSink* progress) {
   RunRecord record;
   record.run_id = session_->resolved().run_id;
   record.config = c;
+  record.update_rule = updater.update_rule();
   record.arch = session_->arch();
   record.params = session_->params();
   record.data = session_->data().describe();
@@ -135,6 +162,18 @@ RunRecord Trainer::run(ProgressSink* progress) {
   meter_->reset_peak();
   RunTally tally;
   int64_t step = 0;
+  // What the loss head keeps for backward: the allocator's bytes once its loss exists, less
+  // those as it started, in the timed steps' training forwards (evaluation runs no probe).
+  bool timed = false;
+  int64_t head_start_bytes = 0;
+  const HeadProbe head_probe(session_->model(), [&](bool starts) {
+    if (!timed) return;
+    const int64_t now = meter_->current_bytes();
+    if (starts)
+      head_start_bytes = now;
+    else
+      tally.logits_bytes = std::max(tally.logits_bytes.value_or(0), now - head_start_bytes);
+  });
 
   auto evaluate_at = [&](int64_t done) {
     // peak_bytes is training's: the peak so far is kept, and evaluation's own is left out.
@@ -147,7 +186,7 @@ RunRecord Trainer::run(ProgressSink* progress) {
 
   try {
     for (step = 0; step < total_steps; ++step) {
-      const bool timed = step >= c.warmup_steps;
+      timed = step >= c.warmup_steps;
       if (step == c.warmup_steps) {
         tally.timed_wall_start = clock.now_s();
         if (sensors.sampler()) sensors.sampler()->start();

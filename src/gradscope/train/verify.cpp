@@ -23,6 +23,14 @@ constexpr double kAccumulationTolerance = 1e-5;
 constexpr double kAccumulationToleranceBf16 = 2e-2;
 constexpr double kDropoutForCheckpointCheck = 0.1;
 constexpr double kFusedTolerance = 1e-6;
+// Accumulation folded into SGD's momentum in backward (accumulation+fused): one step, with
+// and without weight decay. (A second step would be taken from parameters that already differ
+// by the first step's rounding, which moves a small gradient such as a key projection's by
+// more than its own rounding: 8e-6 relative measured on the tiny Llama. The unit tests check
+// the buffer's decay over two steps.)
+constexpr int kFoldSteps = 1;
+constexpr double kFoldMomentum = 0.9;
+constexpr double kFoldWeightDecay = 0.1;
 // A recompute on CUDA may sum in another order than its forward did: float32 agrees to its
 // rounding; under bfloat16 an activation may round to the neighbouring value, a few units of
 // its 2^-8 spacing in the gradients.
@@ -33,6 +41,20 @@ constexpr double kRecomputeToleranceCudaBf16 = 1e-2;
 // embedding, through the first block's attention) may sum its float32 gradient parts in
 // another order inside the recomputed graph: 2.9e-6 measured there, 0 on the other models.
 constexpr double kRecomputeToleranceCpuBf16 = 1e-5;
+// The chunked loss (--loss chunked, docs/strategies.md "The chunked loss") computes each
+// position's values as the full loss does; it sums over positions in another order: the loss
+// and the head's weight and bias gradients as one sum per chunk, then over chunks. A reordered
+// float32 sum of n terms differs by about sqrt(n) units of 2^-24 relative (1e-6 for 10^4
+// positions), and each row's logsumexp by a few units; 1e-5 holds that with room for
+// cancellation, while a chunk dropped, doubled or given the wrong rows is off by 1/K (K chunks)
+// or more. Under bfloat16 each chunk's weight-gradient product is rounded to bfloat16 apart
+// before the float32 sum, as accumulation's micro-batches are: the bf16 accumulation tolerance.
+// On top of a strategy the tolerances add (both reorder the same sums).
+constexpr double kChunkedLossTolerance = 1e-5;
+constexpr double kChunkedLossToleranceBf16 = kAccumulationToleranceBf16;
+// Positions per chunk when the configuration names none: a prime, so that the chunks divide no
+// batch of the presets and the last chunk of each forward is a partial one.
+constexpr int64_t kVerifyLossChunk = 37;
 
 class NullObserver : public PhaseObserver {
  public:
@@ -83,6 +105,39 @@ StepResult one_step(const RunConfig& config, const std::shared_ptr<const DataSou
                                         ? grad.detach().to(torch::kCPU).to(torch::kFloat64)
                                         : torch::zeros(p.value().sizes(), torch::kFloat64));
   }
+  return r;
+}
+
+// The parameters after `steps` steps of `config` (its updater), or with `updates` what the
+// steps moved them by (p_after - p_before), in float64 on the CPU; the loss is the first
+// step's.
+StepResult parameter_updates(const RunConfig& config, const std::shared_ptr<const DataSource>& data,
+                             int steps, bool updates) {
+  SessionOptions options;
+  options.data = data;
+  Session session(config, options);
+  seed_dropout(session.config());
+  NullObserver observer;
+  const bool bf16 = config.dtype == Dtype::kDtypeBf16;
+  std::vector<torch::Tensor> before;
+  for (const auto& p : session.model().named_parameters())
+    before.push_back(p.value().detach().to(torch::kCPU).to(torch::kFloat64));
+  StepResult r;
+  for (int step = 0; step < steps; ++step) {
+    const MicroBatchSource next = session.step_batches(step);
+    const auto gradients = [&] {
+      AutocastScope autocast(session.device(), bf16);
+      return session.strategy().compute_gradients(session.model(), next, observer);
+    };
+    const StepOutput out = session.updater()->step(gradients, observer).out;
+    if (step == 0)
+      r.loss =
+          out.loss_sum.item<double>() / static_cast<double>(std::max<int64_t>(out.target_count, 1));
+  }
+  size_t i = 0;
+  for (const auto& p : session.model().named_parameters())
+    r.tensors.emplace_back(p.key(), p.value().detach().to(torch::kCPU).to(torch::kFloat64) -
+                                        (updates ? before[i++] : torch::zeros_like(before[i++])));
   return r;
 }
 
@@ -189,9 +244,28 @@ std::vector<VerifyCheck> verify_strategies(const RunConfig& config, const Verify
     with_dropout.dropout = kDropoutForCheckpointCheck;
     without_dropout.dropout = 0.0;
   }
+  // The references and the checks of the strategies take the full loss; the chunked-loss checks
+  // take the configuration's chunk (kVerifyLossChunk unless it asks for --loss chunked).
+  const bool chunked_loss = options.chunked_loss || config.loss == LossKind::kLossChunked;
+  const int64_t loss_chunk =
+      config.loss == LossKind::kLossChunked ? config.loss_chunk : kVerifyLossChunk;
+  for (RunConfig* c : {&with_dropout, &without_dropout}) {
+    c->loss = LossKind::kLossFull;
+    c->loss_chunk = RunConfig().loss_chunk;
+  }
   const nlohmann::json arch_plain = resolve_arch(without_dropout);
   const std::shared_ptr<const DataSource> data = make_data_source(family, arch_plain, config);
 
+  // Whether the model's loss is a language-model head's (what --loss chunked changes).
+  std::optional<bool> lm_head;
+  const auto has_lm_head = [&] {
+    if (!lm_head) lm_head = family.build(arch_plain, config.seed)->has_lm_head();
+    return *lm_head;
+  };
+  check_usage(
+      config.loss == LossKind::kLossFull || has_lm_head(),
+      fmt::format("--loss chunked needs a language-model head, and {} has none", config.model),
+      "verify --loss chunked with llama, nanovlm or modernbert, or leave --loss out");
   // Whether the model's blocks run their attention and MLP branches as sub-layers.
   const auto exposes_sublayers = [&] {
     auto model = family.build(arch_plain, config.seed);
@@ -219,10 +293,58 @@ std::vector<VerifyCheck> verify_strategies(const RunConfig& config, const Verify
       stepped.optimizer = "sgd";
     stepped.clip_grad_norm = 0;
     const StrategyShorthand standard{};
+    // Accumulation folded into the optimizer state: SGD with momentum, whose fold is exact.
+    RunConfig folded = dropout_off;
+    folded.optimizer = "sgd";
+    folded.opt = {{"momentum", fmt::format("{}", kFoldMomentum)}};
+    folded.lr = 0;  // SGD's default for the model
+    folded.clip_grad_norm = 0;
     for (size_t i = 0; i < names.size(); ++i) {
       const std::string& name = names[i];
       const StrategyShorthand& s = shorthands[i];
-      if (s.fused) {
+      if (s.fused && s.accumulation) {
+        // A step against standard training + SGD on the whole effective batch, dropout off
+        // (micro-batches draw other masks). The fold sums the micro-batch gradients
+        // accumulation sums, in another order, into an update linear in them. In fp32 the
+        // parameters agree to their float32 rounding (kFusedTolerance, as the fused step's):
+        // an update compared alone would meet that rounding at ulp(p) / |update|, several
+        // 1e-6 of it. Under bf16 the micro-batches' products are rounded apart, and the
+        // updates agree as accumulation's gradients do (kAccumulationToleranceBf16). Without
+        // and with weight decay (which enters the momentum once, with the first micro-batch).
+        for (const double decay : {0.0, kFoldWeightDecay}) {
+          RunConfig c = folded;
+          c.weight_decay = decay;
+          const StepResult ref =
+              parameter_updates(with_strategy(c, standard, 1, micro * k), data, kFoldSteps, bf16);
+          const StepResult got =
+              parameter_updates(with_strategy(c, s, k, micro), data, kFoldSteps, bf16);
+          const std::string label =
+              decay > 0 ? fmt::format("{} (weight decay {:g})", name, decay) : name;
+          VerifyCheck check = compare(label, dtype, got, ref, false,
+                                      bf16 ? kAccumulationToleranceBf16 : kFusedTolerance, true);
+          if (bf16) {
+            check.criterion = "updates " + check.criterion.substr(check.criterion.find("relative"));
+          } else {
+            // Parameters within 1e-6 of |p| would let pass a fold that was left out where the
+            // update is below 1e-6 of the parameter. The updates themselves must agree too, to
+            // kAccumulationToleranceBf16: far above their float32 rounding (ulp(p) / |update|,
+            // a few 1e-6), far below what a micro-batch left out or folded twice changes (1/k).
+            const VerifyCheck updates = compare(
+                label, dtype,
+                parameter_updates(with_strategy(c, s, k, micro), data, kFoldSteps, true),
+                parameter_updates(with_strategy(c, standard, 1, micro * k), data, kFoldSteps, true),
+                false, kAccumulationToleranceBf16, true);
+            if (!updates.passed) {
+              check.passed = false;
+              check.worst_tensor = updates.worst_tensor + " (update)";
+              check.grad_max_rel_diff =
+                  std::max(check.grad_max_rel_diff, updates.grad_max_rel_diff);
+            }
+            check.criterion += fmt::format(", updates <= {:g}", kAccumulationToleranceBf16);
+          }
+          checks.push_back(check);
+        }
+      } else if (s.fused) {
         // Parameters after one step against standard + the unfused optimizer. SGD's update is
         // the same arithmetic in either order, bitwise; the others within 1e-6 per tensor.
         if (!ref_step)
@@ -266,6 +388,64 @@ std::vector<VerifyCheck> verify_strategies(const RunConfig& config, const Verify
             one_step(with_strategy(dropout_off, s, k, micro), data, false, options);
         checks.push_back(compare(name, dtype, got, *ref_plain, false,
                                  bf16 ? kAccumulationToleranceBf16 : kAccumulationTolerance));
+      }
+    }
+    if (chunked_loss && has_lm_head()) {
+      // Standard and each strategy again with --loss chunked, against the same full-loss
+      // reference as above, so a check says what the chunked loss adds to the strategy.
+      const double loss_tolerance = bf16 ? kChunkedLossToleranceBf16 : kChunkedLossTolerance;
+      const auto chunked = [loss_chunk](RunConfig c) {
+        c.loss = LossKind::kLossChunked;
+        c.loss_chunk = loss_chunk;
+        return c;
+      };
+      std::vector<std::pair<std::string, StrategyShorthand>> twins = {{"standard", standard}};
+      for (size_t i = 0; i < names.size(); ++i) twins.emplace_back(names[i], shorthands[i]);
+      std::optional<StepResult> ref_sgd_step;
+      for (const auto& [name, s] : twins) {
+        const std::string label = fmt::format("{}, loss chunked {}", name, loss_chunk);
+        if (s.fused && s.accumulation) continue;  // the fold: checked with the full loss only
+        if (s.fused) {
+          // The parameters after one step of plain SGD in backward, against standard + SGD:
+          // that the in-backward step takes the chunked head's gradients as they come. (With
+          // Adam, whose first step is about lr times the gradient's sign, the rounding of
+          // gradients near zero is magnified past any tolerance that still means something:
+          // 1.8e-5 of a parameter measured on the tiny Llama.) The gradients themselves are
+          // checked by the standard twin above.
+          RunConfig sgd = stepped;
+          sgd.optimizer = "sgd";
+          sgd.opt.clear();
+          sgd.lr = 0;  // SGD's default for the model
+          if (!ref_sgd_step)
+            ref_sgd_step =
+                one_step(with_strategy(sgd, standard, 1, micro * k), data, true, options);
+          const StepResult got =
+              one_step(chunked(with_strategy(sgd, s, 1, micro * k)), data, true, options);
+          checks.push_back(compare(label, dtype, got, *ref_sgd_step, false,
+                                   kFusedTolerance + loss_tolerance, true));
+        } else if (!s.accumulation) {
+          if (!ref_dropout)
+            ref_dropout =
+                one_step(with_strategy(dropout_on, standard, 1, micro * k), data, false, options);
+          const StepResult got =
+              one_step(chunked(with_strategy(dropout_on, s, 1, micro * k)), data, false, options);
+          const double recompute_tolerance =
+              !s.checkpoint ? 0.0
+              : bf16        ? (cpu ? kRecomputeToleranceCpuBf16 : kRecomputeToleranceCudaBf16)
+                            : (cpu ? 0.0 : kRecomputeToleranceCuda);
+          checks.push_back(compare(label, dtype, got, *ref_dropout, false,
+                                   recompute_tolerance + loss_tolerance));
+        } else {
+          if (!ref_plain)
+            ref_plain =
+                one_step(with_strategy(dropout_off, standard, 1, micro * k), data, false, options);
+          const StepResult got =
+              one_step(chunked(with_strategy(dropout_off, s, k, micro)), data, false, options);
+          const double accumulation_tolerance =
+              bf16 ? kAccumulationToleranceBf16 : kAccumulationTolerance;
+          checks.push_back(compare(label, dtype, got, *ref_plain, false,
+                                   accumulation_tolerance + loss_tolerance));
+        }
       }
     }
   }

@@ -16,7 +16,20 @@
 // - fused, checkpoint+fused (strategies that step the optimizer in backward): the parameters
 //   after one step against standard + the unfused optimizer (the run's optimizer if the fused
 //   step supports it, else SGD), dropout 0.1: bitwise for SGD on CPU, else relative <= 1e-6
-//   per tensor. The grad_* fields then describe parameter differences.
+//   per tensor. The grad_* fields then describe parameter differences;
+// - accumulation+fused, checkpoint+accumulation+fused (micro-batches folded into the optimizer
+//   state in backward): one step of SGD with momentum 0.9, without and with weight decay 0.1,
+//   against standard + SGD on the whole effective batch, dropout off: the parameters within
+//   1e-6 per tensor in fp32 (their float32 rounding), in bf16 what the step moved them by
+//   within 2e-2 (each micro-batch's products rounded apart). Adam's fold (AdamA) is another
+//   rule and is not compared with Adam.
+// - with VerifyOptions::chunked_loss or --loss chunked, on models with a language-model head:
+//   standard and each strategy again with the loss taken over chunks of positions (--loss
+//   chunked; --loss-chunk, else 37 positions, a prime that leaves a partial last chunk),
+//   against the same full-loss reference: relative <= 1e-5 in fp32 and 2e-2 in bf16 (the
+//   chunks reorder sums over positions; under bf16 each chunk's weight-gradient product is
+//   rounded to bfloat16 apart), added to the strategy's own tolerance; never bitwise (fused:
+//   the parameters after the step, as above). accumulation+fused: the full loss only.
 // A gradient check also fails when a parameter is left without a gradient (a recompute that
 // lost a weight's graph, say).
 // Every model is built by the session (session.h), as a run builds it.
@@ -55,6 +68,9 @@ struct VerifyOptions {
   // the plan's recomputation and before its step: tests break a recompute here to show that
   // the checks catch it. Empty in every real use.
   std::function<void(Model& model, const StepPlan& plan)> instrument;
+  // Also check the chunked loss (the `gradscope verify` command does); the checks run anyway
+  // when the config says --loss chunked, and never on models without a language-model head.
+  bool chunked_loss = false;
 };
 
 // Runs the checks of `options`, grouped by dtype. The config gives model, preset, batch,

@@ -268,6 +268,30 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const to
 }
 
 // ---------------------------------------------------------------------------------------
+// Packed projections
+
+std::vector<torch::Tensor> packed_linear(
+    const torch::Tensor& x,
+    std::initializer_list<std::reference_wrapper<torch::nn::LinearImpl>> layers) {
+  std::vector<torch::Tensor> weights, biases;
+  std::vector<int64_t> widths;
+  for (torch::nn::LinearImpl& layer : layers) {
+    weights.push_back(layer.weight);
+    if (layer.bias.defined()) biases.push_back(layer.bias);
+    widths.push_back(layer.weight.size(0));
+  }
+  TORCH_CHECK(biases.empty() || biases.size() == weights.size(),
+              "packed projections need biases on all of them or on none");
+  // The stacked weight is a copy, made in the parameters' dtype (float32 under autocast too:
+  // the product casts it as a separate layer casts its own weight), and linear saves it for
+  // the input's gradient. cat's backward hands each parameter its rows of the stacked
+  // weight's gradient.
+  auto weight = torch::cat(weights, 0);                                  // (sum out, in)
+  auto bias = biases.empty() ? torch::Tensor() : torch::cat(biases, 0);  // (sum out)
+  return F::linear(x, weight, bias).split_with_sizes(widths, -1);        // views
+}
+
+// ---------------------------------------------------------------------------------------
 // SelfAttention
 
 SelfAttentionImpl::SelfAttentionImpl(const SelfAttentionOptions& options_) : options(options_) {
@@ -308,9 +332,18 @@ torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x, const torch::Te
                                          bool is_causal) {
   const int64_t b = x.size(0), t = x.size(1);
   const int64_t nh = options.num_heads(), nkv = num_kv_heads(), hs = head_size();
-  auto q = q_proj(x).view({b, t, nh, hs}).transpose(1, 2);   // (B, NH, T, HS)
-  auto k = k_proj(x).view({b, t, nkv, hs}).transpose(1, 2);  // (B, NKV, T, HS)
-  auto v = v_proj(x).view({b, t, nkv, hs}).transpose(1, 2);  // (B, NKV, T, HS)
+  torch::Tensor q, k, v;
+  if (packed_) {
+    // (B, T, (NH + 2 NKV) HS), split into views: q, k and v keep their strides into it.
+    auto parts = packed_linear(x, {*q_proj, *k_proj, *v_proj});
+    q = parts[0].view({b, t, nh, hs}).transpose(1, 2);   // (B, NH, T, HS)
+    k = parts[1].view({b, t, nkv, hs}).transpose(1, 2);  // (B, NKV, T, HS)
+    v = parts[2].view({b, t, nkv, hs}).transpose(1, 2);  // (B, NKV, T, HS)
+  } else {
+    q = q_proj(x).view({b, t, nh, hs}).transpose(1, 2);   // (B, NH, T, HS)
+    k = k_proj(x).view({b, t, nkv, hs}).transpose(1, 2);  // (B, NKV, T, HS)
+    v = v_proj(x).view({b, t, nkv, hs}).transpose(1, 2);  // (B, NKV, T, HS)
+  }
   if (cos.defined()) {
     q = apply_rotary(q, cos, sin);
     k = apply_rotary(k, cos, sin);
@@ -338,6 +371,10 @@ void SwiGLUImpl::reset() {
 }
 
 torch::Tensor SwiGLUImpl::forward(const torch::Tensor& x) {
+  if (packed_) {
+    auto parts = packed_linear(x, {*gate_proj, *up_proj});  // 2 x (B, T, I), views of (B, T, 2I)
+    return down_proj(F::silu(parts[0]) * parts[1]);         // (B, T, C)
+  }
   auto h = F::silu(gate_proj(x)) * up_proj(x);  // (B, T, I)
   return down_proj(h);                          // (B, T, C)
 }

@@ -11,8 +11,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <initializer_list>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include <torch/torch.h>
 
@@ -192,6 +195,17 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const to
 torch::Tensor repeat_kv(const torch::Tensor& x, int64_t n_rep);
 
 // ---------------------------------------------------------------------------------------
+// Packed projections (--projections packed): linear layers that read the same input computed
+// as one product, F::linear(x, cat(weights), cat(biases)), split into one view per layer
+// (split_with_sizes along the last dimension). The layers keep their own parameters; autograd
+// splits the stacked weight's gradient back into each one's. The stacked weight is copied at
+// every call and saved for backward. All layers have biases, or none.
+// x (..., in) -> one (..., out_i) view per layer
+std::vector<torch::Tensor> packed_linear(
+    const torch::Tensor& x,
+    std::initializer_list<std::reference_wrapper<torch::nn::LinearImpl>> layers);
+
+// ---------------------------------------------------------------------------------------
 // Multi-head self-attention with grouped-query support and optional rotary embeddings.
 
 struct SelfAttentionOptions {
@@ -217,12 +231,18 @@ class SelfAttentionImpl : public torch::nn::Cloneable<SelfAttentionImpl> {
 
   int64_t num_kv_heads() const;
   int64_t head_size() const;
+  // --projections packed: q, k and v as one matrix product over their stacked weights.
+  void set_packed(bool packed) { packed_ = packed; }
+  bool packed() const { return packed_; }
 
   SelfAttentionOptions options;
   torch::nn::Linear q_proj{nullptr};  // C -> NH * HS
   torch::nn::Linear k_proj{nullptr};  // C -> NKV * HS
   torch::nn::Linear v_proj{nullptr};  // C -> NKV * HS
   torch::nn::Linear o_proj{nullptr};  // NH * HS -> C
+
+ private:
+  bool packed_ = false;
 };
 TORCH_MODULE(SelfAttention);
 
@@ -243,11 +263,17 @@ class SwiGLUImpl : public torch::nn::Cloneable<SwiGLUImpl> {
   void reset() override;
   // (B, T, C) -> (B, T, C)
   torch::Tensor forward(const torch::Tensor& x);
+  // --projections packed: gate and up as one matrix product over their stacked weights.
+  void set_packed(bool packed) { packed_ = packed; }
+  bool packed() const { return packed_; }
 
   SwiGLUOptions options;
   torch::nn::Linear gate_proj{nullptr};  // C -> I
   torch::nn::Linear up_proj{nullptr};    // C -> I
   torch::nn::Linear down_proj{nullptr};  // I -> C
+
+ private:
+  bool packed_ = false;
 };
 TORCH_MODULE(SwiGLU);
 

@@ -177,6 +177,31 @@ Id MemoryTrace::copy(Id x, int64_t bytes) {
   return y;
 }
 
+std::vector<Id> MemoryTrace::packed_linear(Id x, int64_t n, int64_t in,
+                                           const std::vector<int64_t>& outs, bool bias) {
+  int64_t total = 0;
+  std::vector<int> params;
+  for (int64_t out : outs) {
+    total += out;
+    params.push_back(param(in * out * kFloat));
+    if (bias) params.push_back(param(out * kFloat));
+  }
+  // cat(weights) (and cat(biases), a bias-sized copy the addmm does not save): the product
+  // saves the stacked weight for x's gradient. Its backward computes the stacked weight's
+  // gradient, whose rows cat's backward hands to the parameters as they are.
+  const Id weight = alloc(total * in * kFloat);
+  const Id stacked_bias = bias ? alloc(total * kFloat) : -1;
+  const Id y = alloc(n * total * kFloat);
+  node({x, weight}, {x}, {y}, params);
+  release(weight);
+  if (stacked_bias >= 0) release(stacked_bias);
+  std::vector<Id> parts = {y};
+  for (int64_t out : outs) parts.push_back(view(n * out * kFloat));
+  // split_with_sizes: its backward concatenates the parts' gradients into one of y's size.
+  node({}, {y}, {parts.begin() + 1, parts.end()});
+  return parts;
+}
+
 Id MemoryTrace::rotary(Id x, int64_t elements) {
   // apply_rotary: x * cos + rotate_half(x) * sin, with rotate_half = cat(-x2, x1).
   const int64_t full = elements * kFloat;
@@ -200,9 +225,22 @@ Id MemoryTrace::self_attention(Id x, const AttentionShape& s) {
   const int64_t q_elems = n * s.heads * s.head_size;
   const int64_t kv_elems = n * s.kv_heads * s.head_size;
   const int64_t scores = s.batch * s.heads * s.tokens * s.tokens * kFloat;
-  Id q = linear(x, n, s.hidden, s.heads * s.head_size, s.bias);
-  Id k = linear(x, n, s.hidden, s.kv_heads * s.head_size, s.bias);
-  const Id v = linear(x, n, s.hidden, s.kv_heads * s.head_size, s.bias);
+  Id q, k, v, packed = -1;
+  if (packed_projections_) {
+    // One product; q, k and v are views of its output, which lives until the forward ends
+    // (v, or un-rotated q and k, still point into it).
+    const int64_t kv_width = s.kv_heads * s.head_size;
+    const auto parts =
+        packed_linear(x, n, s.hidden, {s.heads * s.head_size, kv_width, kv_width}, s.bias);
+    packed = parts[0];
+    q = parts[1];
+    k = parts[2];
+    v = parts[3];
+  } else {
+    q = linear(x, n, s.hidden, s.heads * s.head_size, s.bias);
+    k = linear(x, n, s.hidden, s.kv_heads * s.head_size, s.bias);
+    v = linear(x, n, s.hidden, s.kv_heads * s.head_size, s.bias);
+  }
   if (s.rotary) {
     const Id qr = rotary(q, q_elems);
     release(q);
@@ -223,7 +261,8 @@ Id MemoryTrace::self_attention(Id x, const AttentionShape& s) {
   // matmul folds (B, heads) into one batch dimension with reshape: q (laid out as the
   // projection's (B, T, heads, HS)) is copied, and so are k and v unless repeat_kv already
   // made them contiguous; the batched products save the copies.
-  auto contiguous_copy = [this](Id t) { return copy(t, bytes(t)); };
+  // (A view of the packed projections' output owns no bytes: its copy is its elements' size.)
+  auto contiguous_copy = [this](Id t) { return copy(t, grad_bytes(t)); };
   const Id qc = contiguous_copy(q);
   const Id kc = grouped ? k_full : contiguous_copy(k);
   const Id raw = alloc(scores);
@@ -263,6 +302,7 @@ Id MemoryTrace::self_attention(Id x, const AttentionShape& s) {
   release(q);
   release(k);
   release(v);
+  if (packed >= 0) release(packed);
   return out;
 }
 
@@ -274,6 +314,33 @@ Id MemoryTrace::cross_entropy(Id logits, int64_t n, int64_t v) {
   release(log_probs);
   set_loss(loss);
   return loss;
+}
+
+void MemoryTrace::lm_loss(Id x, int64_t n, int64_t in, int64_t vocab, bool bias, int weight) {
+  if (loss_chunk_ <= 0) {
+    const Id logits = linear(x, n, in, vocab, bias, weight);
+    cross_entropy(logits, n, vocab);
+    release(logits);
+    return;
+  }
+  // Chunked (models/common/lm_loss.h): one chunk's logits exist at a time, with their
+  // exponentials beside them; two floats per position are kept for backward (the row's
+  // largest logit and its log-sum of exponentials), which computes each chunk's logits again
+  // and their gradient beside them, and the input's gradient.
+  const int64_t chunk = std::min(loss_chunk_, n);
+  const int64_t chunk_logits = chunk * vocab * kFloat;
+  const int w = weight >= 0 ? weight : param(in * vocab * kFloat);
+  std::vector<int> params = {w};
+  if (bias) params.push_back(param(vocab * kFloat));
+  const Id logits = alloc(chunk_logits);
+  const Id exps = alloc(chunk_logits);
+  release(exps);
+  release(logits);
+  const Id lse = alloc(2 * n * kFloat);
+  const Id loss = alloc(kFloat);
+  node({x, lse}, {x}, {loss}, params, 2 * chunk_logits + chunk * in * kFloat);
+  release(lse);
+  set_loss(loss);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -304,6 +371,9 @@ class MemoryTrace::Replayer {
       maybe_free(static_cast<Id>(id));
     }
     r.saved_bytes = live_;
+    if (t_.head_first_ >= 0)
+      for (size_t id = static_cast<size_t>(t_.head_first_); id < allocated_.size(); ++id)
+        if (allocated_[id]) r.head_saved_bytes += t_.bytes(static_cast<Id>(id));
     if (!with_grad) return r;
     peak_ = live_;
     if (t_.loss_ >= 0) set_grad(t_.loss_, t_.bytes(t_.loss_));

@@ -74,6 +74,17 @@ class MemoryTrace {
   Id mul(Id a, Id b);
   // A copy (contiguous(), a copying reshape, cat): the gradient passes through.
   Id copy(Id x, int64_t bytes);
+
+  // --projections packed (packed_linear in layers.h), read by self_attention and by the
+  // models' gated MLPs. Set before the model's trace is written.
+  void set_packed_projections(bool packed) { packed_projections_ = packed; }
+  bool packed_projections() const { return packed_projections_; }
+  // Linear layers of widths `outs` reading the same x of n rows as one product: the stacked
+  // weight is a copy that the product saves with x; the output is one tensor, returned first,
+  // then one view of it per layer (the split's backward joins their gradients). The stacked
+  // weight's gradient becomes the parameters' gradients. Release the output, not the views.
+  std::vector<Id> packed_linear(Id x, int64_t n, int64_t in, const std::vector<int64_t>& outs,
+                                bool bias);
   // Self-attention of SelfAttentionImpl: projections, optional rotary, math attention,
   // output projection. `mask_bytes` is the bool mask's size (0 without one).
   struct AttentionShape {
@@ -86,12 +97,26 @@ class MemoryTrace {
   // Cross-entropy (log_softmax then nll_loss) over n rows of v classes, summed.
   Id cross_entropy(Id logits, int64_t n, int64_t v);
 
+  // ---- the loss head of a language model ----
+  // --loss: 0 = the full cross-entropy; else --loss-chunk, the positions whose logits exist
+  // at once (lm_loss).
+  void set_loss_chunk(int64_t rows) { loss_chunk_ = rows; }
+  // Marks where the loss head starts: the tensors allocated from here on are the head's, and
+  // Replay::head_saved_bytes is what of them the forward leaves for backward (the `logits`
+  // part of the estimate).
+  void begin_head() { head_first_ = static_cast<Id>(tensors_.size()); }
+  // The projection of n rows of `in` features to `vocab` logits (tied to `weight` if >= 0)
+  // and their summed cross-entropy, full or chunked as set_loss_chunk says. Releases nothing
+  // of x's; ends the trace's forward (the loss).
+  void lm_loss(Id x, int64_t n, int64_t in, int64_t vocab, bool bias, int weight);
+
   // ---- replay ----
   struct Replay {
     int64_t forward_peak = 0;   // most live at once during the forward, above its start
     int64_t backward_peak = 0;  // most live at once during the backward, above the forward's start
     int64_t saved_bytes = 0;    // held for backward when the forward ends
     int64_t grads_bytes = 0;    // parameter gradients the backward leaves
+    int64_t head_saved_bytes = 0;  // of saved_bytes, what the loss head holds (begin_head)
   };
   struct Checkpointing {
     bool enabled = false;
@@ -136,6 +161,9 @@ class MemoryTrace {
   std::vector<Node> nodes_;
   std::vector<Event> events_;
   Id loss_ = -1;
+  bool packed_projections_ = false;
+  Id head_first_ = -1;
+  int64_t loss_chunk_ = 0;
 };
 
 }  // namespace gradscope

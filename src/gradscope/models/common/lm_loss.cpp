@@ -1,0 +1,192 @@
+#include "gradscope/models/common/lm_loss.h"
+
+#include <algorithm>
+
+#include <ATen/autocast_mode.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/version.h>
+
+namespace gradscope {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// ---------------------------------------------------------------------------------------
+// Autocast
+//
+// Autocast is a thread-local dispatch key, and a custom Function does not leave it: in
+// LibTorch 1.13 (probed on the CPU under the trainer's bf16 scope) Function::apply runs
+// forward with grad mode off and autocast on, so an mm there returns bfloat16, and the
+// engine runs backward with the same thread-local state, autocast on again. Rather than rely
+// on which ops autocast would cast there (its lists differ by device and version), the
+// Function reads autocast's state once in forward, casts its inputs itself, and runs every
+// inner op with the autocast keys excluded.
+
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+bool lm_loss_autocast_on(c10::DeviceType t) { return at::autocast::is_autocast_enabled(t); }
+at::ScalarType lm_loss_autocast_dtype(c10::DeviceType t) {
+  return at::autocast::get_autocast_dtype(t);
+}
+#else  // the per-backend functions, deprecated since 2.4
+bool lm_loss_autocast_on(c10::DeviceType t) {
+  if (t == c10::DeviceType::CUDA) return at::autocast::is_enabled();
+  if (t == c10::DeviceType::CPU) return at::autocast::is_cpu_enabled();
+  return false;
+}
+at::ScalarType lm_loss_autocast_dtype(c10::DeviceType t) {
+  return t == c10::DeviceType::CUDA ? at::autocast::get_autocast_gpu_dtype()
+                                    : at::autocast::get_autocast_cpu_dtype();
+}
+#endif
+
+// The dtype of the head's matmuls: what autocast makes of F::linear on a float32 input (it
+// leaves float64 alone), else the input's own.
+at::ScalarType lm_loss_matmul_dtype(const torch::Tensor& hidden) {
+  const auto type = hidden.device().type();
+  if (hidden.scalar_type() == at::kFloat && lm_loss_autocast_on(type))
+    return lm_loss_autocast_dtype(type);
+  return hidden.scalar_type();
+}
+
+// ---------------------------------------------------------------------------------------
+// The Function
+
+// Positions of forward's arguments (hidden, weight, bias, targets, chunk_rows, ignore_index,
+// has_bias), for needs_input_grad and backward's result.
+constexpr size_t kLmLossArgHidden = 0, kLmLossArgWeight = 1, kLmLossArgBias = 2, kLmLossArgs = 7;
+
+class ChunkedCrossEntropyFunction : public torch::autograd::Function<ChunkedCrossEntropyFunction> {
+ public:
+  // hidden (N, C), weight (V, C), bias (V) (an empty tensor when has_bias is false),
+  // targets (N) -> () summed loss. Autograd is off here (Function::apply).
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& hidden,
+                               const torch::Tensor& weight, const torch::Tensor& bias,
+                               const torch::Tensor& targets, int64_t chunk_rows,
+                               int64_t ignore_index, bool has_bias) {
+    const at::ScalarType mm = lm_loss_matmul_dtype(hidden);
+    const at::ScalarType sm = mm == at::kDouble ? at::kDouble : at::kFloat;  // softmax dtype
+    const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+    const int64_t N = hidden.size(0);
+    const torch::Tensor w = weight.to(mm);                             // (V, C)
+    const torch::Tensor b = has_bias ? bias.to(mm) : torch::Tensor();  // (V)
+    const auto options = hidden.options().dtype(sm);
+    torch::Tensor row_max = torch::empty({N}, options);     // (N) max_v logits
+    torch::Tensor row_logsum = torch::empty({N}, options);  // (N) log sum_v exp(logits - max)
+    torch::Tensor loss = torch::zeros({}, options);
+    for (int64_t start = 0; start < N; start += chunk_rows) {
+      const int64_t n = std::min(chunk_rows, N - start);
+      const torch::Tensor t = targets.narrow(0, start, n);  // (n)
+      const torch::Tensor valid = t.ne(ignore_index);
+      const torch::Tensor safe = t.masked_fill(valid.logical_not(), 0);
+      // The logits in the matmul dtype, then in the softmax dtype, as autocast runs F::linear
+      // and then cross_entropy. log_softmax's own arithmetic: x - max, then minus the log of
+      // the sum of exponentials.
+      torch::Tensor x = at::linear(hidden.narrow(0, start, n).to(mm), w, b).to(sm);  // (n, V)
+      const torch::Tensor m = std::get<0>(x.max(1, /*keepdim=*/true));               // (n, 1)
+      x.sub_(m);
+      const torch::Tensor target_shifted = x.gather(1, safe.unsqueeze(1)).squeeze(1);  // (n)
+      const torch::Tensor logsum = x.exp_().sum(1).log_();                             // (n)
+      x = torch::Tensor();
+      row_max.narrow(0, start, n).copy_(m.squeeze(1));
+      row_logsum.narrow(0, start, n).copy_(logsum);
+      // -log_softmax at the target: logsum - (x_t - max); 0 where the target is ignored.
+      loss.add_((logsum - target_shifted).masked_fill_(valid.logical_not(), 0).sum());
+    }
+    ctx->save_for_backward({hidden, weight, bias, targets, row_max, row_logsum});
+    ctx->saved_data["chunk_rows"] = chunk_rows;
+    ctx->saved_data["ignore_index"] = ignore_index;
+    ctx->saved_data["has_bias"] = has_bias;
+    ctx->saved_data["matmul_dtype"] = static_cast<int64_t>(mm);
+    return loss;
+  }
+
+  // Per chunk: the logits again, grad_logits = g (softmax - one-hot) in the softmax dtype,
+  // cast to the matmul dtype as autograd casts it for the full path's matmul backward, then
+  // the chunk's rows of grad_hidden and its parts of grad_weight and grad_bias.
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const variable_list saved = ctx->get_saved_variables();
+    const torch::Tensor& hidden = saved[0];
+    const torch::Tensor& weight = saved[1];
+    const torch::Tensor& bias = saved[2];
+    const torch::Tensor& targets = saved[3];
+    const torch::Tensor& row_max = saved[4];
+    const torch::Tensor& row_logsum = saved[5];
+    const int64_t chunk_rows = ctx->saved_data["chunk_rows"].toInt();
+    const int64_t ignore_index = ctx->saved_data["ignore_index"].toInt();
+    const bool has_bias = ctx->saved_data["has_bias"].toBool();
+    const auto mm = static_cast<at::ScalarType>(ctx->saved_data["matmul_dtype"].toInt());
+    const at::ScalarType sm = row_max.scalar_type();
+    const bool need_hidden = ctx->needs_input_grad(kLmLossArgHidden);
+    const bool need_weight = ctx->needs_input_grad(kLmLossArgWeight);
+    const bool need_bias = has_bias && ctx->needs_input_grad(kLmLossArgBias);
+
+    const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+    const int64_t N = hidden.size(0);
+    const torch::Tensor w = weight.to(mm);                             // (V, C)
+    const torch::Tensor b = has_bias ? bias.to(mm) : torch::Tensor();  // (V)
+    // Per row: g where the target counts, 0 where it is ignored.
+    const torch::Tensor valid = targets.ne(ignore_index);  // (N)
+    const torch::Tensor scale = valid.to(sm) * grad_outputs[0].to(sm);
+    const torch::Tensor safe = targets.masked_fill(valid.logical_not(), 0);
+    torch::Tensor grad_hidden = need_hidden
+                                    ? torch::empty_like(hidden, at::MemoryFormat::Contiguous)
+                                    : torch::Tensor();  // (N, C)
+    // grad_weight is summed as (V, C), grad_logits^T hidden, the product the full path's
+    // matmul backward takes for a weight read transposed.
+    torch::Tensor grad_weight = need_weight ? torch::zeros_like(weight) : torch::Tensor();
+    torch::Tensor grad_bias = need_bias ? torch::zeros_like(bias) : torch::Tensor();  // (V)
+    for (int64_t start = 0; start < N; start += chunk_rows) {
+      const int64_t n = std::min(chunk_rows, N - start);
+      const torch::Tensor h = hidden.narrow(0, start, n).to(mm);  // (n, C)
+      const torch::Tensor s = scale.narrow(0, start, n).unsqueeze(1);
+      torch::Tensor p = at::linear(h, w, b).to(sm);  // (n, V)
+      p.sub_(row_max.narrow(0, start, n).unsqueeze(1))
+          .sub_(row_logsum.narrow(0, start, n).unsqueeze(1))
+          .exp_();
+      // log_softmax's backward after nll_loss's: g p everywhere, g p - g at the target.
+      p.mul_(s).scatter_add_(1, safe.narrow(0, start, n).unsqueeze(1), s.neg());
+      const torch::Tensor grad_logits = p.to(mm);  // (n, V)
+      p = torch::Tensor();
+      if (need_hidden) grad_hidden.narrow(0, start, n).copy_(grad_logits.mm(w));  // (n, C)
+      if (need_weight) {
+        if (mm == grad_weight.scalar_type())
+          grad_weight.addmm_(grad_logits.t(), h);  // (V, C)
+        else  // each chunk's product rounded to the matmul dtype, then summed
+          grad_weight.add_(grad_logits.t().mm(h));
+      }
+      if (need_bias) grad_bias.add_(grad_logits.sum(0));
+    }
+    // One entry per forward argument; targets and the settings have none.
+    variable_list grads(kLmLossArgs);
+    grads[kLmLossArgHidden] = grad_hidden;
+    grads[kLmLossArgWeight] = grad_weight;
+    grads[kLmLossArgBias] = grad_bias;
+    return grads;
+  }
+};
+
+}  // namespace
+
+torch::Tensor chunked_cross_entropy(const torch::Tensor& hidden, const torch::Tensor& weight,
+                                    const torch::Tensor& bias, const torch::Tensor& targets,
+                                    int64_t chunk_rows, int64_t ignore_index) {
+  TORCH_CHECK(hidden.dim() == 2 && weight.dim() == 2 && hidden.size(1) == weight.size(1),
+              "chunked_cross_entropy: hidden (N, C) and weight (V, C) expected, got ",
+              hidden.sizes(), " and ", weight.sizes());
+  TORCH_CHECK(targets.dim() == 1 && targets.size(0) == hidden.size(0) &&
+                  targets.scalar_type() == torch::kLong,
+              "chunked_cross_entropy: targets must be (", hidden.size(0), ") int64, got ",
+              targets.sizes(), " ", targets.scalar_type());
+  TORCH_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == weight.size(0)),
+              "chunked_cross_entropy: bias must be (", weight.size(0), "), got ", bias.sizes());
+  TORCH_CHECK(chunk_rows >= 1, "chunked_cross_entropy: chunk_rows must be at least 1, got ",
+              chunk_rows);
+  const bool has_bias = bias.defined();
+  // Function::apply takes only defined tensors: an absent bias travels as an empty one.
+  const torch::Tensor b = has_bias ? bias : torch::empty({0}, weight.options());
+  return ChunkedCrossEntropyFunction::apply(hidden, weight, b, targets, chunk_rows, ignore_index,
+                                            has_bias);
+}
+
+}  // namespace gradscope

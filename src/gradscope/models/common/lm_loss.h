@@ -1,0 +1,45 @@
+// The cross-entropy of a language-model head, taken over chunks of positions (--loss
+// chunked): the logits of the whole batch, (N, V), are never held, in forward or backward.
+//
+//   loss = sum over rows i with targets[i] != ignore_index of
+//          logsumexp(hidden[i] W^T + b) - (hidden[i] W^T + b)[targets[i]]
+//
+// the same sum F::cross_entropy(F::linear(hidden, W, b), targets, reduction sum) computes.
+// Forward: per chunk of chunk_rows rows the chunk's logits (chunk, V), from which only two
+// float32 scalars per row are kept (the row's maximum logit and the log of its sum of
+// exponentials), and the chunk's summed loss. Backward: per chunk the logits again (one more
+// head matmul per chunk than the full path), softmax - one-hot scaled by the incoming
+// gradient, and then grad_hidden = grad_logits W for the chunk's rows, grad_W +=
+// grad_logits^T hidden_chunk, grad_b += the column sums of grad_logits.
+//
+// Dtypes: under autocast (the trainer's bf16 scope) the head matmuls run in autocast's lower
+// precision and the softmax, logsumexp and loss in float32, as autocast runs the full path
+// (F::linear in bfloat16, cross_entropy in float32); without autocast everything runs in
+// hidden's dtype (float32 or float64), the softmax in at least float32. The backward's matmuls
+// use the matmul dtype too, as autograd would for the full path; grad_W and grad_b are
+// summed over chunks in the weight's dtype.
+//
+// Exactness: per row the values are the full path's up to the rounding of its logsumexp (a
+// few units of float32's last place). What differs is the order of three sums over rows: the
+// loss (chunk sums, then their sum), grad_W and grad_b (one product per chunk, added up,
+// instead of one product over all rows; under bfloat16 each chunk's product is rounded to
+// bfloat16 before the sum, as the micro-batches of accumulation are). docs/strategies.md, "The
+// chunked loss", derives the tolerance `gradscope verify` holds it to.
+//
+// Dimension legend: N rows (positions), C hidden size, V vocabulary.
+#pragma once
+
+#include <cstdint>
+
+#include <torch/torch.h>
+
+namespace gradscope {
+
+// hidden (N, C), weight (V, C), bias (V) or undefined, targets (N) int64 -> () summed loss,
+// in float32 (float64 when hidden is float64). Differentiable in hidden, weight and bias.
+// chunk_rows >= 1; a chunk larger than N is one chunk.
+torch::Tensor chunked_cross_entropy(const torch::Tensor& hidden, const torch::Tensor& weight,
+                                    const torch::Tensor& bias, const torch::Tensor& targets,
+                                    int64_t chunk_rows, int64_t ignore_index);
+
+}  // namespace gradscope

@@ -1,0 +1,310 @@
+// The chunked cross-entropy (models/common/lm_loss.h) against the full path,
+// F::cross_entropy(F::linear(hidden, W, b)), and in the three models with a language-model head.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "gradscope/measure/memory.h"
+#include "gradscope/models/common/lm_loss.h"
+#include "gradscope/models/llama.h"
+#include "gradscope/models/modernbert.h"
+#include "gradscope/models/nanovlm.h"
+#include "gradscope/train/autocast.h"
+#include "models/model_test_util.h"
+
+namespace gradscope {
+namespace {
+
+namespace F = torch::nn::functional;
+using testing::random_ids;
+using testing::random_normal;
+
+// Tolerances (docs/strategies.md, "The chunked loss"): per row the chunked path computes the
+// full path's values; it sums over rows in another order (the loss, grad_W and grad_b: per
+// chunk, then over chunks). In float32 that is a few units of 2^-24 times sqrt(rows);
+// 1e-5 norm-wise leaves room for cancellation. Under bfloat16 each chunk's grad_W and grad_b
+// are rounded to bfloat16 (2^-8 spacing) before their float32 sum, where the full path
+// rounds the one sum: 2e-2 norm-wise, as accumulation's micro-batches.
+constexpr double kChunkedFp32Tolerance = 1e-5;
+constexpr double kChunkedBf16Tolerance = 2e-2;
+
+// ||a - b|| / ||b||
+double chunked_rel(const torch::Tensor& a, const torch::Tensor& b) {
+  const auto a64 = a.detach().to(torch::kFloat64), b64 = b.detach().to(torch::kFloat64);
+  return (a64 - b64).norm().item<double>() / b64.norm().item<double>();
+}
+
+// A head problem: hidden (N, C), weight (V, C), bias (V), targets (N) with every fifth row
+// ignored. The weight is scaled so that the logits spread over a few units, as a trained
+// head's do.
+struct ChunkedHeadProblem {
+  torch::Tensor hidden, weight, bias, targets;
+
+  ChunkedHeadProblem(int64_t n, int64_t c, int64_t v, torch::Dtype dtype, uint64_t seed) {
+    hidden = random_normal({n, c}, seed).to(dtype).requires_grad_(true);
+    weight = (random_normal({v, c}, seed + 1) * 0.5).to(dtype).requires_grad_(true);
+    bias = (random_normal({v}, seed + 2) * 0.1).to(dtype).requires_grad_(true);
+    targets = random_ids(1, n, v, seed + 3).reshape({n});
+    targets.index_put_({torch::arange(0, n, 5)}, kIgnoreIndex);
+  }
+
+  struct Result {
+    torch::Tensor loss, grad_hidden, grad_weight, grad_bias;
+  };
+
+  // chunk_rows 0: the full path. The loss is backpropagated with gradient 1.5 (not 1), so a
+  // backward that dropped the incoming gradient would show.
+  Result run(int64_t chunk_rows, bool with_bias) {
+    for (auto* t : {&hidden, &weight, &bias}) t->mutable_grad() = torch::Tensor();
+    const torch::Tensor b = with_bias ? bias : torch::Tensor();
+    torch::Tensor loss;
+    if (chunk_rows == 0) {
+      loss = F::cross_entropy(
+          F::linear(hidden, weight, b), targets,
+          F::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(kIgnoreIndex));
+    } else {
+      loss = chunked_cross_entropy(hidden, weight, b, targets, chunk_rows, kIgnoreIndex);
+    }
+    (loss * 1.5).backward();
+    return {loss.detach(), hidden.grad().clone(), weight.grad().clone(),
+            with_bias ? bias.grad().clone() : torch::Tensor()};
+  }
+};
+
+// Chunks of one row, of sizes that do and do not divide N, of exactly N and of more than N.
+const std::vector<int64_t> kChunkSizes = {1, 7, 25, 50, 103, 1000};
+
+TEST(ChunkedCrossEntropy, MatchesTheFullPathInFp32) {
+  ChunkedHeadProblem p(/*n=*/103, /*c=*/16, /*v=*/50, torch::kFloat, 1);
+  for (const bool with_bias : {false, true}) {
+    const auto full = p.run(0, with_bias);
+    for (const int64_t chunk : kChunkSizes) {
+      const auto got = p.run(chunk, with_bias);
+      SCOPED_TRACE("chunk " + std::to_string(chunk) + (with_bias ? " with bias" : ""));
+      EXPECT_EQ(got.loss.scalar_type(), torch::kFloat);
+      EXPECT_LE(chunked_rel(got.loss, full.loss), kChunkedFp32Tolerance);
+      EXPECT_LE(chunked_rel(got.grad_hidden, full.grad_hidden), kChunkedFp32Tolerance);
+      EXPECT_LE(chunked_rel(got.grad_weight, full.grad_weight), kChunkedFp32Tolerance);
+      if (with_bias) EXPECT_LE(chunked_rel(got.grad_bias, full.grad_bias), kChunkedFp32Tolerance);
+      // Ignored rows take no part: their gradient is exactly zero.
+      const auto ignored = p.targets.eq(kIgnoreIndex);
+      EXPECT_EQ(got.grad_hidden.index({ignored}).abs().max().item<float>(), 0.0f);
+    }
+  }
+}
+
+// Under bfloat16 autocast the chunked path multiplies in bfloat16 and takes the softmax in
+// float32, as autocast runs the full path: it agrees with the full bf16 path far more closely
+// than either agrees with float32.
+TEST(ChunkedCrossEntropy, MatchesTheFullPathUnderBf16Autocast) {
+  ChunkedHeadProblem p(/*n=*/103, /*c=*/64, /*v=*/300, torch::kFloat, 2);
+  const auto fp32 = p.run(0, true);
+  AutocastScope autocast(torch::Device(torch::kCPU), /*enabled=*/true);
+  const auto full = p.run(0, true);
+  // The rounding bfloat16 brings, which the chunked path must share.
+  const double bf16_effect = chunked_rel(full.grad_weight, fp32.grad_weight);
+  ASSERT_GT(bf16_effect, 5e-4);
+  for (const int64_t chunk : kChunkSizes) {
+    const auto got = p.run(chunk, true);
+    SCOPED_TRACE("chunk " + std::to_string(chunk));
+    EXPECT_EQ(got.loss.scalar_type(), torch::kFloat);
+    EXPECT_EQ(got.grad_weight.scalar_type(), torch::kFloat);
+    // The logits are the same bfloat16 products; the loss sums them in float32.
+    EXPECT_LE(chunked_rel(got.loss, full.loss), kChunkedFp32Tolerance);
+    EXPECT_LT(chunked_rel(got.loss, full.loss), chunked_rel(fp32.loss, full.loss) / 10);
+    for (const auto& [got_t, full_t, fp32_t] :
+         {std::tuple{got.grad_hidden, full.grad_hidden, fp32.grad_hidden},
+          std::tuple{got.grad_weight, full.grad_weight, fp32.grad_weight},
+          std::tuple{got.grad_bias, full.grad_bias, fp32.grad_bias}}) {
+      EXPECT_LE(chunked_rel(got_t, full_t), kChunkedBf16Tolerance);
+      EXPECT_LT(chunked_rel(got_t, full_t), chunked_rel(fp32_t, full_t) / 2);
+    }
+    // Each row's gradient is the full path's: the same bfloat16 grad_logits times W.
+    EXPECT_LE(chunked_rel(got.grad_hidden, full.grad_hidden), 1e-3);
+  }
+}
+
+// Central differences in float64 against the Function's backward, every element of hidden,
+// weight and bias, with a chunk that leaves a partial last chunk and an ignored row.
+TEST(ChunkedCrossEntropy, GradientsMatchFiniteDifferencesInFloat64) {
+  ChunkedHeadProblem p(/*n=*/7, /*c=*/3, /*v=*/5, torch::kDouble, 3);
+  const auto got = p.run(3, true);
+  EXPECT_EQ(got.loss.scalar_type(), torch::kDouble);
+  const double eps = 1e-6;
+  torch::NoGradGuard no_grad;
+  const auto loss_at = [&] {
+    return 1.5 * chunked_cross_entropy(p.hidden, p.weight, p.bias, p.targets, 3, kIgnoreIndex)
+                     .item<double>();
+  };
+  int64_t checked = 0;
+  for (const auto& [param, grad] :
+       {std::pair{p.hidden, got.grad_hidden}, std::pair{p.weight, got.grad_weight},
+        std::pair{p.bias, got.grad_bias}}) {
+    auto flat = param.view({-1});
+    auto g = grad.reshape({-1});
+    for (int64_t i = 0; i < flat.numel(); ++i) {
+      const double x = flat[i].item<double>();
+      flat[i] = x + eps;
+      const double up = loss_at();
+      flat[i] = x - eps;
+      const double down = loss_at();
+      flat[i] = x;
+      EXPECT_NEAR(g[i].item<double>(), (up - down) / (2 * eps), 1e-7) << i;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 7 * 3 + 5 * 3 + 5);
+}
+
+// The tracking allocator sees every CPU tensor: through forward and backward the chunked path
+// never holds more than a small multiple of one chunk's logits, far below the whole batch's,
+// which the full path does hold (the check that the meter would see them).
+TEST(ChunkedCrossEntropy, NeverHoldsTheWholeBatchsLogits) {
+  CpuMemoryTracker& tracker = CpuMemoryTracker::install();
+  const int64_t n = 2048, c = 16, v = 2048, chunk = 64;
+  ChunkedHeadProblem p(n, c, v, torch::kFloat, 4);
+  const int64_t full_logits_bytes = n * v * static_cast<int64_t>(sizeof(float));  // 16 MiB
+  const auto peak_of = [&](int64_t chunk_rows) {
+    for (auto* t : {&p.hidden, &p.weight, &p.bias}) t->mutable_grad() = torch::Tensor();
+    const int64_t before = tracker.current_bytes();
+    tracker.reset_peak();
+    {
+      torch::Tensor loss =
+          chunk_rows == 0
+              ? F::cross_entropy(
+                    F::linear(p.hidden, p.weight, p.bias), p.targets,
+                    F::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(kIgnoreIndex))
+              : chunked_cross_entropy(p.hidden, p.weight, p.bias, p.targets, chunk_rows,
+                                      kIgnoreIndex);
+      loss.backward();
+    }
+    return tracker.peak_bytes() - before;
+  };
+  const int64_t full_peak = peak_of(0);
+  const int64_t chunked_peak = peak_of(chunk);
+  EXPECT_GE(full_peak, full_logits_bytes);
+  // One chunk's logits are 512 KiB; with the gradients of hidden, weight and bias (384 KiB)
+  // and a few chunk-sized temporaries the peak stays under 1/4 of the whole batch's logits.
+  EXPECT_LT(chunked_peak, full_logits_bytes / 4) << "full path: " << full_peak;
+  EXPECT_LT(chunked_peak, 8 * chunk * v * static_cast<int64_t>(sizeof(float)));
+}
+
+TEST(ChunkedCrossEntropy, BadArgumentsAreRefused) {
+  ChunkedHeadProblem p(4, 3, 5, torch::kFloat, 5);
+  EXPECT_THROW(chunked_cross_entropy(p.hidden, p.weight, {}, p.targets, 0, kIgnoreIndex),
+               c10::Error);
+  EXPECT_THROW(chunked_cross_entropy(p.hidden, p.weight.t(), {}, p.targets, 2, kIgnoreIndex),
+               c10::Error);
+  EXPECT_THROW(
+      chunked_cross_entropy(p.hidden, p.weight, p.bias.narrow(0, 0, 4), p.targets, 2, kIgnoreIndex),
+      c10::Error);
+}
+
+// ---------------------------------------------------------------------------------------
+// In the models
+
+// The loss and every gradient of `model` on `batch`, with the loss options given.
+struct ChunkedModelStep {
+  double loss = 0;
+  std::vector<std::pair<std::string, torch::Tensor>> grads;
+  std::vector<bool> probe_calls;  // the arguments head_probe was called with
+};
+
+ChunkedModelStep chunked_model_step(Model& model, const Batch& batch, bool chunked,
+                                    int64_t chunk_rows, bool bf16 = false) {
+  ChunkedModelStep r;
+  LossOptions options;
+  options.chunked = chunked;
+  options.chunk_rows = chunk_rows;
+  options.head_probe = [&r](bool starts) { r.probe_calls.push_back(starts); };
+  model.set_loss_options(options);
+  model.zero_grad();
+  {
+    AutocastScope autocast(torch::Device(torch::kCPU), bf16);
+    const LossOutput out = model.loss(batch);
+    r.loss = out.loss_sum.item<double>();
+    out.loss_sum.backward();
+  }
+  // Copies: the next zero_grad zeroes the gradients in place (LibTorch 1.13).
+  for (const auto& p : model.named_parameters()) {
+    const torch::Tensor g = p.value().grad();
+    r.grads.emplace_back(p.key(), g.defined() ? g.clone() : g);
+  }
+  return r;
+}
+
+// Chunked against full on one model: the loss and every gradient tensor within the tolerance,
+// head_probe called once as the head starts and once when the loss exists, in both paths.
+void expect_chunked_matches_full(Model& model, const Batch& batch, int64_t chunk_rows) {
+  for (const bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16" : "fp32");
+    const double tolerance = bf16 ? kChunkedBf16Tolerance : kChunkedFp32Tolerance;
+    const auto full = chunked_model_step(model, batch, false, chunk_rows, bf16);
+    const auto got = chunked_model_step(model, batch, true, chunk_rows, bf16);
+    EXPECT_EQ(full.probe_calls, (std::vector<bool>{true, false}));
+    EXPECT_EQ(got.probe_calls, (std::vector<bool>{true, false}));
+    EXPECT_LE(std::fabs(got.loss - full.loss) / std::fabs(full.loss), kChunkedFp32Tolerance);
+    ASSERT_EQ(got.grads.size(), full.grads.size());
+    for (size_t i = 0; i < got.grads.size(); ++i) {
+      ASSERT_TRUE(got.grads[i].second.defined()) << got.grads[i].first;
+      // A gradient that is rounding noise in both (a key bias) is measured against 1.
+      const double norm = full.grads[i].second.norm().item<double>();
+      const double diff = (got.grads[i].second - full.grads[i].second).norm().item<double>();
+      EXPECT_LE(diff / std::max(norm, 1e-3), tolerance) << got.grads[i].first;
+    }
+  }
+  // Not in evaluation: the probe measures training forwards only.
+  model.eval();
+  LossOptions options;
+  options.chunked = true;
+  options.chunk_rows = chunk_rows;
+  int calls = 0;
+  options.head_probe = [&calls](bool) { ++calls; };
+  model.set_loss_options(options);
+  {
+    torch::NoGradGuard no_grad;
+    model.loss(batch);
+  }
+  EXPECT_EQ(calls, 0);
+  model.train();
+}
+
+TEST(ChunkedLossInModels, LlamaMatchesTheFullLoss) {
+  auto model = make_llama(llama_preset("tiny"), 1);
+  EXPECT_TRUE(model->has_lm_head());
+  Batch batch;
+  batch.input_ids = random_ids(2, 24, 320, 20);
+  batch.targets = random_ids(2, 24, 320, 21);
+  batch.targets.index_put_({1, torch::indexing::Slice(20, 24)}, kIgnoreIndex);
+  expect_chunked_matches_full(*model, batch, 13);
+}
+
+TEST(ChunkedLossInModels, NanoVlmMatchesTheFullLoss) {
+  auto model = make_nanovlm(nanovlm_preset("tiny"), 2);
+  EXPECT_TRUE(model->has_lm_head());
+  Batch batch;
+  batch.images = random_normal({2, 3, 32, 32}, 22);
+  batch.input_ids = random_ids(2, 8, 256, 23);
+  batch.targets = random_ids(2, 8, 256, 24);
+  batch.targets.index_put_({1, torch::indexing::Slice(5, 8)}, kIgnoreIndex);
+  expect_chunked_matches_full(*model, batch, 5);
+}
+
+TEST(ChunkedLossInModels, ModernBertMatchesTheFullLoss) {
+  auto model = make_modernbert(modernbert_preset("tiny"), 3);
+  EXPECT_TRUE(model->has_lm_head());
+  Batch batch;
+  batch.input_ids = random_ids(2, 24, 256, 25);
+  batch.targets = torch::where(random_ids(2, 24, 3, 26).eq(0), random_ids(2, 24, 256, 27),
+                               torch::full({2, 24}, kIgnoreIndex, torch::kLong));
+  expect_chunked_matches_full(*model, batch, 4);
+}
+
+}  // namespace
+}  // namespace gradscope

@@ -1,0 +1,96 @@
+// The `logits` part of memory: what a language model's loss head keeps for backward, as the
+// trace predicts it (estimate) and as the trainer measures it (record), with the full and the
+// chunked cross-entropy.
+#include <gtest/gtest.h>
+
+#include "gradscope/models/common/memory_trace.h"
+#include "gradscope/train/trainer.h"
+#include "test_util.h"
+
+namespace gradscope {
+namespace {
+
+constexpr int64_t kRows = 64, kIn = 16, kVocab = 1000;
+
+// x (kRows x kIn) -> head -> loss; returns the replay.
+MemoryTrace::Replay head_only(int64_t chunk) {
+  MemoryTrace t;
+  t.set_loss_chunk(chunk);
+  const auto x = t.alloc(kRows * kIn * MemoryTrace::kFloat);
+  t.node({}, {}, {x});
+  t.begin_head();
+  t.lm_loss(x, kRows, kIn, kVocab, /*bias=*/false, /*weight=*/-1);
+  t.release(x);
+  return t.replay({}, false, true);
+}
+
+TEST(MemoryTraceHead, FullHeadKeepsTheLogSoftmaxOfEveryRow) {
+  const auto r = head_only(0);
+  // log-probabilities (saved by log_softmax) and the loss.
+  EXPECT_EQ(r.head_saved_bytes, kRows * kVocab * 4 + 4);
+  // x is not the head's (allocated before it starts), but the linear keeps it.
+  EXPECT_EQ(r.saved_bytes, r.head_saved_bytes + kRows * kIn * 4);
+}
+
+TEST(MemoryTraceHead, ChunkedHeadKeepsAFloatPerRowAndOneChunkAtATime) {
+  const auto full = head_only(0);
+  const auto chunked = head_only(8);
+  EXPECT_EQ(chunked.head_saved_bytes, 2 * kRows * 4 + 4);  // two floats per row, the loss
+  // Forward: at most two chunks' logits beside x; backward: two chunks' and x's gradient.
+  EXPECT_LE(chunked.forward_peak, kRows * kIn * 4 + 2 * 8 * kVocab * 4 + 2 * kRows * 4 + 4);
+  EXPECT_LT(chunked.forward_peak, full.forward_peak / 4);
+  EXPECT_LT(chunked.backward_peak, full.backward_peak / 4);
+  EXPECT_EQ(chunked.grads_bytes, full.grads_bytes);  // the same weight gets its gradient
+  // A chunk longer than the rows is one chunk of all of them.
+  EXPECT_EQ(head_only(kRows * 10).forward_peak, head_only(kRows).forward_peak);
+}
+
+RunRecord tiny_run(const std::string& model, LossKind loss) {
+  // The tiny presets on their own data sets, as the estimate's acceptance runs them.
+  RunConfig c;
+  c.model = model;
+  c.preset = "tiny";
+  c.quiet = true;
+  c.sample_period_s = 0;
+  c.steps = 1;
+  c.warmup_steps = 1;
+  c.eval_batches = 1;
+  c.loss = loss;
+  if (loss == LossKind::kLossChunked) c.loss_chunk = 32;
+  return Trainer(c).run();
+}
+
+// The measured head bytes against the trace's (the `logits` part of the estimate), within 5%:
+// the full head keeps its log-softmax, the rows x vocabulary floats the trace counts; the
+// chunked one two floats per position (and ModernBERT's dense layer and norm before it).
+TEST(LogitsMemory, MeasuredHeadBytesAgreeWithTheEstimate) {
+  for (const char* model : {"llama", "nanovlm", "modernbert"}) {
+    const RunRecord full = tiny_run(model, LossKind::kLossFull);
+    ASSERT_TRUE(full.ok() && full.memory && full.memory->logits_bytes) << model;
+    const double estimated = full.estimate.at("logits_bytes").get<double>();
+    const double measured = static_cast<double>(*full.memory->logits_bytes);
+    EXPECT_NEAR(measured / estimated, 1.0, 0.05) << model << ": measured " << measured
+                                                 << ", estimated " << estimated;
+    ASSERT_TRUE(full.memory->breakdown.logits.has_value()) << model;
+
+    const RunRecord chunked = tiny_run(model, LossKind::kLossChunked);
+    ASSERT_TRUE(chunked.ok() && chunked.memory && chunked.memory->logits_bytes) << model;
+    const double chunked_estimated = chunked.estimate.at("logits_bytes").get<double>();
+    const double chunked_measured = static_cast<double>(*chunked.memory->logits_bytes);
+    EXPECT_NEAR(chunked_measured / chunked_estimated, 1.0, 0.05)
+        << model << ": measured " << chunked_measured << ", estimated " << chunked_estimated;
+    // The log-softmax of every position is gone: less than half is left (ModernBERT's head
+    // also keeps its dense layer's and norm's activations of the masked positions).
+    EXPECT_LT(chunked_measured, measured / 2) << model;
+  }
+}
+
+TEST(LogitsMemory, NullWithoutALanguageModelHead) {
+  const RunRecord r = tiny_run("vit", LossKind::kLossFull);
+  ASSERT_TRUE(r.ok() && r.memory);
+  EXPECT_FALSE(r.memory->logits_bytes.has_value());
+  EXPECT_FALSE(r.memory->breakdown.logits.has_value());
+}
+
+}  // namespace
+}  // namespace gradscope
