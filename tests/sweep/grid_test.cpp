@@ -407,10 +407,9 @@ TEST(SweepRunKeys, MatchTheRunCommandsOptions) {
   // tables opt and arch.
   EXPECT_EQ(keys.size(), 40u);
   EXPECT_EQ(keys.front(), "model");
-  for (const char* key :
-       {"accum_steps", "checkpoint_policy", "lr_search_span", "memory_cap", "eval_batches",
-        "timeout", "seq", "recompute", "optimizer_step", "no_phase_timing", "no_grad_norm",
-        "loss", "loss_chunk", "projections"})
+  for (const char* key : {"accum_steps", "checkpoint_policy", "lr_search_span", "memory_cap",
+                          "eval_batches", "timeout", "seq", "recompute", "optimizer_step",
+                          "no_phase_timing", "no_grad_norm", "loss", "loss_chunk", "projections"})
     EXPECT_NE(std::find(keys.begin(), keys.end(), key), keys.end()) << key;
   for (const char* key : {"db", "json", "quiet", "opt", "arch", "config"})
     EXPECT_EQ(std::find(keys.begin(), keys.end(), key), keys.end()) << key;

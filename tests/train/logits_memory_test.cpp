@@ -69,8 +69,8 @@ TEST(LogitsMemory, MeasuredHeadBytesAgreeWithTheEstimate) {
     ASSERT_TRUE(full.ok() && full.memory && full.memory->logits_bytes) << model;
     const double estimated = full.estimate.at("logits_bytes").get<double>();
     const double measured = static_cast<double>(*full.memory->logits_bytes);
-    EXPECT_NEAR(measured / estimated, 1.0, 0.05) << model << ": measured " << measured
-                                                 << ", estimated " << estimated;
+    EXPECT_NEAR(measured / estimated, 1.0, 0.05)
+        << model << ": measured " << measured << ", estimated " << estimated;
     ASSERT_TRUE(full.memory->breakdown.logits.has_value()) << model;
 
     const RunRecord chunked = tiny_run(model, LossKind::kLossChunked);

@@ -551,27 +551,34 @@ TEST(MemoryAtPeak, ComponentsAreThoseAtThePeakAndSumToIt) {
   EXPECT_EQ(*m.activations_peak_bytes, 700);
 }
 
+// One step whose forward makes the peak: parameters 100, batch 10, activations 700 (810
+// allocated), freed in backward, which then makes 100 bytes of gradients.
+struct ForwardPeak {
+  FakeClock clock;
+  HandMeter meter;
+  PhaseTimer timer{clock, meter, torch::Device(torch::kCPU), true};
+  ForwardPeak() {
+    meter.alloc(100);
+    timer.begin_step();
+    timer.enter(Phase::kPhaseData);
+    meter.alloc(10);
+    timer.enter(Phase::kPhaseForward);
+    meter.alloc(700);
+    timer.enter(Phase::kPhaseBackward);
+    meter.free(700);
+    meter.alloc(100);
+    timer.close();
+  }
+};
+
 TEST(MemoryAtPeak, RecordSaysWhenThePeakHappened) {
   TwoSteps run;
   const RunMemory m = memory_part(run.tally, run.timer, run.meter, 100, int64_t{100}, true);
   EXPECT_EQ(m.peak_phase, "optimizer");
   EXPECT_EQ(m.peak_step, 2);
   // A peak in a forward: activations are what the forward added, no gradient exists yet.
-  FakeClock clock;
-  HandMeter meter;
-  PhaseTimer timer(clock, meter, torch::Device(torch::kCPU), true);
-  meter.alloc(100);
-  timer.begin_step();
-  timer.enter(Phase::kPhaseData);
-  meter.alloc(10);
-  timer.enter(Phase::kPhaseForward);
-  meter.alloc(700);
-  timer.enter(Phase::kPhaseBackward);
-  meter.free(700);
-  meter.alloc(100);
-  timer.close();
-  RunTally tally;
-  const RunMemory f = memory_part(tally, timer, meter, 100, int64_t{100}, true);
+  ForwardPeak run_f;
+  const RunMemory f = memory_part(RunTally{}, run_f.timer, run_f.meter, 100, int64_t{100}, true);
   EXPECT_EQ(f.peak_bytes, 810);
   EXPECT_EQ(f.peak_phase, "forward");
   EXPECT_EQ(f.breakdown.grads, 0);
@@ -581,18 +588,9 @@ TEST(MemoryAtPeak, RecordSaysWhenThePeakHappened) {
 
 TEST(MemoryAtPeak, LogitsAreTheLossHeadsPartOfThePass) {
   // A forward peak of 700 bytes above its start, of which the head kept 300 (logits_bytes).
-  FakeClock clock;
-  HandMeter meter;
-  PhaseTimer timer(clock, meter, torch::Device(torch::kCPU), true);
-  meter.alloc(100);
-  timer.begin_step();
-  timer.enter(Phase::kPhaseData);
-  meter.alloc(10);
-  timer.enter(Phase::kPhaseForward);
-  meter.alloc(700);
-  timer.enter(Phase::kPhaseBackward);
-  meter.free(700);
-  timer.close();
+  ForwardPeak run;
+  const PhaseTimer& timer = run.timer;
+  const HandMeter& meter = run.meter;
   RunTally tally;
   tally.logits_bytes = 300;
   const RunMemory m = memory_part(tally, timer, meter, 100, std::nullopt, true);

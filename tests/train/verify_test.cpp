@@ -43,8 +43,8 @@ TEST(Verify, EveryStrategyHoldsOnTinyLlama) {
       EXPECT_EQ(k.criterion, "params relative <= 1e-06");
       EXPECT_LE(k.grad_max_rel_diff, 1e-6);
     } else if (k.strategy.find("accumulation+fused") != std::string::npos) {
-      EXPECT_EQ(k.criterion, bf16 ? "updates relative <= 0.02"
-                                  : "params relative <= 1e-06, updates <= 0.02");
+      EXPECT_EQ(k.criterion,
+                bf16 ? "updates relative <= 0.02" : "params relative <= 1e-06, updates <= 0.02");
     } else {
       EXPECT_EQ(k.criterion, bf16 ? "relative <= 0.02" : "relative <= 1e-05");
     }

@@ -339,7 +339,8 @@ std::vector<Setting> build_settings_table() {
         "already, vit has no gated MLP, toy has neither",
         parse_projections, projections_name, {"separate", "packed"});
     s.write = [](const RunConfig& c, json& out, JsonPurpose purpose) {
-      if (purpose == JsonPurpose::kPurposeRecord || c.projections != Projections::kProjectionsSeparate)
+      if (purpose == JsonPurpose::kPurposeRecord ||
+          c.projections != Projections::kProjectionsSeparate)
         out["projections"] = projections_name(c.projections);
     };
     t.push_back(std::move(s));

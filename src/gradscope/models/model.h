@@ -97,7 +97,7 @@ using BlockRunner =
 
 // How a language-model head takes its cross-entropy (--loss, --loss-chunk).
 struct LossOptions {
-  bool chunked = false;     // chunks of positions, the logits never held for the whole batch
+  bool chunked = false;      // chunks of positions, the logits never held for the whole batch
   int64_t chunk_rows = 256;  // positions per chunk
   // Called, when set, in training forwards and with either loss: with true just before the
   // projection to the vocabulary (after the final norm; ModernBERT: before its MLM head), with

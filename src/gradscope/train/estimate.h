@@ -25,8 +25,8 @@ struct MemoryEstimate {
   // Of activations_bytes, what the loss head of a language model keeps for backward: the
   // log-softmax of every position's logits with --loss full, two floats per position chunked.
   int64_t logits_bytes = 0;
-  int64_t batch_bytes = 0;              // the batch and the model's cached tables
-  int64_t data_bytes = 0;               // the data set held in memory (measured when loaded)
+  int64_t batch_bytes = 0;  // the batch and the model's cached tables
+  int64_t data_bytes = 0;   // the data set held in memory (measured when loaded)
   // Peaks of the phases, in bytes, everything included.
   int64_t forward_peak_bytes = 0;
   int64_t backward_peak_bytes = 0;

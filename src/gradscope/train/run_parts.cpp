@@ -205,7 +205,8 @@ RunMemory memory_part(const RunTally& tally, const PhaseTimer& timer, const Memo
     // its forward (in backward the gradient of its logits takes that room), at most the
     // activations themselves. Part of activations, not beside it, so that the parts still sum
     // to the peak and activations means what it meant before the head was measured.
-    if (tally.logits_bytes) m.breakdown.logits = std::min(*tally.logits_bytes, *m.breakdown.activations);
+    if (tally.logits_bytes)
+      m.breakdown.logits = std::min(*tally.logits_bytes, *m.breakdown.activations);
     m.peak_phase = after_steps ? "between steps" : phase_name(at->phase);
     if (!after_steps) m.peak_step = at->step;
   }
