@@ -83,10 +83,12 @@ demo: data build
 	$(GS) run --model llama --preset tiny --optimizer adam --lr 3e-3 --batch 16 \
 	  --steps 300 --warmup-steps 5 --eval-every 100 \
 	  --db $(DEMO_OUT)/gradscope.db --json $(DEMO_OUT)/llama-tiny-adam.json \
-	  > $(DEMO_OUT)/summary.txt
+	  --save-weights $(DEMO_OUT)/llama-tiny-weights > $(DEMO_OUT)/summary.txt
 	@cat $(DEMO_OUT)/summary.txt
+	$(GS) eval --model llama --preset tiny --batch 16 --eval-batches 8 \
+	  --init-from $(DEMO_OUT)/llama-tiny-weights --json $(DEMO_OUT)/llama-tiny-eval.json
 	$(GS) report $(DEMO_OUT)/gradscope.db --out $(DEMO_OUT)/report
-	@echo "results: $(DEMO_OUT)/ (sweep.txt, summary.txt, the run record llama-tiny-adam.json, gradscope.db)"
+	@echo "results: $(DEMO_OUT)/ (sweep.txt, summary.txt, the run record llama-tiny-adam.json, its weights llama-tiny-weights/ and their eval llama-tiny-eval.json, gradscope.db)"
 	@echo "report:  $(DEMO_OUT)/report/report.html (figures, findings, recommendations; docs/reports.md)"
 
 # The study's grid asked properly on this machine (configs/sweeps/study-cpu.toml: 240 runs,

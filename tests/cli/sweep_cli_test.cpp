@@ -192,7 +192,8 @@ TEST(SweepCli, KillNineOfTheSweepThenResumeLosesAndDuplicatesNothing) {
       120));
   kill(sweep, SIGKILL);
   wait_exit(sweep);
-  // Its children die with it: none can store a run that the resume will start again.
+  // Its children stop with it (SIGTERM): none can store a finished run that the resume will
+  // start again.
   const auto children = child_pids(slurp(dir.file("out")));
   EXPECT_TRUE(wait_for([&] { return kill(children.back(), 0) != 0; }, 10))
       << "child " << children.back() << " outlived the sweep";
@@ -203,7 +204,10 @@ TEST(SweepCli, KillNineOfTheSweepThenResumeLosesAndDuplicatesNothing) {
   ASSERT_EQ(s.size(), 6u);
   for (const auto& [id, list] : s) {
     EXPECT_EQ(count_ok(list), 1) << id;
-    EXPECT_EQ(list.size(), 1u) << id;  // an interrupted run left no record
+    // Besides it, at most the attempt that ran when the sweep died: stopped, it recorded itself
+    // interrupted (or left nothing, stopped before its training began), and the resume went on.
+    EXPECT_LE(list.size(), 2u) << id;
+    if (list.size() == 2) EXPECT_EQ(list.front(), "interrupted") << id;
   }
 }
 

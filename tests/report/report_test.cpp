@@ -778,6 +778,23 @@ TEST(ReportGroups, ASweepsFailureRecordJoinsItsSeeds) {
   EXPECT_TRUE(testing::contains(runs, ",crashed,,,,,")) << runs;
 }
 
+TEST(ReportGroups, AnAttemptWithoutAFinalStatusNeverReplacesOneThatEnded) {
+  // The run ended ok; a later attempt of it was stopped (interrupted): the ok one stands. The
+  // other way round, the ok attempt that finished the run replaces the stopped one.
+  FakeRun run{"llama"};
+  const RunRecord ok = record_of(run);
+  RunRecord stopped = ok;
+  stopped.attempt_uid = "stopped-attempt";
+  stopped.status = RunStatus::kStatusInterrupted;
+  stopped.failure = RunFailure{3, std::nullopt, "stopped by SIGTERM after step 3"};
+  for (const auto& records : {std::vector<RunRecord>{ok, stopped}, {stopped, ok}}) {
+    const ReportData d = analyze_records(records, {});
+    EXPECT_EQ(d.attempts, 2);
+    ASSERT_EQ(d.runs.size(), 1u);
+    EXPECT_EQ(d.runs[0].record.status, RunStatus::kStatusOk);
+  }
+}
+
 TEST(ReportGroups, TwoRunIdsOfOneConfigurationAndSeedCountOnce) {
   // The same experiment stored under two run ids (the default learning rate left out on one,
   // given on the other): one seed, not two, and the later record stands.

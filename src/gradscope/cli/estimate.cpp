@@ -59,6 +59,7 @@ void add_estimate_command(CLI::App& root, int& exit_code) {
   o->settings.add_to(cmd, RunConfig{},
                      {"model",
                       "preset",
+                      "init-from",
                       "optimizer",
                       "strategy",
                       "recompute",

@@ -1,8 +1,13 @@
 // `gradscope list`: every model, preset, optimizer, strategy, data set and tokenizer.
+#include <fmt/ranges.h>
 #include "gradscope/cli/commands.h"
+
 #include "gradscope/core/env.h"
+#include "gradscope/core/error.h"
+#include "gradscope/core/log.h"
 #include "gradscope/data/text.h"
 #include "gradscope/data/tokenizer.h"
+#include "gradscope/models/hf_weights.h"
 #include "gradscope/models/registry.h"
 #include "gradscope/optim/factory.h"
 #include "gradscope/train/session.h"
@@ -106,16 +111,61 @@ void print_text(const nlohmann::json& j) {
                with_commas(t["vocab_size"].get<int64_t>()));
 }
 
+// The tensors a model's weights file holds (--save-weights), under the published names.
+void print_tensors(const std::string& model, const std::string& preset, bool as_json) {
+  RunConfig c;
+  c.model = model;
+  c.preset = preset;
+  const nlohmann::json arch = resolve_arch(c);
+  const auto shapes = hf_tensor_shapes(model, arch);
+  int64_t numel = 0;
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& [name, shape] : shapes) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    numel += n;
+    list.push_back({{"name", name}, {"shape", shape}});
+  }
+  if (as_json) {
+    fmt::print("{}\n", nlohmann::json({{"model", model},
+                                       {"preset", preset},
+                                       {"tensors", list},
+                                       {"count", shapes.size()},
+                                       {"elements", numel}})
+                           .dump(2));
+    return;
+  }
+  for (const auto& [name, shape] : shapes)
+    fmt::print("{:<64} ({})\n", terminal_text(name), fmt::join(shape, ", "));
+  fmt::print("{} tensors, {} elements ({} {})\n", shapes.size(), with_commas(numel), model, preset);
+}
+
 }  // namespace
 
 void add_list_command(CLI::App& root, int& exit_code) {
   auto as_json = std::make_shared<bool>(false);
+  auto tensors = std::make_shared<std::string>();
+  auto preset = std::make_shared<std::string>("paper");
   CLI::App* cmd = root.add_subcommand(
       "list",
       "List every model (with presets and parameter counts), optimizer, strategy, data "
-      "set and tokenizer");
+      "set and tokenizer.\n"
+      "With --tensors MODEL: the tensors its weights file holds under the published names\n"
+      "(what --save-weights writes and --init-from reads; docs/weights.md), at --preset.");
   cmd->add_flag("--json", *as_json, "Print the catalogue as JSON");
-  cmd->callback([as_json, &exit_code] {
+  cmd->add_option("--tensors", *tensors,
+                  "List the names and shapes of this model's weights (llama, modernbert, vit, "
+                  "nanovlm)");
+  cmd->add_option("--preset", *preset, "With --tensors: the preset (default paper)");
+  cmd->callback([cmd, as_json, tensors, preset, &exit_code] {
+    check_usage(!tensors->empty() || cmd->count("--preset") == 0,
+                "--preset is for --tensors: the catalogue lists every preset",
+                "add --tensors MODEL, or leave --preset out");
+    if (!tensors->empty()) {
+      print_tensors(*tensors, *preset, *as_json);
+      exit_code = 0;
+      return;
+    }
     const nlohmann::json j = catalogue();
     if (*as_json)
       fmt::print("{}\n", j.dump(2));

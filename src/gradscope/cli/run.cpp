@@ -18,6 +18,7 @@
 #include "gradscope/store/db.h"
 #include "gradscope/sweep/grid.h"
 #include "gradscope/train/lr_search.h"
+#include "gradscope/train/train_state.h"
 #include "gradscope/train/trainer.h"
 
 namespace gradscope {
@@ -43,25 +44,46 @@ int execute(const RunOptions& o) {
   check_usage(!o.no_db || !c.json_path.empty(), "--no-db needs --json: the run would be lost",
               "add --json FILE (a result file that `gradscope collect` can merge later)");
   if (c.quiet) set_log_level(LogLevel::kLogLevelQuiet);  // warnings and errors still print
+  // SIGTERM and SIGINT stop the run between steps (saving its state with --save-state), and
+  // the record is still written: exit 75.
+  const StopSignals stop_signals;
 
   // --lr auto trains its trials first, each a Trainer of its own (whose construction refuses
   // bad settings before anything is written); the run's Trainer is built after them, so that
   // no trial shares the process's memory (or a --memory-cap) with the run's model.
+  // A resumed run trains with the rate its state holds: no search.
+  const bool search_lr = c.lr_auto && c.resume.empty();
   LrSearchResult search;
-  if (c.lr_auto) {
+  if (search_lr) {
     check_lr_search(c);
     check_output_path(c.db_path);
-    search = search_learning_rate(c, [&](const LrTrial& t, int64_t i, int64_t n) {
-      if (c.quiet) return;
-      fmt::print(stderr, "lr search {}/{}: lr {:.3g} -> {} after {} steps ({})\n", i, n, t.lr,
-                 t.val_loss ? fmt::format("search-split loss {:.4f}", *t.val_loss)
-                            : "no search-split loss",
-                 t.steps, t.status);
-    });
+    const auto stopped_in_search = [&] {
+      fmt::print(stderr, "stopped during the learning-rate search: no run was recorded\n");
+      return kExitStopped;
+    };
+    try {
+      search = search_learning_rate(c, [&](const LrTrial& t, int64_t i, int64_t n) {
+        if (c.quiet) return;
+        fmt::print(stderr, "lr search {}/{}: lr {:.3g} -> {} after {} steps ({})\n", i, n, t.lr,
+                   t.val_loss ? fmt::format("search-split loss {:.4f}", *t.val_loss)
+                              : "no search-split loss",
+                   t.steps, t.status);
+      });
+    } catch (const Error&) {
+      if (stop_requested()) return stopped_in_search();
+      throw;
+    }
+    if (stop_requested()) return stopped_in_search();
     if (!c.quiet) fmt::print(stderr, "lr search: training with lr {:.3g}\n", search.best_lr);
   }
   Trainer trainer(c);
-  if (c.lr_auto) trainer.use_learning_rate(search.best_lr);
+  if (search_lr) {
+    trainer.use_learning_rate(search.best_lr);
+    trainer.set_lr_search(search.trials);
+  }
+  if (!c.quiet && trainer.resumed_state())
+    fmt::print(stderr, "resuming from step {} of {} ({})\n", trainer.resumed_state()->step,
+               trainer.resumed_state()->total_steps, trainer.resumed_state()->dir);
   // Opened before training so that a bad database path fails now, not after the run.
   std::unique_ptr<Database> db;
   if (!o.no_db) db = std::make_unique<Database>(c.db_path);
@@ -69,7 +91,6 @@ int execute(const RunOptions& o) {
   std::unique_ptr<ProgressSink> progress;
   if (!c.quiet) progress = make_console_progress(stderr, isatty(fileno(stderr)) != 0);
   RunRecord record = trainer.run(progress.get());
-  if (c.lr_auto) record.lr_search = search.trials;
   // What a result file needs to be merged later, once (gradscope collect).
   record.attempt_uid = new_attempt_uid();
   if (!c.sweep.empty()) record.sweep = c.sweep;
@@ -119,6 +140,12 @@ int execute(const RunOptions& o) {
     if (!c.json_path.empty()) where.push_back({"record", c.json_path});
     fmt::print("\n{}", summary_table(record, where));
   }
+  if (!trainer.save_error().empty())
+    fail_runtime("the run is recorded, but its weights could not be saved to '" + c.save_weights +
+                     "': " + trainer.save_error(),
+                 "free space or fix the folder's permissions, then train again (with "
+                 "--save-state, a stopped run can be resumed instead)");
+  if (record.status == RunStatus::kStatusInterrupted) return kExitStopped;
   return record.ok() ? 0 : 1;
 }
 
@@ -195,7 +222,9 @@ void add_run_command(CLI::App& root, int& exit_code) {
       "untimed warm-up steps; memory is tracked per phase. The run is written to the\n"
       "database (--db) and, with --json, to a run record file (docs/record.md). Exit 0 when\n"
       "the run's status is ok, 1 when it failed (oom, diverged, timeout, error), 2 for bad\n"
-      "input.\n"
+      "input, 75 when SIGTERM or SIGINT stopped it between steps (status interrupted; with\n"
+      "--save-state DIR its training state is saved, and --resume DIR continues it:\n"
+      "docs/training-state.md).\n"
       "Example: gradscope run --model llama --preset tiny --optimizer adam --steps 300");
   define_run_options(cmd, *o);
   cmd->callback([o, &exit_code] { exit_code = execute(*o); });

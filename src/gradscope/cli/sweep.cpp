@@ -14,6 +14,7 @@
 #include "gradscope/store/db.h"
 #include "gradscope/sweep/grid.h"
 #include "gradscope/sweep/runner.h"
+#include "gradscope/train/train_state.h"
 
 namespace gradscope {
 namespace {
@@ -93,7 +94,7 @@ int execute_sweep(SweepCliOptions& o) {
   Database db(run.db_path);
   std::optional<SweepLock> lock;  // held from the plan to the last stored record
   if (!o.dry_run) lock.emplace(run.db_path);
-  std::vector<PlannedRun> plan = plan_sweep(sweep, db, parse_run_arguments);
+  std::vector<PlannedRun> plan = plan_sweep(sweep, db, parse_run_arguments, run.log_dir);
   if (!o.only.empty()) {
     std::vector<PlannedRun> kept;
     for (const std::string& id : o.only) {
@@ -112,9 +113,18 @@ int execute_sweep(SweepCliOptions& o) {
     print_plan(sweep, plan);
     return 0;
   }
-  const int64_t failed = run_sweep(sweep, plan, db, run);
+  int64_t interrupted = 0;
+  run.lock_fd = lock->fd();  // the children hold it too
+  const int64_t failed = run_sweep(sweep, plan, db, run, &interrupted);
   fmt::print("\n{}", sweep_summary(plan, db));
   fmt::print("results: {} (sweep {}); logs: {}\n", run.db_path, sweep.name, run.log_dir);
+  if (interrupted > 0) {
+    fmt::print(
+        "{} run{} left by the stop (interrupted, or not started): run the sweep again to "
+        "finish {}\n",
+        interrupted, interrupted == 1 ? "" : "s", interrupted == 1 ? "it" : "them");
+    return kExitStopped;
+  }
   return failed == 0 ? 0 : 1;
 }
 
@@ -126,8 +136,11 @@ void add_sweep_command(CLI::App& root, int& exit_code) {
       "sweep",
       "Run a grid of configurations from a TOML file, each in its own process.\n"
       "Resumable: a run whose final record (ok, oom, diverged) is in the database is skipped;\n"
-      "error, crashed and timeout are retried once; interrupted runs start again. Flags\n"
-      "override the file's [sweep] table. Exit 0 when every run ended in a final status.\n"
+      "error, crashed and timeout are retried once; a run interrupted by SIGTERM or SIGINT\n"
+      "resumes from its training state (docs/training-state.md). SIGTERM or SIGINT stops the\n"
+      "sweep: its running runs save their state and are recorded interrupted. Flags override\n"
+      "the file's [sweep] table. Exit 0 when every run ended in a final status, 75 when runs\n"
+      "were left interrupted (run the sweep again to resume them).\n"
       "Example: gradscope sweep configs/sweeps/smoke.toml --jobs 2\n"
       "File format: docs/sweeps.md");
   cmd->add_option("file", o->file, "Sweep file (TOML)")->required();

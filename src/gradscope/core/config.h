@@ -118,6 +118,9 @@ struct RunConfig {
   LossKind loss = LossKind::kLossFull;
   int64_t loss_chunk = 256;  // positions per chunk of --loss chunked
   Projections projections = Projections::kProjectionsSeparate;
+  // Weights to start from instead of a seeded initialisation: a folder with config.json and
+  // model.safetensors (or a sharded set), or one .safetensors file; "" = the seed's.
+  std::string init_from;
 
   // --- shape of the work ---
   int64_t batch = 8;    // micro-batch; effective batch = batch * accum_steps
@@ -147,8 +150,12 @@ struct RunConfig {
   // --- outputs ---
   std::string memory_snapshot;  // CUDA allocator history file, "" = none
   std::string db_path = "gradscope.db";
-  std::string json_path;  // "" = no JSON record
-  std::string sweep;      // the sweep the run belongs to, "" for a single run
+  std::string json_path;     // "" = no JSON record
+  std::string sweep;         // the sweep the run belongs to, "" for a single run
+  std::string save_weights;  // folder for config.json + model.safetensors at the end, "" = none
+  std::string save_state;    // folder for the training state, "" = none
+  int64_t state_every = 0;   // save the training state every N steps (0 = only when stopped)
+  std::string resume;        // training state folder to continue from, "" = from step 0
   bool quiet = false;
 
   int64_t effective_batch() const { return batch * accum_steps; }

@@ -74,6 +74,10 @@ std::string read_input_file(const std::string& path, const std::string& what, in
 }
 
 void write_file_atomically(const std::string& path, const std::string& bytes) {
+  write_file_atomically(path, std::vector<std::string_view>{bytes});
+}
+
+void write_file_atomically(const std::string& path, const std::vector<std::string_view>& pieces) {
   namespace fs = std::filesystem;
   // Through a symbolic link, as a plain write goes: the file it points at is replaced, the
   // link stays.
@@ -103,12 +107,14 @@ void write_file_atomically(const std::string& path, const std::string& bytes) {
     ::unlink(tmp.c_str());
     fail_runtime("cannot write " + path + ": " + what + ": " + std::strerror(error), hint);
   };
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) fail("write", errno, true);
-    done += static_cast<size_t>(n);
+  for (const std::string_view bytes : pieces) {
+    size_t done = 0;
+    while (done < bytes.size()) {
+      const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) fail("write", errno, true);
+      done += static_cast<size_t>(n);
+    }
   }
   // The mode the file would get from a plain write: the old file's, or 0666 less the umask
   // (mkostemp makes it 0600). Where the file system keeps no modes, the write still counts.

@@ -3,6 +3,8 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace gradscope {
 
@@ -19,5 +21,8 @@ std::string read_input_file(const std::string& path, const std::string& what, in
 // symbolic link, the file it points at is written and the link stays.
 // A runtime error naming the path when any step fails; the temporary file is removed then.
 void write_file_atomically(const std::string& path, const std::string& bytes);
+// The same for a file made of pieces written one after another (a header, then each tensor's
+// bytes), so that large data need not be copied into one string first.
+void write_file_atomically(const std::string& path, const std::vector<std::string_view>& pieces);
 
 }  // namespace gradscope

@@ -17,12 +17,14 @@ namespace {
 
 using json = nlohmann::json;
 
-constexpr std::pair<RunStatus, const char*> kStatuses[] = {{RunStatus::kStatusOk, "ok"},
-                                                           {RunStatus::kStatusOom, "oom"},
-                                                           {RunStatus::kStatusDiverged, "diverged"},
-                                                           {RunStatus::kStatusTimeout, "timeout"},
-                                                           {RunStatus::kStatusError, "error"},
-                                                           {RunStatus::kStatusCrashed, "crashed"}};
+constexpr std::pair<RunStatus, const char*> kStatuses[] = {
+    {RunStatus::kStatusOk, "ok"},
+    {RunStatus::kStatusOom, "oom"},
+    {RunStatus::kStatusDiverged, "diverged"},
+    {RunStatus::kStatusTimeout, "timeout"},
+    {RunStatus::kStatusError, "error"},
+    {RunStatus::kStatusCrashed, "crashed"},
+    {RunStatus::kStatusInterrupted, "interrupted"}};
 
 template <typename T>
 json or_null(const std::optional<T>& v) {
@@ -374,6 +376,8 @@ json record_to_json(const RunRecord& r) {
   } else {
     j["lr_search"] = nullptr;
   }
+  // Only in a resumed run's record: the shape of every other record stays as it was.
+  if (!r.resumed_from_steps.empty()) j["resumed_from_steps"] = r.resumed_from_steps;
   if (r.toy) {
     j["final_params"] = r.toy->final_params;
     j["known_minimum"] = {
@@ -494,7 +498,7 @@ RunRecord record_from_json(const json& j) {
   check_usage(status.has_value(),
               fmt::format("run record {} has status {}", out.run_id,
                           status_text ? "'" + *status_text + "'" : std::string("missing")),
-              "statuses: ok, oom, diverged, timeout, error, crashed");
+              "statuses: ok, oom, diverged, timeout, error, crashed, interrupted");
   out.status = *status;
   if (r.has("failure")) {
     const Reader f = r.object("failure");
@@ -517,6 +521,15 @@ RunRecord record_from_json(const json& j) {
                      tr.number("final_loss"),        tr.number("val_loss"),
                      tr.text("status").value_or(""), tr.number("time_s")};
     });
+  if (r.has("resumed_from_steps")) {
+    const json& v = r.at("resumed_from_steps");
+    if (!v.is_array()) Reader::fail_at(r.name("resumed_from_steps"), "an array of steps", v);
+    for (const json& x : v) {
+      if (!x.is_number_integer())
+        Reader::fail_at(r.name("resumed_from_steps"), "an array of steps", v);
+      out.resumed_from_steps.push_back(x.get<int64_t>());
+    }
+  }
   if (r.has("known_minimum")) {
     const Reader k = r.object("known_minimum");
     ToyResult toy;

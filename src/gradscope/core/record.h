@@ -33,11 +33,14 @@ enum class RunStatus {
   kStatusTimeout,   // --timeout, or the sweep's run_timeout
   kStatusError,     // any other failure of the run
   kStatusCrashed,   // the process ended without a record (the sweep writes it)
+  // stopped by SIGTERM or SIGINT between steps (or with its sweep): not finished, and not a
+  // failure; with --save-state, --resume continues it (docs/training-state.md)
+  kStatusInterrupted,
 };
 const char* status_name(RunStatus s);  // "ok", "oom", ...
 std::optional<RunStatus> parse_status(const std::string& name);
 // ok, oom and diverged end a run for good (they are what the configuration does); error,
-// crashed and timeout may be retried.
+// crashed and timeout may be retried; interrupted is resumed or started again.
 bool is_final_status(RunStatus s);
 
 // Where a failed run stopped. Step and phase are unknown for a run the sweep had to record.
@@ -231,6 +234,9 @@ struct RunRecord {
   std::optional<double> final_val_loss;
   std::optional<double> final_accuracy;
   std::optional<std::vector<LrTrial>> lr_search;
+  // The steps (warm-up included) at which this attempt, or the attempts it continues,
+  // resumed from a training state (--resume), in order; empty for a run trained in one go.
+  std::vector<int64_t> resumed_from_steps;
   std::optional<ToyResult> toy;
   nlohmann::json estimate;  // `gradscope estimate`'s prediction, null where it has no model
   // The update rule where it is not the optimizer's own: "adama" (Adam's second moment

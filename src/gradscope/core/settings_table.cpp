@@ -63,6 +63,24 @@ std::vector<Setting> build_settings_table() {
     t.push_back(std::move(s));
   }
   {
+    Setting s =
+        custom_row("init-from", "init_from", T::kTypeText, R::kRoleDefines, S::kSectionModel,
+                   "Start from these weights: a Hugging Face folder (config.json, "
+                   "model.safetensors or a sharded set, tokenizer.json) or one "
+                   ".safetensors file (default: initialised from --seed)");
+    s.parse = [](RunConfig& c, const std::string& text) { c.init_from = text; };
+    s.text = [](const RunConfig& c) { return c.init_from; };
+    // Only when set: the key is newer than the first records, whose ids must hold.
+    s.write = [](const RunConfig& c, json& out, JsonPurpose) {
+      if (!c.init_from.empty()) out["init_from"] = c.init_from;
+    };
+    s.read = [](RunConfig& c, const json& in) {
+      const auto it = in.find("init_from");
+      if (it != in.end() && !it->is_null()) c.init_from = json_text("init_from", *it);
+    };
+    t.push_back(std::move(s));
+  }
+  {
     Setting s = custom_row(
         "arch", "arch_overrides", T::kTypePairs, R::kRoleDefines, S::kSectionModel,
         "Override an architecture key NAME=VALUE (repeatable; Hugging Face names, e.g. --arch "
@@ -530,6 +548,27 @@ std::vector<Setting> build_settings_table() {
   t.push_back(member_row("sweep", "", &RunConfig::sweep, T::kTypeText, R::kRoleOutput,
                          S::kSectionOutput,
                          "Name of the sweep this run belongs to (set by sweeps)"));
+  t.push_back(member_row("save-weights", "", &RunConfig::save_weights, T::kTypeText, R::kRoleOutput,
+                         S::kSectionOutput,
+                         "At the end, write the trained weights to this folder as Hugging "
+                         "Face does: config.json and model.safetensors"));
+  t.push_back(member_row("save-state", "", &RunConfig::save_state, T::kTypeText, R::kRoleOutput,
+                         S::kSectionOutput,
+                         "Keep the training state (weights, optimizer, generators, step, "
+                         "measurements) in this folder, so that --resume can continue the run"));
+  {
+    Setting s = member_row("state-every", "", &RunConfig::state_every, T::kTypeInteger,
+                           R::kRoleOutput, S::kSectionOutput,
+                           "With --save-state: save every N steps (0 = only when stopped by "
+                           "SIGTERM or SIGINT)");
+    s.check = at_least(&RunConfig::state_every, s.flag(), 0,
+                       "pass --state-every 0 to save only when the run is stopped");
+    t.push_back(std::move(s));
+  }
+  t.push_back(member_row("resume", "", &RunConfig::resume, T::kTypeText, R::kRoleOutput,
+                         S::kSectionOutput,
+                         "Continue the run whose training state is in this folder (written by "
+                         "--save-state with the same settings)"));
   t.push_back(member_row("quiet", "", &RunConfig::quiet, T::kTypeFlag, R::kRoleOutput,
                          S::kSectionOutput, "No progress and no summary"));
   return t;

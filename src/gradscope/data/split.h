@@ -13,6 +13,8 @@ enum class DataSplit {
   kDataSplitRun,       // train: the training side; evaluate: the validation side
   kDataSplitLrSearch,  // train: the training side less the search split; evaluate: the search
                        // split
+  kDataSplitAll,       // text only, for `gradscope eval`: no training side; evaluate: every
+                       // token of the data set
 };
 
 }  // namespace gradscope

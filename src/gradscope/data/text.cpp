@@ -239,6 +239,16 @@ TextCorpus::TextCorpus(const std::string& dataset, const Tokenizer& tokenizer,
   const bool search = split == DataSplit::kDataSplitLrSearch;
   held_end_ = search ? n - n / 50 : n;
   split_ = held_end_ - n / 50;
+  if (split == DataSplit::kDataSplitAll) {
+    // Every token is held out; there is nothing to train on.
+    split_ = 0;
+    check_usage(val_windows() >= 1,
+                fmt::format("text data set '{}' is too small for --seq {}: tokenizer {} gives {} "
+                            "tokens, and a window needs seq + 1 = {}",
+                            dataset, seq_len, tokenizer.name(), n, seq_len + 1),
+                "use a shorter --seq or a longer text");
+    return;
+  }
   if (train_windows() < 1 || val_windows() < 1)
     fail_usage(fmt::format("text data set '{}' is too small for --seq {}: tokenizer {} gives {} "
                            "tokens, {} for training and {} for {}, and each split needs at "
@@ -311,6 +321,7 @@ TextBatch make_batch(const std::vector<int32_t>& tokens, const std::vector<int64
 TextBatch TextCorpus::train_batch(int64_t first, int64_t count) const {
   check_usage(first >= 0 && count >= 0,
               fmt::format("bad training batch: first {} count {}", first, count));
+  check_usage(order_.has_value(), "this text data set was loaded for evaluation only");
   std::vector<int64_t> starts(count);
   for (int64_t j = 0; j < count; ++j) starts[j] = train_window(first + j) * seq_len_;
   return make_batch(tokens_, starts, seq_len_);

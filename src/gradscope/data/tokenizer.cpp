@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "gradscope/core/error.h"
+#include "gradscope/core/files.h"
 #include "gradscope/data/bpe.h"
 
 namespace gradscope {
@@ -78,10 +79,43 @@ std::unique_ptr<Tokenizer> make_llama3(const std::string& data_dir) {
   return tokenizer;
 }
 
+// As bpe.cpp's limit for the files it reads.
+constexpr int64_t kMaxModelTokenizerBytes = int64_t{256} << 20;
+
+// A model folder's tokenizer.json: the end-of-text token is the first of the names the
+// published byte-level tokenizers use that the file defines.
+std::unique_ptr<Tokenizer> make_file_tokenizer(const std::string& path) {
+  const std::string text = read_input_file(path, "tokenizer file", kMaxModelTokenizerBytes);
+  static const char* const kEndOfText[] = {"<|end_of_text|>", "<|endoftext|>", "</s>", "[SEP]"};
+  for (const char* eot : kEndOfText)
+    if (text.find(std::string("\"") + eot + "\"") != std::string::npos)
+      return parse_hf_tokenizer(text, path, path, eot);
+  fail_usage("tokenizer file " + path +
+                 " defines none of the end-of-text tokens gradscope knows "
+                 "(<|end_of_text|>, <|endoftext|>, </s>, [SEP])",
+             "pass --tokenizer with one of `gradscope list`'s tokenizers instead");
+}
+
 }  // namespace
 
+bool is_tokenizer_file(const std::string& name) {
+  return name.size() > 5 && name.compare(name.size() - 5, 5, ".json") == 0;
+}
+
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name, const std::string& data_dir) {
+  if (is_tokenizer_file(name)) return make_file_tokenizer(name);
   return tokenizer_registry().get(name).make(data_dir);
+}
+
+int64_t tokenizer_vocab_size(const std::string& name) {
+  if (is_tokenizer_file(name)) return make_file_tokenizer(name)->vocab_size();
+  return tokenizer_registry().get(name).vocab_size;
+}
+
+std::string tokenizer_json_of(const std::string& name, const std::string& data_dir) {
+  if (is_tokenizer_file(name)) return name;
+  if (name == "llama3") return data_dir + "/tokenizers/llama3/tokenizer.json";
+  return "";
 }
 
 const Registry<TokenizerEntry>& tokenizer_registry() {

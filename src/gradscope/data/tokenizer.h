@@ -42,7 +42,16 @@ constexpr int64_t kBytesVocabSize = 260;
 // Creates a tokenizer by registry name ("bytes", "gpt2", "llama3") from files under
 // data_dir (see scripts/fetch-data.sh). Throws a usage error whose hint names the fetch
 // command when files are missing, or names the file when it is truncated or corrupt.
+// A name ending in ".json" is the path of a Hugging Face tokenizer.json instead (a model
+// folder's, from --init-from): byte-level BPE whose end-of-text token is the first it defines
+// of <|end_of_text|>, <|endoftext|>, </s> and [SEP].
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name, const std::string& data_dir);
+bool is_tokenizer_file(const std::string& name);
+// The vocabulary of a registry name (known without files) or of a tokenizer file (read).
+int64_t tokenizer_vocab_size(const std::string& name);
+// The tokenizer.json a tokenizer is read from ("" for those that have none: bytes, gpt2), for
+// --save-weights to copy beside the weights.
+std::string tokenizer_json_of(const std::string& name, const std::string& data_dir);
 
 struct TokenizerEntry {
   std::unique_ptr<Tokenizer> (*make)(const std::string& data_dir);

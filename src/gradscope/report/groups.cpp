@@ -381,6 +381,12 @@ GroupedRuns group_runs(std::vector<RunRecord> records) {
     for (const auto& [index, key] : {std::pair{&by_id, id}, std::pair{&by_seed, seed_key}})
       if (auto it = index->find(key); it != index->end() && kept[it->second])
         superseded.push_back(it->second);
+    // An attempt without a final status (interrupted, crashed, ...) never replaces one with
+    // a final status: a run that ended stays as it ended.
+    if (!is_final_status(record.status) &&
+        std::any_of(superseded.begin(), superseded.end(),
+                    [&](size_t j) { return is_final_status(kept[j]->record.status); }))
+      continue;
     const size_t slot =
         superseded.empty() ? kept.size() : *std::min_element(superseded.begin(), superseded.end());
     for (size_t j : superseded) kept[j].reset();

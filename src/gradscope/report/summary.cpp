@@ -80,8 +80,9 @@ std::string summary_table(const RunRecord& r,
                 {"final val accuracy", fmt::format("{:.1f}%", 100.0 * *r.final_accuracy)});
   rows.insert(rows.end(), extra.begin(), extra.end());
   if (r.failure)
-    rows.push_back({"failure", fmt::format("step {} ({}): {}", r.failure->step.value_or(0),
-                                           r.failure->phase.value_or(""), r.failure->message)});
+    rows.push_back({"failure", fmt::format("step {}{}: {}", r.failure->step.value_or(0),
+                                           r.failure->phase ? " (" + *r.failure->phase + ")" : "",
+                                           r.failure->message)});
   size_t width = 0;
   for (const auto& row : rows) width = std::max(width, row.first.size());
   std::string out;

@@ -80,6 +80,29 @@ class PerParameterUpdater : public Updater {
 
   std::optional<int64_t> grads_bytes() const override { return std::nullopt; }
 
+  // One archive per parameter's optimizer, in the parameters' order. A fold's bookkeeping
+  // lasts one step, so between steps the optimizers' states are everything.
+  void save(torch::serialize::OutputArchive& archive) const override {
+    archive.write("optimizers", torch::tensor(static_cast<int64_t>(optimizers_.size())));
+    for (size_t i = 0; i < optimizers_.size(); ++i) {
+      torch::serialize::OutputArchive one(archive.compilation_unit());
+      optimizers_[i]->save(one);
+      archive.write("o" + std::to_string(i), one);
+    }
+  }
+  void load(torch::serialize::InputArchive& archive) override {
+    torch::Tensor count;
+    archive.read("optimizers", count);
+    TORCH_CHECK(count.item<int64_t>() == static_cast<int64_t>(optimizers_.size()),
+                "the saved state has ", count.item<int64_t>(),
+                " per-parameter optimizers, this run ", optimizers_.size());
+    for (size_t i = 0; i < optimizers_.size(); ++i) {
+      torch::serialize::InputArchive one;
+      archive.read("o" + std::to_string(i), one);
+      optimizers_[i]->load(one);
+    }
+  }
+
  protected:
   std::vector<std::unique_ptr<torch::optim::Optimizer>> optimizers_;  // one per parameter
 };

@@ -77,6 +77,11 @@ class Updater {
   // The update rule where it is not the optimizer's own ("adama": Adam's second moment
   // accumulated per micro-batch); nullopt when the parameters move as the optimizer says.
   virtual std::optional<std::string> update_rule() const { return std::nullopt; }
+  // The optimizer state, written between steps and read back into an updater built from the
+  // same settings over the same parameters (a training state, train/train_state.h). Whatever
+  // else an updater keeps lasts one step only.
+  virtual void save(torch::serialize::OutputArchive& archive) const = 0;
+  virtual void load(torch::serialize::InputArchive& archive) = 0;
 };
 
 // The Updater of a step plan for these parameters. A usage error for settings it cannot honour

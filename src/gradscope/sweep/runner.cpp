@@ -27,6 +27,7 @@
 #include "gradscope/core/files.h"
 #include "gradscope/core/json_input.h"
 #include "gradscope/core/log.h"
+#include "gradscope/train/train_state.h"
 
 extern char** environ;
 
@@ -41,15 +42,25 @@ namespace {
 constexpr int64_t kMaxFailedAttempts = 2;
 
 int64_t failed_attempts(const std::vector<RunStatus>& statuses) {
-  return std::count_if(statuses.begin(), statuses.end(),
-                       [](RunStatus s) { return !is_final_status(s); });
+  return std::count_if(statuses.begin(), statuses.end(), [](RunStatus s) {
+    return !is_final_status(s) && s != RunStatus::kStatusInterrupted;
+  });
 }
 
-std::string decide(const std::vector<RunStatus>& statuses) {
+// `state_kept`: the run's training state folder holds a state. A kept state is resumed
+// whatever the last stored status: a child may save its state and die before it records
+// itself (its sweep killed), and the state is then the best of what is left.
+std::string decide(const std::vector<RunStatus>& statuses, bool state_kept) {
   if (std::any_of(statuses.begin(), statuses.end(), is_final_status)) return "done";
   const int64_t failed = failed_attempts(statuses);
   if (failed >= kMaxFailedAttempts) return "given up";
+  if (state_kept) return "resume";
   return failed == 0 ? "run" : "retry";
+}
+
+// The lookup a resume makes (find_train_state): the folder, or a state a save left aside.
+bool state_kept(const std::string& log_dir, const std::string& run_id) {
+  return !log_dir.empty() && !find_train_state(run_state_folder(log_dir, run_id)).empty();
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
@@ -101,8 +112,11 @@ bool looks_like_oom(const std::string& text) {
 // makes async-signal-safe calls (the parent may have threads) until execve.
 class Child {
  public:
+  // `lock_fd`: the sweep's lock (SweepLock::fd), handed to the child so that the lock lasts
+  // while the child does, even past the sweep's death; -1 for none.
   Child(const std::string& executable, int executable_fd, const std::vector<std::string>& args,
-        const std::vector<std::string>& extra_env, const std::string& log, int64_t memory_limit) {
+        const std::vector<std::string>& extra_env, const std::string& log, int64_t memory_limit,
+        int lock_fd) {
     argv_text_ = {executable};
     argv_text_.insert(argv_text_.end(), args.begin(), args.end());
     for (auto& a : argv_text_) argv_.push_back(a.data());
@@ -132,11 +146,22 @@ class Child {
                    "too many processes? lower --jobs");
     }
     if (pid_ == 0) {
-      // Die with the sweep: an orphan could finish and store a run its resume starts again.
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      // The sweep's stop handlers are of no use here (their flag is the parent's): a signal
+      // before execve ends the child, which has nothing to save yet.
+      struct sigaction plain {};
+      plain.sa_handler = SIG_DFL;
+      sigemptyset(&plain.sa_mask);
+      sigaction(SIGTERM, &plain, nullptr);
+      sigaction(SIGINT, &plain, nullptr);
+      // Stop with the sweep: an orphan could finish and store a run its resume starts again.
+      // SIGTERM, not SIGKILL, so that the run saves its state and records itself first.
+      prctl(PR_SET_PDEATHSIG, SIGTERM);
       if (getppid() != parent) _exit(111);
       dup2(log_fd, STDOUT_FILENO);
       dup2(log_fd, STDERR_FILENO);
+      // The same open lock, kept across execve: while the child lives (finishing after a killed
+      // sweep), no other sweep takes the database and starts the run again.
+      if (lock_fd >= 0) fcntl(lock_fd, F_SETFD, 0);
       if (memory_limit > 0) {
         struct rlimit limit;
         limit.rlim_cur = limit.rlim_max = static_cast<rlim_t>(memory_limit);
@@ -167,6 +192,7 @@ struct Attempt {
   int64_t threads = 0;        // --threads the sweep gave the child (0: the run sets its own)
   bool timed_out = false;
   double last_heartbeat_s = 0;
+  std::string state;  // its training state folder
 };
 
 std::string signal_name(int sig) {
@@ -219,8 +245,12 @@ RunRecord failure_record(const PlannedRun& run, const std::string& sweep, RunSta
   return r;
 }
 
-std::vector<PlannedRun> plan_sweep(const Sweep& sweep, Database& db,
-                                   const RunArgumentParser& parse) {
+std::string run_state_folder(const std::string& log_dir, const std::string& run_id) {
+  return (fs::path(log_dir) / (run_id + ".state")).string();
+}
+
+std::vector<PlannedRun> plan_sweep(const Sweep& sweep, Database& db, const RunArgumentParser& parse,
+                                   const std::string& log_dir) {
   std::vector<PlannedRun> plan;
   plan.reserve(sweep.runs.size());
   std::map<std::string, size_t> first_with_id;  // run id -> index of the run that has it
@@ -246,7 +276,7 @@ std::vector<PlannedRun> plan_sweep(const Sweep& sweep, Database& db,
                  "make them differ in a setting that defines the run, or drop one (an "
                  "[[exclude]]); settings such as threads or the device index are not part of it");
     p.previous = db.statuses_of(p.run_id);
-    p.action = decide(p.previous);
+    p.action = decide(p.previous, state_kept(log_dir, p.run_id));
     plan.push_back(std::move(p));
   }
   return plan;
@@ -308,8 +338,9 @@ SweepLock::SweepLock(const std::string& db_path) {
                  "the database's file system must support flock");
     fail_usage(fmt::format("another sweep is running on {}{}", db_path,
                            who.empty() ? "" : " (" + who + ")"),
-               "one sweep at a time per database: wait for it to end, or pass another --db "
-               "(`gradscope sweep --dry-run` shows the plan meanwhile)");
+               "one sweep at a time per database, and a sweep's runs hold its lock until they "
+               "end (a killed sweep's runs save their state and stop): wait for them, or pass "
+               "another --db (`gradscope sweep --dry-run` shows the plan meanwhile)");
   }
   char host[256] = {};
   if (::gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
@@ -351,9 +382,14 @@ std::string free_attempt_stem(const std::string& log_dir, const std::string& run
 }
 
 int64_t run_sweep(const Sweep& sweep, std::vector<PlannedRun>& plan, Database& db,
-                  const SweepOptions& o) {
+                  const SweepOptions& o, int64_t* interrupted) {
   FILE* out = o.out;
   fs::create_directories(o.log_dir);
+  // SIGTERM and SIGINT stop the sweep: its children are stopped and recorded, none starts.
+  const StopSignals stop_signals;
+  bool stopping = false;
+  std::chrono::steady_clock::time_point stop_started;
+  int64_t left_interrupted = 0;
 
   // CUDA runs get one GPU each: as many places as GPUs, each child sees its own.
   const bool cuda = std::any_of(plan.begin(), plan.end(), [](const PlannedRun& p) {
@@ -371,6 +407,9 @@ int64_t run_sweep(const Sweep& sweep, std::vector<PlannedRun>& plan, Database& d
     if (plan[i].pending()) queue.push_back(i);
   const size_t total = queue.size();
   size_t finished = 0, failed = 0;
+  for (PlannedRun& run : plan)  // the plan was made before; a state may have gone since
+    if (run.action == "resume" && !state_kept(o.log_dir, run.run_id))
+      run.action = decide(run.previous, false);
   double finished_seconds = 0;
   fmt::print(
       out,
@@ -396,27 +435,55 @@ int64_t run_sweep(const Sweep& sweep, std::vector<PlannedRun>& plan, Database& d
     const std::string stem = free_attempt_stem(o.log_dir, run.run_id, attempt_counter);
     a.log = (fs::path(o.log_dir) / (stem + ".log")).string();
     a.result = (fs::path(o.log_dir) / (stem + ".json")).string();
+    a.state = run_state_folder(o.log_dir, run.run_id);
+    // A resumed run continues with the threads its state was saved with (a setting of how it
+    // is measured, which a resume must keep); a damaged state is dropped and the run starts
+    // again.
+    int64_t run_threads = threads;
+    bool resume = run.action == "resume";
+    if (resume) {
+      try {
+        const TrainStateInfo info = read_train_state_info(a.state);
+        check_state_build(info);
+        const nlohmann::json saved = info.config.value("threads", nlohmann::json(nullptr));
+        if (saved.is_number_integer() && saved.get<int64_t>() > 0)
+          run_threads = saved.get<int64_t>();
+      } catch (const Error& e) {
+        fmt::print(out, "{}: its training state cannot be read ({}); starting it again\n",
+                   run.label, terminal_text(e.what()));
+        resume = false;
+      }
+    }
+    if (!resume) remove_train_state(a.state);  // a state of an earlier attempt
     std::vector<std::string> args = {"run"};
     if (!run.spec.values.count("threads")) {
       args.push_back("--threads");
-      args.push_back(std::to_string(threads));
-      a.threads = threads;
+      args.push_back(std::to_string(run_threads));
+      a.threads = run_threads;
     }
     const auto spec_args = run.spec.args();
     args.insert(args.end(), spec_args.begin(), spec_args.end());
-    for (const std::string& extra : {std::string("--db"), o.db_path, std::string("--sweep"),
-                                     sweep.name, std::string("--json"), a.result})
+    for (const std::string& extra :
+         {std::string("--db"), o.db_path, std::string("--sweep"), sweep.name, std::string("--json"),
+          a.result, std::string("--save-state"), a.state})
       args.push_back(extra);
+    if (resume) {
+      args.push_back("--resume");
+      args.push_back(a.state);
+    }
     std::vector<std::string> env;
     if (cuda && gpus > 0) env.push_back(fmt::format("CUDA_VISIBLE_DEVICES={}", a.slot));
     a.stored_before = static_cast<int64_t>(db.statuses_of(run.run_id).size());
     a.started = std::chrono::steady_clock::now();
     a.started_at = utc_now_iso8601();
     a.child = std::make_unique<Child>(o.executable, o.executable_fd, args, env, a.log,
-                                      o.memory_limit_bytes);
+                                      o.memory_limit_bytes, o.lock_fd);
     fmt::print(out, "[{}/{}] {} ({}{}) started, pid {}, log {}\n", finished + active.size() + 1,
-               total, run.label, run.run_id, run.action == "retry" ? ", retry" : "", a.child->pid(),
-               a.log);
+               total, run.label, run.run_id,
+               resume                  ? ", resumed"
+               : run.action == "retry" ? ", retry"
+                                       : "",
+               a.child->pid(), a.log);
     std::fflush(out);
     active.emplace(a.child->pid(), std::move(a));
   };
@@ -446,16 +513,24 @@ int64_t run_sweep(const Sweep& sweep, std::vector<PlannedRun>& plan, Database& d
       }
     } else {
       std::string message;
+      const int code = WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : -1;
       if (a.timed_out) {
         status = RunStatus::kStatusTimeout;
         message = fmt::format("stopped after {:.0f} s (run_timeout)", elapsed);
+      } else if ((stopping && WIFSIGNALED(wait_status)) || code == kExitStopped) {
+        // Stopped before its training began (exit 75 without a record), or with the sweep and
+        // killed before it could record itself (its state, if it saved one, is whole).
+        status = RunStatus::kStatusInterrupted;
+        message = WIFSIGNALED(wait_status)
+                      ? fmt::format("stopped with the sweep: killed by {}",
+                                    signal_name(WTERMSIG(wait_status)))
+                      : fmt::format("stopped before its training began (exit code {})", code);
       } else if (WIFSIGNALED(wait_status)) {
         const std::string tail = file_tail(a.log);
         status = o.memory_limit_bytes > 0 && looks_like_oom(tail) ? RunStatus::kStatusOom
                                                                   : RunStatus::kStatusCrashed;
         message = fmt::format("killed by {}", signal_name(WTERMSIG(wait_status)));
       } else {
-        const int code = WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : -1;
         const std::string tail = file_tail(a.log);
         status = looks_like_oom(tail) ? RunStatus::kStatusOom
                  : code == 2          ? RunStatus::kStatusError
@@ -468,10 +543,16 @@ int64_t run_sweep(const Sweep& sweep, std::vector<PlannedRun>& plan, Database& d
     }
     std::error_code ec;
     fs::remove(a.result, ec);
+    const bool stopped = status == RunStatus::kStatusInterrupted;
+    // Kept for the next sweep to resume from; of no use once the run has any other status.
+    if (!stopped) remove_train_state(a.state);
     run.previous.push_back(status);
-    run.action = decide(run.previous);
-    const bool retry = run.pending();
-    if (retry) {
+    run.action = decide(run.previous, state_kept(o.log_dir, run.run_id));
+    // An interrupted run was asked to stop: the next sweep resumes it, this one does not.
+    const bool retry = run.pending() && !stopped;
+    if (stopped) {
+      ++left_interrupted;
+    } else if (retry) {
       queue.push_front(a.index);
     } else {
       ++finished;
@@ -482,15 +563,32 @@ int64_t run_sweep(const Sweep& sweep, std::vector<PlannedRun>& plan, Database& d
     const double eta = finished > 0 ? finished_seconds / static_cast<double>(finished) *
                                           static_cast<double>(left) / static_cast<double>(jobs)
                                     : 0.0;
+    const char* next = retry                    ? ", will retry once"
+                       : !stopped               ? ""
+                       : run.action == "resume" ? ", the next sweep resumes it"
+                                                : ", the next sweep starts it again";
     fmt::print(out, "[{}/{}] {}: {} in {} ({}){}; done {}, failed {}, left {}{}\n", finished, total,
                run.label, status_name(status), format_duration(elapsed), terminal_text(detail),
-               retry ? ", will retry once" : "", finished - failed, failed, left,
-               finished > 0 && left > 0 ? ", eta " + format_duration(eta) : "");
+               next, finished - failed, failed, left,
+               finished > 0 && left > 0 && !stopping ? ", eta " + format_duration(eta) : "");
     std::fflush(out);
   };
 
-  while (!queue.empty() || !active.empty()) {
-    while (!queue.empty() && static_cast<int64_t>(active.size()) < jobs) {
+  while ((!queue.empty() && !stopping) || !active.empty()) {
+    if (stop_requested() && !stopping) {
+      stopping = true;
+      stop_started = std::chrono::steady_clock::now();
+      fmt::print(out,
+                 "stopping: {} running run{} asked to save and stop (up to {}), {} not "
+                 "started\n",
+                 active.size(), active.size() == 1 ? "" : "s", format_duration(o.stop_grace_s),
+                 queue.size());
+      std::fflush(out);
+      for (const auto& [child_pid, a] : active) kill(child_pid, SIGTERM);
+    }
+    if (stopping && seconds_since(stop_started) > o.stop_grace_s)
+      for (auto& [child_pid, a] : active) kill(child_pid, SIGKILL);
+    while (!stopping && !queue.empty() && static_cast<int64_t>(active.size()) < jobs) {
       const size_t next = queue.front();
       queue.pop_front();
       launch(next);
@@ -522,6 +620,9 @@ int64_t run_sweep(const Sweep& sweep, std::vector<PlannedRun>& plan, Database& d
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+  // Runs the stop kept from starting (or from their retry) are left for the next sweep too.
+  if (stopping) left_interrupted += static_cast<int64_t>(queue.size());
+  if (interrupted) *interrupted = left_interrupted;
   return static_cast<int64_t>(failed);
 }
 

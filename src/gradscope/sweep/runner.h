@@ -4,13 +4,23 @@
 // Never losing a run, never running one twice:
 // - A run's id is known before it starts (run_id_for), so the database says what is done.
 //   ok, oom and diverged are final; error, crashed and timeout are retried once (two failed
-//   attempts in all, across invocations); a run with no attempt (never started, or
-//   interrupted before its record was written) runs.
+//   attempts in all, across invocations); a run with no attempt (never started, or killed
+//   before its record was written) runs. A run whose last attempt is interrupted (stopped by
+//   SIGTERM or SIGINT) is resumed from its training state when it has one, else started
+//   again; an interrupted attempt is not a failed one.
 // - The child writes its record in one transaction at its end; the parent writes a record
 //   only for a child that ended without one (killed by a signal: crashed; past run_timeout:
 //   timeout; out of memory under memory_limit: oom).
-// - Children die with the sweep (PR_SET_PDEATHSIG), so a killed sweep leaves no orphan that
-//   could finish later and duplicate the run its resume starts again.
+// - Each child keeps its training state in LOG_DIR/RUN_ID.state (--save-state), saved when
+//   it is stopped; the folder is removed once the run has another status than interrupted.
+// - On SIGTERM or SIGINT the sweep forwards SIGTERM to its children and waits for them (at
+//   most stop_grace_s, then SIGKILL): each saves its state and records itself interrupted.
+//   Children get SIGTERM when the sweep dies (PR_SET_PDEATHSIG): each saves its state and
+//   records itself interrupted. Each child holds the sweep's lock too (the same open file),
+//   so until the last of them has ended no new sweep starts on the database: none starts a
+//   run again while an orphan of a killed sweep is still finishing it.
+// - A run with a training state kept and no final status is resumed, whatever its last
+//   status says (a child may save its state and die before it records itself).
 #pragma once
 
 #include <cstdint>
@@ -39,16 +49,21 @@ struct PlannedRun {
   std::string run_id;
   std::string label;
   std::vector<RunStatus> previous;  // statuses of the attempts already stored
-  // "run" (no attempt yet), "retry" (one failed attempt), "done" (a final status is stored),
-  // "given up" (two failed attempts).
+  // "run" (no attempt yet, or an interrupted one without a state), "retry" (one failed
+  // attempt), "resume" (the last attempt was interrupted and its training state is kept),
+  // "done" (a final status is stored), "given up" (two failed attempts).
   std::string action;
-  bool pending() const { return action == "run" || action == "retry"; }
+  bool pending() const { return action == "run" || action == "retry" || action == "resume"; }
 };
 
 // Resolves every run of the grid (a usage error names the first bad one) and decides, from
-// the database, what each needs.
-std::vector<PlannedRun> plan_sweep(const Sweep& sweep, Database& db,
-                                   const RunArgumentParser& parse);
+// the database and the training states kept in `log_dir` (run_state_folder), what each needs.
+std::vector<PlannedRun> plan_sweep(const Sweep& sweep, Database& db, const RunArgumentParser& parse,
+                                   const std::string& log_dir = "");
+
+// The folder in which the sweep's children of run `run_id` keep its training state
+// (--save-state; docs/training-state.md): LOG_DIR/RUN_ID.state.
+std::string run_state_folder(const std::string& log_dir, const std::string& run_id);
 
 // The record the sweep stores for an attempt that ended without its own (crashed, killed,
 // past its run_timeout, out of its memory_limit): the run's identity and its configuration
@@ -76,6 +91,12 @@ struct SweepOptions {
   std::string log_dir;             // children's output (one log per attempt)
   std::FILE* out = stdout;         // progress and summary
   double heartbeat_s = 30;         // how often to report a long run's progress
+  // After SIGTERM or SIGINT, how long the children may take to save their state and record
+  // themselves before they are killed.
+  double stop_grace_s = 120;
+  // The sweep's lock (SweepLock::fd): each child holds it too, so that it lasts until the
+  // last child ends; -1 for none.
+  int lock_fd = -1;
 };
 
 // The sweep's hold on its database: one sweep at a time per database file, so that two never
@@ -89,6 +110,9 @@ class SweepLock {
   ~SweepLock();
   SweepLock(const SweepLock&) = delete;
   SweepLock& operator=(const SweepLock&) = delete;
+  // The locked descriptor (close-on-exec): a child that inherits it (SweepOptions::lock_fd)
+  // holds the lock until it ends.
+  int fd() const { return fd_; }
 
  private:
   int fd_ = -1;
@@ -112,9 +136,12 @@ class SelfExecutable {
 // Runs the pending runs of `plan` (updating their statuses) and prints progress. Returns the
 // number of runs that ended without a final status (error, crashed or timeout twice). `db` is
 // the database at options.db_path, the one the children write to: a process must keep one
-// connection per database file (see store/db.h).
+// connection per database file (see store/db.h). SIGTERM or SIGINT stops the sweep: no run
+// starts any more, the running ones are stopped (SweepOptions::stop_grace_s) and recorded
+// interrupted. `interrupted`, when given, receives the number of runs the stop left for the
+// next sweep: those recorded interrupted and those it kept from starting.
 int64_t run_sweep(const Sweep& sweep, std::vector<PlannedRun>& plan, Database& db,
-                  const SweepOptions& options);
+                  const SweepOptions& options, int64_t* interrupted = nullptr);
 
 // The table printed after a sweep: one row per run with its latest attempt.
 std::string sweep_summary(const std::vector<PlannedRun>& plan, Database& db);

@@ -90,6 +90,13 @@ nlohmann::json text_search_description(const TextCorpus& corpus) {
           {"trial_train_tokens", corpus.train_tokens() - tokens}};
 }
 
+// The unigram entropy of the training split; null for a corpus loaded for evaluation alone,
+// which has none.
+nlohmann::json training_unigram_entropy(const TextCorpus& corpus) {
+  if (corpus.split_index() == 0) return nullptr;
+  return unigram_entropy_nats(corpus.tokens(), 0, corpus.split_index());
+}
+
 std::unique_ptr<Tokenizer> tokenizer_for(const nlohmann::json& arch) {
   auto tokenizer = make_tokenizer(arch.at("tokenizer").get<std::string>(), data_dir());
   const int64_t vocab = arch.at("vocab_size").get<int64_t>();
@@ -119,13 +126,12 @@ class CausalLmSource : public DataSource {
   int64_t val_samples() const override { return corpus_.val_windows(); }
 
   nlohmann::json describe() const override {
-    nlohmann::json out = {
-        {"dataset", dataset_},
-        {"tokenizer", tokenizer_->name()},
-        {"train_tokens", corpus_.train_tokens()},
-        {"val_tokens", corpus_.val_tokens()},
-        {"train_windows", corpus_.train_windows()},
-        {"unigram_entropy_nats", unigram_entropy_nats(corpus_.tokens(), 0, corpus_.split_index())}};
+    nlohmann::json out = {{"dataset", dataset_},
+                          {"tokenizer", tokenizer_->name()},
+                          {"train_tokens", corpus_.train_tokens()},
+                          {"val_tokens", corpus_.val_tokens()},
+                          {"train_windows", corpus_.train_windows()},
+                          {"unigram_entropy_nats", training_unigram_entropy(corpus_)}};
     if (lr_auto_) out["lr_search_split"] = text_search_description(corpus_);
     return out;
   }
@@ -193,7 +199,7 @@ class MaskedLmSource : public DataSource {
         {"train_tokens", corpus_.train_tokens()},
         {"val_tokens", corpus_.val_tokens()},
         {"train_windows", corpus_.train_windows()},
-        {"unigram_entropy_nats", unigram_entropy_nats(corpus_.tokens(), 0, corpus_.split_index())}};
+        {"unigram_entropy_nats", training_unigram_entropy(corpus_)}};
     if (lr_auto_) out["lr_search_split"] = text_search_description(corpus_);
     return out;
   }
@@ -510,6 +516,12 @@ class ToySource : public DataSource {
 static std::unique_ptr<DataSource> make_source(const ModelFamily& family,
                                                const nlohmann::json& arch, const RunConfig& config,
                                                DataSplit split) {
+  check_usage(
+      split != DataSplit::kDataSplitAll || family.kind == ModelKind::kModelKindCausalLm ||
+          family.kind == ModelKind::kModelKindMaskedLm,
+      std::string("a whole data set can be evaluated for text models only, and this is a ") +
+          model_kind_name(family.kind) + " model",
+      "evaluate its held-out split instead (--split val)");
   switch (family.kind) {
     case ModelKind::kModelKindCausalLm:
       return std::make_unique<CausalLmSource>(arch, config, split);

@@ -59,6 +59,26 @@ class PhaseTimer : public PhaseObserver {
   // The moment of run_peak(); nullopt before a phase has closed (or with enabled false).
   const std::optional<PeakMoment>& peak_moment() const { return peak_moment_; }
 
+  // What the timer carries from step to step (peaks, their moment, the steps begun), kept in
+  // a training state so that a resumed run's figures cover the steps before it too.
+  struct Carried {
+    std::array<int64_t, kPhases> phase_peak{};
+    int64_t activations_peak = 0;
+    std::optional<PeakMoment> peak_moment;
+    int64_t steps = 0;
+    bool optimizer_done = false;
+  };
+  Carried carried() const {
+    return {phase_peak_, activations_peak_, peak_moment_, steps_, optimizer_done_};
+  }
+  void restore(const Carried& c) {
+    phase_peak_ = c.phase_peak;
+    activations_peak_ = c.activations_peak;
+    peak_moment_ = c.peak_moment;
+    steps_ = c.steps;
+    optimizer_done_ = c.optimizer_done;
+  }
+
  private:
   const Clock& clock_;
   MemoryMeter& meter_;

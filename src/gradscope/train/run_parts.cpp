@@ -90,13 +90,22 @@ void RunSensors::fill(RunRecord& record, const RunTally& tally, const RunConfig&
     // The sampler's series, its time counted from the first timed step.
     record.timeline = to_timeline(samples);
     const auto origin = sampler_->origin_s();
-    if (origin && tally.timed_wall_start > 0)
-      for (auto& s : record.timeline) s.t_s += *origin - tally.timed_wall_start;
+    if (origin && tally.timed_wall_start)
+      for (auto& s : record.timeline) s.t_s += *origin - *tally.timed_wall_start;
     RunEnergy energy = to_energy(sampler_->energy());
     // The source's cumulative reading at each timed step's end minus at its start.
     if (energy.joules) {
       double joules = 0;
       size_t measured = 0;
+      // The steps before a resume: their energy was taken when the state was saved.
+      std::vector<bool> marked(timed.size(), false);
+      for (const RunTally::StepMarks& m : tally.step_marks)
+        if (m.step < marked.size()) marked[m.step] = true;
+      for (size_t i = 0; i < timed.size(); ++i)
+        if (!marked[i] && timed[i]->energy_j) {
+          joules += *timed[i]->energy_j;
+          ++measured;
+        }
       for (const RunTally::StepMarks& m : tally.step_marks) {
         const auto step_j = sampler_->energy_between(m.from, m.to);
         if (!step_j) continue;

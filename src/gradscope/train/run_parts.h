@@ -42,8 +42,10 @@ struct RunTally {
   int64_t tokens_per_step = 0;  // of the first step
   std::vector<StepMemory> memory_timeline;
   std::vector<TimelineSample> timeline;  // without the sampler: one entry per timed step
-  double timed_wall_start = 0;           // the clock at the first timed step
-  int64_t state_bytes = 0;               // optimizer state after the first step
+  // The clock at the first timed step (earlier by the timed seconds before a resume); nullopt
+  // until timed steps began. Any value, below zero too: a clock may start anywhere.
+  std::optional<double> timed_wall_start;
+  int64_t state_bytes = 0;  // optimizer state after the first step
   // The allocator's peak up to the last evaluation (evaluation excluded).
   int64_t training_peak_bytes = 0;
   // What the loss head left allocated when its forward ended, the most over the timed

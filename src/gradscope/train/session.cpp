@@ -1,6 +1,8 @@
 #include "gradscope/train/session.h"
 
 #include <cmath>
+#include <filesystem>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -12,6 +14,7 @@
 #include "gradscope/measure/memory.h"
 #include "gradscope/measure/peak.h"
 #include "gradscope/optim/factory.h"
+#include "gradscope/train/weights_io.h"
 
 namespace gradscope {
 namespace {
@@ -24,6 +27,16 @@ constexpr uint64_t kDropoutStream = 0xd50;
 nlohmann::json resolve_arch(const RunConfig& config) {
   const ModelFamily& family = model_registry().get(config.model);
   nlohmann::json arch = family.preset(config.preset);
+  // An --init-from folder's config.json gives the architecture; --arch overrides still apply
+  // (a shape they change is then refused by the weights' shapes).
+  std::optional<InitSource> init;
+  if (!config.init_from.empty()) {
+    check_usage(family.kind != ModelKind::kModelKindToy,
+                "toy problem '" + config.model + "' takes no --init-from",
+                "a toy problem starts from its own fixed point; leave --init-from out");
+    init = read_init_source(config.init_from);
+    arch = apply_init_config(config.model, *init, arch);
+  }
   if (family.kind == ModelKind::kModelKindToy)
     check_usage(config.tokenizer.empty() && config.dataset.empty() && !config.dropout &&
                     config.seq_len <= 0,
@@ -37,15 +50,49 @@ nlohmann::json resolve_arch(const RunConfig& config) {
                 "model '" + config.model + "' reads images: it takes no --tokenizer or --seq",
                 "its tokens are the image's patches: change --arch image_size=N or patch_size=N");
   const std::string preset_tokenizer = arch.value("tokenizer", "");
+  // Weights fix the vocabulary: a folder's config.json says it, and the tokenizer must fit.
+  const bool vocab_from_weights = init && init->config;
+  const bool names_tokenizer = vocab_from_weights && init->config->contains("gradscope") &&
+                               (*init->config)["gradscope"].is_object() &&
+                               (*init->config)["gradscope"].contains("tokenizer");
   if (!config.tokenizer.empty()) {
-    tokenizer_registry().get(config.tokenizer);  // validates the name
+    if (!is_tokenizer_file(config.tokenizer))
+      tokenizer_registry().get(config.tokenizer);  // validates the name
     arch["tokenizer"] = config.tokenizer;
+  } else if (names_tokenizer) {
+    // A folder gradscope wrote names its tokenizer in config.json's "gradscope" object (which
+    // apply_init_config has read): a registry name, or "tokenizer.json", the copy beside the
+    // weights. Nothing else is read from a path a file gives.
+    const std::string name = arch.value("tokenizer", "");
+    if (is_tokenizer_file(name)) {
+      check_usage(name == "tokenizer.json" && !init->tokenizer_json.empty(),
+                  "'" + init->config_path + "' names tokenizer '" + name +
+                      "', which is not the folder's tokenizer.json",
+                  "pass --tokenizer, or put the tokenizer.json beside config.json");
+      arch["tokenizer"] = std::filesystem::absolute(init->tokenizer_json).string();
+    }
+  } else if (vocab_from_weights && arch.contains("tokenizer")) {
+    // A published folder of a model that reads text: its own tokenizer.json, and no guessing
+    // without one.
+    check_usage(!init->tokenizer_json.empty(),
+                "folder '" + config.init_from + "' has config.json but no tokenizer.json",
+                "pass --tokenizer with the tokenizer the weights were trained with");
+    arch["tokenizer"] = std::filesystem::absolute(init->tokenizer_json).string();
   }
   if (arch.contains("tokenizer")) {
-    const auto& tok = tokenizer_registry().get(arch["tokenizer"].get<std::string>());
+    const std::string name = arch["tokenizer"].get<std::string>();
+    const int64_t tokens = tokenizer_vocab_size(name);
     const int64_t preset_vocab = arch.value("vocab_size", int64_t{0});
-    const bool keep = arch["tokenizer"] == preset_tokenizer && preset_vocab >= tok.vocab_size;
-    if (!keep) arch["vocab_size"] = padded_vocab(tok.vocab_size);
+    if (vocab_from_weights) {
+      check_usage(preset_vocab >= tokens,
+                  fmt::format("tokenizer '{}' has {} ids but the weights of '{}' have a "
+                              "vocabulary of {}",
+                              name, tokens, config.init_from, preset_vocab),
+                  "pass the --tokenizer the weights were trained with");
+    } else {
+      const bool keep = arch["tokenizer"] == preset_tokenizer && preset_vocab >= tokens;
+      if (!keep) arch["vocab_size"] = padded_vocab(tokens);
+    }
   }
   if (config.seq_len > 0) arch["seq_len"] = config.seq_len;
   if (!config.dataset.empty()) arch["dataset"] = config.dataset;
@@ -99,6 +146,18 @@ Session::Session(const RunConfig& config, const SessionOptions& options)
               "leave --memory-snapshot out, or run on a GPU with a CUDA LibTorch 2.1 or newer");
   if (c.threads > 0) process_.set_threads(c.threads);
   lr_ = c.lr;
+  if (!c.save_weights.empty()) {
+    check_usage(family_->kind != ModelKind::kModelKindToy,
+                "toy problem '" + c.model + "' has no weights to save", "leave --save-weights out");
+    check_weights_folder(c.save_weights);
+    // Saving over the weights a run started from would replace them (in a Hugging Face cache,
+    // the shared files its links point at).
+    std::error_code ec;
+    check_usage(
+        c.init_from.empty() || !std::filesystem::equivalent(c.init_from, c.save_weights, ec),
+        "--save-weights '" + c.save_weights + "' is the --init-from folder",
+        "save the trained weights to a folder of their own");
+  }
 
   if (options.data) {
     data_ = options.data;
@@ -117,6 +176,7 @@ Session::Session(const RunConfig& config, const SessionOptions& options)
         "cannot build " + c.model + " from its architecture: " + what.substr(0, what.find('\n')),
         "check the --arch overrides against the preset (`gradscope list --json`)");
   }
+  if (!c.init_from.empty()) load_init_weights(c.model, *model_, read_init_source(c.init_from));
   check_usage(plan.loss == LossKind::kLossFull || model_->has_lm_head(),
               fmt::format("--loss chunked needs a language-model head, and {} has none", c.model),
               "use --loss chunked with llama, nanovlm or modernbert, or leave --loss out");

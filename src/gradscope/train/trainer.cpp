@@ -1,13 +1,16 @@
 #include "gradscope/train/trainer.h"
 
 #include <cmath>
+#include <csignal>
 #include <limits>
 
 #include <fmt/format.h>
 
 #include "gradscope/core/env.h"
 #include "gradscope/core/error.h"
+#include "gradscope/core/log.h"
 #include "gradscope/core/tensors.h"
+#include "gradscope/data/tokenizer.h"
 #include "gradscope/measure/clock.h"
 #include "gradscope/measure/cpu.h"
 #include "gradscope/measure/memory.h"
@@ -17,6 +20,7 @@
 #include "gradscope/train/estimate.h"
 #include "gradscope/train/phase_timer.h"
 #include "gradscope/train/run_parts.h"
+#include "gradscope/train/weights_io.h"
 
 namespace gradscope {
 namespace {
@@ -25,6 +29,8 @@ bool is_oom(const std::string& message) {
   return message.find("out of memory") != std::string::npos ||
          message.find("DefaultCPUAllocator: can't allocate") != std::string::npos;
 }
+
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
 RunFailure failure_at(int64_t step, Phase phase, const std::string& message) {
   return RunFailure{step, std::string(phase_name(phase)), message};
@@ -58,7 +64,22 @@ std::optional<size_t> sampler_mark(Sampler* sampler) {
 }  // namespace
 
 Trainer::Trainer(const RunConfig& config)
-    : session_(std::make_unique<Session>(config)), meter_(make_memory_meter(session_->device())) {}
+    : session_(std::make_unique<Session>(config)), meter_(make_memory_meter(session_->device())) {
+  check_state_settings();
+}
+
+void Trainer::check_state_settings() {
+  const RunConfig& c = config();
+  check_usage(c.state_every == 0 || !c.save_state.empty(),
+              fmt::format("--state-every {} needs --save-state", c.state_every),
+              "add --save-state DIR, the folder the state is kept in");
+  if (!c.save_state.empty()) check_state_folder(c.save_state, c.resume);
+  if (c.resume.empty()) return;
+  resume_ = read_train_state_info(c.resume);
+  check_resumable(*resume_, session_->resolved());
+  // The rate the state trained with (what --lr auto found, when it ran): the record's too.
+  session_->use_learning_rate(resume_->lr);
+}
 
 Trainer::~Trainer() = default;
 
@@ -74,39 +95,16 @@ double Trainer::lr_at(int64_t step) const {
   return lr * 0.5 * (1.0 + std::cos(M_PI * std::min(1.0, progress)));
 }
 
-Trainer::Evaluation Trainer::evaluate() {
+Evaluation Trainer::evaluate() {
   const RunConfig& c = config();
-  const torch::Device& device = session_->device();
-  const DataSource& data = session_->data();
-  Model& model = session_->model();
-  torch::NoGradGuard no_grad;
-  AutocastScope autocast(device, c.dtype == Dtype::kDtypeBf16);
-  model.eval();
   // --eval-batches counts effective batches, evaluated in micro-batches: every strategy of a
   // comparison sees the same validation samples, whatever its split of the batch.
-  const int64_t b = c.batch;
-  const int64_t n = std::min<int64_t>(c.eval_batches * c.accum_steps,
-                                      std::max<int64_t>(1, data.val_samples() / b));
-  torch::Tensor sum =
-      torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
-  int64_t count = 0, correct = 0;
-  bool classifier = false;
-  for (int64_t i = 0; i < n; ++i) {
-    Batch batch = data.val_batch(i * b, b).to(device);
-    LossOutput out = model.loss(batch);
-    sum += out.loss_sum.to(torch::kFloat64);
-    count += out.target_count;
-    if (out.correct >= 0) {
-      classifier = true;
-      correct += out.correct;
-    }
-  }
-  model.train();
-  Evaluation e;
-  const double denominator = static_cast<double>(std::max<int64_t>(count, 1));
-  e.val_loss = sum.item<double>() / denominator;
-  if (classifier) e.accuracy = static_cast<double>(correct) / denominator;
-  return e;
+  EvalPass pass;
+  pass.batch = c.batch;
+  pass.micro_batches =
+      eval_micro_batches(c.eval_batches, c.accum_steps, c.batch, session_->data().val_samples());
+  pass.bf16 = c.dtype == Dtype::kDtypeBf16;
+  return evaluate_model(session_->model(), session_->data(), session_->device(), pass);
 }
 
 namespace {
@@ -137,7 +135,7 @@ class HeadProbe {
 
 RunRecord Trainer::run(ProgressSink* progress) {
   SteadyClock clock;
-  const double run_started = clock.now_s();
+  double run_started = clock.now_s();  // earlier by the wall time before a resume
   const RunConfig& c = config();
   const torch::Device& device = session_->device();
   Updater& updater = *session_->updater();
@@ -152,6 +150,7 @@ RunRecord Trainer::run(ProgressSink* progress) {
   record.arch = session_->arch();
   record.params = session_->params();
   record.data = session_->data().describe();
+  record.lr_search = lr_search_;
   if (progress) progress->on_start(record, total_steps);
 
   seed_dropout(c);
@@ -162,6 +161,62 @@ RunRecord Trainer::run(ProgressSink* progress) {
   meter_->reset_peak();
   RunTally tally;
   int64_t step = 0;
+  // With --resume: the weights, optimizer state and generators as the state left them (after
+  // seed_dropout, whose stream they continue), and the loop's tally and wall time so far.
+  int64_t first_step = 0;
+  if (resume_) {
+    TrainProgress saved = load_train_state(*resume_, *session_);
+    first_step = saved.step;
+    tally = std::move(saved.tally);
+    timer.restore(saved.timer);
+    run_started -= saved.wall_s;
+    record.resumed_from_steps = std::move(saved.resumed_from_steps);
+    record.resumed_from_steps.push_back(first_step);
+    if (saved.lr_search) record.lr_search = saved.lr_search;
+    if (!tally.steps.empty()) record.final_loss = tally.steps.back().loss;
+    if (first_step > c.warmup_steps) {
+      // The timed steps began before the resume: their clock goes on from where it was (the
+      // clock of this process may start anywhere, below zero too, after a reboot).
+      tally.timed_wall_start = clock.now_s() - saved.timed_elapsed_s.value_or(0.0);
+      if (sensors.sampler()) sensors.sampler()->start();
+    }
+    meter_->reset_peak();  // reading the state is not training
+  }
+  // --save-state: everything the loop has reached, written between steps. When the state
+  // resumed from is the one in --save-state, there is nothing to save before a step ran.
+  const bool resumed_in_place =
+      resume_ && !c.save_state.empty() && find_train_state(c.save_state) == resume_->dir;
+  int64_t saved_step = resumed_in_place ? first_step : -1;
+  auto save_state = [&](int64_t done) {
+    // The peak so far is kept, and what the save allocates is left out (as for evaluation).
+    tally.training_peak_bytes = std::max(tally.training_peak_bytes, meter_->peak_bytes());
+    TrainProgress p;
+    p.step = done;
+    p.wall_s = clock.now_s() - run_started;
+    if (tally.timed_wall_start) p.timed_elapsed_s = clock.now_s() - *tally.timed_wall_start;
+    p.tally = tally;
+    // The sampler's marks index samples of this process: each marked step's energy is taken
+    // now and kept as its energy_j, so that a resumed run's energy covers every timed step.
+    if (Sampler* sampler = sensors.sampler()) {
+      std::vector<StepEntry*> timed_steps;
+      for (StepEntry& s : p.tally.steps)
+        if (!s.warmup) timed_steps.push_back(&s);
+      for (const RunTally::StepMarks& m : p.tally.step_marks)
+        if (m.step < timed_steps.size())
+          timed_steps[m.step]->energy_j = sampler->energy_between(m.from, m.to);
+    }
+    p.tally.step_marks.clear();
+    p.timer = timer.carried();
+    p.resumed_from_steps = record.resumed_from_steps;
+    // Nothing ran since the resume: this is the state resumed from, as it was.
+    if (resume_ && done == first_step && !p.resumed_from_steps.empty())
+      p.resumed_from_steps.pop_back();
+    p.lr_search = record.lr_search;
+    save_train_state(c.save_state, *session_, p);
+    meter_->reset_peak();
+    saved_step = done;
+  };
+  bool stopped = false;
   // What the loss head keeps for backward: the allocator's bytes once its loss exists, less
   // those as it started, in the timed steps' training forwards (evaluation runs no probe).
   bool timed = false;
@@ -185,7 +240,12 @@ RunRecord Trainer::run(ProgressSink* progress) {
   };
 
   try {
-    for (step = 0; step < total_steps; ++step) {
+    for (step = first_step; step < total_steps; ++step) {
+      // SIGTERM or SIGINT (train_state.h): stop between steps.
+      if (stop_requested()) {
+        stopped = true;
+        break;
+      }
       timed = step >= c.warmup_steps;
       if (step == c.warmup_steps) {
         tally.timed_wall_start = clock.now_s();
@@ -236,7 +296,7 @@ RunRecord Trainer::run(ProgressSink* progress) {
         if (timer.enabled()) tally.memory_timeline.push_back({step + 1, timer.boundaries()});
         if (!sensors.sampler()) {  // without the sampler, one timeline entry per timed step
           TimelineSample s;
-          s.t_s = clock.now_s() - tally.timed_wall_start;
+          s.t_s = clock.now_s() - tally.timed_wall_start.value_or(clock.now_s());
           s.allocated_bytes = meter_->current_bytes();
           s.util_pct = util;
           tally.timeline.push_back(s);
@@ -262,6 +322,52 @@ RunRecord Trainer::run(ProgressSink* progress) {
         ++step;
         break;
       }
+      if (!c.save_state.empty() && c.state_every > 0 && (step + 1) % c.state_every == 0) {
+        // A save that fails (a full disk) leaves the previous state whole: the run goes on.
+        try {
+          save_state(step + 1);
+        } catch (const std::exception& e) {
+          meter_->reset_peak();
+          log_warn(
+              "the training state after step {} could not be saved (the previous one is "
+              "kept): {}",
+              step + 1, first_line(e.what()));
+        }
+      }
+    }
+    if (stopped) {
+      std::string save_failed;
+      if (!c.save_state.empty() && saved_step != step) {
+        try {
+          save_state(step);
+        } catch (const std::exception& e) {
+          meter_->reset_peak();
+          save_failed = first_line(e.what());
+          log_warn("stopped after step {}, but its training state could not be saved: {}", step,
+                   save_failed);
+        }
+      }
+      std::string kept;
+      if (c.save_state.empty())
+        kept = "nothing was saved (no --save-state)";
+      else if (save_failed.empty())
+        kept = "the training state is in " + c.save_state + ": --resume " + c.save_state +
+               " continues the run";
+      else if (saved_step >= 0)
+        kept = fmt::format(
+            "the training state could not be saved ({}); the one of step {} is in "
+            "{}: --resume {} continues from there",
+            save_failed, saved_step, c.save_state, c.save_state);
+      else
+        kept = fmt::format("the training state could not be saved ({})", save_failed);
+      const int sig = stop_signal();
+      record.status = RunStatus::kStatusInterrupted;
+      record.failure = RunFailure{step, std::nullopt,
+                                  fmt::format("stopped by {} after step {} of {}; {}",
+                                              sig == SIGTERM  ? "SIGTERM"
+                                              : sig == SIGINT ? "SIGINT"
+                                                              : "a stop request",
+                                              step, total_steps, kept)};
     }
     if (record.ok()) evaluate_at(total_steps);
   } catch (const std::exception& e) {
@@ -279,6 +385,19 @@ RunRecord Trainer::run(ProgressSink* progress) {
   if (sensors.sampler()) sensors.sampler()->stop();
   if (!c.memory_snapshot.empty()) write_memory_snapshot(c.memory_snapshot);
   finish_record(record, tally, timer, sensors, clock.now_s() - run_started, threads);
+  // --save-weights: weights that finished training (or ran out of time), never those of a
+  // step that failed half-way or diverged; after the record's time and memory are taken, so
+  // the save counts in neither. A save that fails leaves the measurement as it is and says
+  // so in save_error() (`gradscope run` exits 1 once the record is stored).
+  save_error_.clear();
+  if (!c.save_weights.empty() && (record.ok() || record.status == RunStatus::kStatusTimeout)) {
+    try {
+      save_weights(c.model, session_->model(), arch(), c.save_weights,
+                   tokenizer_json_of(arch().value("tokenizer", ""), data_dir()));
+    } catch (const std::exception& e) {
+      save_error_ = e.what();
+    }
+  }
   if (progress) progress->on_finish(record);
   return record;
 }

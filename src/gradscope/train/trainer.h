@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
@@ -15,7 +16,9 @@
 #include "gradscope/core/config.h"
 #include "gradscope/core/record.h"
 #include "gradscope/measure/memory.h"
+#include "gradscope/train/eval.h"
 #include "gradscope/train/session.h"
+#include "gradscope/train/train_state.h"
 
 namespace gradscope {
 
@@ -46,7 +49,9 @@ class Trainer {
   // source of its search split.
   Trainer(const RunConfig& config, const SessionOptions& options)
       : session_(std::make_unique<Session>(config, options)),
-        meter_(make_memory_meter(session_->device())) {}
+        meter_(make_memory_meter(session_->device())) {
+    check_state_settings();
+  }
   ~Trainer();
 
   // Trains and returns the run record (without the attempt's identity and times, which the
@@ -57,18 +62,25 @@ class Trainer {
   // Trains with this learning rate instead of the configured one (what --lr auto found); the
   // schedule scales it as usual. A usage error unless it is positive.
   void use_learning_rate(double lr) { session_->use_learning_rate(lr); }
+  // The trials of --lr auto, for the record (and for the training state, so that a resumed
+  // run's record has them too).
+  void set_lr_search(std::vector<LrTrial> trials) { lr_search_ = std::move(trials); }
+  // With --resume: the state the run continues from (read and checked on construction).
+  const std::optional<TrainStateInfo>& resumed_state() const { return resume_; }
 
   const nlohmann::json& arch() const { return session_->arch(); }
   // The configuration with its defaults resolved (learning rate, sequence length, data set).
   const RunConfig& config() const { return session_->config(); }
   int64_t params() const { return session_->params(); }
   Model& model() { return session_->model(); }
+  // Why --save-weights could not write the weights at the end of the last run() ("" when it
+  // did, or was not asked to).
+  const std::string& save_error() const { return save_error_; }
 
  private:
-  struct Evaluation {
-    double val_loss = 0;
-    std::optional<double> accuracy;  // classifiers only
-  };
+  // Checks --save-state, --state-every and --resume before anything is written: a usage
+  // error for a folder that cannot take a state, or a state of other settings.
+  void check_state_settings();
   double lr_at(int64_t step) const;  // step counts from 0 over all steps
   Evaluation evaluate();
   // Everything the record says once training ends: steps, evaluations, time, memory,
@@ -78,6 +90,9 @@ class Trainer {
 
   std::unique_ptr<Session> session_;
   std::unique_ptr<MemoryMeter> meter_;
+  std::string save_error_;
+  std::optional<TrainStateInfo> resume_;
+  std::optional<std::vector<LrTrial>> lr_search_;
 };
 
 // Fills the record's flops.peak_per_s, peak_source, mfu and hfu: the device's peak FLOP/s for

@@ -1,0 +1,885 @@
+#include "gradscope/models/hf_weights.h"
+
+#include <algorithm>
+#include <optional>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "gradscope/core/error.h"
+#include "gradscope/models/common/arch.h"
+#include "gradscope/models/common/layers.h"
+#include "gradscope/models/llama.h"
+#include "gradscope/models/modernbert.h"
+#include "gradscope/models/nanovlm.h"
+#include "gradscope/models/registry.h"
+#include "gradscope/models/vit.h"
+
+namespace gradscope {
+namespace hf_weights_detail {
+
+using nlohmann::json;
+using Shape = std::vector<int64_t>;
+
+// ---------------------------------------------------------------------------------------
+// Tensor layouts: each published tensor, in the published state_dict's order, with the
+// gradscope parameters it is made of.
+
+struct HfTensor {
+  std::string name;                 // the published name
+  std::vector<std::string> parts;   // gradscope parameter names, stacked by rows when several
+  Shape shape;                      // the published shape
+  std::string head_alias;           // a tied embedding: the head's published name
+  bool rotary_frequencies = false;  // nanoVLM's inv_freq buffer: from the configuration
+};
+
+struct Layout {
+  const char* published_as = "";  // the published class, for messages
+  std::vector<HfTensor> tensors;
+  std::optional<RotaryOptions> rotary;  // the frequencies of a rotary_frequencies entry
+};
+
+class LayoutBuilder {
+ public:
+  explicit LayoutBuilder(Layout& layout) : layout_(layout) {}
+  // A tensor that is one gradscope parameter.
+  HfTensor& add(std::string name, std::string part, Shape shape) {
+    layout_.tensors.push_back({std::move(name), {std::move(part)}, std::move(shape), "", false});
+    return layout_.tensors.back();
+  }
+  // A tensor that is several gradscope parameters stacked by rows (q, k, v).
+  void stack(std::string name, std::vector<std::string> parts, Shape shape) {
+    layout_.tensors.push_back({std::move(name), std::move(parts), std::move(shape), "", false});
+  }
+  // A linear layer's weight (out, in), and its bias (out) when it has one.
+  void linear(const std::string& name, const std::string& part, int64_t out, int64_t in,
+              bool bias) {
+    add(name + ".weight", part + ".weight", {out, in});
+    if (bias) add(name + ".bias", part + ".bias", {out});
+  }
+  // q, k and v stacked into one projection, weights and biases.
+  void stacked_qkv(const std::string& name, const std::string& attention, int64_t out_q,
+                   int64_t out_kv, int64_t in, bool bias) {
+    const int64_t out = out_q + 2 * out_kv;
+    stack(
+        name + ".weight",
+        {attention + ".q_proj.weight", attention + ".k_proj.weight", attention + ".v_proj.weight"},
+        {out, in});
+    if (bias)
+      stack(name + ".bias",
+            {attention + ".q_proj.bias", attention + ".k_proj.bias", attention + ".v_proj.bias"},
+            {out});
+  }
+  void norm(const std::string& name, const std::string& part, int64_t dim, bool bias) {
+    add(name + ".weight", part + ".weight", {dim});
+    if (bias) add(name + ".bias", part + ".bias", {dim});
+  }
+
+ private:
+  Layout& layout_;
+};
+
+// LlamaForCausalLM (transformers' modeling_llama.py): model.embed_tokens, model.layers.N
+// (self_attn q, k, v, o; mlp gate, up, down; input_layernorm; post_attention_layernorm),
+// model.norm, lm_head when not tied.
+Layout llama_layout(const LlamaConfig& c) {
+  Layout layout;
+  layout.published_as = "LlamaForCausalLM";
+  LayoutBuilder b(layout);
+  const int64_t C = c.hidden_size, V = c.vocab_size, I = c.intermediate_size;
+  const int64_t q_out = c.num_attention_heads * c.head_dim,
+                kv_out = c.num_key_value_heads * c.head_dim;
+  HfTensor& embed = b.add("model.embed_tokens.weight", "embed_tokens.weight", {V, C});
+  if (c.tie_word_embeddings) embed.head_alias = "lm_head.weight";
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string hf = fmt::format("model.layers.{}.", l), gs = fmt::format("layers.{}.", l);
+    b.linear(hf + "self_attn.q_proj", gs + "self_attn.q_proj", q_out, C, c.attention_bias);
+    b.linear(hf + "self_attn.k_proj", gs + "self_attn.k_proj", kv_out, C, c.attention_bias);
+    b.linear(hf + "self_attn.v_proj", gs + "self_attn.v_proj", kv_out, C, c.attention_bias);
+    b.linear(hf + "self_attn.o_proj", gs + "self_attn.o_proj", C, q_out, c.attention_bias);
+    b.linear(hf + "mlp.gate_proj", gs + "mlp.gate_proj", I, C, c.mlp_bias);
+    b.linear(hf + "mlp.up_proj", gs + "mlp.up_proj", I, C, c.mlp_bias);
+    b.linear(hf + "mlp.down_proj", gs + "mlp.down_proj", C, I, c.mlp_bias);
+    b.norm(hf + "input_layernorm", gs + "input_layernorm", C, false);
+    b.norm(hf + "post_attention_layernorm", gs + "post_attention_layernorm", C, false);
+  }
+  b.norm("model.norm", "norm", C, false);
+  if (!c.tie_word_embeddings) b.add("lm_head.weight", "lm_head.weight", {V, C});
+  return layout;
+}
+
+// ModernBertForMaskedLM (transformers' modeling_modernbert.py): model.embeddings
+// (tok_embeddings, norm), model.layers.N (attn_norm from layer 1 on, attn.Wqkv, attn.Wo,
+// mlp_norm, mlp.Wi, mlp.Wo), model.final_norm, head (dense, norm), decoder (its weight tied to
+// the embeddings, its bias).
+Layout modernbert_layout(const ModernBertConfig& c) {
+  Layout layout;
+  layout.published_as = "ModernBertForMaskedLM";
+  LayoutBuilder b(layout);
+  const int64_t C = c.hidden_size, V = c.vocab_size, I = c.intermediate_size;
+  b.add("model.embeddings.tok_embeddings.weight", "tok_embeddings.weight", {V, C}).head_alias =
+      "decoder.weight";
+  b.norm("model.embeddings.norm", "embedding_norm", C, c.norm_bias);
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string hf = fmt::format("model.layers.{}.", l), gs = fmt::format("layers.{}.", l);
+    if (l > 0) b.norm(hf + "attn_norm", gs + "attn_norm", C, c.norm_bias);
+    b.stacked_qkv(hf + "attn.Wqkv", gs + "attn", C, C, C, c.attention_bias);
+    b.linear(hf + "attn.Wo", gs + "attn.o_proj", C, C, c.attention_bias);
+    b.norm(hf + "mlp_norm", gs + "mlp_norm", C, c.norm_bias);
+    b.linear(hf + "mlp.Wi", gs + "mlp.Wi", 2 * I, C, c.mlp_bias);
+    b.linear(hf + "mlp.Wo", gs + "mlp.Wo", C, I, c.mlp_bias);
+  }
+  b.norm("model.final_norm", "final_norm", C, c.norm_bias);
+  b.linear("head.dense", "head_dense", C, C, false);
+  b.norm("head.norm", "head_norm", C, c.norm_bias);
+  if (c.decoder_bias) b.add("decoder.bias", "decoder_bias", {V});
+  return layout;
+}
+
+// ViTForImageClassification (transformers' modeling_vit.py): vit.embeddings (cls_token,
+// position_embeddings, patch_embeddings.projection), vit.encoder.layer.N (attention.attention
+// query, key, value; attention.output.dense; intermediate.dense; output.dense;
+// layernorm_before; layernorm_after), vit.layernorm, classifier.
+Layout vit_layout(const VisionConfig& v, int64_t num_labels) {
+  check_usage(v.qkv_bias,
+              "vit with qkv_bias false has no attention output bias, which "
+              "ViTForImageClassification always has: its weights have no published layout",
+              "keep qkv_bias true to read or write Hugging Face weights");
+  Layout layout;
+  layout.published_as = "ViTForImageClassification";
+  LayoutBuilder b(layout);
+  const int64_t C = v.hidden_size, I = v.intermediate_size, P = v.patch_size;
+  b.add("vit.embeddings.cls_token", "encoder.cls_token", {1, 1, C});
+  b.add("vit.embeddings.position_embeddings", "encoder.position_embeddings",
+        {1, v.num_tokens(), C});
+  b.add("vit.embeddings.patch_embeddings.projection.weight",
+        "encoder.patch_embeddings.projection.weight", {C, v.num_channels, P, P});
+  b.add("vit.embeddings.patch_embeddings.projection.bias",
+        "encoder.patch_embeddings.projection.bias", {C});
+  for (int64_t l = 0; l < v.num_hidden_layers; ++l) {
+    const std::string hf = fmt::format("vit.encoder.layer.{}.", l),
+                      gs = fmt::format("encoder.layers.{}.", l);
+    b.linear(hf + "attention.attention.query", gs + "attention.q_proj", C, C, true);
+    b.linear(hf + "attention.attention.key", gs + "attention.k_proj", C, C, true);
+    b.linear(hf + "attention.attention.value", gs + "attention.v_proj", C, C, true);
+    b.linear(hf + "attention.output.dense", gs + "attention.o_proj", C, C, true);
+    b.linear(hf + "intermediate.dense", gs + "mlp.fc1", I, C, true);
+    b.linear(hf + "output.dense", gs + "mlp.fc2", C, I, true);
+    b.norm(hf + "layernorm_before", gs + "layernorm_before", C, true);
+    b.norm(hf + "layernorm_after", gs + "layernorm_after", C, true);
+  }
+  b.norm("vit.layernorm", "encoder.layernorm", C, true);
+  b.linear("classifier", "classifier", num_labels, C, true);
+  return layout;
+}
+
+// nanoVLM's VisionLanguageModel (huggingface/nanoVLM models/*.py): vision_encoder
+// (patch_embedding.position_embedding, patch_embedding.conv, blocks.N: ln1, attn.qkv_proj,
+// attn.out_proj, ln2, mlp.fc1, mlp.fc2; layer_norm), decoder (token_embedding,
+// rotary_embd.inv_freq, blocks.N: mlp gate, up, down; attn q, k, v, out_proj; norm1; norm2;
+// norm; head when not tied), MP.proj.
+Layout nanovlm_layout(const NanoVlmConfig& c) {
+  const VisionConfig& v = c.vision;
+  const LlamaConfig& d = c.decoder;
+  const char* hint =
+      "nanoVLM's layers have no such setting: keep the preset's value to read or "
+      "write nanoVLM weights";
+  check_usage(v.qkv_bias,
+              "nanovlm with qkv_bias false has no nanoVLM layout (its vision "
+              "attention always has biases)",
+              hint);
+  check_usage(v.num_channels == 3, "nanovlm with num_channels other than 3 has no nanoVLM layout",
+              hint);
+  check_usage(!d.attention_bias && !d.mlp_bias,
+              "nanovlm with decoder biases has no nanoVLM layout (its decoder has none)", hint);
+  check_usage(d.head_dim * d.num_attention_heads == d.hidden_size,
+              "nanovlm with head_dim other than hidden_size / num_attention_heads has no nanoVLM "
+              "layout",
+              hint);
+  Layout layout;
+  layout.published_as = "nanoVLM's VisionLanguageModel";
+  LayoutBuilder b(layout);
+  const int64_t Cv = v.hidden_size, Iv = v.intermediate_size, P = v.patch_size;
+  const int64_t C = d.hidden_size, V = d.vocab_size, I = d.intermediate_size;
+  const int64_t kv_out = d.num_key_value_heads * d.head_dim;
+  b.add("vision_encoder.patch_embedding.position_embedding", "vision.position_embeddings",
+        {1, v.num_tokens(), Cv});
+  b.add("vision_encoder.patch_embedding.conv.weight", "vision.patch_embeddings.projection.weight",
+        {Cv, v.num_channels, P, P});
+  b.add("vision_encoder.patch_embedding.conv.bias", "vision.patch_embeddings.projection.bias",
+        {Cv});
+  for (int64_t l = 0; l < v.num_hidden_layers; ++l) {
+    const std::string hf = fmt::format("vision_encoder.blocks.{}.", l),
+                      gs = fmt::format("vision.layers.{}.", l);
+    b.norm(hf + "ln1", gs + "layernorm_before", Cv, true);
+    b.stacked_qkv(hf + "attn.qkv_proj", gs + "attention", Cv, Cv, Cv, true);
+    b.linear(hf + "attn.out_proj", gs + "attention.o_proj", Cv, Cv, true);
+    b.norm(hf + "ln2", gs + "layernorm_after", Cv, true);
+    b.linear(hf + "mlp.fc1", gs + "mlp.fc1", Iv, Cv, true);
+    b.linear(hf + "mlp.fc2", gs + "mlp.fc2", Cv, Iv, true);
+  }
+  b.norm("vision_encoder.layer_norm", "vision.layernorm", Cv, true);
+  HfTensor& embed = b.add("decoder.token_embedding.weight", "decoder.embed_tokens.weight", {V, C});
+  if (d.tie_word_embeddings) embed.head_alias = "decoder.head.weight";
+  layout.tensors.push_back({"decoder.rotary_embd.inv_freq", {}, {d.head_dim / 2}, "", true});
+  RotaryOptions rotary(d.head_dim);
+  rotary.theta(d.rope_theta);
+  rotary.llama3_scaling(d.rope_scaling);
+  layout.rotary = rotary;
+  for (int64_t l = 0; l < d.num_hidden_layers; ++l) {
+    const std::string hf = fmt::format("decoder.blocks.{}.", l),
+                      gs = fmt::format("decoder.layers.{}.", l);
+    b.linear(hf + "mlp.gate_proj", gs + "mlp.gate_proj", I, C, false);
+    b.linear(hf + "mlp.up_proj", gs + "mlp.up_proj", I, C, false);
+    b.linear(hf + "mlp.down_proj", gs + "mlp.down_proj", C, I, false);
+    b.linear(hf + "attn.q_proj", gs + "self_attn.q_proj", C, C, false);
+    b.linear(hf + "attn.k_proj", gs + "self_attn.k_proj", kv_out, C, false);
+    b.linear(hf + "attn.v_proj", gs + "self_attn.v_proj", kv_out, C, false);
+    b.linear(hf + "attn.out_proj", gs + "self_attn.o_proj", C, C, false);
+    b.norm(hf + "norm1", gs + "input_layernorm", C, false);
+    b.norm(hf + "norm2", gs + "post_attention_layernorm", C, false);
+  }
+  b.norm("decoder.norm", "decoder.norm", C, false);
+  if (!d.tie_word_embeddings) b.add("decoder.head.weight", "decoder.lm_head.weight", {V, C});
+  const int64_t s2 = c.pixel_shuffle_factor * c.pixel_shuffle_factor;
+  b.add("MP.proj.weight", "projector.weight", {C, s2 * Cv});
+  return layout;
+}
+
+const char* const kPublishedModels[] = {"llama", "modernbert", "vit", "nanovlm"};
+
+// A usage error unless `model` is one of the registry's models with published names.
+void check_published(const std::string& model) {
+  model_registry().get(model);  // an unknown name lists the valid ones
+  for (const char* m : kPublishedModels)
+    if (model == m) return;
+  fail_usage(fmt::format("model '{}' has no published weights or config names", model),
+             "Hugging Face names exist for llama, modernbert, vit and nanovlm");
+}
+
+int64_t vit_num_labels(const json& arch) { return ArchReader(arch, "vit").positive("num_labels"); }
+
+Layout layout_of_arch(const std::string& model, const json& arch) {
+  check_published(model);
+  if (model == "llama") return llama_layout(llama_config(arch));
+  if (model == "modernbert") return modernbert_layout(modernbert_config(arch));
+  if (model == "vit") return vit_layout(vision_config(arch, "vit"), vit_num_labels(arch));
+  return nanovlm_layout(nanovlm_config(arch));
+}
+
+template <typename T>
+T& model_as(const std::string& model, Model& m) {
+  auto* typed = dynamic_cast<T*>(&m);
+  if (!typed) fail_runtime(fmt::format("the model passed as '{}' is another model", model));
+  return *typed;
+}
+
+Layout layout_of_model(const std::string& model, Model& m) {
+  check_published(model);
+  if (model == "llama") return llama_layout(model_as<LlamaModel>(model, m).config());
+  if (model == "modernbert") return modernbert_layout(model_as<ModernBertModel>(model, m).config());
+  if (model == "vit") {
+    auto& vit = model_as<ViTModel>(model, m);
+    return vit_layout(vit.encoder->config(), vit.classifier->options.out_features());
+  }
+  return nanovlm_layout(model_as<NanoVlmModel>(model, m).config());
+}
+
+std::string shape_text(at::IntArrayRef shape) {
+  std::string out;
+  for (const int64_t d : shape) out += (out.empty() ? "" : ", ") + std::to_string(d);
+  return "[" + out + "]";
+}
+
+// A name from a file, cut to 100 bytes (at a character boundary).
+std::string short_name(const std::string& name) {
+  if (name.size() <= 100) return name;
+  size_t cut = 100;
+  while (cut > 0 && (static_cast<unsigned char>(name[cut]) & 0xC0) == 0x80) --cut;
+  return name.substr(0, cut) + "...";
+}
+
+// Up to `most` names, then how many more.
+std::string some_names(const std::vector<std::string>& names, size_t most = 5) {
+  std::string out;
+  // Names come from a file: each is cut, so a crafted header cannot flood the message.
+  for (size_t i = 0; i < names.size() && i < most; ++i)
+    out += (i ? ", '" : "'") + short_name(names[i]) + "'";
+  if (names.size() > most) out += fmt::format(" and {} more", names.size() - most);
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------
+// Configurations: the architecture keys with a published name, the published keys whose value
+// gradscope's model fixes, and the keys written for the published loaders only.
+
+enum class KeyKind { kKeyKindInteger, kKeyKindNumber, kKeyKindFlag, kKeyKindText, kKeyKindObject };
+
+struct KeyName {
+  const char* arch;       // the architecture's key
+  const char* published;  // the config's key
+  KeyKind kind;
+};
+
+// A published key whose value gradscope's model fixes: written, and when a config gives it,
+// checked (unless `checked` is false: it changes nothing gradscope builds).
+struct FixedKey {
+  const char* published;
+  json value;
+  bool checked = true;
+};
+
+struct ConfigNames {
+  const char* architecture_class;  // "architectures": [...]; null for nanoVLM (none)
+  std::vector<KeyName> keys;
+  std::vector<FixedKey> fixed;
+  // Architecture keys with a published spelling that is not one key (ViT's num_labels).
+  std::vector<std::string> special;
+};
+
+constexpr KeyKind kInt = KeyKind::kKeyKindInteger, kNum = KeyKind::kKeyKindNumber,
+                  kFlag = KeyKind::kKeyKindFlag, kText = KeyKind::kKeyKindText,
+                  kObject = KeyKind::kKeyKindObject;
+
+const ConfigNames& config_names(const std::string& model) {
+  static const ConfigNames llama{"LlamaForCausalLM",
+                                 {{"model_type", "model_type", kText},
+                                  {"vocab_size", "vocab_size", kInt},
+                                  {"hidden_size", "hidden_size", kInt},
+                                  {"num_hidden_layers", "num_hidden_layers", kInt},
+                                  {"num_attention_heads", "num_attention_heads", kInt},
+                                  {"num_key_value_heads", "num_key_value_heads", kInt},
+                                  {"head_dim", "head_dim", kInt},
+                                  {"intermediate_size", "intermediate_size", kInt},
+                                  {"rms_norm_eps", "rms_norm_eps", kNum},
+                                  {"rope_theta", "rope_theta", kNum},
+                                  {"rope_scaling", "rope_scaling", kObject},
+                                  {"tie_word_embeddings", "tie_word_embeddings", kFlag},
+                                  {"attention_bias", "attention_bias", kFlag},
+                                  {"mlp_bias", "mlp_bias", kFlag},
+                                  {"attention_dropout", "attention_dropout", kNum},
+                                  {"initializer_range", "initializer_range", kNum}},
+                                 {{"hidden_act", "silu"}, {"pretraining_tp", 1, false}},
+                                 {}};
+  static const ConfigNames modernbert{
+      "ModernBertForMaskedLM",
+      {{"model_type", "model_type", kText},
+       {"vocab_size", "vocab_size", kInt},
+       {"hidden_size", "hidden_size", kInt},
+       {"num_hidden_layers", "num_hidden_layers", kInt},
+       {"num_attention_heads", "num_attention_heads", kInt},
+       {"intermediate_size", "intermediate_size", kInt},
+       {"global_attn_every_n_layers", "global_attn_every_n_layers", kInt},
+       {"local_attention", "local_attention", kInt},
+       {"global_rope_theta", "global_rope_theta", kNum},
+       {"local_rope_theta", "local_rope_theta", kNum},
+       {"norm_eps", "norm_eps", kNum},
+       {"norm_bias", "norm_bias", kFlag},
+       {"attention_bias", "attention_bias", kFlag},
+       {"mlp_bias", "mlp_bias", kFlag},
+       {"decoder_bias", "decoder_bias", kFlag},
+       {"attention_dropout", "attention_dropout", kNum},
+       {"initializer_range", "initializer_range", kNum}},
+      {{"hidden_activation", "gelu"},
+       {"classifier_activation", "gelu"},
+       {"classifier_bias", false},
+       {"tie_word_embeddings", true},
+       // gradscope's embedding has no padding row; Hugging Face's default id (50283) would
+       // not fit a smaller vocabulary.
+       {"pad_token_id", nullptr, false}},
+      {}};
+  static const ConfigNames vit{"ViTForImageClassification",
+                               {{"model_type", "model_type", kText},
+                                {"hidden_size", "hidden_size", kInt},
+                                {"num_hidden_layers", "num_hidden_layers", kInt},
+                                {"num_attention_heads", "num_attention_heads", kInt},
+                                {"intermediate_size", "intermediate_size", kInt},
+                                {"image_size", "image_size", kInt},
+                                {"patch_size", "patch_size", kInt},
+                                {"num_channels", "num_channels", kInt},
+                                {"layer_norm_eps", "layer_norm_eps", kNum},
+                                {"qkv_bias", "qkv_bias", kFlag},
+                                {"hidden_act", "hidden_act", kText},
+                                {"initializer_range", "initializer_range", kNum},
+                                {"hidden_dropout", "hidden_dropout_prob", kNum},
+                                {"attention_dropout", "attention_probs_dropout_prob", kNum}},
+                               {},
+                               {"num_labels"}};
+  static const ConfigNames nanovlm{
+      nullptr,
+      {{"vision_hidden_size", "vit_hidden_dim", kInt},
+       {"vision_intermediate_size", "vit_inter_dim", kInt},
+       {"patch_size", "vit_patch_size", kInt},
+       {"image_size", "vit_img_size", kInt},
+       {"vision_num_attention_heads", "vit_n_heads", kInt},
+       {"vision_num_hidden_layers", "vit_n_blocks", kInt},
+       {"vision_layer_norm_eps", "vit_ln_eps", kNum},
+       {"hidden_size", "lm_hidden_dim", kInt},
+       {"intermediate_size", "lm_inter_dim", kInt},
+       {"rms_norm_eps", "lm_rms_eps", kNum},
+       {"rope_theta", "lm_re_base", kNum},
+       {"vocab_size", "lm_vocab_size", kInt},
+       {"num_attention_heads", "lm_n_heads", kInt},
+       {"num_key_value_heads", "lm_n_kv_heads", kInt},
+       {"num_hidden_layers", "lm_n_blocks", kInt},
+       {"tie_word_embeddings", "lm_tie_weights", kFlag},
+       {"pixel_shuffle_factor", "mp_pixel_shuffle_factor", kInt}},
+      {{"vit_cls_flag", false}, {"lm_attn_scaling", 1.0}, {"lm_use_tokens", false, false}},
+      {}};
+  if (model == "llama") return llama;
+  if (model == "modernbert") return modernbert;
+  if (model == "vit") return vit;
+  return nanovlm;
+}
+
+const char* kind_text(KeyKind kind) {
+  switch (kind) {
+    case KeyKind::kKeyKindInteger:
+      return "a whole number";
+    case KeyKind::kKeyKindNumber:
+      return "a number";
+    case KeyKind::kKeyKindFlag:
+      return "true or false";
+    case KeyKind::kKeyKindText:
+      return "a string";
+    case KeyKind::kKeyKindObject:
+      return "an object or null";
+  }
+  return "?";
+}
+
+[[noreturn]] void fail_config(const std::string& source, const std::string& what,
+                              const std::string& model) {
+  fail_usage(fmt::format("{}: {}", source, what),
+             fmt::format("gradscope reads {}'s config.json as docs/weights.md (\"Names\") "
+                         "describes it",
+                         model));
+}
+
+// The value of a published key as the architecture holds it (integers as integers, numbers as
+// floats), or a usage error naming the key.
+json config_value(const json& v, KeyKind kind, const std::string& key, const std::string& source,
+                  const std::string& model) {
+  if (v.is_null()) return v;
+  bool ok = false;
+  json out = v;
+  switch (kind) {
+    case KeyKind::kKeyKindInteger:
+      ok = v.is_number_integer();
+      if (ok) out = v.get<int64_t>();
+      break;
+    case KeyKind::kKeyKindNumber:
+      ok = v.is_number();
+      if (ok) out = v.get<double>();
+      break;
+    case KeyKind::kKeyKindFlag:
+      ok = v.is_boolean();
+      break;
+    case KeyKind::kKeyKindText:
+      ok = v.is_string();
+      break;
+    case KeyKind::kKeyKindObject:
+      ok = v.is_object();
+      break;
+  }
+  if (!ok)
+    fail_config(source, fmt::format("'{}' must be {}, got {}", key, kind_text(kind), v.dump()),
+                model);
+  return out;
+}
+
+// A value of the "gradscope" object, checked against the type `base` has for it (as --arch
+// checks its overrides); any value when `base` has none.
+json gradscope_value(const json& v, const json* slot, const std::string& key,
+                     const std::string& source, const std::string& model) {
+  if (!slot || slot->is_null() || v.is_null()) return v;
+  const char* expected = nullptr;
+  if (slot->is_number_integer()) {
+    if (v.is_number_integer()) return v.get<int64_t>();
+    expected = "a whole number";
+  } else if (slot->is_number()) {
+    if (v.is_number()) return v.get<double>();
+    expected = "a number";
+  } else if (slot->is_boolean()) {
+    if (v.is_boolean()) return v;
+    expected = "true or false";
+  } else if (slot->is_string()) {
+    if (v.is_string()) return v;
+    expected = "a string";
+  } else if (slot->is_object()) {
+    if (v.is_object()) return v;
+    expected = "an object";
+  } else {
+    if (v.is_array()) return v;
+    expected = "an array";
+  }
+  fail_config(source,
+              fmt::format("'gradscope.{}' must be {} (the preset has {}={}), got {}", key, expected,
+                          key, slot->dump(), v.dump()),
+              model);
+}
+
+// Keys written for the published loaders, derived from the architecture and never read back.
+void write_derived(const std::string& model, const json& arch, json& out) {
+  const json* seq = arch.contains("seq_len") ? &arch["seq_len"] : nullptr;
+  if (model == "llama") {
+    // The length gradscope trained at; Hugging Face's Llama computes rotary tables for any
+    // position, so this only documents the model.
+    if (seq) out["max_position_embeddings"] = *seq;
+  } else if (model == "modernbert") {
+    if (seq) out["max_position_embeddings"] = *seq;
+    // gradscope's one hidden dropout is Hugging Face's embedding and MLP dropouts (its
+    // attention_dropout also drops the attention output).
+    if (arch.contains("hidden_dropout")) {
+      out["embedding_dropout"] = arch["hidden_dropout"];
+      out["mlp_dropout"] = arch["hidden_dropout"];
+    }
+  } else if (model == "vit") {
+    const int64_t labels = vit_num_labels(arch);
+    json id2label = json::object(), label2id = json::object();
+    for (int64_t i = 0; i < labels; ++i) {
+      id2label[std::to_string(i)] = fmt::format("LABEL_{}", i);
+      label2id[fmt::format("LABEL_{}", i)] = i;
+    }
+    out["id2label"] = id2label;
+    out["label2id"] = label2id;
+  } else if (model == "nanovlm") {
+    // nanoVLM rescales its rotary frequencies past lm_max_position_embeddings, gradscope never:
+    // nanoVLM's default, or the whole sequence when longer.
+    const int64_t positions = nanovlm_config(arch).image_tokens() + (seq ? seq->get<int64_t>() : 0);
+    out["lm_max_position_embeddings"] = std::max<int64_t>(8192, positions);
+    if (seq) out["lm_max_length"] = *seq;  // caption tokens
+  }
+}
+
+// Hugging Face's newer spelling of rotary settings (rope_parameters), and ViT's labels.
+void read_special(const std::string& model, const json& config, json& arch,
+                  const std::string& source) {
+  auto object_at = [&](const json& parent, const char* key, const std::string& name) {
+    const json& v = parent.at(key);
+    if (!v.is_object())
+      fail_config(source, fmt::format("'{}' must be an object, got {}", name, v.dump()), model);
+    return v;
+  };
+  if (model == "llama" && config.contains("rope_parameters") &&
+      !config["rope_parameters"].is_null()) {
+    const json rp = object_at(config, "rope_parameters", "rope_parameters");
+    if (!config.contains("rope_theta") && rp.contains("rope_theta"))
+      arch["rope_theta"] =
+          config_value(rp["rope_theta"], kNum, "rope_parameters.rope_theta", source, model);
+    if (!config.contains("rope_scaling")) {
+      const json type = rp.value("rope_type", json("default"));
+      if (type == "default") {
+        arch["rope_scaling"] = nullptr;
+      } else {
+        json scaling = rp;
+        scaling.erase("rope_theta");
+        arch["rope_scaling"] = scaling;
+      }
+    }
+  }
+  if (model == "modernbert") {
+    if (config.contains("rope_parameters") && !config["rope_parameters"].is_null()) {
+      const json rp = object_at(config, "rope_parameters", "rope_parameters");
+      const std::pair<const char*, const char*> kinds[] = {
+          {"full_attention", "global_rope_theta"}, {"sliding_attention", "local_rope_theta"}};
+      for (const auto& [kind, key] : kinds) {
+        if (!rp.contains(kind) || config.contains(key)) continue;
+        const std::string name = std::string("rope_parameters.") + kind;
+        const json p = object_at(rp, kind, name);
+        const json type = p.value("rope_type", json("default"));
+        if (type != "default")
+          fail_config(source,
+                      fmt::format("'{}.rope_type' is {}; gradscope's ModernBERT has only "
+                                  "\"default\" rotary embeddings",
+                                  name, type.dump()),
+                      model);
+        if (p.contains("rope_theta"))
+          arch[key] = config_value(p["rope_theta"], kNum, name + ".rope_theta", source, model);
+      }
+    }
+    if (config.contains("layer_types") && !config["layer_types"].is_null()) {
+      const json& types = config["layer_types"];
+      const ArchReader r(arch, "modernbert");
+      const int64_t every = r.positive("global_attn_every_n_layers", 3);
+      bool ok =
+          types.is_array() && static_cast<int64_t>(types.size()) == r.positive("num_hidden_layers");
+      for (size_t i = 0; ok && i < types.size(); ++i)
+        ok = types[i] ==
+             (static_cast<int64_t>(i) % every == 0 ? "full_attention" : "sliding_attention");
+      if (!ok)
+        fail_config(source,
+                    fmt::format("'layer_types' {} is not global attention on every {}th layer "
+                                "from layer 0, which is all gradscope's ModernBERT builds",
+                                types.dump(), every),
+                    model);
+    }
+  }
+  if (model == "vit") {
+    std::optional<int64_t> labels;
+    if (config.contains("num_labels") && !config["num_labels"].is_null())
+      labels = config_value(config["num_labels"], kInt, "num_labels", source, model).get<int64_t>();
+    if (config.contains("id2label") && !config["id2label"].is_null()) {
+      const json id2label = object_at(config, "id2label", "id2label");
+      const auto n = static_cast<int64_t>(id2label.size());
+      if (labels && *labels != n)
+        fail_config(
+            source,
+            fmt::format("'num_labels' {} disagrees with the {} labels of 'id2label'", *labels, n),
+            model);
+      labels = n;
+    }
+    if (labels) arch["num_labels"] = *labels;
+  }
+}
+
+// Which published class or kind of config this is; a usage error unless it is the model's.
+void check_class(const std::string& model, const ConfigNames& names, const json& config,
+                 const std::string& source) {
+  if (!names.architecture_class) {
+    for (const char* key : {"architectures", "model_type"})
+      if (config.contains(key))
+        fail_usage(fmt::format("{}: '{}' is {}: a Hugging Face config, not nanoVLM's", source, key,
+                               config[key].dump()),
+                   "nanovlm reads nanoVLM's own config.json (vit_*, lm_*, mp_* keys)");
+    return;
+  }
+  if (config.contains("architectures") && !config["architectures"].is_null()) {
+    const json& a = config["architectures"];
+    if (!a.is_array())
+      fail_config(source, "'architectures' must be a list, got " + a.dump(), model);
+    const bool found = std::find(a.begin(), a.end(), json(names.architecture_class)) != a.end();
+    if (!found)
+      fail_usage(fmt::format("{}: 'architectures' is {}, not {}", source, a.dump(),
+                             names.architecture_class),
+                 fmt::format("gradscope's {} reads and writes {} weights", model,
+                             names.architecture_class));
+  }
+  if (config.contains("model_type") && config["model_type"] != nlohmann::json(model))
+    fail_usage(
+        fmt::format("{}: 'model_type' is {}, not \"{}\"", source, config["model_type"].dump(),
+                    model),
+        fmt::format("pass a {} config.json, or pick the model it is for with --model", model));
+}
+
+}  // namespace hf_weights_detail
+
+// ---------------------------------------------------------------------------------------
+
+nlohmann::json hf_config(const std::string& model, const nlohmann::json& arch) {
+  hf_weights_detail::check_published(model);
+  model_registry().get(model).count_params(arch);  // a usage error when not an architecture
+  const hf_weights_detail::ConfigNames& names = hf_weights_detail::config_names(model);
+  nlohmann::json out = nlohmann::json::object();
+  if (names.architecture_class) out["architectures"] = {names.architecture_class};
+  std::set<std::string> published;
+  for (const auto& key : names.keys) {
+    published.insert(key.arch);
+    if (arch.contains(key.arch)) out[key.published] = arch[key.arch];
+  }
+  for (const auto& fixed : names.fixed) out[fixed.published] = fixed.value;
+  hf_weights_detail::write_derived(model, arch, out);
+  for (const auto& key : names.special) published.insert(key);
+  nlohmann::json own = nlohmann::json::object();
+  for (const auto& [key, value] : arch.items())
+    if (!published.count(key)) own[key] = value;
+  // A tokenizer read from a file is written as the file beside the weights (--save-weights
+  // copies it there), never as a path on this machine.
+  if (own.contains("tokenizer") && own["tokenizer"].is_string()) {
+    const std::string name = own["tokenizer"].get<std::string>();
+    if (name.size() > 5 && name.compare(name.size() - 5, 5, ".json") == 0)
+      own["tokenizer"] = "tokenizer.json";
+  }
+  if (!own.empty()) out["gradscope"] = own;
+  return out;
+}
+
+nlohmann::json arch_from_hf_config(const std::string& model, const nlohmann::json& config,
+                                   const nlohmann::json& base, const std::string& source) {
+  using hf_weights_detail::fail_config;
+  hf_weights_detail::check_published(model);
+  check_usage(config.is_object(), source + " is not a JSON object",
+              "config.json holds the model's configuration as Hugging Face writes it");
+  if (!base.is_null() && !base.is_object())
+    fail_runtime("arch_from_hf_config: the base architecture is not an object");
+  const hf_weights_detail::ConfigNames& names = hf_weights_detail::config_names(model);
+  hf_weights_detail::check_class(model, names, config, source);
+
+  nlohmann::json arch = base.is_object() ? base : nlohmann::json::object();
+  std::set<std::string> published(names.special.begin(), names.special.end());
+  for (const auto& key : names.keys) {
+    published.insert(key.arch);
+    if (config.contains(key.published))
+      arch[key.arch] = hf_weights_detail::config_value(config[key.published], key.kind,
+                                                       key.published, source, model);
+  }
+  hf_weights_detail::read_special(model, config, arch, source);
+  for (const auto& fixed : names.fixed) {
+    if (!fixed.checked || !config.contains(fixed.published)) continue;
+    const nlohmann::json& v = config[fixed.published];
+    const bool same = v.is_number() && fixed.value.is_number()
+                          ? v.get<double>() == fixed.value.get<double>()
+                          : v == fixed.value;
+    if (!same)
+      fail_config(source,
+                  fmt::format("'{}' is {}; gradscope's {} has {} only", fixed.published, v.dump(),
+                              model, fixed.value.dump()),
+                  model);
+  }
+  if (config.contains("gradscope")) {
+    const nlohmann::json& own = config["gradscope"];
+    if (!own.is_object())
+      fail_config(source, "'gradscope' must be an object, got " + own.dump(), model);
+    for (const auto& [key, value] : own.items()) {
+      if (published.count(key))
+        fail_config(
+            source,
+            fmt::format("'gradscope.{}' has a published name: give it at the top level", key),
+            model);
+      const nlohmann::json* slot = arch.contains(key) ? &arch[key] : nullptr;
+      arch[key] = hf_weights_detail::gradscope_value(value, slot, key, source, model);
+    }
+  }
+  if (arch.contains("model_type") && arch["model_type"] != nlohmann::json(model))
+    fail_config(source,
+                fmt::format("'model_type' is {}, not \"{}\"", arch["model_type"].dump(), model),
+                model);
+  const ModelFamily& family = model_registry().get(model);
+  try {
+    if (family.finalize) family.finalize(arch);
+    family.count_params(arch);  // parses and checks every key the model reads
+  } catch (const Error& e) {
+    fail_usage(fmt::format("{}: {}", source, e.what()), e.hint());
+  }
+  return arch;
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> hf_tensors(const std::string& model, Model& m) {
+  const hf_weights_detail::Layout layout = hf_weights_detail::layout_of_model(model, m);
+  const auto params = m.named_parameters();
+  auto param = [&](const std::string& name) {
+    const torch::Tensor* p = params.find(name);
+    if (!p) fail_runtime(fmt::format("{} has no parameter '{}'", model, name));
+    return p->detach();
+  };
+  torch::NoGradGuard no_grad;
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const hf_weights_detail::HfTensor& t : layout.tensors) {
+    if (t.rotary_frequencies) {
+      out.emplace_back(t.name, rope_inv_freq(*layout.rotary));
+    } else if (t.parts.size() == 1) {
+      out.emplace_back(t.name, param(t.parts[0]));
+    } else {
+      std::vector<torch::Tensor> parts;
+      for (const auto& part : t.parts) parts.push_back(param(part));
+      out.emplace_back(t.name, torch::cat(parts, 0));
+    }
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::vector<int64_t>>> hf_tensor_shapes(
+    const std::string& model, const nlohmann::json& arch) {
+  const hf_weights_detail::Layout layout = hf_weights_detail::layout_of_arch(model, arch);
+  std::vector<std::pair<std::string, std::vector<int64_t>>> out;
+  for (const hf_weights_detail::HfTensor& t : layout.tensors) out.emplace_back(t.name, t.shape);
+  return out;
+}
+
+void load_hf_tensors(const std::string& model, Model& m,
+                     const std::map<std::string, torch::Tensor>& tensors,
+                     const std::string& source) {
+  using hf_weights_detail::shape_text;
+  using hf_weights_detail::some_names;
+  const hf_weights_detail::Layout layout = hf_weights_detail::layout_of_model(model, m);
+  const std::string hint = fmt::format(
+      "gradscope's {} with this architecture reads the {} tensors {} has, named and shaped as "
+      "docs/weights.md (\"Names\") lists them; is the file for another architecture?",
+      model, layout.tensors.size(), layout.published_as);
+  auto find = [&](const std::string& name) -> const torch::Tensor* {
+    if (name.empty()) return nullptr;
+    auto it = tensors.find(name);
+    return it == tensors.end() ? nullptr : &it->second;
+  };
+
+  // Everything is checked before the first copy.
+  std::set<std::string> known;
+  std::vector<std::string> missing, extra;
+  for (const hf_weights_detail::HfTensor& t : layout.tensors) {
+    known.insert(t.name);
+    if (!t.head_alias.empty()) known.insert(t.head_alias);
+    if (!find(t.name) && !find(t.head_alias)) missing.push_back(t.name);
+  }
+  for (const auto& [name, tensor] : tensors)
+    if (!known.count(name)) extra.push_back(name);
+  if (!missing.empty())
+    fail_usage(
+        fmt::format("{} lacks {} tensor{} of {}'s published layout: {}", source, missing.size(),
+                    missing.size() == 1 ? "" : "s", model, some_names(missing)),
+        hint);
+  if (!extra.empty())
+    fail_usage(
+        fmt::format("{} holds {} tensor{} that {}'s published layout does not have: {}", source,
+                    extra.size(), extra.size() == 1 ? "" : "s", model, some_names(extra)),
+        hint);
+  for (const hf_weights_detail::HfTensor& t : layout.tensors) {
+    for (const std::string* name : {&t.name, &t.head_alias}) {
+      const torch::Tensor* given = find(*name);
+      if (!given) continue;
+      if (given->sizes() != at::IntArrayRef(t.shape))
+        fail_usage(fmt::format("{}: tensor '{}' has shape {} where the architecture has {}", source,
+                               *name, shape_text(given->sizes()), shape_text(t.shape)),
+                   "the weights are for another architecture: give the folder with its "
+                   "config.json, or set the architecture that matches them");
+      check_usage(given->is_floating_point(),
+                  fmt::format("{}: tensor '{}' is {}, not floating point", source, *name,
+                              c10::toString(given->scalar_type())),
+                  "weights are float32, bfloat16 or float16");
+    }
+    const torch::Tensor *embedding = find(t.name), *head = find(t.head_alias);
+    if (embedding && head &&
+        (embedding->scalar_type() != head->scalar_type() || !torch::equal(*embedding, *head)))
+      fail_usage(fmt::format("{}: '{}' differs from '{}': the weights are not tied", source,
+                             t.head_alias, t.name),
+                 fmt::format("gradscope's {} ties its head to the embedding (this architecture "
+                             "has tie_word_embeddings true); drop '{}' from the file, or set "
+                             "tie_word_embeddings false if the architecture allows it",
+                             model, t.head_alias));
+    if (t.rotary_frequencies) {
+      // The frequencies as the file's dtype holds them (bf16 and fp16 files round them).
+      const torch::Tensor expected =
+          rope_inv_freq(*layout.rotary).to(embedding->scalar_type()).to(torch::kFloat);
+      const torch::Tensor given = embedding->to(torch::kCPU, torch::kFloat);
+      check_usage(torch::allclose(given, expected, 1e-6, 0.0),
+                  fmt::format("{}: '{}' holds rotary frequencies other than those of rope_theta "
+                              "{} (head size {})",
+                              source, t.name, layout.rotary->theta(), layout.rotary->head_size()),
+                  "the weights and the configuration disagree: give the folder with its "
+                  "config.json");
+    }
+  }
+
+  const auto params = m.named_parameters();
+  torch::NoGradGuard no_grad;
+  for (const hf_weights_detail::HfTensor& t : layout.tensors) {
+    if (t.rotary_frequencies) continue;
+    const torch::Tensor* embedding = find(t.name);
+    const torch::Tensor& given = embedding ? *embedding : *find(t.head_alias);
+    std::vector<int64_t> rows;
+    std::vector<torch::Tensor> targets;
+    for (const auto& part : t.parts) {
+      const torch::Tensor* p = params.find(part);
+      if (!p) fail_runtime(fmt::format("{} has no parameter '{}'", model, part));
+      targets.push_back(*p);
+      rows.push_back(p->size(0));
+    }
+    if (targets.size() == 1) {
+      targets[0].copy_(given);
+    } else {
+      const auto pieces = given.split_with_sizes(rows, 0);
+      for (size_t i = 0; i < targets.size(); ++i) targets[i].copy_(pieces[i]);
+    }
+  }
+}
+
+}  // namespace gradscope

@@ -1,0 +1,134 @@
+#include "gradscope/train/weights_io.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <system_error>
+
+#include <fmt/format.h>
+
+#include "gradscope/core/error.h"
+#include "gradscope/core/files.h"
+#include "gradscope/core/json_input.h"
+#include "gradscope/core/safetensors.h"
+#include "gradscope/models/hf_weights.h"
+
+namespace gradscope {
+namespace {
+
+namespace fs = std::filesystem;
+
+// config.json is small; published tokenizers are a few MiB.
+constexpr int64_t kMaxConfigBytes = int64_t{1} << 20;
+constexpr int64_t kMaxTokenizerBytes = int64_t{256} << 20;  // as data/ reads them
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+}  // namespace
+
+InitSource read_init_source(const std::string& path) {
+  InitSource source;
+  source.path = path;
+  std::error_code ec;
+  const fs::file_status status = fs::status(path, ec);
+  check_usage(!ec && fs::exists(status), "--init-from '" + path + "' does not exist",
+              "name a Hugging Face model folder (config.json and model.safetensors) or a "
+              ".safetensors file");
+  if (fs::is_regular_file(status)) {
+    check_usage(ends_with(path, ".safetensors"),
+                "--init-from '" + path + "' is a file but not a .safetensors file",
+                "name a .safetensors file, or the folder that holds model.safetensors");
+    source.weights = path;
+    return source;
+  }
+  check_usage(fs::is_directory(status),
+              "--init-from '" + path + "' is neither a file nor a folder");
+  const fs::path dir(path);
+  const bool single = fs::is_regular_file(dir / "model.safetensors", ec);
+  const bool sharded = fs::is_regular_file(dir / "model.safetensors.index.json", ec);
+  check_usage(
+      single || sharded,
+      "folder '" + path + "' has neither model.safetensors nor model.safetensors.index.json",
+      "--init-from takes a folder as Hugging Face writes it, or a .safetensors file");
+  source.weights = path;
+  const fs::path config = dir / "config.json";
+  if (fs::is_regular_file(config, ec)) {
+    source.config_path = config.string();
+    nlohmann::json j = parse_json_input(
+        read_input_file(source.config_path, "model config", kMaxConfigBytes), source.config_path);
+    check_usage(j.is_object(), "'" + source.config_path + "' is not a JSON object",
+                "config.json holds the model's configuration as Hugging Face writes it");
+    source.config = std::move(j);
+  }
+  const fs::path tokenizer = dir / "tokenizer.json";
+  if (fs::is_regular_file(tokenizer, ec)) source.tokenizer_json = tokenizer.string();
+  return source;
+}
+
+nlohmann::json apply_init_config(const std::string& model, const InitSource& source,
+                                 const nlohmann::json& arch) {
+  if (!source.config) return arch;
+  return arch_from_hf_config(model, *source.config, arch, source.config_path);
+}
+
+void load_init_weights(const std::string& model, Model& m, const InitSource& source) {
+  const std::map<std::string, torch::Tensor> tensors = read_safetensors(source.weights);
+  load_hf_tensors(model, m, tensors, source.weights);
+}
+
+void check_weights_folder(const std::string& dir) {
+  check_usage(!dir.empty(), "--save-weights needs a folder");
+  std::error_code ec;
+  const fs::path p(dir);
+  if (fs::exists(p, ec)) {
+    check_usage(fs::is_directory(p, ec), "--save-weights '" + dir + "' exists and is not a folder",
+                "name a new folder, or one an earlier --save-weights wrote");
+    check_usage(access(dir.c_str(), W_OK) == 0,
+                "--save-weights folder '" + dir + "' is not writable");
+    // Only an empty folder or an earlier save is written over: config.json and the weights
+    // files of any other folder are not gradscope's to replace.
+    const bool empty = fs::is_empty(p, ec);
+    const bool earlier_save = fs::is_regular_file(p / "config.json", ec) &&
+                              (fs::is_regular_file(p / "model.safetensors", ec) ||
+                               fs::is_regular_file(p / "model.safetensors.index.json", ec));
+    check_usage(empty || earlier_save,
+                "--save-weights folder '" + dir + "' holds other files and no earlier save",
+                "name a new or empty folder (a folder with config.json and model.safetensors "
+                "is written over)");
+    return;
+  }
+  fs::path parent = p.parent_path();
+  if (parent.empty()) parent = ".";
+  check_usage(fs::is_directory(parent, ec),
+              "--save-weights '" + dir + "': folder '" + parent.string() + "' does not exist",
+              "create the folder above it first");
+  check_usage(access(parent.c_str(), W_OK) == 0,
+              "--save-weights '" + dir + "': folder '" + parent.string() + "' is not writable");
+}
+
+std::vector<std::string> save_weights(const std::string& model, Model& m,
+                                      const nlohmann::json& arch, const std::string& dir,
+                                      const std::string& tokenizer_json) {
+  check_weights_folder(dir);
+  std::error_code ec;
+  fs::create_directory(dir, ec);
+  if (ec) fail_runtime("cannot create folder '" + dir + "': " + ec.message());
+  std::vector<std::string> written =
+      write_safetensors_set(dir, hf_tensors(model, m), int64_t{5} << 30);
+  const std::string config = (fs::path(dir) / "config.json").string();
+  write_file_atomically(config, hf_config(model, arch).dump(2) + "\n");
+  written.push_back(config);
+  const std::string copy = (fs::path(dir) / "tokenizer.json").string();
+  if (!tokenizer_json.empty()) {
+    write_file_atomically(copy,
+                          read_input_file(tokenizer_json, "tokenizer file", kMaxTokenizerBytes));
+    written.push_back(copy);
+  } else {
+    fs::remove(copy, ec);  // an earlier save's, which these weights were not trained with
+  }
+  return written;
+}
+
+}  // namespace gradscope

@@ -1,0 +1,51 @@
+// Weights in and out of a run: --init-from reads a Hugging Face folder (config.json,
+// model.safetensors or a sharded set, tokenizer.json) or one .safetensors file; --save-weights
+// writes the folder back (docs/weights.md). The tensor names and the config's keys are the
+// published ones (models/hf_weights.h); the files are read and written by core/safetensors.h.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "gradscope/models/model.h"
+
+namespace gradscope {
+
+// What an --init-from path holds, found without reading any tensor.
+struct InitSource {
+  std::string path;                      // as given
+  std::string weights;                   // the .safetensors file, or the folder holding them
+  std::optional<nlohmann::json> config;  // the folder's config.json, when it has one
+  std::string config_path;
+  std::string tokenizer_json;  // the folder's tokenizer.json, "" when it has none
+};
+
+// A usage error naming the path when it is neither a .safetensors file nor a folder with
+// model.safetensors or model.safetensors.index.json, or when its config.json is not a JSON
+// object.
+InitSource read_init_source(const std::string& path);
+
+// The run's architecture with an --init-from folder's config.json applied over `arch` (the
+// preset's): the keys --arch takes, as the config gives them (arch_from_hf_config). `arch` as
+// given when the source has no config.json.
+nlohmann::json apply_init_config(const std::string& model, const InitSource& source,
+                                 const nlohmann::json& arch);
+
+// Copies the source's tensors into the model (every tensor found with its shape, and no other;
+// a usage error naming the file and the tensor otherwise, before anything is copied).
+void load_init_weights(const std::string& model, Model& m, const InitSource& source);
+
+// Checks, before a run starts, that `dir` can be written: it is a folder or can be made in an
+// existing, writable one. A usage error naming it otherwise.
+void check_weights_folder(const std::string& dir);
+
+// Writes config.json and model.safetensors (a sharded set above 5 GiB) into `dir`, making the
+// folder if need be, each file atomically; `tokenizer_json`, when not empty, is copied beside
+// them as tokenizer.json. Returns the files written.
+std::vector<std::string> save_weights(const std::string& model, Model& m,
+                                      const nlohmann::json& arch, const std::string& dir,
+                                      const std::string& tokenizer_json = "");
+
+}  // namespace gradscope
