@@ -20,14 +20,23 @@ run_case() {  # name, then the run's extra flags
   local k=$((RANDOM % 45 + 2))
   "$GS" "${args[@]}" --json "$dir/killed.json" --save-state "$dir/part" --state-every 1 &
   local pid=$!
-  until python3 - "$dir/part/state.json" "$k" 2>/dev/null <<'PY'
-import json, sys
-sys.exit(0 if json.load(open(sys.argv[1]))["step"] >= int(sys.argv[2]) else 1)
+  # One poller kills the run as soon as its state holds step k (or gives up when it ends).
+  python3 - "$dir/part/state.json" "$k" "$pid" <<'PY'
+import json, os, signal, sys, time
+path, k, pid = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+while True:
+    try:
+        if json.load(open(path))["step"] >= k:
+            os.kill(pid, signal.SIGKILL)
+            break
+    except (OSError, ValueError, KeyError):
+        pass
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        break
+    time.sleep(0.002)
 PY
-  do
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.02
-  done
   kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
   "$GS" "${args[@]}" --json "$dir/resumed.json" --resume "$dir/part" \
     --save-weights "$dir/resumed-weights" || return 1
