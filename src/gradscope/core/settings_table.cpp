@@ -39,7 +39,8 @@ std::vector<Setting> build_settings_table() {
                          "the model's)"));
   t.push_back(member_row("tokenizer", "tokenizer", &RunConfig::tokenizer, T::kTypeText,
                          R::kRoleDefines, S::kSectionModel,
-                         "bytes, gpt2 or llama3 (default: the preset's)"));
+                         "bytes, gpt2, llama3, or a Hugging Face tokenizer.json file (default: the "
+                         "preset's, or the --init-from folder's)"));
   {
     Setting s = custom_row("dropout", "dropout", T::kTypeNumber, R::kRoleDefines, S::kSectionModel,
                            "Dropout probability (default: the published one)");
