@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -111,6 +112,19 @@ inline CommandResult run_gradscope(const std::string& args, const std::string& e
   r.out = slurp(tmp.file("out"));
   r.err = slurp(tmp.file("err"));
   return r;
+}
+
+// Starts `gradscope ARGS` (shell words) in the background, its output going to `out`; returns
+// its pid (the shell execs gradscope, so the pid is gradscope's own, for signals).
+inline pid_t start_gradscope(const std::string& args, const std::string& out) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const std::string cmd =
+        std::string("exec ") + GRADSCOPE_BINARY + " " + args + " >" + out + " 2>&1 </dev/null";
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return pid;
 }
 #endif
 

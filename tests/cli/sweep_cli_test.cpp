@@ -53,18 +53,6 @@ int64_t count_ok(const std::vector<std::string>& s) {
   return std::count(s.begin(), s.end(), std::string("ok"));
 }
 
-// Starts `gradscope ARGS` in the background; its output goes to `out`. Returns its pid.
-pid_t start_gradscope(const std::string& args, const std::string& out) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    const std::string cmd =
-        std::string("exec ") + GRADSCOPE_BINARY + " " + args + " >" + out + " 2>&1 </dev/null";
-    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  return pid;
-}
-
 // Waits until `done` holds (polling), up to `seconds`.
 bool wait_for(const std::function<bool()>& done, double seconds) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
@@ -180,7 +168,7 @@ TEST(SweepCli, KillNineOfTheSweepThenResumeLosesAndDuplicatesNothing) {
   testing::TempDir dir("gradscope-sweep-kill");
   const std::string file = write_sweep(dir, 40, "", {"0", "1", "2"});  // 6 runs
   const std::string db = dir.file("r.db");
-  const pid_t sweep = start_gradscope("sweep " + file + " --db " + db, dir.file("out"));
+  const pid_t sweep = testing::start_gradscope("sweep " + file + " --db " + db, dir.file("out"));
   // Kill it once two runs are stored and a third is under way.
   ASSERT_TRUE(wait_for(
       [&] {
@@ -215,7 +203,7 @@ TEST(SweepCli, KillNineOfAChildIsCrashedThenRetried) {
   testing::TempDir dir("gradscope-sweep-child");
   const std::string file = write_sweep(dir, 400);
   const std::string db = dir.file("r.db");
-  const pid_t sweep = start_gradscope("sweep " + file + " --db " + db, dir.file("out"));
+  const pid_t sweep = testing::start_gradscope("sweep " + file + " --db " + db, dir.file("out"));
   ASSERT_TRUE(wait_for([&] { return !child_pids(slurp(dir.file("out"))).empty(); }, 60));
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   kill(child_pids(slurp(dir.file("out")))[0], SIGKILL);

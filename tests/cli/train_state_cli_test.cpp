@@ -35,17 +35,6 @@ std::string run_args(const std::string& extra) {
       kSteps - 1, testing::fixture("text/sotu-excerpt.txt"), extra);
 }
 
-pid_t start_run(const std::string& args, const std::string& out) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    const std::string cmd =
-        std::string("exec ") + GRADSCOPE_BINARY + " " + args + " >" + out + " 2>&1 </dev/null";
-    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  return pid;
-}
-
 int exit_code_of(pid_t pid) {
   int status = 0;
   waitpid(pid, &status, 0);
@@ -109,7 +98,8 @@ TEST(TrainStateCli, KilledOrStoppedRunsResumeBitwise) {
   // that state.
   const std::string killed_args = run_args(fmt::format("--db {} --save-state {} --state-every 1",
                                                        file("killed.db"), file("killed-state")));
-  const pid_t killed = start_run(killed_args + " --json " + file("killed-1.json"), file("k.out"));
+  const pid_t killed =
+      testing::start_gradscope(killed_args + " --json " + file("killed-1.json"), file("k.out"));
   ASSERT_TRUE(poll([&] { return state_step(file("killed-state")) >= 3; }, 120));
   kill(killed, SIGKILL);
   ASSERT_EQ(exit_code_of(killed), 128 + SIGKILL) << "the run ended before it was killed";
@@ -127,8 +117,8 @@ TEST(TrainStateCli, KilledOrStoppedRunsResumeBitwise) {
   // SIGTERM: the run saves its state, records itself interrupted and exits 75.
   const std::string stopped_args =
       run_args(fmt::format("--db {} --save-state {}", file("stopped.db"), file("stopped-state")));
-  const pid_t stopped =
-      start_run(stopped_args + " --state-every 2 --json " + file("stopped-1.json"), file("t.out"));
+  const pid_t stopped = testing::start_gradscope(
+      stopped_args + " --state-every 2 --json " + file("stopped-1.json"), file("t.out"));
   ASSERT_TRUE(poll([&] { return state_step(file("stopped-state")) >= 2; }, 120));
   // Twice, as when a scheduler and a sweep each send one: the second must not end the save.
   kill(stopped, SIGTERM);

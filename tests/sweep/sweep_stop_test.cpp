@@ -58,13 +58,8 @@ TEST(SweepResume, ASweepStoppedBySigtermResumesItsRunNextTime) {
   const std::string db = dir.file("r.db");
   const std::string logs = db + ".logs";
 
-  const pid_t sweep = fork();
-  if (sweep == 0) {
-    const std::string cmd = fmt::format("exec {} sweep {} --db {} >{} 2>&1 </dev/null",
-                                        GRADSCOPE_BINARY, file, db, dir.file("out"));
-    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
+  const pid_t sweep =
+      testing::start_gradscope(fmt::format("sweep {} --db {}", file, db), dir.file("out"));
   ASSERT_TRUE(wait_until([&] { return a_log_shows_a_step(logs); }, 120))
       << testing::slurp(dir.file("out"));
   // As systemd or Slurm do: SIGTERM to every process, and the sweep forwards one more.
