@@ -1,9 +1,6 @@
 #include "gradscope/optim/factory.h"
 
-#include <algorithm>
-#include <cctype>
 #include <cmath>
-#include <set>
 
 #include "gradscope/core/error.h"
 #include "gradscope/optim/adadelta.h"
@@ -12,133 +9,10 @@
 #include "gradscope/optim/conjugate_gradient.h"
 #include "gradscope/optim/galore.h"
 #include "gradscope/optim/lion.h"
+#include "gradscope/optim/opt_reader.h"
 
 namespace gradscope {
 namespace {
-
-// Reads typed values out of --opt settings, refusing unknown names and bad values.
-class OptReader {
- public:
-  OptReader(const std::string& optimizer, const OptSettings& opt,
-            const std::vector<std::string>& keys)
-      : optimizer_(optimizer), opt_(opt) {
-    std::set<std::string> valid(keys.begin(), keys.end());
-    for (const auto& [name, value] : opt_) {
-      if (!valid.count(name)) {
-        std::string list;
-        for (const auto& k : keys) list += (list.empty() ? "" : ", ") + k;
-        fail_usage("optimizer '" + optimizer_ + "' has no setting '" + name + "'",
-                   "settings of " + optimizer_ + ": " + (list.empty() ? "none" : list));
-      }
-    }
-  }
-
-  double number(const std::string& name, double fallback) const {
-    auto it = opt_.find(name);
-    if (it == opt_.end()) return fallback;
-    return parse(name, it->second);
-  }
-
-  bool flag(const std::string& name, bool fallback) const {
-    auto it = opt_.find(name);
-    if (it == opt_.end()) return fallback;
-    const std::string& v = it->second;
-    if (v == "true" || v == "1" || v == "yes") return true;
-    if (v == "false" || v == "0" || v == "no") return false;
-    fail_usage(optimizer_ + " setting " + name + "=" + v + " is not a boolean",
-               "write " + name + "=true or " + name + "=false");
-  }
-
-  // A number, or nullopt when the setting is absent (an optional hyperparameter).
-  std::optional<double> maybe_number(const std::string& name) const {
-    auto it = opt_.find(name);
-    if (it == opt_.end()) return std::nullopt;
-    return parse(name, it->second);
-  }
-
-  // A whole number (written without a fraction).
-  int64_t integer(const std::string& name, int64_t fallback) const {
-    auto it = opt_.find(name);
-    if (it == opt_.end()) return fallback;
-    const double v = parse(name, it->second);
-    if (v != std::floor(v) || std::abs(v) > 9.0e15)
-      fail_usage(optimizer_ + " setting " + name + "=" + it->second + " is not a whole number",
-                 "write a whole number, e.g. " + name + "=10");
-    return static_cast<int64_t>(v);
-  }
-
-  // One of `valid`.
-  std::string choice(const std::string& name, const std::string& fallback,
-                     const std::vector<std::string>& valid) const {
-    auto it = opt_.find(name);
-    if (it == opt_.end()) return fallback;
-    std::string list;
-    for (const auto& v : valid) {
-      if (v == it->second) return v;
-      list += (list.empty() ? "" : ", ") + v;
-    }
-    fail_usage("unknown " + optimizer_ + " " + name + " '" + it->second + "'",
-               "valid values of " + name + ": " + list);
-  }
-
-  // Comma-separated names, each of letters, digits and '_' (module names).
-  std::vector<std::string> names(const std::string& name,
-                                 const std::vector<std::string>& fallback) const {
-    auto it = opt_.find(name);
-    if (it == opt_.end()) return fallback;
-    std::vector<std::string> out;
-    const std::string& text = it->second;
-    for (size_t start = 0;;) {
-      const size_t comma = text.find(',', start);
-      const std::string item = text.substr(start, comma - start);
-      const bool plain = !item.empty() && std::all_of(item.begin(), item.end(), [](char c) {
-        return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
-      });
-      if (!plain)
-        fail_usage(optimizer_ + " setting " + name + "=" + text + " is not a list of names",
-                   "write names of letters, digits and '_' separated by commas, e.g. " + name +
-                       "=q_proj,v_proj");
-      out.push_back(item);
-      if (comma == std::string::npos) break;
-      start = comma + 1;
-    }
-    return out;
-  }
-
-  std::pair<double, double> pair(const std::string& name,
-                                 std::pair<double, double> fallback) const {
-    auto it = opt_.find(name);
-    if (it == opt_.end()) return fallback;
-    auto comma = it->second.find(',');
-    if (comma == std::string::npos)
-      fail_usage(optimizer_ + " setting " + name + "=" + it->second + " needs two values",
-                 "write " + name + "=0.9,0.999");
-    return {parse(name, it->second.substr(0, comma)), parse(name, it->second.substr(comma + 1))};
-  }
-
- private:
-  double parse(const std::string& name, const std::string& text) const {
-    size_t pos = 0;
-    double v = 0;
-    try {
-      v = std::stod(text, &pos);
-    } catch (const std::exception&) {
-      pos = 0;
-    }
-    if (pos != text.size() || !std::isfinite(v))
-      fail_usage(optimizer_ + " setting " + name + "=" + text + " is not a number",
-                 "write a number, e.g. " + name + "=0.9");
-    return v;
-  }
-
-  std::string optimizer_;
-  const OptSettings& opt_;
-};
-
-void check_range(bool ok, const std::string& what) {
-  check_usage(ok, "invalid optimizer setting: " + what,
-              "see `gradscope list` for each optimizer's settings");
-}
 
 const std::vector<std::string> kSgdKeys = {"momentum", "dampening", "nesterov"};
 const std::vector<std::string> kAdamKeys = {"betas", "eps", "amsgrad"};
@@ -154,31 +28,9 @@ const std::vector<std::string> kAdam8bitKeys = {"betas", "eps", "block_size", "m
 const std::vector<std::string> kGaloreKeys = {"rank",  "update_gap", "scale",
                                               "betas", "eps",        "targets"};
 
-// Builds an optimizer whose constructor checks its hyperparameters with TORCH_CHECK: a value
-// the factory let through but the constructor refuses is still the user's to fix (exit 2).
-template <typename Optimizer, typename Options, typename Params>
-std::unique_ptr<torch::optim::Optimizer> construct(const std::string& name, Params params,
-                                                   const Options& options) {
-  try {
-    return std::make_unique<Optimizer>(std::move(params), options);
-  } catch (const c10::Error& e) {
-    std::string what = e.what_without_backtrace();
-    what = what.substr(0, what.find('\n'));
-    fail_usage("invalid optimizer setting: " + name + ": " + what,
-               "see `gradscope list` for each optimizer's settings");
-  }
-}
-
-void check_betas(const std::string& optimizer, std::pair<double, double> betas) {
-  check_range(
-      betas.first >= 0 && betas.first < 1 && betas.second >= 0 && betas.second < 1,
-      fmt::format("{} betas={},{} must lie in [0, 1)", optimizer, betas.first, betas.second));
-}
-
 std::unique_ptr<torch::optim::Optimizer> make_sgd(std::vector<torch::Tensor> params,
-                                                  const std::vector<std::string>& /*names*/,
-                                                  double lr, double weight_decay,
-                                                  const OptSettings& opt) {
+                                                  const ParamInfo& /*info*/, double lr,
+                                                  double weight_decay, const OptSettings& opt) {
   OptReader r("sgd", opt, kSgdKeys);
   const double momentum = r.number("momentum", 0.0);
   const double dampening = r.number("dampening", 0.0);
@@ -191,7 +43,7 @@ std::unique_ptr<torch::optim::Optimizer> make_sgd(std::vector<torch::Tensor> par
                      .dampening(dampening)
                      .nesterov(nesterov)
                      .weight_decay(weight_decay);
-  return construct<torch::optim::SGD>("sgd", std::move(params), options);
+  return construct_optimizer<torch::optim::SGD>("sgd", std::move(params), options);
 }
 
 // Adam and AdamW read the same settings; they differ in how weight decay enters the update.
@@ -210,21 +62,19 @@ std::unique_ptr<torch::optim::Optimizer> make_adam_like(const std::string& name,
                      .eps(eps)
                      .amsgrad(r.flag("amsgrad", false))
                      .weight_decay(weight_decay);
-  return construct<Opt>(name, std::move(params), options);
+  return construct_optimizer<Opt>(name, std::move(params), options);
 }
 
 std::unique_ptr<torch::optim::Optimizer> make_adam(std::vector<torch::Tensor> params,
-                                                   const std::vector<std::string>& /*names*/,
-                                                   double lr, double weight_decay,
-                                                   const OptSettings& opt) {
+                                                   const ParamInfo& /*info*/, double lr,
+                                                   double weight_decay, const OptSettings& opt) {
   return make_adam_like<torch::optim::Adam, torch::optim::AdamOptions>("adam", std::move(params),
                                                                        lr, weight_decay, opt);
 }
 
 std::unique_ptr<torch::optim::Optimizer> make_adagrad(std::vector<torch::Tensor> params,
-                                                      const std::vector<std::string>& /*names*/,
-                                                      double lr, double weight_decay,
-                                                      const OptSettings& opt) {
+                                                      const ParamInfo& /*info*/, double lr,
+                                                      double weight_decay, const OptSettings& opt) {
   OptReader r("adagrad", opt, kAdagradKeys);
   const double lr_decay = r.number("lr_decay", 0.0);
   const double eps = r.number("eps", 1e-10);
@@ -237,20 +87,19 @@ std::unique_ptr<torch::optim::Optimizer> make_adagrad(std::vector<torch::Tensor>
                      .eps(eps)
                      .initial_accumulator_value(init)
                      .weight_decay(weight_decay);
-  return construct<torch::optim::Adagrad>("adagrad", std::move(params), options);
+  return construct_optimizer<torch::optim::Adagrad>("adagrad", std::move(params), options);
 }
 
 std::unique_ptr<torch::optim::Optimizer> make_adamw(std::vector<torch::Tensor> params,
-                                                    const std::vector<std::string>& /*names*/,
-                                                    double lr, double weight_decay,
-                                                    const OptSettings& opt) {
+                                                    const ParamInfo& /*info*/, double lr,
+                                                    double weight_decay, const OptSettings& opt) {
   return make_adam_like<torch::optim::AdamW, torch::optim::AdamWOptions>("adamw", std::move(params),
                                                                          lr, weight_decay, opt);
 }
 
 std::unique_ptr<torch::optim::Optimizer> make_adadelta(std::vector<torch::Tensor> params,
-                                                       const std::vector<std::string>& /*names*/,
-                                                       double lr, double weight_decay,
+                                                       const ParamInfo& /*info*/, double lr,
+                                                       double weight_decay,
                                                        const OptSettings& opt) {
   OptReader r("adadelta", opt, kAdadeltaKeys);
   const double rho = r.number("rho", 0.9);
@@ -262,24 +111,23 @@ std::unique_ptr<torch::optim::Optimizer> make_adadelta(std::vector<torch::Tensor
                      .eps(eps)
                      .weight_decay(weight_decay)
                      .maximize(r.flag("maximize", false));
-  return construct<Adadelta>("adadelta", std::move(params), options);
+  return construct_optimizer<Adadelta>("adadelta", std::move(params), options);
 }
 
 std::unique_ptr<torch::optim::Optimizer> make_lion(std::vector<torch::Tensor> params,
-                                                   const std::vector<std::string>& /*names*/,
-                                                   double lr, double weight_decay,
-                                                   const OptSettings& opt) {
+                                                   const ParamInfo& /*info*/, double lr,
+                                                   double weight_decay, const OptSettings& opt) {
   OptReader r("lion", opt, kLionKeys);
   const auto betas = r.pair("betas", {0.9, 0.99});
   check_betas("lion", betas);
   auto options =
       LionOptions(lr).betas(std::make_tuple(betas.first, betas.second)).weight_decay(weight_decay);
-  return construct<Lion>("lion", std::move(params), options);
+  return construct_optimizer<Lion>("lion", std::move(params), options);
 }
 
 std::unique_ptr<torch::optim::Optimizer> make_adafactor(std::vector<torch::Tensor> params,
-                                                        const std::vector<std::string>& /*names*/,
-                                                        double lr, double weight_decay,
+                                                        const ParamInfo& /*info*/, double lr,
+                                                        double weight_decay,
                                                         const OptSettings& opt) {
   OptReader r("adafactor", opt, kAdafactorKeys);
   const auto beta1 = r.maybe_number("beta1");
@@ -307,12 +155,12 @@ std::unique_ptr<torch::optim::Optimizer> make_adafactor(std::vector<torch::Tenso
                      .scale_parameter(r.flag("scale_parameter", true))
                      .relative_step(relative_step)
                      .warmup_init(warmup_init);
-  return construct<Adafactor>("adafactor", std::move(params), options);
+  return construct_optimizer<Adafactor>("adafactor", std::move(params), options);
 }
 
 std::unique_ptr<torch::optim::Optimizer> make_adam8bit(std::vector<torch::Tensor> params,
-                                                       const std::vector<std::string>& /*names*/,
-                                                       double lr, double weight_decay,
+                                                       const ParamInfo& /*info*/, double lr,
+                                                       double weight_decay,
                                                        const OptSettings& opt) {
   OptReader r("adam8bit", opt, kAdam8bitKeys);
   const auto betas = r.pair("betas", {0.9, 0.999});
@@ -333,16 +181,15 @@ std::unique_ptr<torch::optim::Optimizer> make_adam8bit(std::vector<torch::Tensor
                      .weight_decay(weight_decay)
                      .block_size(static_cast<int64_t>(block_size))
                      .min_8bit_size(static_cast<int64_t>(min_8bit_size));
-  return construct<Adam8bit>("adam8bit", std::move(params), options);
+  return construct_optimizer<Adam8bit>("adam8bit", std::move(params), options);
 }
 
 // rank and update_gap are integers read as numbers, so that rank=1.5 is refused naming it.
 // The matrices the paper projects (galore_projects, by name) form a projecting group, every
 // other parameter a group with project=false (AdamW), as in GaLore's reference code.
 std::unique_ptr<torch::optim::Optimizer> make_galore(std::vector<torch::Tensor> params,
-                                                     const std::vector<std::string>& names,
-                                                     double lr, double weight_decay,
-                                                     const OptSettings& opt) {
+                                                     const ParamInfo& info, double lr,
+                                                     double weight_decay, const OptSettings& opt) {
   OptReader r("galore", opt, kGaloreKeys);
   const auto rank = r.maybe_number("rank");  // unset: max(1, min(m, n) / 4) per matrix
   const double update_gap = r.number("update_gap", 200);
@@ -360,6 +207,7 @@ std::unique_ptr<torch::optim::Optimizer> make_galore(std::vector<torch::Tensor> 
   check_range(scale > 0, fmt::format("galore scale={} must be > 0", scale));
   check_betas("galore", betas);
   check_range(eps >= 0, fmt::format("galore eps={} must be >= 0", eps));
+  const auto& names = info.names;
   if (names.empty() && !params.empty())
     fail_runtime(
         "galore needs the parameters' names to tell the blocks' attention and MLP "
@@ -390,13 +238,12 @@ std::unique_ptr<torch::optim::Optimizer> make_galore(std::vector<torch::Tensor> 
     groups.emplace_back(std::move(others),
                         std::make_unique<GaloreOptions>(GaloreOptions(options).project(false)));
   // A rank above min(m, n) of some matrix is refused by the constructor: a usage error here.
-  return construct<Galore>("galore", std::move(groups), options);
+  return construct_optimizer<Galore>("galore", std::move(groups), options);
 }
 
 std::unique_ptr<torch::optim::Optimizer> make_cg(std::vector<torch::Tensor> params,
-                                                 const std::vector<std::string>& /*names*/,
-                                                 double lr, double weight_decay,
-                                                 const OptSettings& opt) {
+                                                 const ParamInfo& /*info*/, double lr,
+                                                 double weight_decay, const OptSettings& opt) {
   OptReader r("cg", opt, kCgKeys);
   const auto rule = r.choice("beta_rule", "pr+", {"fr", "pr+", "hs", "dy"});
   const auto search = r.choice("line_search", "strong_wolfe", {"none", "armijo", "strong_wolfe"});
@@ -425,7 +272,7 @@ std::unique_ptr<torch::optim::Optimizer> make_cg(std::vector<torch::Tensor> para
                      .max_evals(max_evals)
                      .tolerance_change(tolerance)
                      .weight_decay(weight_decay);
-  return construct<ConjugateGradient>("cg", std::move(params), options);
+  return construct_optimizer<ConjugateGradient>("cg", std::move(params), options);
 }
 
 }  // namespace
@@ -472,7 +319,7 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::string& name,
                                                         std::vector<torch::Tensor> params,
                                                         double lr, double weight_decay,
                                                         const OptSettings& opt) {
-  return make_optimizer(name, std::move(params), {}, lr, weight_decay, opt);
+  return make_optimizer(name, std::move(params), ParamInfo{}, lr, weight_decay, opt);
 }
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::string& name,
@@ -480,15 +327,26 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::string& name,
                                                         const std::vector<std::string>& names,
                                                         double lr, double weight_decay,
                                                         const OptSettings& opt) {
-  TORCH_CHECK(names.empty() || names.size() == params.size(), "make_optimizer: ", names.size(),
-              " names for ", params.size(), " parameters");
+  return make_optimizer(name, std::move(params), ParamInfo{names, {}}, lr, weight_decay, opt);
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::string& name,
+                                                        std::vector<torch::Tensor> params,
+                                                        const ParamInfo& info, double lr,
+                                                        double weight_decay,
+                                                        const OptSettings& opt) {
+  TORCH_CHECK(info.names.empty() || info.names.size() == params.size(),
+              "make_optimizer: ", info.names.size(), " names for ", params.size(), " parameters");
+  TORCH_CHECK(info.head_sizes.empty() || info.head_sizes.size() == params.size(),
+              "make_optimizer: ", info.head_sizes.size(), " head sizes for ", params.size(),
+              " parameters");
   const auto& entry = optimizer_registry().get(name);
   check_usage(std::isfinite(lr) && lr > 0, fmt::format("learning rate {} must be > 0", lr),
               "pass --lr with a positive value, e.g. --lr 1e-3");
   check_usage(std::isfinite(weight_decay) && weight_decay >= 0,
               fmt::format("weight decay {} must be >= 0", weight_decay),
               "pass --weight-decay 0 for none");
-  return entry.make(std::move(params), names, lr, weight_decay, opt);
+  return entry.make(std::move(params), info, lr, weight_decay, opt);
 }
 
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {

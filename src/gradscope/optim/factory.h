@@ -11,16 +11,27 @@
 #include <torch/torch.h>
 
 #include "gradscope/core/registry.h"
+#include "gradscope/optim/opt_reader.h"
 
 namespace gradscope {
 
-using OptSettings = std::map<std::string, std::string>;
+// What an optimizer may know of its parameters besides the tensors, for those that treat
+// parameters by their role (galore and muon pick the blocks' matrices by name; adam-mini
+// partitions attention projections by head). Each vector is empty when unknown, or holds one
+// entry per parameter.
+struct ParamInfo {
+  // names[i]: the name of params[i] in the model, as torch::nn::Module::named_parameters()
+  // gives it (e.g. "layers.0.self_attn.q_proj.weight").
+  std::vector<std::string> names;
+  // head_sizes[i]: for the weight or bias of an attention's query, key or value projection,
+  // the rows per head (HS), so that its rows split into heads of HS rows each; 0 for others.
+  std::vector<int64_t> head_sizes;
+};
 
 struct OptimizerEntry {
-  // Builds the optimizer; throws a usage error naming a bad or unknown setting. `names` holds
-  // the name of each parameter in the model, or nothing when they are unknown.
+  // Builds the optimizer; throws a usage error naming a bad or unknown setting.
   std::unique_ptr<torch::optim::Optimizer> (*make)(std::vector<torch::Tensor> params,
-                                                   const std::vector<std::string>& names, double lr,
+                                                   const ParamInfo& info, double lr,
                                                    double weight_decay, const OptSettings& opt);
   double default_lr;              // used when --lr is not given and lr_by_model has no entry
   std::vector<std::string> keys;  // the --opt names it accepts
@@ -52,6 +63,13 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::string& name,
                                                         std::vector<torch::Tensor> params,
                                                         const std::vector<std::string>& names,
                                                         double lr, double weight_decay,
+                                                        const OptSettings& opt);
+
+// An optimizer over parameters with their names and attention head sizes (ParamInfo).
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::string& name,
+                                                        std::vector<torch::Tensor> params,
+                                                        const ParamInfo& info, double lr,
+                                                        double weight_decay,
                                                         const OptSettings& opt);
 
 // The learning rate of every parameter group (for schedules).

@@ -36,8 +36,9 @@ class AfterBackward : public Updater {
                 const UpdaterOptions& options)
       : params_(params),
         options_(options),
-        optimizer_(make_optimizer(spec.name, params, spec.param_names, spec.lr, spec.weight_decay,
-                                  spec.opt)),
+        optimizer_(make_optimizer(spec.name, params,
+                                  ParamInfo{spec.param_names, spec.param_head_sizes}, spec.lr,
+                                  spec.weight_decay, spec.opt)),
         line_search_(optimizer_registry().get(spec.name).steps_with_closure) {
     check_usage(!line_search_ || options.clip_grad_norm == 0,
                 "optimizer '" + spec.name +

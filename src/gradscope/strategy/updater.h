@@ -36,9 +36,10 @@ struct OptimizerSpec {
   double lr = 1e-3;
   double weight_decay = 0;
   std::map<std::string, std::string> opt;
-  // The parameters' names in the model, in the order make_updater gets them (empty: unknown);
-  // galore picks the matrices it projects by name.
+  // The parameters' names in the model and their attention head sizes, in the order
+  // make_updater gets them (ParamInfo, optim/factory.h; empty: unknown).
   std::vector<std::string> param_names = {};
+  std::vector<int64_t> param_head_sizes = {};
 };
 
 struct UpdaterOptions {

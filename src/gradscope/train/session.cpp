@@ -13,6 +13,7 @@
 #include "gradscope/data/tokenizer.h"
 #include "gradscope/measure/memory.h"
 #include "gradscope/measure/peak.h"
+#include "gradscope/models/common/layers.h"
 #include "gradscope/optim/factory.h"
 #include "gradscope/train/weights_io.h"
 
@@ -189,8 +190,11 @@ Session::Session(const RunConfig& config, const SessionOptions& options)
   model_->set_packed_projections(c.projections == Projections::kProjectionsPacked);
   model_->to(device_);
   model_->train();
-  parameters_ = model_->parameters();
-  for (const auto& p : parameters_) params_ += p.numel();
+  for (const auto& item : model_->named_parameters()) {
+    parameters_.push_back(item.value());
+    parameter_names_.push_back(item.key());
+    params_ += item.value().numel();
+  }
   strategy_ = std::make_unique<Strategy>(plan);
   strategy_->attach(*model_);
   if (options.updater) build_updater();
@@ -233,7 +237,12 @@ ProcessSettings::~ProcessSettings() {
 
 void Session::build_updater() {
   const RunConfig& c = resolved_.config;
-  OptimizerSpec spec{c.optimizer, lr_, c.weight_decay, c.opt, model_->named_parameters().keys()};
+  OptimizerSpec spec{c.optimizer, lr_, c.weight_decay, c.opt, parameter_names_};
+  const auto heads = attention_head_sizes(*model_);
+  for (const auto& name : parameter_names_) {
+    auto it = heads.find(name);
+    spec.param_head_sizes.push_back(it == heads.end() ? 0 : it->second);
+  }
   UpdaterOptions options;
   options.clip_grad_norm = c.clip_grad_norm;
   options.log_grad_norm = c.log_grad_norm;

@@ -126,6 +126,7 @@ class Session {
   int64_t data_bytes_ = 0;
   std::shared_ptr<Model> model_;
   std::vector<torch::Tensor> parameters_;
+  std::vector<std::string> parameter_names_;  // of parameters_, as the model names them
   int64_t params_ = 0;
   std::unique_ptr<Strategy> strategy_;
   std::unique_ptr<Updater> updater_;

@@ -302,6 +302,19 @@ int64_t SelfAttentionImpl::num_kv_heads() const {
   return options.num_kv_heads() > 0 ? options.num_kv_heads() : options.num_heads();
 }
 
+std::map<std::string, int64_t> attention_head_sizes(const torch::nn::Module& root) {
+  std::map<std::string, int64_t> out;
+  for (const auto& item : root.named_modules()) {
+    const auto* attention = dynamic_cast<const SelfAttentionImpl*>(item.value().get());
+    if (attention == nullptr) continue;
+    const std::string prefix = item.key().empty() ? "" : item.key() + ".";
+    for (const char* proj : {"q_proj", "k_proj", "v_proj"})
+      for (const char* kind : {"weight", "bias"})
+        out[prefix + proj + "." + kind] = attention->head_size();
+  }
+  return out;
+}
+
 int64_t SelfAttentionImpl::head_size() const {
   return options.head_size() > 0 ? options.head_size()
                                  : options.hidden_size() / options.num_heads();

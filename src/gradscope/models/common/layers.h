@@ -13,7 +13,9 @@
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <map>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -245,6 +247,11 @@ class SelfAttentionImpl : public torch::nn::Cloneable<SelfAttentionImpl> {
   bool packed_ = false;
 };
 TORCH_MODULE(SelfAttention);
+
+// The head size of every attention's query, key and value projection parameters under `root`
+// (their weights and biases, named as root.named_parameters() names them), for optimizers
+// that partition those rows by head.
+std::map<std::string, int64_t> attention_head_sizes(const torch::nn::Module& root);
 
 // ---------------------------------------------------------------------------------------
 // SwiGLU MLP (Shazeer 2020): down(silu(gate(x)) * up(x)).
