@@ -533,7 +533,7 @@ struct TwoSteps {
 
 TEST(MemoryAtPeak, ComponentsAreThoseAtThePeakAndSumToIt) {
   TwoSteps run;
-  const RunMemory m = memory_part(run.tally, run.timer, run.meter, 100, int64_t{100}, true);
+  const RunMemory m = memory_part(run.tally, run.timer, run.meter, 100, 0, int64_t{100}, true);
   EXPECT_EQ(m.peak_bytes, 910);
   const MemoryBreakdown& b = m.breakdown;
   const int64_t sum =
@@ -573,12 +573,12 @@ struct ForwardPeak {
 
 TEST(MemoryAtPeak, RecordSaysWhenThePeakHappened) {
   TwoSteps run;
-  const RunMemory m = memory_part(run.tally, run.timer, run.meter, 100, int64_t{100}, true);
+  const RunMemory m = memory_part(run.tally, run.timer, run.meter, 100, 0, int64_t{100}, true);
   EXPECT_EQ(m.peak_phase, "optimizer");
   EXPECT_EQ(m.peak_step, 2);
   // A peak in a forward: activations are what the forward added, no gradient exists yet.
   ForwardPeak run_f;
-  const RunMemory f = memory_part(RunTally{}, run_f.timer, run_f.meter, 100, int64_t{100}, true);
+  const RunMemory f = memory_part(RunTally{}, run_f.timer, run_f.meter, 100, 0, int64_t{100}, true);
   EXPECT_EQ(f.peak_bytes, 810);
   EXPECT_EQ(f.peak_phase, "forward");
   EXPECT_EQ(f.breakdown.grads, 0);
@@ -593,7 +593,7 @@ TEST(MemoryAtPeak, LogitsAreTheLossHeadsPartOfThePass) {
   const HandMeter& meter = run.meter;
   RunTally tally;
   tally.logits_bytes = 300;
-  const RunMemory m = memory_part(tally, timer, meter, 100, std::nullopt, true);
+  const RunMemory m = memory_part(tally, timer, meter, 100, 0, std::nullopt, true);
   EXPECT_EQ(m.logits_bytes, 300);
   EXPECT_EQ(m.breakdown.logits, 300);
   // A part of activations, which keep their meaning: the parts without it sum to the peak.
@@ -602,11 +602,11 @@ TEST(MemoryAtPeak, LogitsAreTheLossHeadsPartOfThePass) {
             m.peak_bytes);
   // Never more than the activations at the peak.
   tally.logits_bytes = 5000;
-  const RunMemory capped = memory_part(tally, timer, meter, 100, std::nullopt, true);
+  const RunMemory capped = memory_part(tally, timer, meter, 100, 0, std::nullopt, true);
   EXPECT_EQ(capped.breakdown.logits, 700);
   EXPECT_EQ(capped.breakdown.activations, 700);
   // Without a language-model head the part is unmeasured (null), not 0.
-  EXPECT_FALSE(memory_part(RunTally{}, timer, meter, 100, std::nullopt, true).breakdown.logits);
+  EXPECT_FALSE(memory_part(RunTally{}, timer, meter, 100, 0, std::nullopt, true).breakdown.logits);
 }
 
 TEST(MemoryAtPeak, RealRunBreakdownSumsToThePeak) {

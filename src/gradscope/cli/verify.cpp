@@ -50,10 +50,10 @@ void add_verify_command(CLI::App& root, int& exit_code) {
       "strategy's own tolerance.\n"
       "Prints the differences; exit 0 iff every check holds.\n"
       "Example: gradscope verify --model llama --strategy checkpoint");
-  o->settings.add_to(
-      cmd, verify_defaults(),
-      {"model", "preset", "batch", "accum-steps", "seq", "seed", "device", "dataset", "tokenizer",
-       "optimizer", "recompute", "checkpoint-every", "loss", "loss-chunk"});
+  o->settings.add_to(cmd, verify_defaults(),
+                     {"model", "preset", "batch", "accum-steps", "seq", "seed", "device", "dataset",
+                      "tokenizer", "optimizer", "recompute", "checkpoint-every", "loss",
+                      "loss-chunk", "lora-targets", "lora-rank", "lora-alpha"});
   cmd->add_option("--strategy", o->strategies,
                   "Strategy to check (repeatable; default: every strategy but standard)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);

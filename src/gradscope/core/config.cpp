@@ -122,6 +122,11 @@ const std::vector<StrategyDescription>& step_options() {
   return list;
 }
 
+const std::vector<std::string>& lora_target_names() {
+  static const std::vector<std::string> names = {"q", "k", "v", "o", "gate", "up", "down"};
+  return names;
+}
+
 std::string StepPlan::strategy_name() const {
   StrategyShorthand s;
   s.checkpoint = recompute != Recompute::kRecomputeNone;

@@ -121,6 +121,13 @@ struct RunConfig {
   // Weights to start from instead of a seeded initialisation: a folder with config.json and
   // model.safetensors (or a sharded set), or one .safetensors file; "" = the seed's.
   std::string init_from;
+  // --- adapters (LoRA, Hu et al. 2022): low-rank updates of the blocks' projections, the
+  // rest frozen. Empty targets: every parameter trains.
+  std::vector<std::string> lora_targets;  // of lora_target_names(), in that order
+  int64_t lora_rank = 8;
+  double lora_alpha = 16;   // the update is scaled by alpha / rank
+  double lora_dropout = 0;  // on the adapter's input, in training only
+  bool lora() const { return !lora_targets.empty(); }
 
   // --- shape of the work ---
   int64_t batch = 8;    // micro-batch; effective batch = batch * accum_steps
@@ -156,6 +163,7 @@ struct RunConfig {
   std::string save_state;    // folder for the training state, "" = none
   int64_t state_every = 0;   // save the training state every N steps (0 = only when stopped)
   std::string resume;        // training state folder to continue from, "" = from step 0
+  bool save_adapters = false;  // with LoRA: --save-weights writes the adapters alone
   bool quiet = false;
 
   int64_t effective_batch() const { return batch * accum_steps; }
@@ -187,6 +195,9 @@ std::optional<OptimizerStep> parse_optimizer_step(const std::string& name);
 std::optional<LossKind> parse_loss_kind(const std::string& name);
 std::optional<Projections> parse_projections(const std::string& name);
 std::optional<StrategyShorthand> parse_strategy(const std::string& name);
+
+// The projections LoRA can adapt, in canonical order: q, k, v, o, gate, up, down.
+const std::vector<std::string>& lora_target_names();
 
 // The study's strategies and the fused step, with what each does, in documentation order.
 // --strategy also takes the other combinations of the parts by name ("checkpoint+fused").

@@ -166,6 +166,7 @@ json memory_to_json(const RunMemory& m) {
       {"peak_bytes", m.peak_bytes},
       {"breakdown",
        {{"params", b.params},
+        {"frozen_params", b.frozen_params},
         {"grads", or_null(b.grads)},
         {"optimizer_state", b.optimizer_state},
         {"activations", or_null(b.activations)},
@@ -173,6 +174,7 @@ json memory_to_json(const RunMemory& m) {
         {"other", b.other}}},
       {"timeline", timeline},
       {"params_bytes", m.params_bytes},
+      {"frozen_params_bytes", m.frozen_params_bytes},
       {"grads_bytes", or_null(m.grads_bytes)},
       {"optimizer_state_bytes", m.optimizer_state_bytes},
       {"activations_peak_bytes", or_null(m.activations_peak_bytes)},
@@ -250,6 +252,7 @@ RunMemory memory_from_json(const Reader& r) {
   if (r.has("breakdown")) {
     const Reader b = r.object("breakdown");
     m.breakdown.params = b.integer("params").value_or(0);
+    m.breakdown.frozen_params = b.integer("frozen_params").value_or(0);
     m.breakdown.grads = b.integer("grads");
     m.breakdown.optimizer_state = b.integer("optimizer_state").value_or(0);
     m.breakdown.activations = b.integer("activations");
@@ -270,6 +273,7 @@ RunMemory memory_from_json(const Reader& r) {
     return step;
   });
   m.params_bytes = r.integer("params_bytes").value_or(0);
+  m.frozen_params_bytes = r.integer("frozen_params_bytes").value_or(0);
   m.grads_bytes = r.integer("grads_bytes");
   m.optimizer_state_bytes = r.integer("optimizer_state_bytes").value_or(0);
   m.activations_peak_bytes = r.integer("activations_peak_bytes");
@@ -351,6 +355,7 @@ json record_to_json(const RunRecord& r) {
                                   {"message", r.failure->message}}
                            : json(nullptr);
   j["params"] = or_null(r.params);
+  j["trainable_params"] = or_null(r.trainable_params);
   j["data"] = r.data;
   json steps = json::array();
   for (const StepEntry& s : r.steps) steps.push_back(step_to_json(s));
@@ -505,6 +510,7 @@ RunRecord record_from_json(const json& j) {
     out.failure = RunFailure{f.integer("step"), f.text("phase"), f.text("message").value_or("")};
   }
   out.params = r.integer("params");
+  out.trainable_params = r.integer("trainable_params");
   out.data = j.value("data", json(nullptr));
   out.steps = r.array<StepEntry>("steps", step_from_json);
   out.evals = r.array<EvalEntry>("eval", eval_from_json);

@@ -90,7 +90,8 @@ struct RunThroughput {
 // The peak split into what was allocated at the moment of the peak (the parts sum to the
 // peak); null parts were not measured.
 struct MemoryBreakdown {
-  int64_t params = 0;
+  int64_t params = 0;            // the parameters that train (all of them without LoRA)
+  int64_t frozen_params = 0;     // parameters that do not train (LoRA's base weights)
   std::optional<int64_t> grads;  // null when no buffer of every gradient exists (fused step)
   int64_t optimizer_state = 0;
   std::optional<int64_t> activations;  // null without phase timing
@@ -126,7 +127,8 @@ struct RunMemory {
   std::optional<std::string> peak_phase;
   std::optional<int64_t> peak_step;
   std::vector<StepMemory> timeline;  // every timed step, with phase timing
-  int64_t params_bytes = 0;
+  int64_t params_bytes = 0;          // every parameter, frozen ones included
+  int64_t frozen_params_bytes = 0;   // of params_bytes, what does not train (LoRA's base)
   std::optional<int64_t> grads_bytes;
   int64_t optimizer_state_bytes = 0;
   std::optional<int64_t> activations_peak_bytes;
@@ -227,6 +229,8 @@ struct RunRecord {
   RunStatus status = RunStatus::kStatusOk;
   std::optional<RunFailure> failure;
   std::optional<int64_t> params;
+  // Parameters that train (all but LoRA's frozen base); null in records that predate it.
+  std::optional<int64_t> trainable_params;
   nlohmann::json data;  // what the data source says of itself (kind-specific)
   std::vector<StepEntry> steps;
   std::vector<EvalEntry> evals;

@@ -1,5 +1,7 @@
 // The settings table: one row per run setting, in the order --help shows them.
+#include <algorithm>
 #include <cmath>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -13,6 +15,34 @@ namespace gradscope {
 using namespace setting_rows;
 
 namespace {
+
+// --lora-targets: names of lora_target_names(), each once, kept in that order.
+std::vector<std::string> parse_lora_targets(const std::string& flag, const std::string& text) {
+  const auto& valid = lora_target_names();
+  std::set<std::string> given;
+  for (size_t start = 0;;) {
+    const size_t comma = text.find(',', start);
+    const std::string item = text.substr(start, comma - start);
+    check_usage(std::find(valid.begin(), valid.end(), item) != valid.end(),
+                fmt::format("{} '{}': unknown projection '{}'", flag, text, item),
+                "name projections among q, k, v, o, gate, up, down, e.g. " + flag + " q,v");
+    check_usage(given.insert(item).second,
+                fmt::format("{} '{}' names '{}' twice", flag, text, item),
+                "name each projection once");
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  std::vector<std::string> out;
+  for (const auto& name : valid)
+    if (given.count(name)) out.push_back(name);
+  return out;
+}
+
+std::string join_names(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ",") + n;
+  return out;
+}
 
 std::vector<std::string> names_of(const std::vector<StrategyDescription>& list) {
   std::vector<std::string> out;
@@ -78,6 +108,111 @@ std::vector<Setting> build_settings_table() {
     s.read = [](RunConfig& c, const json& in) {
       const auto it = in.find("init_from");
       if (it != in.end() && !it->is_null()) c.init_from = json_text("init_from", *it);
+    };
+    t.push_back(std::move(s));
+  }
+  // LoRA's settings enter the run id only when LoRA is on: the keys are newer than the first
+  // records, whose ids must hold.
+  {
+    Setting s = custom_row(
+        "lora-targets", "lora_targets", T::kTypeText, R::kRoleDefines, S::kSectionModel,
+        "Train low-rank adapters (LoRA) on these projections of every block and freeze the rest: "
+        "a comma-separated list of q, k, v, o, gate, up, down (vit's fc1 is up and fc2 down; "
+        "modernbert's Wi is gate and up, Wo down; nanovlm's decoder only). Default: full "
+        "training");
+    s.parse = [flag = s.flag()](RunConfig& c, const std::string& text) {
+      c.lora_targets = parse_lora_targets(flag, text);
+    };
+    s.text = [](const RunConfig& c) { return join_names(c.lora_targets); };
+    s.write = [](const RunConfig& c, json& out, JsonPurpose) {
+      if (c.lora()) out["lora_targets"] = c.lora_targets;
+    };
+    s.read = [](RunConfig& c, const json& in) {
+      const auto it = in.find("lora_targets");
+      if (it == in.end() || it->is_null()) return;
+      if (it->is_string()) {
+        c.lora_targets = parse_lora_targets("lora_targets", it->get<std::string>());
+        return;
+      }
+      if (!it->is_array()) wrong_type("lora_targets", *it, "a list of projection names");
+      std::string text;
+      for (const auto& item : *it)
+        text += (text.empty() ? "" : ",") + json_text("lora_targets", item);
+      c.lora_targets = parse_lora_targets("lora_targets", text);
+    };
+    t.push_back(std::move(s));
+  }
+  {
+    Setting s = custom_row("lora-rank", "lora_rank", T::kTypeInteger, R::kRoleDefines,
+                           S::kSectionModel, "With --lora-targets: the adapters' rank r");
+    s.parse = [flag = s.flag()](RunConfig& c, const std::string& text) {
+      c.lora_rank = parse_integer(flag, text);
+    };
+    s.text = [](const RunConfig& c) { return std::to_string(c.lora_rank); };
+    s.check = [flag = s.flag()](const RunConfig& c) {
+      check_usage(c.lora_rank >= 1, fmt::format("{} {} must be positive", flag, c.lora_rank),
+                  "pass a rank of at least 1, e.g. --lora-rank 8");
+      check_usage(c.lora() || c.lora_rank == RunConfig().lora_rank,
+                  fmt::format("{} only applies with --lora-targets", flag),
+                  "add --lora-targets, e.g. --lora-targets q,v");
+    };
+    s.write = [](const RunConfig& c, json& out, JsonPurpose) {
+      if (c.lora()) out["lora_rank"] = c.lora_rank;
+    };
+    s.read = [](RunConfig& c, const json& in) {
+      const auto it = in.find("lora_rank");
+      if (it != in.end() && !it->is_null()) c.lora_rank = json_integer("lora_rank", *it);
+    };
+    t.push_back(std::move(s));
+  }
+  {
+    Setting s =
+        custom_row("lora-alpha", "lora_alpha", T::kTypeNumber, R::kRoleDefines, S::kSectionModel,
+                   "With --lora-targets: alpha; the adapters' update is scaled by "
+                   "alpha / rank");
+    s.parse = [flag = s.flag()](RunConfig& c, const std::string& text) {
+      c.lora_alpha = parse_number(flag, text);
+    };
+    s.text = [](const RunConfig& c) { return number_text(c.lora_alpha); };
+    s.check = [flag = s.flag()](const RunConfig& c) {
+      check_usage(std::isfinite(c.lora_alpha) && c.lora_alpha > 0,
+                  fmt::format("{} {} must be positive", flag, c.lora_alpha),
+                  "pass e.g. --lora-alpha 16 (twice the rank is common)");
+      check_usage(c.lora() || c.lora_alpha == RunConfig().lora_alpha,
+                  fmt::format("{} only applies with --lora-targets", flag),
+                  "add --lora-targets, e.g. --lora-targets q,v");
+    };
+    s.write = [](const RunConfig& c, json& out, JsonPurpose) {
+      if (c.lora()) out["lora_alpha"] = c.lora_alpha;
+    };
+    s.read = [](RunConfig& c, const json& in) {
+      const auto it = in.find("lora_alpha");
+      if (it != in.end() && !it->is_null()) c.lora_alpha = json_number("lora_alpha", *it);
+    };
+    t.push_back(std::move(s));
+  }
+  {
+    Setting s = custom_row("lora-dropout", "lora_dropout", T::kTypeNumber, R::kRoleDefines,
+                           S::kSectionModel,
+                           "With --lora-targets: dropout on the adapters' input, in training");
+    s.parse = [flag = s.flag()](RunConfig& c, const std::string& text) {
+      c.lora_dropout = parse_number(flag, text);
+    };
+    s.text = [](const RunConfig& c) { return number_text(c.lora_dropout); };
+    s.check = [flag = s.flag()](const RunConfig& c) {
+      check_usage(c.lora_dropout >= 0 && c.lora_dropout < 1,
+                  fmt::format("{} {} must lie in [0, 1)", flag, c.lora_dropout),
+                  "pass --lora-dropout 0 for none");
+      check_usage(c.lora() || c.lora_dropout == RunConfig().lora_dropout,
+                  fmt::format("{} only applies with --lora-targets", flag),
+                  "add --lora-targets, e.g. --lora-targets q,v");
+    };
+    s.write = [](const RunConfig& c, json& out, JsonPurpose) {
+      if (c.lora()) out["lora_dropout"] = c.lora_dropout;
+    };
+    s.read = [](RunConfig& c, const json& in) {
+      const auto it = in.find("lora_dropout");
+      if (it != in.end() && !it->is_null()) c.lora_dropout = json_number("lora_dropout", *it);
     };
     t.push_back(std::move(s));
   }
@@ -553,6 +688,19 @@ std::vector<Setting> build_settings_table() {
                          S::kSectionOutput,
                          "At the end, write the trained weights to this folder as Hugging "
                          "Face does: config.json and model.safetensors"));
+  {
+    Setting s = member_row("save-adapters", "", &RunConfig::save_adapters, T::kTypeFlag,
+                           R::kRoleOutput, S::kSectionOutput,
+                           "With --lora-targets and --save-weights: write the adapters alone "
+                           "(adapter_config.json and adapter_model.safetensors, as PEFT does) "
+                           "instead of merging them into the base weights");
+    s.check = [flag = s.flag()](const RunConfig& c) {
+      check_usage(!c.save_adapters || (c.lora() && !c.save_weights.empty()),
+                  flag + " needs --lora-targets and --save-weights",
+                  "add --lora-targets and --save-weights DIR, or leave " + flag + " out");
+    };
+    t.push_back(std::move(s));
+  }
   t.push_back(member_row("save-state", "", &RunConfig::save_state, T::kTypeText, R::kRoleOutput,
                          S::kSectionOutput,
                          "Keep the training state (weights, optimizer, generators, step, "

@@ -757,7 +757,12 @@ nlohmann::json arch_from_hf_config(const std::string& model, const nlohmann::jso
 std::vector<std::pair<std::string, torch::Tensor>> hf_tensors(const std::string& model, Model& m) {
   const hf_weights_detail::Layout layout = hf_weights_detail::layout_of_model(model, m);
   const auto params = m.named_parameters();
+  // LoRA's adapters are merged into the weights they adapt: the published layout has no
+  // place for them (save them apart with lora_adapter_tensors).
+  const std::map<std::string, torch::Tensor> merged = lora_merged_weights(m);
   auto param = [&](const std::string& name) {
+    const auto it = merged.find(name);
+    if (it != merged.end()) return it->second;
     const torch::Tensor* p = params.find(name);
     if (!p) fail_runtime(fmt::format("{} has no parameter '{}'", model, name));
     return p->detach();

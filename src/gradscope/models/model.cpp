@@ -11,4 +11,24 @@ void Model::set_packed_projections(bool packed) {
   }
 }
 
+std::vector<std::string> Model::add_lora(const LoraOptions& options, at::Generator& gen) {
+  const std::string scope = lora_scope();
+  std::vector<std::string> adapted;
+  if (scope.empty()) {
+    adapted = attach_lora(*this, options, gen);
+  } else {
+    for (auto& name : attach_lora(*named_modules("", false)[scope], options, gen))
+      adapted.push_back(scope + "." + name);
+  }
+  const auto keep = lora_trainable();
+  for (auto& item : named_parameters()) {
+    const std::string& name = item.key();
+    bool trains = is_lora_parameter(name);
+    for (const auto& module : keep)
+      trains = trains || name.compare(0, module.size() + 1, module + ".") == 0;
+    item.value().set_requires_grad(trains);
+  }
+  return adapted;
+}
+
 }  // namespace gradscope

@@ -15,6 +15,8 @@
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
+#include "gradscope/models/common/lora.h"
+
 namespace gradscope {
 
 // One micro-batch. Unused tensors stay undefined.
@@ -122,6 +124,17 @@ class Model : public torch::nn::Module {
   // --projections packed: every attention and gated MLP of the model multiplies its
   // projections that read one input as one product (models/common/layers.h).
   void set_packed_projections(bool packed);
+
+  // LoRA (--lora-targets): adapters on the targeted projections of the blocks (common/lora.h),
+  // drawn from `gen`, and every other parameter frozen (requires_grad false) but those of
+  // lora_trainable(). Returns the adapted layers' names; empty when the model has none of
+  // the targeted projections.
+  std::vector<std::string> add_lora(const LoraOptions& options, at::Generator& gen);
+  // Modules that keep training beside the adapters: a task head that starts untrained (ViT's
+  // classifier, as PEFT's modules_to_save); none by default.
+  virtual std::vector<std::string> lora_trainable() const { return {}; }
+  // The module whose projections get adapters ("" = the whole model; NanoVLM: its decoder).
+  virtual std::string lora_scope() const { return ""; }
 
  protected:
   torch::Tensor run_block(Block& block, const torch::Tensor& x, const BlockContext& ctx) {

@@ -66,6 +66,8 @@ class NanoVlmModel : public Model {
   // Vision blocks first, then decoder blocks.
   std::vector<std::shared_ptr<Block>> blocks() override;
   bool has_lm_head() const override { return true; }
+  // LoRA adapts the decoder's projections; the vision encoder and the projector stay frozen.
+  std::string lora_scope() const override { return "decoder"; }
 
   // (B, 3, H, W) -> (B, n, C): encoder, pixel shuffle, projection
   torch::Tensor image_tokens(const torch::Tensor& images);

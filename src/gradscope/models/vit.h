@@ -121,6 +121,8 @@ class ViTModel : public Model {
   std::vector<std::shared_ptr<Block>> blocks() override { return encoder->blocks(); }
   // (B, 3, H, W) -> (B, K)
   torch::Tensor logits(const torch::Tensor& images);
+  // With LoRA the classifier trains too: it starts untrained for the task's labels.
+  std::vector<std::string> lora_trainable() const override { return {"classifier"}; }
 
   VisionEncoder encoder{nullptr};
   torch::nn::Linear classifier{nullptr};  // C -> K

@@ -181,7 +181,8 @@ RunThroughput throughput_part(const RunTally& tally) {
 }
 
 RunMemory memory_part(const RunTally& tally, const PhaseTimer& timer, const MemoryMeter& meter,
-                      int64_t params_bytes, std::optional<int64_t> grads_bytes, bool phase_timing) {
+                      int64_t params_bytes, int64_t frozen_params_bytes,
+                      std::optional<int64_t> grads_bytes, bool phase_timing) {
   RunMemory m;
   // Training's peak: the phases', and the meter's outside them (between steps, and every
   // step's without phase timing); evaluations reset the meter and are not counted.
@@ -200,6 +201,7 @@ RunMemory memory_part(const RunTally& tally, const PhaseTimer& timer, const Memo
   // next step's data), when no gradient and no activation of a step is left.
   const bool after_steps = known && m.peak_bytes > at->peak_bytes;
   m.breakdown.params = take(params_bytes);
+  m.breakdown.frozen_params = take(frozen_params_bytes);
   if (grads_bytes) {
     // Without phase timing the moment is unknown: every gradient is counted (an upper bound).
     const bool grads_then = !known || (!after_steps && at->grads_exist);
@@ -221,7 +223,8 @@ RunMemory memory_part(const RunTally& tally, const PhaseTimer& timer, const Memo
   }
   m.breakdown.other = left;
   m.timeline = tally.memory_timeline;
-  m.params_bytes = params_bytes;
+  m.params_bytes = params_bytes + frozen_params_bytes;
+  m.frozen_params_bytes = frozen_params_bytes;
   // Not measured with a fused step: each gradient lives only until its parameter's update.
   m.grads_bytes = grads_bytes;
   m.optimizer_state_bytes = tally.state_bytes;

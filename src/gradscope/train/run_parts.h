@@ -79,13 +79,14 @@ class RunSensors {
 RunTime time_part(const RunTally& tally, double wall_s, bool phase_timing);
 RunThroughput throughput_part(const RunTally& tally);
 // The peak by component, as allocated at the moment of the peak (the timer's peak_moment):
-// parameters; gradients, if the step had made them by then; optimizer state, if an update had
+// parameters that train, and frozen ones (LoRA's base); gradients, if the step had made them by then; optimizer state, if an update had
 // made it; activations, what the micro-batch's forward and backward had added above the bytes
 // at the forward's start; "other", the rest (the data set, the batch, temporaries of the
 // update, caches). The parts sum to peak_bytes. Without phase timing the moment is unknown:
 // every gradient and the state are counted and activations are null.
 RunMemory memory_part(const RunTally& tally, const PhaseTimer& timer, const MemoryMeter& meter,
-                      int64_t params_bytes, std::optional<int64_t> grads_bytes, bool phase_timing);
+                      int64_t params_bytes, int64_t frozen_params_bytes,
+                      std::optional<int64_t> grads_bytes, bool phase_timing);
 // Model FLOPs (3 x the analytical forward x tokens per step), achieved FLOP/s and hardware
 // FLOPs (model FLOPs + what checkpointing recomputes per step, estimate.h recompute_flops);
 // peaks, MFU and HFU come from apply_device_peak.

@@ -10,6 +10,7 @@
 #include "gradscope/core/error.h"
 #include "gradscope/core/rng.h"
 #include "gradscope/core/settings.h"
+#include "gradscope/core/tensors.h"
 #include "gradscope/data/tokenizer.h"
 #include "gradscope/measure/memory.h"
 #include "gradscope/measure/peak.h"
@@ -22,6 +23,8 @@ namespace {
 
 // The stream of the default generator's seed (dropout), apart from the data's streams.
 constexpr uint64_t kDropoutStream = 0xd50;
+// The stream of the LoRA adapters' initial A matrices, apart from the weights' and the data's.
+constexpr uint64_t kLoraStream = 0x10a;
 
 }  // namespace
 
@@ -178,6 +181,30 @@ Session::Session(const RunConfig& config, const SessionOptions& options)
         "check the --arch overrides against the preset (`gradscope list --json`)");
   }
   if (!c.init_from.empty()) load_init_weights(c.model, *model_, read_init_source(c.init_from));
+  if (c.lora()) {
+    check_usage(family_->kind != ModelKind::kModelKindToy,
+                "toy problem '" + c.model + "' has no projections to adapt",
+                "leave --lora-targets out");
+    LoraOptions lora;
+    lora.targets = c.lora_targets;
+    lora.rank = c.lora_rank;
+    lora.alpha = c.lora_alpha;
+    lora.dropout = c.lora_dropout;
+    auto gen = at::detail::createCPUGenerator(hash3(c.seed, kLoraStream, 0));
+    std::vector<std::string> adapted;
+    try {
+      adapted = model_->add_lora(lora, gen);
+    } catch (const c10::Error& e) {
+      std::string what = e.what_without_backtrace();
+      fail_usage("cannot add LoRA adapters to " + c.model + ": " + what.substr(0, what.find('\n')),
+                 "check --lora-rank against the model's widths");
+    }
+    std::string names;
+    for (const auto& t : c.lora_targets) names += (names.empty() ? "" : ",") + t;
+    check_usage(!adapted.empty(),
+                c.model + " has no projection that --lora-targets " + names + " names",
+                "name projections the model has (docs/lora.md lists them per model)");
+  }
   check_usage(plan.loss == LossKind::kLossFull || model_->has_lm_head(),
               fmt::format("--loss chunked needs a language-model head, and {} has none", c.model),
               "use --loss chunked with llama, nanovlm or modernbert, or leave --loss out");
@@ -190,10 +217,16 @@ Session::Session(const RunConfig& config, const SessionOptions& options)
   model_->set_packed_projections(c.projections == Projections::kProjectionsPacked);
   model_->to(device_);
   model_->train();
+  // Frozen parameters (the base under LoRA) get no gradient and no optimizer state.
   for (const auto& item : model_->named_parameters()) {
+    params_ += item.value().numel();
+    if (!item.value().requires_grad()) {
+      frozen_params_bytes_ += tensors_bytes({item.value()});
+      continue;
+    }
     parameters_.push_back(item.value());
     parameter_names_.push_back(item.key());
-    params_ += item.value().numel();
+    trainable_params_ += item.value().numel();
   }
   strategy_ = std::make_unique<Strategy>(plan);
   strategy_->attach(*model_);

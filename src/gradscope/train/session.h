@@ -99,7 +99,10 @@ class Session {
   int64_t data_bytes() const { return data_bytes_; }
   Model& model() { return *model_; }
   const std::vector<torch::Tensor>& parameters() const { return parameters_; }
-  int64_t params() const { return params_; }
+  int64_t params() const { return params_; }  // every parameter's elements, frozen included
+  // The parameters that train (all but those LoRA freezes): parameters() holds them.
+  int64_t trainable_params() const { return trainable_params_; }
+  int64_t frozen_params_bytes() const { return frozen_params_bytes_; }
   const Strategy& strategy() const { return *strategy_; }
   // Null when built without one (SessionOptions::updater).
   Updater* updater() { return updater_.get(); }
@@ -128,6 +131,8 @@ class Session {
   std::vector<torch::Tensor> parameters_;
   std::vector<std::string> parameter_names_;  // of parameters_, as the model names them
   int64_t params_ = 0;
+  int64_t trainable_params_ = 0;
+  int64_t frozen_params_bytes_ = 0;
   std::unique_ptr<Strategy> strategy_;
   std::unique_ptr<Updater> updater_;
   double lr_ = 0;

@@ -149,6 +149,7 @@ RunRecord Trainer::run(ProgressSink* progress) {
   record.update_rule = updater.update_rule();
   record.arch = session_->arch();
   record.params = session_->params();
+  record.trainable_params = session_->trainable_params();
   record.data = session_->data().describe();
   record.lr_search = lr_search_;
   if (progress) progress->on_start(record, total_steps);
@@ -423,7 +424,8 @@ void Trainer::finish_record(RunRecord& record, RunTally& tally, const PhaseTimer
   record.time = time_part(tally, wall_s, c.phase_timing);
   record.throughput = throughput_part(tally);
   record.memory = memory_part(tally, timer, *meter_, tensors_bytes(session_->parameters()),
-                              session_->updater()->grads_bytes(), c.phase_timing);
+                              session_->frozen_params_bytes(), session_->updater()->grads_bytes(),
+                              c.phase_timing);
   sensors.fill(record, tally, c, device.is_cpu(), threads);
   // Tokens as they went through the model (effective batch x sequence length for a language
   // model, evaluations of the function for a toy problem).

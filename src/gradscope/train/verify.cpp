@@ -61,6 +61,14 @@ class NullObserver : public PhaseObserver {
   void enter(Phase) override {}
 };
 
+// LoRA's B starts at zero, which leaves A without a gradient in the first step: every check
+// draws B from the seed instead, the same in every session, so that both matrices are checked.
+void nonzero_adapters(Session& session) {
+  if (!session.config().lora()) return;
+  auto gen = at::detail::createCPUGenerator(session.config().seed + 1);
+  draw_lora_b(session.model(), 0.02, gen);
+}
+
 struct StepResult {
   double loss = 0;
   // The gradients, or the parameters after the optimizer step when one was taken.
@@ -78,6 +86,7 @@ StepResult one_step(const RunConfig& config, const std::shared_ptr<const DataSou
   options.data = data;
   options.updater = optimizer_step;
   Session session(config, options);
+  nonzero_adapters(session);
   if (verify.instrument) verify.instrument(session.model(), session.strategy().plan());
   // The same dropout stream for the reference and the candidate.
   seed_dropout(session.config());
@@ -99,6 +108,7 @@ StepResult one_step(const RunConfig& config, const std::shared_ptr<const DataSou
       r.tensors.emplace_back(p.key(), p.value().detach().to(torch::kCPU).to(torch::kFloat64));
       continue;
     }
+    if (!p.value().requires_grad()) continue;  // frozen (LoRA's base): no gradient to check
     const torch::Tensor grad = p.value().grad();
     if (!grad.defined()) r.missing.push_back(p.key());
     r.tensors.emplace_back(p.key(), grad.defined()
@@ -116,6 +126,7 @@ StepResult parameter_updates(const RunConfig& config, const std::shared_ptr<cons
   SessionOptions options;
   options.data = data;
   Session session(config, options);
+  nonzero_adapters(session);
   seed_dropout(session.config());
   NullObserver observer;
   const bool bf16 = config.dtype == Dtype::kDtypeBf16;
@@ -243,6 +254,10 @@ std::vector<VerifyCheck> verify_strategies(const RunConfig& config, const Verify
   if (family.kind != ModelKind::kModelKindToy) {
     with_dropout.dropout = kDropoutForCheckpointCheck;
     without_dropout.dropout = 0.0;
+    if (config.lora()) {
+      with_dropout.lora_dropout = kDropoutForCheckpointCheck;
+      without_dropout.lora_dropout = 0.0;
+    }
   }
   // The references and the checks of the strategies take the full loss; the chunked-loss checks
   // take the configuration's chunk (kVerifyLossChunk unless it asks for --loss chunked).

@@ -1,5 +1,7 @@
 #include "gradscope/models/common/layers.h"
 
+#include "gradscope/models/common/lora.h"
+
 #include <atomic>
 #include <cmath>
 #include <limits>
@@ -288,7 +290,14 @@ std::vector<torch::Tensor> packed_linear(
   // weight's gradient.
   auto weight = torch::cat(weights, 0);                                  // (sum out, in)
   auto bias = biases.empty() ? torch::Tensor() : torch::cat(biases, 0);  // (sum out)
-  return F::linear(x, weight, bias).split_with_sizes(widths, -1);        // views
+  auto parts = F::linear(x, weight, bias).split_with_sizes(widths, -1);  // views
+  // An adapted layer's part gets its adapter's update (a new tensor, no longer a view).
+  size_t i = 0;
+  for (torch::nn::LinearImpl& layer : layers) {
+    if (auto* adapter = lora_adapter_of(layer)) parts[i] = parts[i] + adapter->forward(x);
+    ++i;
+  }
+  return parts;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -353,9 +362,9 @@ torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x, const torch::Te
     k = parts[1].view({b, t, nkv, hs}).transpose(1, 2);  // (B, NKV, T, HS)
     v = parts[2].view({b, t, nkv, hs}).transpose(1, 2);  // (B, NKV, T, HS)
   } else {
-    q = q_proj(x).view({b, t, nh, hs}).transpose(1, 2);   // (B, NH, T, HS)
-    k = k_proj(x).view({b, t, nkv, hs}).transpose(1, 2);  // (B, NKV, T, HS)
-    v = v_proj(x).view({b, t, nkv, hs}).transpose(1, 2);  // (B, NKV, T, HS)
+    q = adapted_linear(*q_proj, x).view({b, t, nh, hs}).transpose(1, 2);   // (B, NH, T, HS)
+    k = adapted_linear(*k_proj, x).view({b, t, nkv, hs}).transpose(1, 2);  // (B, NKV, T, HS)
+    v = adapted_linear(*v_proj, x).view({b, t, nkv, hs}).transpose(1, 2);  // (B, NKV, T, HS)
   }
   if (cos.defined()) {
     q = apply_rotary(q, cos, sin);
@@ -363,7 +372,7 @@ torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x, const torch::Te
   }
   auto y = attention(q, k, v, mask, is_causal, options.dropout(), is_training());  // (B, NH, T, HS)
   y = y.transpose(1, 2).reshape({b, t, nh * hs});  // (B, T, NH * HS)
-  return o_proj(y);                                // (B, T, C)
+  return adapted_linear(*o_proj, y);               // (B, T, C)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -386,10 +395,10 @@ void SwiGLUImpl::reset() {
 torch::Tensor SwiGLUImpl::forward(const torch::Tensor& x) {
   if (packed_) {
     auto parts = packed_linear(x, {*gate_proj, *up_proj});  // 2 x (B, T, I), views of (B, T, 2I)
-    return down_proj(F::silu(parts[0]) * parts[1]);         // (B, T, C)
+    return adapted_linear(*down_proj, F::silu(parts[0]) * parts[1]);  // (B, T, C)
   }
-  auto h = F::silu(gate_proj(x)) * up_proj(x);  // (B, T, I)
-  return down_proj(h);                          // (B, T, C)
+  auto h = F::silu(adapted_linear(*gate_proj, x)) * adapted_linear(*up_proj, x);  // (B, T, I)
+  return adapted_linear(*down_proj, h);                                           // (B, T, C)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -415,8 +424,8 @@ void GeluMLPImpl::reset() {
 }
 
 torch::Tensor GeluMLPImpl::forward(const torch::Tensor& x) {
-  auto h = gelu(fc1(x), options.tanh_approximation());             // (B, T, I)
-  return fc2(maybe_dropout(h, options.dropout(), is_training()));  // (B, T, C)
+  auto h = gelu(adapted_linear(*fc1, x), options.tanh_approximation());             // (B, T, I)
+  return adapted_linear(*fc2, maybe_dropout(h, options.dropout(), is_training()));  // (B, T, C)
 }
 
 GeGLUImpl::GeGLUImpl(const GeluMLPOptions& options_) : options(options_) { reset(); }
@@ -431,9 +440,9 @@ void GeGLUImpl::reset() {
 }
 
 torch::Tensor GeGLUImpl::forward(const torch::Tensor& x) {
-  auto parts = Wi(x).chunk(2, -1);                                   // 2 x (B, T, I)
-  auto h = gelu(parts[0], options.tanh_approximation()) * parts[1];  // (B, T, I)
-  return Wo(maybe_dropout(h, options.dropout(), is_training()));     // (B, T, C)
+  auto parts = adapted_linear(*Wi, x).chunk(2, -1);                                // 2 x (B, T, I)
+  auto h = gelu(parts[0], options.tanh_approximation()) * parts[1];                // (B, T, I)
+  return adapted_linear(*Wo, maybe_dropout(h, options.dropout(), is_training()));  // (B, T, C)
 }
 
 // ---------------------------------------------------------------------------------------
