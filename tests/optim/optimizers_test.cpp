@@ -1,6 +1,7 @@
 // Every registered optimizer: state bytes, serialization round trip, refusal of bad settings.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <sstream>
 
 #include "gradscope/core/error.h"
@@ -80,6 +81,12 @@ OptSettings stateful_settings(const std::string& name) {
   return {};
 }
 
+// A registry name as a test name: GoogleTest's names take letters, digits and '_' only.
+std::string test_name_of(std::string name) {
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name;
+}
+
 class OptimizerSerialization : public ::testing::TestWithParam<std::string> {};
 
 // Saves an optimizer after three steps, loads it into a fresh one over copies of the
@@ -133,7 +140,7 @@ TEST_P(OptimizerSerialization, RoundTripContinuesExactly) {
 
 INSTANTIATE_TEST_SUITE_P(Registered, OptimizerSerialization,
                          ::testing::ValuesIn(optimizer_registry().names()),
-                         [](const auto& info) { return info.param; });
+                         [](const auto& info) { return test_name_of(info.param); });
 
 class OptimizerDescent : public ::testing::TestWithParam<std::string> {};
 
@@ -170,7 +177,7 @@ TEST_P(OptimizerDescent, LowersALeastSquaresLoss) {
 
 INSTANTIATE_TEST_SUITE_P(Registered, OptimizerDescent,
                          ::testing::ValuesIn(optimizer_registry().names()),
-                         [](const auto& info) { return info.param; });
+                         [](const auto& info) { return test_name_of(info.param); });
 
 std::vector<torch::Tensor> fresh_param() { return {torch::ones({3}, torch::requires_grad())}; }
 

@@ -26,6 +26,7 @@ void print_estimate(const RunConfig& c, const MemoryEstimate& e) {
              c.strategy_label(), c.batch, c.accum_steps);
   const std::pair<const char*, int64_t> rows[] = {
       {"parameters", e.params_bytes},
+      {"  of which frozen", e.frozen_params_bytes},
       {"gradients", e.grads_bytes},
       {"optimizer state", e.optimizer_state_bytes},
       {"activations (saved)", e.activations_bytes},

@@ -118,6 +118,13 @@ const std::vector<StrategyDescription>& step_options() {
        "q, k and v, and gate and up, as one matrix product each while the parameters stay "
        "separate: fewer, larger products, for a stacked copy of those weights per layer kept for "
        "backward"},
+      {"--lora-targets q,v",
+       fmt::format("LoRA: the named projections of every block get trainable adapters of rank "
+                   "--lora-rank (default {}) and every other weight is frozen: gradients and "
+                   "optimizer state only for the adapters, for the same forward and backward "
+                   "activations and a model that learns only a low-rank update (llama, "
+                   "modernbert, vit, nanovlm's decoder)",
+                   RunConfig().lora_rank)},
   };
   return list;
 }

@@ -783,6 +783,99 @@ std::vector<std::pair<std::string, torch::Tensor>> hf_tensors(const std::string&
   return out;
 }
 
+AdapterExport hf_adapters(const std::string& model, Model& m, const LoraOptions& options,
+                          const std::string& base_model) {
+  const hf_weights_detail::Layout layout = hf_weights_detail::layout_of_model(model, m);
+  std::map<std::string, LoraAdapterImpl*> adapters;  // by the adapted layer's weight name
+  for (const auto& [name, adapter] : lora_adapters(m)) adapters[name + ".weight"] = adapter;
+  torch::NoGradGuard no_grad;
+  AdapterExport out;
+  nlohmann::json targets = nlohmann::json::array();
+  nlohmann::json rank_pattern = nlohmann::json::object();
+  nlohmann::json alpha_pattern = nlohmann::json::object();
+  size_t exported = 0;
+  const std::string suffix = ".weight";
+  for (const hf_weights_detail::HfTensor& t : layout.tensors) {
+    std::vector<std::pair<size_t, LoraAdapterImpl*>> parts;  // (part index, adapter)
+    for (size_t i = 0; i < t.parts.size(); ++i) {
+      const auto it = adapters.find(t.parts[i]);
+      if (it != adapters.end()) parts.emplace_back(i, it->second);
+    }
+    if (parts.empty()) continue;
+    if (t.name.size() <= suffix.size() ||
+        t.name.compare(t.name.size() - suffix.size(), suffix.size(), suffix) != 0)
+      fail_runtime(fmt::format("{}: adapted tensor '{}' is not a weight", model, t.name));
+    const std::string module = t.name.substr(0, t.name.size() - suffix.size());
+    torch::Tensor a, b;
+    if (t.parts.size() == 1) {
+      a = parts[0].second->A.detach();
+      b = parts[0].second->B.detach();
+    } else {
+      // Rows of the stacked weight per part, in order; each adapted part's B in its rows and
+      // its own block of r columns.
+      const int64_t r = options.rank, k = static_cast<int64_t>(parts.size());
+      std::vector<torch::Tensor> as;
+      for (const auto& part : parts) as.push_back(part.second->A.detach());
+      a = torch::cat(as, 0);  // (k r, in)
+      b = torch::zeros({t.shape.at(0), k * r}, parts[0].second->B.options());
+      int64_t row = 0, column = 0;
+      size_t next = 0;
+      for (size_t i = 0; i < t.parts.size(); ++i) {
+        const torch::Tensor* weight = m.named_parameters().find(t.parts[i]);
+        if (!weight) fail_runtime(fmt::format("{} has no parameter '{}'", model, t.parts[i]));
+        const int64_t rows = weight->size(0);
+        if (next < parts.size() && parts[next].first == i) {
+          b.narrow(0, row, rows).narrow(1, column, r).copy_(parts[next].second->B.detach());
+          column += r;
+          ++next;
+        }
+        row += rows;
+      }
+      if (k > 1) {
+        rank_pattern[module] = k * r;
+        alpha_pattern[module] = static_cast<double>(k) * options.alpha;
+      }
+    }
+    exported += parts.size();
+    targets.push_back(module);
+    out.tensors.emplace_back("base_model.model." + module + ".lora_A.weight", a);
+    out.tensors.emplace_back("base_model.model." + module + ".lora_B.weight", b);
+  }
+  if (exported != adapters.size())
+    fail_runtime(fmt::format("{}: {} of {} adapters have no published module", model, exported,
+                             adapters.size()));
+  // The heads that trained beside the adapters, whole, under their published names.
+  nlohmann::json to_save = nlohmann::json::array();
+  for (const std::string& head : m.lora_trainable()) {
+    bool found = false;
+    for (const hf_weights_detail::HfTensor& t : layout.tensors) {
+      if (t.parts.size() != 1 || t.parts[0].compare(0, head.size() + 1, head + ".") != 0) continue;
+      const torch::Tensor* p = m.named_parameters().find(t.parts[0]);
+      if (!p) fail_runtime(fmt::format("{} has no parameter '{}'", model, t.parts[0]));
+      out.tensors.emplace_back("base_model.model." + t.name, p->detach());
+      if (!found) to_save.push_back(t.name.substr(0, t.name.rfind('.')));
+      found = true;
+    }
+  }
+  const bool causal = model == "llama";
+  out.config = {{"peft_type", "LORA"},
+                {"task_type", causal ? nlohmann::json("CAUSAL_LM") : nlohmann::json(nullptr)},
+                {"base_model_name_or_path",
+                 base_model.empty() ? nlohmann::json(nullptr) : nlohmann::json(base_model)},
+                {"r", options.rank},
+                {"lora_alpha", options.alpha},
+                {"lora_dropout", options.dropout},
+                {"target_modules", targets},
+                {"rank_pattern", rank_pattern},
+                {"alpha_pattern", alpha_pattern},
+                {"modules_to_save", to_save.empty() ? nlohmann::json(nullptr) : to_save},
+                {"bias", "none"},
+                {"fan_in_fan_out", false},
+                {"init_lora_weights", true},
+                {"inference_mode", true}};
+  return out;
+}
+
 std::vector<std::pair<std::string, std::vector<int64_t>>> hf_tensor_shapes(
     const std::string& model, const nlohmann::json& arch) {
   const hf_weights_detail::Layout layout = hf_weights_detail::layout_of_arch(model, arch);

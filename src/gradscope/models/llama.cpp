@@ -344,22 +344,32 @@ MemoryTrace::Id trace_llama_blocks(const LlamaConfig& c, int64_t batch, int64_t 
       // gate and up are views of one (n, 2I) output, which silu and the product save.
       const int64_t I = c.intermediate_size;
       const auto parts = trace.packed_linear(normed2, n, C, {I, I}, c.mlp_bias);
+      // An adapted part is a tensor of its own, saved in place of the packed output.
+      const auto gate = trace.adapt(normed2, parts[1], n, C, I, "gate");
+      const auto up = trace.adapt(normed2, parts[2], n, C, I, "up");
       const auto act = trace.alloc(n * I * MemoryTrace::kFloat);
-      trace.node({parts[0]}, {parts[1]}, {act});
+      trace.node({gate == parts[1] ? parts[0] : gate}, {gate}, {act});
       product = trace.alloc(n * I * MemoryTrace::kFloat);
-      trace.node({act, parts[0]}, {act, parts[2]}, {product});
+      trace.node({act, up == parts[2] ? parts[0] : up}, {act, up}, {product});
       trace.release(act);
       trace.release(parts[0]);
+      if (gate != parts[1]) trace.release(gate);
+      if (up != parts[2]) trace.release(up);
     } else {
-      const auto gate = trace.linear(normed2, n, C, c.intermediate_size, c.mlp_bias);
+      const int64_t I = c.intermediate_size;
+      const auto gate =
+          trace.adapt(normed2, trace.linear(normed2, n, C, I, c.mlp_bias), n, C, I, "gate");
       const auto act = trace.activation(gate);
-      const auto up = trace.linear(normed2, n, C, c.intermediate_size, c.mlp_bias);
+      const auto up =
+          trace.adapt(normed2, trace.linear(normed2, n, C, I, c.mlp_bias), n, C, I, "up");
       product = trace.mul(act, up);
       trace.release(gate);
       trace.release(act);
       trace.release(up);
     }
-    const auto m = trace.linear(product, n, c.intermediate_size, C, c.mlp_bias);
+    const auto m =
+        trace.adapt(product, trace.linear(product, n, c.intermediate_size, C, c.mlp_bias), n,
+                    c.intermediate_size, C, "down");
     trace.release(product);
     trace.release(normed2);
     const auto out = trace.residual(h, m, c.hidden_dropout);

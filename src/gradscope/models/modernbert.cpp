@@ -319,7 +319,8 @@ void modernbert_trace_step(const json& arch, int64_t batch, MemoryTrace& trace) 
     const auto normed2 = trace.layer_norm(mid, n, C, c.norm_bias);
     // GeGLU: Wo(dropout(gelu(a) * b)) with (a, b) = Wi(x).chunk(2): both halves are views
     // of Wi's output, which the GELU and the product keep.
-    const auto wi = trace.linear(normed2, n, C, 2 * I, c.mlp_bias);
+    const auto wi = trace.adapt(normed2, trace.linear(normed2, n, C, 2 * I, c.mlp_bias), n, C,
+                                2 * I, "gate_up");
     const auto half_a = trace.view(n * I * F4);
     const auto half_b = trace.view(n * I * F4);
     trace.node({}, {wi}, {half_a, half_b});  // chunk: its backward joins the halves' gradients
@@ -330,7 +331,8 @@ void modernbert_trace_step(const json& arch, int64_t batch, MemoryTrace& trace) 
     trace.release(act);
     trace.release(wi);
     const auto p_dropped = trace.drop(product, c.hidden_dropout);
-    const auto m = trace.linear(p_dropped, n, I, C, c.mlp_bias);
+    const auto m =
+        trace.adapt(p_dropped, trace.linear(p_dropped, n, I, C, c.mlp_bias), n, I, C, "down");
     trace.release(p_dropped);
     trace.release(normed2);
     const auto out = trace.residual(mid, m, 0.0);  // the MLP dropped inside

@@ -241,7 +241,10 @@ void nanovlm_trace_step(const json& arch, int64_t batch, MemoryTrace& trace) {
   const int64_t cv = c.vision.hidden_size * c.pixel_shuffle_factor * c.pixel_shuffle_factor;
   trace.persistent(2 * batch * T * MemoryTrace::kLong + batch * T);  // ids, targets, text mask
   trace.persistent(2 * S * d.head_dim * F4);                         // rotary cos, sin
+  // LoRA adapts the decoder only (NanoVlmModel::lora_scope).
+  trace.set_adapting(false);
   const auto patches = trace_vision_encoder(c.vision, batch, trace);
+  trace.set_adapting(true);
   // Pixel shuffle: a permute, then a copying reshape.
   const auto shuffled = trace.copy(patches, trace.bytes(patches));
   trace.release(patches);

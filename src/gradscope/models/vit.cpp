@@ -290,11 +290,14 @@ MemoryTrace::Id trace_vision_encoder(const VisionConfig& c, int64_t batch, Memor
     trace.begin(Unit::kUnitMlp, mid);
     const auto normed2 = trace.layer_norm(mid, n, C, true);
     // GELU MLP: fc2(dropout(gelu(fc1(x))))
-    const auto up = trace.linear(normed2, n, C, c.intermediate_size, true);
+    const auto up = trace.adapt(normed2, trace.linear(normed2, n, C, c.intermediate_size, true), n,
+                                C, c.intermediate_size, "up");
     const auto act = trace.activation(up);
     trace.release(up);
     const auto act_dropped = trace.drop(act, c.hidden_dropout);
-    const auto m = trace.linear(act_dropped, n, c.intermediate_size, C, true);
+    const auto m =
+        trace.adapt(act_dropped, trace.linear(act_dropped, n, c.intermediate_size, C, true), n,
+                    c.intermediate_size, C, "down");
     trace.release(act_dropped);
     trace.release(normed2);
     const auto out = trace.residual(mid, m, c.hidden_dropout);
@@ -317,7 +320,11 @@ void vit_trace_step(const json& arch, int64_t batch, MemoryTrace& trace) {
   // The classifier reads the class token, a view of the last norm's output, which it keeps.
   const auto cls = trace.view(batch * C * MemoryTrace::kFloat);
   trace.node({}, {hidden}, {cls});  // select: its backward fills a (B, T, C) zero gradient
+  // With LoRA the classifier trains beside the adapters (ViTModel::lora_trainable).
+  const bool frozen = trace.frozen();
+  trace.set_frozen(false);
   const auto logits = trace.linear(cls, batch, C, K, true, -1, hidden);
+  trace.set_frozen(frozen);
   trace.release(hidden);
   trace.cross_entropy(logits, batch, K);
   trace.release(logits);

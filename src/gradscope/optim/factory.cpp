@@ -5,10 +5,13 @@
 #include "gradscope/core/error.h"
 #include "gradscope/optim/adadelta.h"
 #include "gradscope/optim/adafactor.h"
+#include "gradscope/optim/adam_mini.h"
 #include "gradscope/optim/adam8bit.h"
+#include "gradscope/optim/apollo.h"
 #include "gradscope/optim/conjugate_gradient.h"
 #include "gradscope/optim/galore.h"
 #include "gradscope/optim/lion.h"
+#include "gradscope/optim/muon.h"
 #include "gradscope/optim/opt_reader.h"
 
 namespace gradscope {
@@ -304,6 +307,14 @@ const Registry<OptimizerEntry>& optimizer_registry() {
           {make_adam8bit, 1e-3, kAdam8bitKeys, false, toys(1e-1)});
     r.add("galore", "GaLore, low-rank gradient projection with Adam (Zhao et al. 2024)",
           {make_galore, 1e-2, kGaloreKeys, false, toys(1e-1)});
+    r.add("adam-mini", "Adam-mini, one second moment per block (Zhang et al. 2024)",
+          {make_adam_mini, 1e-3, adam_mini_keys(), false, toys(1e-1)});
+    r.add("muon", "Muon, Newton-Schulz orthogonalized momentum, AdamW elsewhere (Jordan 2024)",
+          {make_muon, 2e-2, muon_keys()});
+    r.add("apollo", "APOLLO, channel-wise scaling from a random low-rank sketch (Zhu et al. 2024)",
+          {make_apollo, 1e-2, apollo_keys(), false, toys(1e-1)});
+    r.add("apollo-mini", "APOLLO-Mini, rank-1 tensor-wise APOLLO (Zhu et al. 2024)",
+          {make_apollo_mini, 1e-2, apollo_mini_keys(), false, toys(1e-1)});
     return r;
   }();
   return registry;

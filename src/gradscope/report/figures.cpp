@@ -24,9 +24,10 @@ namespace {
 constexpr double kMiB = 1024.0 * 1024.0;
 const char* const kPalette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
                                 "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"};
-const char* const kMemoryParts[] = {"params", "grads", "optimizer_state", "activations", "other"};
-const char* const kMemoryLabels[] = {"parameters", "gradients", "optimizer state", "activations",
-                                     "other"};
+const char* const kMemoryParts[] = {"params",          "frozen_params", "grads",
+                                    "optimizer_state", "activations",   "other"};
+const char* const kMemoryLabels[] = {"parameters",      "frozen parameters", "gradients",
+                                     "optimizer state", "activations",       "other"};
 const char* const kPhases[] = {"data", "forward", "backward", "optimizer"};
 constexpr size_t kCurvePoints = 200;  // points per drawn loss curve (bucket means)
 

@@ -109,6 +109,7 @@ std::optional<double> memory_part(const RunRecord& r, const std::string& part) {
   if (!r.memory) return std::nullopt;
   const MemoryBreakdown& b = r.memory->breakdown;
   if (part == "params") return static_cast<double>(b.params);
+  if (part == "frozen_params") return static_cast<double>(b.frozen_params);
   if (part == "grads") return as_double(b.grads);
   if (part == "optimizer_state") return static_cast<double>(b.optimizer_state);
   if (part == "activations") return as_double(b.activations);
@@ -144,7 +145,8 @@ void summarize(const GroupedRuns& data, Group& g) {
   g.util_pct = interval_of(data, g, [](const ReportRun& r) -> std::optional<double> {
     return r.record.utilization ? r.record.utilization->mean_pct : std::nullopt;
   });
-  for (const char* part : {"params", "grads", "optimizer_state", "activations", "other"}) {
+  for (const char* part :
+       {"params", "frozen_params", "grads", "optimizer_state", "activations", "other"}) {
     const Interval i =
         interval_of(data, g, [part](const ReportRun& r) { return memory_part(r.record, part); });
     if (i.n > 0) g.memory[part] = i;

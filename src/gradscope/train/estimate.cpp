@@ -36,11 +36,15 @@ struct OptimizerMemory {
   int64_t scratch = 0;
 };
 
-OptimizerMemory optimizer_memory(const RunConfig& c, const std::vector<int64_t>& per_param) {
-  int64_t total = 0, largest = 0;
-  for (int64_t b : per_param) {
-    total += b;
-    largest = std::max(largest, b);
+OptimizerMemory optimizer_memory(const RunConfig& c,
+                                 const std::vector<MemoryTrace::ParamShape>& shapes) {
+  std::vector<int64_t> per_param;
+  int64_t total = 0, largest = 0, largest_matrix = 0;
+  for (const auto& s : shapes) {
+    per_param.push_back(s.bytes);
+    total += s.bytes;
+    largest = std::max(largest, s.bytes);
+    if (s.block_matrix) largest_matrix = std::max(largest_matrix, s.bytes);
   }
   const bool decay_in_grad = c.weight_decay > 0;  // grad.add(p, wd): one parameter-sized copy
   const int64_t decay = decay_in_grad ? largest : 0;
@@ -74,8 +78,44 @@ OptimizerMemory optimizer_memory(const RunConfig& c, const std::vector<int64_t>&
     }
     return {state, 4 * largest + decay};
   }
+  if (o == "adam-mini") {
+    // m per element; v one float per block: per row (per head for q and k, fewer), per element
+    // of a bias, one for a norm's vector. Rows bound the blocks from above.
+    int64_t blocks = 0;
+    for (const auto& s : shapes) blocks += s.rows;
+    return {total + blocks * MemoryTrace::kFloat, 2 * largest};
+  }
+  if (o == "muon") {
+    // Momentum for the blocks' matrices, AdamW's two moments for the rest. An update of the
+    // largest matrix: its momentum blend, Newton-Schulz's iterates (about three of its size in
+    // bfloat16) and the orthogonalized update.
+    int64_t state = 0;
+    for (const auto& s : shapes) state += s.block_matrix ? s.bytes : 2 * s.bytes;
+    return {state, std::max(2 * largest, 4 * largest_matrix)};
+  }
+  if (o == "galore" || o == "apollo" || o == "apollo-mini") {
+    // Moments in a rank-r space for the blocks' (m, n) matrices, AdamW's for the rest. galore
+    // also keeps its projector (min(m, n) x r); apollo draws its projection again each step
+    // and keeps one float for its norm limiter; apollo-mini has rank 1.
+    const double rank = o == "apollo-mini" ? 1.0 : setting(c, "rank", 0);
+    int64_t state = 0, scratch = 2 * largest;
+    for (const auto& s : shapes) {
+      if (!s.block_matrix) {
+        state += 2 * s.bytes;
+        continue;
+      }
+      const int64_t lo = std::min(s.rows, s.cols), hi = std::max(s.rows, s.cols);
+      const int64_t r = rank >= 1 ? static_cast<int64_t>(rank) : std::max<int64_t>(1, lo / 4);
+      const int64_t f = MemoryTrace::kFloat;
+      state += o == "galore" ? f * (lo * r + 2 * r * hi) : f * (2 * r * hi + 1);
+      // The projection, the projected gradient, the moments' update and the full-size update.
+      scratch = std::max(scratch, f * (lo * r + 3 * r * hi) + s.bytes);
+    }
+    return {state, scratch};
+  }
   fail_usage("no memory model for optimizer '" + o + "'",
-             "estimate models sgd, adam, adamw, adagrad, adadelta, cg, lion and adam8bit");
+             "estimate models sgd, adam, adamw, adagrad, adadelta, cg, lion, adam8bit, adam-mini, "
+             "muon, galore, apollo and apollo-mini");
 }
 
 MemoryTrace::Checkpointing checkpointing_of(const StepPlan& plan) {
@@ -184,13 +224,15 @@ MemoryEstimate estimate_run(const RunConfig& config, int64_t data_bytes) {
   MemoryTrace trace;
   if (plan.loss == LossKind::kLossChunked) trace.set_loss_chunk(plan.loss_chunk);
   trace.set_packed_projections(config.projections == Projections::kProjectionsPacked);
+  if (config.lora()) trace.set_lora({config.lora_targets, config.lora_rank, config.lora_dropout});
   family.trace_step(arch, config.batch, trace);
 
   MemoryEstimate e;
   e.params_bytes = trace.params_bytes();
   e.batch_bytes = trace.persistent_bytes();
   e.data_bytes = data_bytes;
-  const OptimizerMemory om = optimizer_memory(config, trace.param_sizes());
+  e.frozen_params_bytes = trace.frozen_params_bytes();
+  const OptimizerMemory om = optimizer_memory(config, trace.trainable_param_shapes());
   e.optimizer_state_bytes = om.state;
   e.optimizer_scratch_bytes = om.scratch;
 
@@ -215,7 +257,7 @@ MemoryEstimate estimate_run(const RunConfig& config, int64_t data_bytes) {
     // parameter's (a tied embedding's, complete at the end of backward) are taken beside its
     // gradient alone, not on top of the backward's peak.
     const auto unbuffered = trace.replay(ck, /*grads_exist=*/true, /*with_grad=*/true);
-    const auto& sizes = trace.param_sizes();
+    const auto sizes = trace.trainable_param_sizes();
     const int64_t largest = sizes.empty() ? 0 : *std::max_element(sizes.begin(), sizes.end());
     e.grads_bytes = 0;
     e.backward_peak_bytes =
@@ -267,6 +309,7 @@ nlohmann::json estimate_to_json(const MemoryEstimate& e) {
   return {{"peak_bytes", e.peak_bytes},
           {"peak_phase", e.peak_phase},
           {"params_bytes", e.params_bytes},
+          {"frozen_params_bytes", e.frozen_params_bytes},
           {"grads_bytes", e.grads_bytes},
           {"optimizer_state_bytes", e.optimizer_state_bytes},
           {"optimizer_scratch_bytes", e.optimizer_scratch_bytes},

@@ -17,7 +17,8 @@
 namespace gradscope {
 
 struct MemoryEstimate {
-  int64_t params_bytes = 0;
+  int64_t params_bytes = 0;         // every parameter, frozen ones included
+  int64_t frozen_params_bytes = 0;  // of params_bytes, LoRA's frozen base
   int64_t grads_bytes = 0;
   int64_t optimizer_state_bytes = 0;
   int64_t optimizer_scratch_bytes = 0;  // temporaries of the update, largest parameter's

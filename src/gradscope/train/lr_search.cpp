@@ -78,7 +78,8 @@ LrSearchResult search_learning_rate(
     trial.eval_every = 0;
     trial.json_path.clear();
     trial.save_weights.clear();  // a trial's weights are not the run's
-    trial.save_state.clear();    // the run's training state is the run's alone
+    trial.save_adapters = false;
+    trial.save_state.clear();  // the run's training state is the run's alone
     trial.state_every = 0;
     trial.resume.clear();
     trial.quiet = true;

@@ -153,7 +153,7 @@ Session::Session(const RunConfig& config, const SessionOptions& options)
   if (!c.save_weights.empty()) {
     check_usage(family_->kind != ModelKind::kModelKindToy,
                 "toy problem '" + c.model + "' has no weights to save", "leave --save-weights out");
-    check_weights_folder(c.save_weights);
+    check_weights_folder(c.save_weights, c.save_adapters);
     // Saving over the weights a run started from would replace them (in a Hugging Face cache,
     // the shared files its links point at).
     std::error_code ec;
@@ -182,10 +182,19 @@ Session::Session(const RunConfig& config, const SessionOptions& options)
   }
   if (!c.init_from.empty()) load_init_weights(c.model, *model_, read_init_source(c.init_from));
   if (c.lora()) {
+    // These pick the blocks' weight matrices by name for their own update and give every
+    // other parameter AdamW: under LoRA no such matrix trains, so they would be AdamW alone.
+    for (const char* by_matrix : {"muon", "galore", "apollo", "apollo-mini"})
+      check_usage(c.optimizer != by_matrix,
+                  "optimizer '" + c.optimizer +
+                      "' updates the blocks' weight matrices its own way and the rest with "
+                      "AdamW; with --lora-targets those matrices are frozen, so it would be "
+                      "AdamW alone",
+                  "use adamw or adam with LoRA, or train without --lora-targets");
     check_usage(family_->kind != ModelKind::kModelKindToy,
                 "toy problem '" + c.model + "' has no projections to adapt",
                 "leave --lora-targets out");
-    LoraOptions lora;
+    LoraOptions& lora = lora_options_;
     lora.targets = c.lora_targets;
     lora.rank = c.lora_rank;
     lora.alpha = c.lora_alpha;
@@ -218,16 +227,18 @@ Session::Session(const RunConfig& config, const SessionOptions& options)
   model_->to(device_);
   model_->train();
   // Frozen parameters (the base under LoRA) get no gradient and no optimizer state.
+  std::vector<torch::Tensor> frozen;
   for (const auto& item : model_->named_parameters()) {
     params_ += item.value().numel();
     if (!item.value().requires_grad()) {
-      frozen_params_bytes_ += tensors_bytes({item.value()});
+      frozen.push_back(item.value());
       continue;
     }
     parameters_.push_back(item.value());
     parameter_names_.push_back(item.key());
     trainable_params_ += item.value().numel();
   }
+  frozen_params_bytes_ = tensors_bytes(frozen);  // shared storage counted once
   strategy_ = std::make_unique<Strategy>(plan);
   strategy_->attach(*model_);
   if (options.updater) build_updater();

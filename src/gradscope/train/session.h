@@ -103,6 +103,8 @@ class Session {
   // The parameters that train (all but those LoRA freezes): parameters() holds them.
   int64_t trainable_params() const { return trainable_params_; }
   int64_t frozen_params_bytes() const { return frozen_params_bytes_; }
+  // The adapters' settings (empty targets without LoRA).
+  const LoraOptions& lora_options() const { return lora_options_; }
   const Strategy& strategy() const { return *strategy_; }
   // Null when built without one (SessionOptions::updater).
   Updater* updater() { return updater_.get(); }
@@ -133,6 +135,7 @@ class Session {
   int64_t params_ = 0;
   int64_t trainable_params_ = 0;
   int64_t frozen_params_bytes_ = 0;
+  LoraOptions lora_options_;
   std::unique_ptr<Strategy> strategy_;
   std::unique_ptr<Updater> updater_;
   double lr_ = 0;

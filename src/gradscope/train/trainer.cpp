@@ -393,8 +393,12 @@ RunRecord Trainer::run(ProgressSink* progress) {
   save_error_.clear();
   if (!c.save_weights.empty() && (record.ok() || record.status == RunStatus::kStatusTimeout)) {
     try {
-      save_weights(c.model, session_->model(), arch(), c.save_weights,
-                   tokenizer_json_of(arch().value("tokenizer", ""), data_dir()));
+      if (c.save_adapters)
+        save_adapters(c.model, session_->model(), session_->lora_options(), c.save_weights,
+                      c.init_from);
+      else
+        save_weights(c.model, session_->model(), arch(), c.save_weights,
+                     tokenizer_json_of(arch().value("tokenizer", ""), data_dir()));
     } catch (const std::exception& e) {
       save_error_ = e.what();
     }

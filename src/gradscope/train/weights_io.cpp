@@ -78,7 +78,7 @@ void load_init_weights(const std::string& model, Model& m, const InitSource& sou
   load_hf_tensors(model, m, tensors, source.weights);
 }
 
-void check_weights_folder(const std::string& dir) {
+void check_weights_folder(const std::string& dir, bool adapters) {
   check_usage(!dir.empty(), "--save-weights needs a folder");
   std::error_code ec;
   const fs::path p(dir);
@@ -89,14 +89,24 @@ void check_weights_folder(const std::string& dir) {
                 "--save-weights folder '" + dir + "' is not writable");
     // Only an empty folder or an earlier save is written over: config.json and the weights
     // files of any other folder are not gradscope's to replace.
+    // An adapters save writes over an earlier adapters save only, a weights save over an
+    // earlier weights save only, so that the two never mix in one folder.
     const bool empty = fs::is_empty(p, ec);
-    const bool earlier_save = fs::is_regular_file(p / "config.json", ec) &&
-                              (fs::is_regular_file(p / "model.safetensors", ec) ||
-                               fs::is_regular_file(p / "model.safetensors.index.json", ec));
+    const bool earlier_save =
+        adapters ? fs::is_regular_file(p / "adapter_config.json", ec) &&
+                       fs::is_regular_file(p / "adapter_model.safetensors", ec) &&
+                       !fs::exists(p / "model.safetensors", ec)
+                 : fs::is_regular_file(p / "config.json", ec) &&
+                       !fs::exists(p / "adapter_config.json", ec) &&
+                       (fs::is_regular_file(p / "model.safetensors", ec) ||
+                        fs::is_regular_file(p / "model.safetensors.index.json", ec));
     check_usage(empty || earlier_save,
-                "--save-weights folder '" + dir + "' holds other files and no earlier save",
-                "name a new or empty folder (a folder with config.json and model.safetensors "
-                "is written over)");
+                "--save-weights folder '" + dir + "' holds other files and no earlier save" +
+                    (adapters ? " of adapters" : ""),
+                adapters ? "name a new or empty folder (a folder with adapter_config.json and "
+                           "adapter_model.safetensors is written over)"
+                         : "name a new or empty folder (a folder with config.json and "
+                           "model.safetensors is written over)");
     return;
   }
   fs::path parent = p.parent_path();
@@ -111,7 +121,7 @@ void check_weights_folder(const std::string& dir) {
 std::vector<std::string> save_weights(const std::string& model, Model& m,
                                       const nlohmann::json& arch, const std::string& dir,
                                       const std::string& tokenizer_json) {
-  check_weights_folder(dir);
+  check_weights_folder(dir, /*adapters=*/false);
   std::error_code ec;
   fs::create_directory(dir, ec);
   if (ec) fail_runtime("cannot create folder '" + dir + "': " + ec.message());
@@ -129,6 +139,28 @@ std::vector<std::string> save_weights(const std::string& model, Model& m,
     fs::remove(copy, ec);  // an earlier save's, which these weights were not trained with
   }
   return written;
+}
+
+std::vector<std::string> save_adapters(const std::string& model, Model& m,
+                                       const LoraOptions& options, const std::string& dir,
+                                       const std::string& base_model) {
+  check_weights_folder(dir, /*adapters=*/true);
+  std::error_code ec;
+  fs::create_directory(dir, ec);
+  if (ec) fail_runtime("cannot create folder '" + dir + "': " + ec.message());
+  // The base as a loader finds it: the --init-from folder's absolute path (a relative one, or
+  // one shaped like "org/name", would be looked up elsewhere or on the Hub), or null when the
+  // run did not start from a folder with config.json.
+  std::string base;
+  if (!base_model.empty() && fs::is_directory(base_model, ec) &&
+      fs::is_regular_file(fs::path(base_model) / "config.json", ec))
+    base = fs::canonical(base_model, ec).string();
+  const AdapterExport adapters = hf_adapters(model, m, options, ec ? std::string() : base);
+  const std::string weights = (fs::path(dir) / "adapter_model.safetensors").string();
+  write_safetensors(weights, adapters.tensors);
+  const std::string config = (fs::path(dir) / "adapter_config.json").string();
+  write_file_atomically(config, adapters.config.dump(2) + "\n");
+  return {weights, config};
 }
 
 }  // namespace gradscope

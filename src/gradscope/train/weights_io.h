@@ -38,8 +38,9 @@ nlohmann::json apply_init_config(const std::string& model, const InitSource& sou
 void load_init_weights(const std::string& model, Model& m, const InitSource& source);
 
 // Checks, before a run starts, that `dir` can be written: it is a folder or can be made in an
-// existing, writable one. A usage error naming it otherwise.
-void check_weights_folder(const std::string& dir);
+// existing, writable one; an existing folder must be empty or hold an earlier save of the same
+// kind (weights, or with `adapters` LoRA's adapters). A usage error naming it otherwise.
+void check_weights_folder(const std::string& dir, bool adapters = false);
 
 // Writes config.json and model.safetensors (a sharded set above 5 GiB) into `dir`, making the
 // folder if need be, each file atomically; `tokenizer_json`, when not empty, is copied beside
@@ -47,5 +48,13 @@ void check_weights_folder(const std::string& dir);
 std::vector<std::string> save_weights(const std::string& model, Model& m,
                                       const nlohmann::json& arch, const std::string& dir,
                                       const std::string& tokenizer_json = "");
+
+// Writes LoRA's adapters as PEFT does (hf_adapters): adapter_model.safetensors and
+// adapter_config.json, whose base_model_name_or_path is the absolute path of `base_model` (the
+// --init-from folder), or null when it is not a folder with config.json. Returns the files
+// written.
+std::vector<std::string> save_adapters(const std::string& model, Model& m,
+                                       const LoraOptions& options, const std::string& dir,
+                                       const std::string& base_model);
 
 }  // namespace gradscope

@@ -70,8 +70,8 @@ std::vector<std::string> attach_lora(torch::nn::Module& root, const LoraOptions&
   const double scaling = options.alpha / static_cast<double>(options.rank);
   // The layers to adapt, found before any is changed (registering a child changes the tree).
   std::vector<std::pair<std::string, torch::nn::Linear>> chosen;
-  for (const auto& item : root.named_modules(/*name_prefix=*/"", /*include_self=*/false)) {
-    const std::string prefix = item.key() + ".";
+  for (const auto& item : root.named_modules(/*name_prefix=*/"", /*include_self=*/true)) {
+    const std::string prefix = item.key().empty() ? "" : item.key() + ".";
     auto add = [&](const char* name, const torch::nn::Linear& layer) {
       chosen.emplace_back(prefix + name, layer);
     };

@@ -27,8 +27,10 @@ Id MemoryTrace::alloc(int64_t bytes) {
 
 void MemoryTrace::release(Id id) { events_.push_back({Kind::kRelease, id}); }
 
-int MemoryTrace::param(int64_t bytes) {
+int MemoryTrace::param(int64_t bytes, int64_t rows, int64_t cols) {
   params_.push_back(bytes);
+  param_frozen_.push_back(frozen_);
+  param_shapes_.push_back({bytes, rows, cols, cols > 0 && block_depth_ > 0});
   return static_cast<int>(params_.size() - 1);
 }
 
@@ -38,13 +40,23 @@ void MemoryTrace::node(std::vector<Id> saved, std::vector<Id> grad_inputs, std::
   grad_inputs.erase(std::remove_if(grad_inputs.begin(), grad_inputs.end(),
                                    [this](Id id) { return tensors_[id].persistent; }),
                     grad_inputs.end());
+  // Frozen parameters get no gradient.
+  params.erase(std::remove_if(params.begin(), params.end(),
+                              [this](int p) { return param_frozen_[static_cast<size_t>(p)]; }),
+               params.end());
   nodes_.push_back(
       {std::move(saved), std::move(grad_inputs), std::move(outputs), std::move(params), scratch});
   events_.push_back({Kind::kNode, -1, static_cast<int>(nodes_.size() - 1)});
 }
 
-void MemoryTrace::begin(Unit unit, Id in) { events_.push_back({Kind::kBegin, in, -1, unit}); }
-void MemoryTrace::end(Unit unit, Id out) { events_.push_back({Kind::kEnd, out, -1, unit}); }
+void MemoryTrace::begin(Unit unit, Id in) {
+  if (unit == Unit::kUnitBlock) ++block_depth_;
+  events_.push_back({Kind::kBegin, in, -1, unit});
+}
+void MemoryTrace::end(Unit unit, Id out) {
+  if (unit == Unit::kUnitBlock) --block_depth_;
+  events_.push_back({Kind::kEnd, out, -1, unit});
+}
 
 int64_t MemoryTrace::persistent_bytes() const {
   int64_t total = 0;
@@ -59,6 +71,59 @@ int64_t MemoryTrace::params_bytes() const {
   return total;
 }
 
+int64_t MemoryTrace::frozen_params_bytes() const {
+  int64_t total = 0;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (param_frozen_[i]) total += params_[i];
+  return total;
+}
+
+std::vector<MemoryTrace::ParamShape> MemoryTrace::trainable_param_shapes() const {
+  std::vector<ParamShape> out;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (!param_frozen_[i]) out.push_back(param_shapes_[i]);
+  return out;
+}
+
+std::vector<int64_t> MemoryTrace::trainable_param_sizes() const {
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (!param_frozen_[i]) out.push_back(params_[i]);
+  return out;
+}
+
+void MemoryTrace::set_lora(Lora lora) {
+  lora_ = std::move(lora);
+  frozen_ = !lora_.targets.empty();
+}
+
+Id MemoryTrace::adapt(Id x, Id y, int64_t n, int64_t in, int64_t out, const std::string& target) {
+  const auto& t = lora_.targets;
+  auto named = [&t](const char* name) { return std::find(t.begin(), t.end(), name) != t.end(); };
+  const bool adapted = target == "gate_up" ? named("gate") || named("up") : named(target.c_str());
+  if (!adapting_ || lora_.rank <= 0 || !adapted) return y;
+  // LoraAdapterImpl::forward: linear(linear(dropout(x), A), B) * scaling, then y + that.
+  const Id h = lora_.dropout > 0 ? dropout(x, lora_.dropout) : x;
+  // The adapters train, and are not among the blocks' matrices that optimizers treat apart.
+  const bool was_frozen = frozen_;
+  const int depth = block_depth_;
+  frozen_ = false;
+  block_depth_ = 0;
+  const Id a = linear(h, n, in, lora_.rank, false);
+  if (h != x) release(h);
+  const Id b = linear(a, n, lora_.rank, out, false);
+  release(a);
+  frozen_ = was_frozen;
+  block_depth_ = depth;
+  const Id scaled = alloc(n * out * kFloat);
+  node({}, {b}, {scaled});
+  release(b);
+  const Id sum = add(y, scaled);
+  release(y);
+  release(scaled);
+  return sum;
+}
+
 int64_t MemoryTrace::block_count() const {
   int64_t n = 0;
   for (const auto& e : events_)
@@ -70,9 +135,9 @@ int64_t MemoryTrace::block_count() const {
 // Layers
 
 Id MemoryTrace::linear(Id x, int64_t n, int64_t in, int64_t out, bool bias, int weight, Id keep) {
-  const int w = weight >= 0 ? weight : param(in * out * kFloat);
+  const int w = weight >= 0 ? weight : param(in * out * kFloat, out, in);
   std::vector<int> params = {w};
-  if (bias) params.push_back(param(out * kFloat));
+  if (bias) params.push_back(param(out * kFloat, out));
   // Bias is added in place (or by addmm): the output is the only new tensor.
   const Id y = alloc(n * out * kFloat);
   node({keep >= 0 ? keep : x}, {x}, {y}, params);
@@ -117,7 +182,7 @@ Id MemoryTrace::layer_norm(Id x, int64_t n, int64_t c, bool bias) {
 }
 
 Id MemoryTrace::embedding(int64_t n, int64_t vocab, int64_t c, int* weight) {
-  const int w = param(vocab * c * kFloat);
+  const int w = param(vocab * c * kFloat, vocab);
   if (weight) *weight = w;
   const Id y = alloc(n * c * kFloat);
   // The dense backward allocates the whole (vocab, c) gradient, and sorts the indices.
@@ -183,8 +248,8 @@ std::vector<Id> MemoryTrace::packed_linear(Id x, int64_t n, int64_t in,
   std::vector<int> params;
   for (int64_t out : outs) {
     total += out;
-    params.push_back(param(in * out * kFloat));
-    if (bias) params.push_back(param(out * kFloat));
+    params.push_back(param(in * out * kFloat, out, in));
+    if (bias) params.push_back(param(out * kFloat, out));
   }
   // cat(weights) (and cat(biases), a bias-sized copy the addmm does not save): the product
   // saves the stacked weight for x's gradient. Its backward computes the stacked weight's
@@ -241,6 +306,9 @@ Id MemoryTrace::self_attention(Id x, const AttentionShape& s) {
     k = linear(x, n, s.hidden, s.kv_heads * s.head_size, s.bias);
     v = linear(x, n, s.hidden, s.kv_heads * s.head_size, s.bias);
   }
+  q = adapt(x, q, n, s.hidden, s.heads * s.head_size, "q");
+  k = adapt(x, k, n, s.hidden, s.kv_heads * s.head_size, "k");
+  v = adapt(x, v, n, s.hidden, s.kv_heads * s.head_size, "v");
   if (s.rotary) {
     const Id qr = rotary(q, q_elems);
     release(q);
@@ -297,7 +365,8 @@ Id MemoryTrace::self_attention(Id x, const AttentionShape& s) {
   // (B, heads, T, HS) -> (B, T, heads * HS): a transpose, then a copying reshape.
   const Id y = contiguous_copy(o);
   release(o);
-  const Id out = linear(y, n, s.heads * s.head_size, s.hidden, s.bias);
+  const Id out = adapt(y, linear(y, n, s.heads * s.head_size, s.hidden, s.bias), n,
+                       s.heads * s.head_size, s.hidden, "o");
   release(y);
   release(q);
   release(k);
@@ -329,7 +398,7 @@ void MemoryTrace::lm_loss(Id x, int64_t n, int64_t in, int64_t vocab, bool bias,
   // and their gradient beside them, and the input's gradient.
   const int64_t chunk = std::min(loss_chunk_, n);
   const int64_t chunk_logits = chunk * vocab * kFloat;
-  const int w = weight >= 0 ? weight : param(in * vocab * kFloat);
+  const int w = weight >= 0 ? weight : param(in * vocab * kFloat, vocab, in);
   std::vector<int> params = {w};
   if (bias) params.push_back(param(vocab * kFloat));
   const Id logits = alloc(chunk_logits);

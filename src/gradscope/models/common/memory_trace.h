@@ -29,8 +29,9 @@ class MemoryTrace {
   Id alloc(int64_t bytes);
   // The forward code drops its reference; the tensor is freed unless a node saved it.
   void release(Id id);
-  // A parameter; `bytes` is its size (and its gradient's).
-  int param(int64_t bytes);
+  // A parameter; `bytes` is its size (and its gradient's). A matrix gives its rows and columns
+  // (cols 0: a vector or a table of `rows` rows), for optimizers whose state depends on shape.
+  int param(int64_t bytes, int64_t rows = 1, int64_t cols = 0);
 
   // An autograd node: it saves `saved` until its backward runs; its backward takes the
   // gradients of `outputs`, allocates one for each of `grad_inputs` (tensors that require
@@ -110,6 +111,27 @@ class MemoryTrace {
   // of x's; ends the trace's forward (the loss).
   void lm_loss(Id x, int64_t n, int64_t in, int64_t vocab, bool bias, int weight);
 
+  // ---- LoRA (common/lora.h) ----
+  // Adapters of rank `rank` on the projections named in `targets` (q, k, v, o, gate, up, down),
+  // with dropout on their input; every parameter made while frozen() gets no gradient.
+  struct Lora {
+    std::vector<std::string> targets;
+    int64_t rank = 0;
+    double dropout = 0;
+  };
+  // Turns LoRA on (frozen from here on) when `lora` has targets. Set before the model's trace.
+  void set_lora(Lora lora);
+  // Parameters made while frozen get no gradient and no optimizer state (LoRA's base); a model
+  // turns it off around a head that trains beside the adapters (ViT's classifier).
+  void set_frozen(bool frozen) { frozen_ = frozen; }
+  bool frozen() const { return frozen_; }
+  // Whether adapt() adds adapters here (NanoVLM's vision tower: no).
+  void set_adapting(bool adapting) { adapting_ = adapting; }
+  // y, the output of the projection `target` (of n rows, in -> out) from x, plus its adapter's
+  // update when LoRA adapts it: scaling * B(A(dropout(x))) added out of place (y released).
+  // `target` may also be "gate_up" (GeGLU's Wi, adapted for gate or up).
+  Id adapt(Id x, Id y, int64_t n, int64_t in, int64_t out, const std::string& target);
+
   // ---- replay ----
   struct Replay {
     int64_t forward_peak = 0;   // most live at once during the forward, above its start
@@ -129,8 +151,19 @@ class MemoryTrace {
   Replay replay(const Checkpointing& checkpointing, bool grads_exist, bool with_grad) const;
 
   int64_t persistent_bytes() const;
-  int64_t params_bytes() const;
+  int64_t params_bytes() const;  // every parameter, frozen ones included
+  int64_t frozen_params_bytes() const;
   const std::vector<int64_t>& param_sizes() const { return params_; }
+  // The sizes of the parameters that train (all without LoRA): what gets gradients and state.
+  std::vector<int64_t> trainable_param_sizes() const;
+  // The shapes of the parameters that train, for optimizers whose state depends on them.
+  struct ParamShape {
+    int64_t bytes = 0;
+    int64_t rows = 1;
+    int64_t cols = 0;           // 0: not a matrix
+    bool block_matrix = false;  // a matrix inside a block (an attention or MLP projection)
+  };
+  std::vector<ParamShape> trainable_param_shapes() const;
   // Blocks marked with begin(kUnitBlock, ...).
   int64_t block_count() const;
 
@@ -158,6 +191,12 @@ class MemoryTrace {
 
   std::vector<Tensor> tensors_;
   std::vector<int64_t> params_;
+  std::vector<bool> param_frozen_;
+  std::vector<ParamShape> param_shapes_;
+  int block_depth_ = 0;
+  Lora lora_;
+  bool frozen_ = false;
+  bool adapting_ = true;
   std::vector<Node> nodes_;
   std::vector<Event> events_;
   Id loss_ = -1;
