@@ -20,6 +20,7 @@ namespace gradscope {
 namespace hf_weights_test {
 
 using nlohmann::json;
+using testing::model_output;
 using testing::module_param_count;
 using testing::random_ids;
 using testing::random_normal;
@@ -47,25 +48,6 @@ std::map<std::string, torch::Tensor> as_map(const TensorList& list) {
   std::map<std::string, torch::Tensor> out;
   for (const auto& [name, t] : list) out[name] = t.clone();
   return out;
-}
-
-// The model's output on a fixed input, in evaluation mode (no dropout).
-torch::Tensor model_output(const std::string& model, Model& m, const json& arch) {
-  m.eval();
-  torch::NoGradGuard no_grad;
-  if (model == "llama")
-    return dynamic_cast<LlamaModel&>(m).logits(
-        random_ids(2, 9, arch["vocab_size"].get<int64_t>(), 3));
-  if (model == "modernbert") {
-    auto& bert = dynamic_cast<ModernBertModel&>(m);
-    auto hidden = bert.encode(random_ids(2, 20, arch["vocab_size"].get<int64_t>(), 3));
-    return bert.mlm_logits(hidden.reshape({-1, hidden.size(-1)}));
-  }
-  const int64_t side = arch["image_size"].get<int64_t>();
-  const auto images = random_normal({2, 3, side, side}, 4);
-  if (model == "vit") return dynamic_cast<ViTModel&>(m).logits(images);
-  return dynamic_cast<NanoVlmModel&>(m).logits(
-      images, random_ids(2, 7, arch["vocab_size"].get<int64_t>(), 3));
 }
 
 ShapeList names_and_shapes(const TensorList& list) {

@@ -43,22 +43,7 @@ LoraOptions options(std::vector<std::string> targets, int64_t rank = 4, double a
 
 // The model's output on a fixed input, in evaluation mode (no dropout).
 torch::Tensor output(const std::string& model, Model& m) {
-  const json arch = tiny(model);
-  m.eval();
-  torch::NoGradGuard no_grad;
-  if (model == "llama")
-    return dynamic_cast<LlamaModel&>(m).logits(
-        random_ids(2, 9, arch["vocab_size"].get<int64_t>(), 3));
-  if (model == "modernbert") {
-    auto& bert = dynamic_cast<ModernBertModel&>(m);
-    auto hidden = bert.encode(random_ids(2, 20, arch["vocab_size"].get<int64_t>(), 3));
-    return bert.mlm_logits(hidden.reshape({-1, hidden.size(-1)}));
-  }
-  const int64_t side = arch["image_size"].get<int64_t>();
-  const auto images = random_normal({2, 3, side, side}, 4);
-  if (model == "vit") return dynamic_cast<ViTModel&>(m).logits(images);
-  return dynamic_cast<NanoVlmModel&>(m).logits(
-      images, random_ids(2, 7, arch["vocab_size"].get<int64_t>(), 3));
+  return testing::model_output(model, m, tiny(model));
 }
 
 // An adapted linear layer is x W^T + b + (alpha / r) x A^T B^T, written out in float64.
