@@ -69,12 +69,6 @@ std::vector<double> dots(
   return out;
 }
 
-double dot(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
-  std::vector<std::pair<const torch::Tensor*, const torch::Tensor*>> pairs;
-  for (size_t i = 0; i < a.size(); ++i) pairs.emplace_back(&a[i], &b[i]);
-  return dots(pairs, a.size())[0];
-}
-
 // A point on the line x + t d: the step, the loss and its slope f'(t) = g(x + t d).d.
 struct LinePoint {
   double t = 0;
