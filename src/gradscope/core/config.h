@@ -157,12 +157,12 @@ struct RunConfig {
   // --- outputs ---
   std::string memory_snapshot;  // CUDA allocator history file, "" = none
   std::string db_path = "gradscope.db";
-  std::string json_path;     // "" = no JSON record
-  std::string sweep;         // the sweep the run belongs to, "" for a single run
-  std::string save_weights;  // folder for config.json + model.safetensors at the end, "" = none
-  std::string save_state;    // folder for the training state, "" = none
-  int64_t state_every = 0;   // save the training state every N steps (0 = only when stopped)
-  std::string resume;        // training state folder to continue from, "" = from step 0
+  std::string json_path;       // "" = no JSON record
+  std::string sweep;           // the sweep the run belongs to, "" for a single run
+  std::string save_weights;    // folder for config.json + model.safetensors at the end, "" = none
+  std::string save_state;      // folder for the training state, "" = none
+  int64_t state_every = 0;     // save the training state every N steps (0 = only when stopped)
+  std::string resume;          // training state folder to continue from, "" = from step 0
   bool save_adapters = false;  // with LoRA: --save-weights writes the adapters alone
   bool quiet = false;
 

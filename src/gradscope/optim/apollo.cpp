@@ -274,21 +274,7 @@ std::unique_ptr<torch::optim::Optimizer> build_apollo(const std::string& name, b
                      .limiter(limiter);
   if (rank) options.rank(static_cast<int64_t>(*rank));
 
-  std::vector<torch::Tensor> projected, others;
-  for (size_t i = 0; i < params.size(); ++i) {
-    const bool target = params[i].dim() == 2 && galore_projects(names[i], targets);
-    (target ? projected : others).push_back(params[i]);
-  }
-  if (projected.empty() && opt.count("targets"))
-    fail_usage(name + " targets=" + opt.at("targets") + " name no matrix in the model's blocks",
-               "targets are names of modules inside the blocks, e.g. targets=q_proj,v_proj or "
-               "targets=mlp (docs/optimizers.md)");
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  if (!projected.empty())
-    groups.emplace_back(std::move(projected), std::make_unique<ApolloOptions>(options));
-  if (!others.empty() || groups.empty())
-    groups.emplace_back(std::move(others),
-                        std::make_unique<ApolloOptions>(ApolloOptions(options).project(false)));
+  auto groups = projection_groups(name, params, names, targets, opt, options);
   // A rank above min(m, n) of some matrix is refused by the constructor: a usage error here.
   return construct_optimizer<Apollo>(name, std::move(groups), options);
 }

@@ -5,8 +5,8 @@
 #include "gradscope/core/error.h"
 #include "gradscope/optim/adadelta.h"
 #include "gradscope/optim/adafactor.h"
-#include "gradscope/optim/adam_mini.h"
 #include "gradscope/optim/adam8bit.h"
+#include "gradscope/optim/adam_mini.h"
 #include "gradscope/optim/apollo.h"
 #include "gradscope/optim/conjugate_gradient.h"
 #include "gradscope/optim/galore.h"
@@ -225,21 +225,7 @@ std::unique_ptr<torch::optim::Optimizer> make_galore(std::vector<torch::Tensor> 
                      .scale(scale);
   if (rank) options.rank(static_cast<int64_t>(*rank));
 
-  std::vector<torch::Tensor> projected, others;
-  for (size_t i = 0; i < params.size(); ++i) {
-    const bool target = params[i].dim() == 2 && galore_projects(names[i], targets);
-    (target ? projected : others).push_back(params[i]);
-  }
-  if (projected.empty() && opt.count("targets"))
-    fail_usage("galore targets=" + opt.at("targets") + " name no matrix in the model's blocks",
-               "targets are names of modules inside the blocks, e.g. targets=q_proj,v_proj or "
-               "targets=mlp (docs/optimizers.md)");
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  if (!projected.empty())
-    groups.emplace_back(std::move(projected), std::make_unique<GaloreOptions>(options));
-  if (!others.empty() || groups.empty())
-    groups.emplace_back(std::move(others),
-                        std::make_unique<GaloreOptions>(GaloreOptions(options).project(false)));
+  auto groups = projection_groups(std::string("galore"), params, names, targets, opt, options);
   // A rank above min(m, n) of some matrix is refused by the constructor: a usage error here.
   return construct_optimizer<Galore>("galore", std::move(groups), options);
 }

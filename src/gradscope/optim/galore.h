@@ -38,6 +38,7 @@
 
 #include <torch/torch.h>
 
+#include "gradscope/optim/opt_reader.h"
 #include "gradscope/optim/serializing_optimizer.h"
 #include "gradscope/optim/state_bytes.h"
 
@@ -107,5 +108,33 @@ const std::vector<std::string>& galore_default_targets();
 // names between the block and the weight. Embeddings, a head, a classifier, a modality
 // projector and norms are not in a block's attention or MLP, so they are not projected.
 bool galore_projects(const std::string& name, const std::vector<std::string>& targets);
+
+// The parameter groups of an optimizer that treats the blocks' matrices apart (galore, apollo):
+// the 2-D parameters galore_projects picks, with `options`, and every other one with
+// `options` and project(false) (AdamW). A usage error naming `optimizer` when --opt targets
+// (in `opt`) names no matrix.
+template <typename Options>
+std::vector<torch::optim::OptimizerParamGroup> projection_groups(
+    const std::string& optimizer, const std::vector<torch::Tensor>& params,
+    const std::vector<std::string>& names, const std::vector<std::string>& targets,
+    const OptSettings& opt, const Options& options) {
+  std::vector<torch::Tensor> projected, others;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const bool target = params[i].dim() == 2 && galore_projects(names[i], targets);
+    (target ? projected : others).push_back(params[i]);
+  }
+  if (projected.empty() && opt.count("targets"))
+    fail_usage(
+        optimizer + " targets=" + opt.at("targets") + " name no matrix in the model's blocks",
+        "targets are names of modules inside the blocks, e.g. targets=q_proj,v_proj or "
+        "targets=mlp (docs/optimizers.md)");
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  if (!projected.empty())
+    groups.emplace_back(std::move(projected), std::make_unique<Options>(options));
+  if (!others.empty() || groups.empty())
+    groups.emplace_back(std::move(others),
+                        std::make_unique<Options>(Options(options).project(false)));
+  return groups;
+}
 
 }  // namespace gradscope

@@ -79,11 +79,11 @@ class RunSensors {
 RunTime time_part(const RunTally& tally, double wall_s, bool phase_timing);
 RunThroughput throughput_part(const RunTally& tally);
 // The peak by component, as allocated at the moment of the peak (the timer's peak_moment):
-// parameters that train, and frozen ones (LoRA's base); gradients, if the step had made them by then; optimizer state, if an update had
-// made it; activations, what the micro-batch's forward and backward had added above the bytes
-// at the forward's start; "other", the rest (the data set, the batch, temporaries of the
-// update, caches). The parts sum to peak_bytes. Without phase timing the moment is unknown:
-// every gradient and the state are counted and activations are null.
+// parameters that train, and frozen ones (LoRA's base); gradients, if the step had made them by
+// then; optimizer state, if an update had made it; activations, what the micro-batch's forward and
+// backward had added above the bytes at the forward's start; "other", the rest (the data set, the
+// batch, temporaries of the update, caches). The parts sum to peak_bytes. Without phase timing the
+// moment is unknown: every gradient and the state are counted and activations are null.
 RunMemory memory_part(const RunTally& tally, const PhaseTimer& timer, const MemoryMeter& meter,
                       int64_t params_bytes, int64_t frozen_params_bytes,
                       std::optional<int64_t> grads_bytes, bool phase_timing);
