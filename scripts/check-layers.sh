@@ -16,12 +16,13 @@ declare -A allowed=(
   [models/common]="core"
   [measure]="core models/common"
   [optim]="core"
-  [strategy]="core models models/common optim"
-  [train]="core data models models/common measure optim strategy"
+  [dist]="core"
+  [strategy]="core models models/common optim dist"
+  [train]="core data models models/common measure optim strategy dist"
   [store]="core"
   [report]="core store"
-  [sweep]="core data models models/common measure optim strategy train store"
-  [cli]="core data models models/common measure optim strategy train store report sweep"
+  [sweep]="core data models models/common measure optim strategy dist train store"
+  [cli]="core data models models/common measure optim strategy dist train store report sweep"
 )
 
 bad=0

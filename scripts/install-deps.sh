@@ -10,6 +10,8 @@ packages=(
   g++ cmake ninja-build make pkg-config git ca-certificates xz-utils
   # LibTorch (CPU, 1.13) and a fast BLAS
   libtorch-dev libopenblas0-pthread
+  # c10d's Gloo process group headers (several ranks: --nproc, --shard)
+  libgloo-dev
   # command line, configuration, JSON, formatting
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libfmt-dev
   # results database, tokenizer regexes, gzipped IDX files, emoji images

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -37,5 +38,15 @@ void write_json_atomically(const std::string& path, const nlohmann::json& j);
 // `gradscope run --config FILE.toml ...`: the file's settings become flags right after `run`,
 // so that flags given on the command line (which come later) override them.
 std::vector<std::string> expand_run_config_files(const std::vector<std::string>& args);
+
+// The command line as given (before --config files are expanded), which the ranks of
+// --nproc run again (launch.cpp).
+void set_run_command_line(std::vector<std::string> args);
+// `gradscope run --nproc N` outside a launcher: starts N ranks of this command and waits for
+// them; returns rank 0's exit code. When rank 0 dies without its record, `store` is given a
+// crashed record of the run and a runtime error follows.
+struct RunRecord;
+int launch_local_ranks(const RunConfig& config,
+                       const std::function<void(const RunRecord&)>& store);
 
 }  // namespace gradscope

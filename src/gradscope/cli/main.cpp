@@ -44,6 +44,7 @@ int main(int argc, char** argv) {
   try {
     app.name(argv[0]);
     std::vector<std::string> args(argv + 1, argv + argc);
+    gradscope::set_run_command_line(args);
     args = gradscope::expand_run_config_files(args);
     std::reverse(args.begin(), args.end());  // CLI11 parses a vector from the back
     app.parse(args);

@@ -14,6 +14,7 @@
 #include "gradscope/core/files.h"
 #include "gradscope/core/log.h"
 #include "gradscope/core/settings.h"
+#include "gradscope/dist/comm.h"
 #include "gradscope/report/summary.h"
 #include "gradscope/store/db.h"
 #include "gradscope/sweep/grid.h"
@@ -48,6 +49,19 @@ int execute(const RunOptions& o) {
   // the record is still written: exit 75.
   const StopSignals stop_signals;
 
+  // Several ranks and no launcher around this process: it becomes the launcher.
+  if (c.nproc > 1 && !rank_env_from_environment()) {
+    if (!o.no_db) check_output_path(c.db_path);
+    return launch_local_ranks(c, [&](const RunRecord& crashed) {
+      if (!c.json_path.empty()) write_json_atomically(c.json_path, record_to_json(crashed));
+      if (!o.no_db) Database(c.db_path).write_run_if_new(crashed);
+    });
+  }
+  // With several ranks, rank 0 alone writes; the others say only what goes wrong.
+  const std::optional<RankEnv> rank_env = c.nproc > 1 ? rank_env_from_environment() : std::nullopt;
+  const bool writes = !rank_env || rank_env->rank == 0;
+  if (!writes) set_log_level(LogLevel::kLogLevelQuiet);
+
   // --lr auto trains its trials first, each a Trainer of its own (whose construction refuses
   // bad settings before anything is written); the run's Trainer is built after them, so that
   // no trial shares the process's memory (or a --memory-cap) with the run's model.
@@ -80,6 +94,14 @@ int execute(const RunOptions& o) {
   if (search_lr) {
     trainer.use_learning_rate(search.best_lr);
     trainer.set_lr_search(search.trials);
+  }
+  if (!writes) {
+    // The other ranks' figures are in rank 0's record; save errors are this rank's own.
+    const RunRecord record = trainer.run(nullptr);
+    if (!trainer.save_error().empty())
+      fail_runtime("the weights could not be saved: " + trainer.save_error());
+    if (record.status == RunStatus::kStatusInterrupted) return kExitStopped;
+    return record.ok() ? 0 : 1;
   }
   if (!c.quiet && trainer.resumed_state())
     fmt::print(stderr, "resuming from step {} of {} ({})\n", trainer.resumed_state()->step,

@@ -38,6 +38,11 @@ constexpr std::pair<LossKind, const char*> kLossKinds[] = {{LossKind::kLossFull,
                                                            {LossKind::kLossChunked, "chunked"}};
 constexpr std::pair<Projections, const char*> kProjections[] = {
     {Projections::kProjectionsSeparate, "separate"}, {Projections::kProjectionsPacked, "packed"}};
+constexpr std::pair<Shard, const char*> kShards[] = {{Shard::kShardNone, "none"},
+                                                     {Shard::kShardDdp, "ddp"},
+                                                     {Shard::kShardZero1, "zero1"},
+                                                     {Shard::kShardZero2, "zero2"},
+                                                     {Shard::kShardFsdp, "fsdp"}};
 
 }  // namespace
 
@@ -47,6 +52,8 @@ const char* recompute_name(Recompute r) { return name_of(r, kRecomputes); }
 const char* optimizer_step_name(OptimizerStep s) { return name_of(s, kOptimizerSteps); }
 const char* loss_kind_name(LossKind k) { return name_of(k, kLossKinds); }
 const char* projections_name(Projections p) { return name_of(p, kProjections); }
+const char* shard_name(Shard s) { return name_of(s, kShards); }
+std::optional<Shard> parse_shard(const std::string& name) { return parse_named(name, kShards); }
 std::optional<Dtype> parse_dtype(const std::string& name) { return parse_named(name, kDtypes); }
 std::optional<LrSchedule> parse_lr_schedule(const std::string& name) {
   return parse_named(name, kSchedules);

@@ -52,6 +52,16 @@ enum class Projections {
                          // and up; the parameters stay separate tensors
 };
 
+// How the work of a step is spread over --nproc ranks (processes, one per device).
+enum class Shard {
+  kShardNone,   // one process
+  kShardDdp,    // every rank holds everything; gradients all-reduced in buckets during backward
+  kShardZero1,  // optimizer state split over the ranks (ZeRO stage 1)
+  kShardZero2,  // optimizer state and gradients split (ZeRO stage 2)
+  kShardFsdp,   // also the parameters, gathered per block for its forward and backward (ZeRO-3)
+};
+
+
 // --strategy: the study's memory strategies, each a shorthand for a way of computing a step.
 // "standard" is none of the parts; the others join the parts they use with '+', in the order
 // checkpoint, accumulation, fused ("checkpoint+accumulation").
@@ -130,7 +140,7 @@ struct RunConfig {
   bool lora() const { return !lora_targets.empty(); }
 
   // --- shape of the work ---
-  int64_t batch = 8;    // micro-batch; effective batch = batch * accum_steps
+  int64_t batch = 8;    // micro-batch of one rank; effective batch = batch * accum_steps
   int64_t seq_len = 0;  // 0 = the preset's
   int64_t steps = 100;
   int64_t warmup_steps = 2;
@@ -142,6 +152,12 @@ struct RunConfig {
 
   // --- where it runs ---
   std::string device = "cpu";  // cpu | cuda | cuda:N
+  // Ranks (processes) that train together; each reads its share of every micro-batch, so a
+  // step sees global_batch() samples.
+  int64_t nproc = 1;
+  Shard shard = Shard::kShardNone;
+  int64_t bucket_bytes = 25LL << 20;  // gradients reduced together (ddp, zero) or gathered
+  double dist_timeout_s = 120;       // a collective that waits longer fails the run
   Dtype dtype = Dtype::kDtypeFp32;
   int threads = 0;               // 0 = LibTorch's default
   int64_t memory_cap_bytes = 0;  // 0 = no cap
@@ -166,7 +182,9 @@ struct RunConfig {
   bool save_adapters = false;  // with LoRA: --save-weights writes the adapters alone
   bool quiet = false;
 
+  // Samples of one optimizer step on one rank, and over all ranks.
   int64_t effective_batch() const { return batch * accum_steps; }
+  int64_t global_batch() const { return effective_batch() * nproc; }
   // How a step is computed, from the strategy and the settings that refine it. A usage error
   // when they disagree (--strategy standard with --accum-steps 4, --recompute attention with
   // --checkpoint-policy mlp).
@@ -187,6 +205,7 @@ const char* recompute_name(Recompute r);
 const char* optimizer_step_name(OptimizerStep s);
 const char* loss_kind_name(LossKind k);
 const char* projections_name(Projections p);
+const char* shard_name(Shard s);
 std::string strategy_name(const StrategyShorthand& s);
 std::optional<Dtype> parse_dtype(const std::string& name);
 std::optional<LrSchedule> parse_lr_schedule(const std::string& name);
@@ -194,6 +213,7 @@ std::optional<Recompute> parse_recompute(const std::string& name);
 std::optional<OptimizerStep> parse_optimizer_step(const std::string& name);
 std::optional<LossKind> parse_loss_kind(const std::string& name);
 std::optional<Projections> parse_projections(const std::string& name);
+std::optional<Shard> parse_shard(const std::string& name);
 std::optional<StrategyShorthand> parse_strategy(const std::string& name);
 
 // The projections LoRA can adapt, in canonical order: q, k, v, o, gate, up, down.

@@ -187,6 +187,9 @@ json memory_to_json(const RunMemory& m) {
       {"reserved_peak_bytes", or_null(m.reserved_peak_bytes)},
       {"peak_rss_bytes", or_null(m.peak_rss_bytes)}};
   // Written when known (with phase timing), so that older records read back as they were.
+  if (b.collective_buffers) j["breakdown"]["collective_buffers"] = *b.collective_buffers;
+  if (m.phase_peak_bytes && m.phase_peak_bytes->comm)
+    j["phase_peak_bytes"]["communication"] = *m.phase_peak_bytes->comm;
   if (m.peak_phase) j["peak_phase"] = *m.peak_phase;
   if (m.peak_step) j["peak_step"] = *m.peak_step;
   return j;
@@ -233,6 +236,31 @@ EvalEntry eval_from_json(const json& j, const std::string& path) {
   return e;
 }
 
+json breakdown_to_json(const MemoryBreakdown& b) {
+  json j = {{"params", b.params},
+            {"frozen_params", b.frozen_params},
+            {"grads", or_null(b.grads)},
+            {"optimizer_state", b.optimizer_state},
+            {"activations", or_null(b.activations)},
+            {"logits", or_null(b.logits)},
+            {"other", b.other}};
+  if (b.collective_buffers) j["collective_buffers"] = *b.collective_buffers;
+  return j;
+}
+
+MemoryBreakdown breakdown_from_json(const Reader& b) {
+  MemoryBreakdown m;
+  m.params = b.integer("params").value_or(0);
+  m.frozen_params = b.integer("frozen_params").value_or(0);
+  m.grads = b.integer("grads");
+  m.optimizer_state = b.integer("optimizer_state").value_or(0);
+  m.activations = b.integer("activations");
+  m.logits = b.integer("logits");
+  m.other = b.integer("other").value_or(0);
+  m.collective_buffers = b.integer("collective_buffers");
+  return m;
+}
+
 RunTime time_from_json(const Reader& r) {
   RunTime t;
   t.total_s = r.number("total_s");
@@ -242,6 +270,7 @@ RunTime time_from_json(const Reader& r) {
   t.forward_s = r.number("forward_s");
   t.backward_s = r.number("backward_s");
   t.optimizer_s = r.number("optimizer_s");
+  t.comm_s = r.number("comm_s");
   t.timed_steps = r.integer("timed_steps");
   return t;
 }
@@ -258,6 +287,7 @@ RunMemory memory_from_json(const Reader& r) {
     m.breakdown.activations = b.integer("activations");
     m.breakdown.logits = b.integer("logits");
     m.breakdown.other = b.integer("other").value_or(0);
+    m.breakdown.collective_buffers = b.integer("collective_buffers");
   }
   m.timeline = r.array<StepMemory>("timeline", [](const json& j, const std::string& path) {
     const Reader s(j, path);
@@ -282,7 +312,8 @@ RunMemory memory_from_json(const Reader& r) {
     const Reader p = r.object("phase_peak_bytes");
     m.phase_peak_bytes =
         PhasePeaks{p.integer("data").value_or(0), p.integer("forward").value_or(0),
-                   p.integer("backward").value_or(0), p.integer("optimizer").value_or(0)};
+                   p.integer("backward").value_or(0), p.integer("optimizer").value_or(0),
+                   p.integer("communication")};
   }
   m.reserved_peak_bytes = r.integer("reserved_peak_bytes");
   m.peak_rss_bytes = r.integer("peak_rss_bytes");
@@ -320,6 +351,72 @@ std::vector<double> doubles(const Reader& r, const char* key) {
 }
 
 }  // namespace
+
+json rank_figures_to_json(const RankFigures& f) {
+  return {{"rank", f.rank},
+          {"peak_bytes", f.peak_bytes},
+          {"breakdown", breakdown_to_json(f.breakdown)},
+          {"peak_phase", or_null(f.peak_phase)},
+          {"params_bytes", f.params_bytes},
+          {"grads_bytes", or_null(f.grads_bytes)},
+          {"optimizer_state_bytes", f.optimizer_state_bytes},
+          {"collective_buffer_peak_bytes", f.collective_buffer_peak_bytes},
+          {"step_median_s", or_null(f.step_median_s)},
+          {"comm_s", or_null(f.comm_s)},
+          {"backward_s", or_null(f.backward_s)},
+          {"bytes_sent_per_step", or_null(f.bytes_sent_per_step)},
+          {"overlapped_share", or_null(f.overlapped_share)}};
+}
+
+RankFigures rank_figures_from_json(const json& j, const std::string& path) {
+  const Reader f(j, path);
+  RankFigures x;
+  x.rank = f.integer("rank").value_or(0);
+  x.peak_bytes = f.integer("peak_bytes").value_or(0);
+  if (f.has("breakdown")) x.breakdown = breakdown_from_json(f.object("breakdown"));
+  x.peak_phase = f.text("peak_phase");
+  x.params_bytes = f.integer("params_bytes").value_or(0);
+  x.grads_bytes = f.integer("grads_bytes");
+  x.optimizer_state_bytes = f.integer("optimizer_state_bytes").value_or(0);
+  x.collective_buffer_peak_bytes = f.integer("collective_buffer_peak_bytes").value_or(0);
+  x.step_median_s = f.number("step_median_s");
+  x.comm_s = f.number("comm_s");
+  x.backward_s = f.number("backward_s");
+  x.bytes_sent_per_step = f.number("bytes_sent_per_step");
+  x.overlapped_share = f.number("overlapped_share");
+  return x;
+}
+
+namespace {
+
+json distributed_to_json(const RunDistributed& d) {
+  json ranks = json::array();
+  for (const RankFigures& f : d.ranks) ranks.push_back(rank_figures_to_json(f));
+  return {{"world", d.world},
+          {"shard", d.shard},
+          {"launcher", d.launcher},
+          {"backend", d.backend},
+          {"flat_params", d.flat_params},
+          {"shard_params", d.shard_params},
+          {"ranks", ranks}};
+}
+
+RunDistributed distributed_from_json(const Reader& r) {
+  RunDistributed d;
+  d.world = r.integer("world").value_or(1);
+  d.shard = r.text("shard").value_or("");
+  d.launcher = r.text("launcher").value_or("");
+  d.backend = r.text("backend").value_or("");
+  d.flat_params = r.integer("flat_params").value_or(0);
+  d.shard_params = r.integer("shard_params").value_or(0);
+  d.ranks = r.array<RankFigures>("ranks", [](const json& j, const std::string& path) {
+    return rank_figures_from_json(j, path);
+  });
+  return d;
+}
+
+}  // namespace
+
 
 const char* status_name(RunStatus s) {
   for (const auto& [v, name] : kStatuses)
@@ -399,10 +496,12 @@ json record_to_json(const RunRecord& r) {
                             {"optimizer_s", or_null(r.time->optimizer_s)},
                             {"timed_steps", or_null(r.time->timed_steps)}}
                      : json(nullptr);
+  if (r.time && r.time->comm_s) j["time"]["comm_s"] = *r.time->comm_s;
   j["throughput"] = r.throughput ? json{{"samples_per_s", or_null(r.throughput->samples_per_s)},
                                         {"tokens_per_s", or_null(r.throughput->tokens_per_s)}}
                                  : json(nullptr);
   j["memory"] = r.memory ? memory_to_json(*r.memory) : json(nullptr);
+  if (r.distributed) j["distributed"] = distributed_to_json(*r.distributed);
   j["utilization"] = r.utilization ? json{{"device", r.utilization->device},
                                           {"mean_pct", or_null(r.utilization->mean_pct)},
                                           {"p50_pct", or_null(r.utilization->p50_pct)},
@@ -553,6 +652,7 @@ RunRecord record_from_json(const json& j) {
     out.throughput = RunThroughput{t.number("samples_per_s"), t.number("tokens_per_s")};
   }
   if (r.has("memory")) out.memory = memory_from_json(r.object("memory"));
+  if (r.has("distributed")) out.distributed = distributed_from_json(r.object("distributed"));
   if (r.has("utilization")) {
     const Reader u = r.object("utilization");
     out.utilization = RunUtilization{u.text("device").value_or(""),

@@ -79,6 +79,8 @@ struct RunTime {
   std::optional<double> step_median_s;
   // Per phase, summed over the timed steps; null without phase timing.
   std::optional<double> data_s, forward_s, backward_s, optimizer_s;
+  // Waiting on collectives between ranks (--shard); null for one process.
+  std::optional<double> comm_s;
   std::optional<int64_t> timed_steps;
 };
 
@@ -100,6 +102,10 @@ struct MemoryBreakdown {
   // with --loss full): a part of activations, not a summand; null without such a head or
   // without phase timing.
   std::optional<int64_t> logits;
+  // With --shard: the buffers of collectives (buckets being reduced, shards being gathered),
+  // the most alive at once, when the peak fell in backward or communication; null for one
+  // process.
+  std::optional<int64_t> collective_buffers;
 };
 
 // One phase of a step, as the memory timeline holds it: [phase, entry, peak, exit].
@@ -117,6 +123,7 @@ struct StepMemory {
 
 struct PhasePeaks {
   int64_t data = 0, forward = 0, backward = 0, optimizer = 0;
+  std::optional<int64_t> comm;  // with --shard
 };
 
 struct RunMemory {
@@ -216,6 +223,40 @@ struct ToyResult {
   double distance = 0;  // ||final - minimum||
 };
 
+// One rank's figures of a run with several ranks (rank 0 gathers them at the end).
+struct RankFigures {
+  int64_t rank = 0;
+  int64_t peak_bytes = 0;
+  MemoryBreakdown breakdown;  // at this rank's peak, as RunMemory::breakdown
+  std::optional<std::string> peak_phase;
+  int64_t params_bytes = 0;           // what this rank holds of the parameters
+  std::optional<int64_t> grads_bytes;  // of the gradients (zero2: its shard)
+  int64_t optimizer_state_bytes = 0;  // of the optimizer state (zero: its shard)
+  int64_t collective_buffer_peak_bytes = 0;
+  std::optional<double> step_median_s;
+  std::optional<double> comm_s;   // waiting on collectives over the timed steps
+  std::optional<double> backward_s;
+  // Bytes this rank sends per timed step by the ring algorithms' volume (docs/metrics.md).
+  std::optional<double> bytes_sent_per_step;
+  // Of the gradients all-reduced, the share whose bucket had finished when backward ended.
+  std::optional<double> overlapped_share;
+};
+
+nlohmann::json rank_figures_to_json(const RankFigures& f);
+// A usage error names `path` and the key of a value of the wrong type.
+RankFigures rank_figures_from_json(const nlohmann::json& j, const std::string& path = "rank");
+
+// How a run with several ranks was spread (null for one process).
+struct RunDistributed {
+  int64_t world = 1;
+  std::string shard;     // ddp, zero1, zero2, fsdp
+  std::string launcher;  // gradscope, torchrun, slurm (or "single" for one rank)
+  std::string backend;   // gloo, or "none" for one rank
+  int64_t flat_params = 0;   // trainable elements laid end to end
+  int64_t shard_params = 0;  // of them, one rank's share (zero, fsdp) or all (ddp)
+  std::vector<RankFigures> ranks;  // in rank order
+};
+
 struct RunRecord {
   std::string schema = kRunSchema;
   std::string run_id;
@@ -249,6 +290,7 @@ struct RunRecord {
   std::optional<RunTime> time;
   std::optional<RunThroughput> throughput;
   std::optional<RunMemory> memory;
+  std::optional<RunDistributed> distributed;
   std::optional<RunUtilization> utilization;
   std::vector<TimelineSample> timeline;
   std::optional<RunEnergy> energy;

@@ -31,6 +31,8 @@ const char* phase_name(Phase phase) {
       return "backward";
     case Phase::kPhaseOptimizer:
       return "optimizer";
+    case Phase::kPhaseComm:
+      return "communication";
     default:
       return "unknown";
   }
@@ -62,6 +64,9 @@ StepOutput Strategy::compute_gradients(Model& model, const MicroBatchSource& nex
     host.push_back(next.fetch(i));
     total += host.back().targets_count;
   }
+  // Every rank's targets: each normalizes by the count of the whole step (masked language
+  // models count differently on each rank).
+  if (comm_) total = comm_->sum(total);
   const double denominator = static_cast<double>(std::max<int64_t>(total, 1));
 
   StepOutput step;
@@ -93,6 +98,18 @@ StepOutput Strategy::compute_gradients(Model& model, const MicroBatchSource& nex
     out = LossOutput();
     loss = torch::Tensor();
     batch = Batch();
+  }
+  if (comm_) {
+    // The step as one process would report it: sums over every rank.
+    torch::Tensor sums = torch::stack({step.loss_sum.to(torch::kCPU, torch::kFloat64),
+                                       torch::tensor(static_cast<double>(step.samples),
+                                                     torch::kFloat64),
+                                       torch::tensor(static_cast<double>(step.tokens),
+                                                     torch::kFloat64)});
+    comm_->allreduce(sums);
+    step.loss_sum = sums[0].to(step.loss_sum.dtype());
+    step.samples = static_cast<int64_t>(sums[1].item<double>());
+    step.tokens = static_cast<int64_t>(sums[2].item<double>());
   }
   return step;
 }

@@ -23,12 +23,22 @@
 #include <torch/torch.h>
 
 #include "gradscope/core/config.h"
+#include "gradscope/dist/comm.h"
 #include "gradscope/models/model.h"
 #include "gradscope/strategy/checkpoint.h"
 
 namespace gradscope {
 
-enum class Phase { kPhaseData = 0, kPhaseForward, kPhaseBackward, kPhaseOptimizer, kPhaseCount };
+// kPhaseComm: waiting on collectives between ranks (--shard), after backward and around the
+// optimizer; what they did while backward ran is backward's time.
+enum class Phase {
+  kPhaseData = 0,
+  kPhaseForward,
+  kPhaseBackward,
+  kPhaseOptimizer,
+  kPhaseComm,
+  kPhaseCount
+};
 const char* phase_name(Phase phase);
 
 class PhaseObserver {
@@ -109,6 +119,12 @@ class Strategy {
   // the calls to compute_gradients. The Updater that needs it (updater.h) provides it.
   void set_micro_batch_listener(MicroBatchListener* listener) { listener_ = listener; }
 
+  // The ranks this step is shared with (--shard; null: one process). Each rank computes its
+  // own micro-batches, but every loss is divided by the target count of all ranks, and the
+  // step's output (loss, targets, samples, tokens) is summed over them: N ranks with
+  // micro-batch b compute the step of one process with micro-batch N b.
+  void set_communicator(std::shared_ptr<Communicator> comm) { comm_ = std::move(comm); }
+
   const StepPlan& plan() const { return plan_; }
   // The installed checkpoint runner (its counters), null when nothing is recomputed.
   const CheckpointRunner* checkpoint_runner() const { return runner_.get(); }
@@ -117,6 +133,7 @@ class Strategy {
   StepPlan plan_;
   std::shared_ptr<CheckpointRunner> runner_;
   MicroBatchListener* listener_ = nullptr;
+  std::shared_ptr<Communicator> comm_;
 };
 
 }  // namespace gradscope

@@ -155,7 +155,7 @@ void RunSensors::fill(RunRecord& record, const RunTally& tally, const RunConfig&
   record.sampler.reset();
 }
 
-RunTime time_part(const RunTally& tally, double wall_s, bool phase_timing) {
+RunTime time_part(const RunTally& tally, double wall_s, bool phase_timing, bool comm) {
   RunTime t;
   const bool any_timed = !tally.step_times.empty();
   if (any_timed) t.total_s = tally.timed_s;
@@ -166,6 +166,7 @@ RunTime time_part(const RunTally& tally, double wall_s, bool phase_timing) {
     t.forward_s = tally.phase_totals[1];
     t.backward_s = tally.phase_totals[2];
     t.optimizer_s = tally.phase_totals[3];
+    if (comm) t.comm_s = tally.phase_totals[static_cast<int>(Phase::kPhaseComm)];
   }
   t.timed_steps = static_cast<int64_t>(tally.step_times.size());
   return t;
@@ -182,7 +183,8 @@ RunThroughput throughput_part(const RunTally& tally) {
 
 RunMemory memory_part(const RunTally& tally, const PhaseTimer& timer, const MemoryMeter& meter,
                       int64_t params_bytes, int64_t frozen_params_bytes,
-                      std::optional<int64_t> grads_bytes, bool phase_timing) {
+                      std::optional<int64_t> grads_bytes, bool phase_timing,
+                      std::optional<int64_t> collective_buffer_bytes) {
   RunMemory m;
   // Training's peak: the phases', and the meter's outside them (between steps, and every
   // step's without phase timing); evaluations reset the meter and are not counted.
@@ -209,6 +211,11 @@ RunMemory memory_part(const RunTally& tally, const PhaseTimer& timer, const Memo
   }
   const bool state_then = !known || after_steps || at->state_exists;
   m.breakdown.optimizer_state = take(state_then ? tally.state_bytes : 0);
+  if (collective_buffer_bytes) {
+    const bool buffers_then = !known || (!after_steps && (at->phase == Phase::kPhaseBackward ||
+                                                          at->phase == Phase::kPhaseComm));
+    m.breakdown.collective_buffers = take(buffers_then ? *collective_buffer_bytes : 0);
+  }
   if (known) {
     const bool in_pass = !after_steps && at->forward_start_bytes >= 0;
     m.breakdown.activations = take(in_pass ? at->peak_bytes - at->forward_start_bytes : 0);
@@ -234,11 +241,41 @@ RunMemory memory_part(const RunTally& tally, const PhaseTimer& timer, const Memo
     m.activations_peak_bytes = timer.activations_peak();
     m.phase_peak_bytes = PhasePeaks{timer.phase_peak(0), timer.phase_peak(1), timer.phase_peak(2),
                                     timer.phase_peak(3)};
+    if (collective_buffer_bytes)
+      m.phase_peak_bytes->comm = timer.phase_peak(static_cast<int>(Phase::kPhaseComm));
   }
   m.reserved_peak_bytes = meter.reserved_peak_bytes();
   const int64_t rss = peak_rss_bytes();  // 0: the system says nothing
   if (rss > 0) m.peak_rss_bytes = rss;
   return m;
+}
+
+RankFigures rank_figures_of(const RunRecord& record, int64_t rank,
+                            int64_t collective_buffer_peak_bytes, int64_t bytes_sent,
+                            int64_t steps_run, int64_t reduced_bytes, int64_t overlapped_bytes) {
+  RankFigures f;
+  f.rank = rank;
+  if (record.memory) {
+    const RunMemory& m = *record.memory;
+    f.peak_bytes = m.peak_bytes;
+    f.breakdown = m.breakdown;
+    f.peak_phase = m.peak_phase;
+    f.params_bytes = m.params_bytes;
+    f.grads_bytes = m.grads_bytes;
+    f.optimizer_state_bytes = m.optimizer_state_bytes;
+  }
+  f.collective_buffer_peak_bytes = collective_buffer_peak_bytes;
+  if (record.time) {
+    f.step_median_s = record.time->step_median_s;
+    f.comm_s = record.time->comm_s;
+    f.backward_s = record.time->backward_s;
+  }
+  // Over the steps this process took (warm-up included): the bytes are the same each step.
+  if (steps_run > 0)
+    f.bytes_sent_per_step = static_cast<double>(bytes_sent) / static_cast<double>(steps_run);
+  if (reduced_bytes > 0)
+    f.overlapped_share = static_cast<double>(overlapped_bytes) / static_cast<double>(reduced_bytes);
+  return f;
 }
 
 RunFlops flops_part(const RunTally& tally, double forward_flops_per_token,

@@ -76,7 +76,8 @@ class RunSensors {
   std::unique_ptr<Sampler> sampler_;
 };
 
-RunTime time_part(const RunTally& tally, double wall_s, bool phase_timing);
+// comm: the run has a communication phase (--shard), summed into comm_s.
+RunTime time_part(const RunTally& tally, double wall_s, bool phase_timing, bool comm = false);
 RunThroughput throughput_part(const RunTally& tally);
 // The peak by component, as allocated at the moment of the peak (the timer's peak_moment):
 // parameters that train, and frozen ones (LoRA's base); gradients, if the step had made them by
@@ -84,9 +85,18 @@ RunThroughput throughput_part(const RunTally& tally);
 // backward had added above the bytes at the forward's start; "other", the rest (the data set, the
 // batch, temporaries of the update, caches). The parts sum to peak_bytes. Without phase timing the
 // moment is unknown: every gradient and the state are counted and activations are null.
+// With --shard, collective_buffer_bytes (the most the collectives held at once) is a part of
+// its own when the peak fell in backward or communication, and the communication phase has a
+// peak of its own.
 RunMemory memory_part(const RunTally& tally, const PhaseTimer& timer, const MemoryMeter& meter,
                       int64_t params_bytes, int64_t frozen_params_bytes,
-                      std::optional<int64_t> grads_bytes, bool phase_timing);
+                      std::optional<int64_t> grads_bytes, bool phase_timing,
+                      std::optional<int64_t> collective_buffer_bytes = std::nullopt);
+// This rank's own figures of a run with several ranks, from its record's parts; bytes_sent over
+// the steps_run steps this process took.
+RankFigures rank_figures_of(const RunRecord& record, int64_t rank,
+                            int64_t collective_buffer_peak_bytes, int64_t bytes_sent,
+                            int64_t steps_run, int64_t reduced_bytes, int64_t overlapped_bytes);
 // Model FLOPs (3 x the analytical forward x tokens per step), achieved FLOP/s and hardware
 // FLOPs (model FLOPs + what checkpointing recomputes per step, estimate.h recompute_flops);
 // peaks, MFU and HFU come from apply_device_peak.

@@ -16,6 +16,7 @@
 #include "gradscope/measure/peak.h"
 #include "gradscope/models/common/layers.h"
 #include "gradscope/optim/factory.h"
+#include "gradscope/strategy/shard.h"
 #include "gradscope/train/weights_io.h"
 
 namespace gradscope {
@@ -115,8 +116,8 @@ double learning_rate_of(const RunConfig& config) {
   return config.lr > 0 ? config.lr : default_lr(config.optimizer, config.model);
 }
 
-void seed_dropout(const RunConfig& config) {
-  torch::manual_seed(hash3(config.seed, kDropoutStream, 0));
+void seed_dropout(const RunConfig& config, int rank) {
+  torch::manual_seed(hash3(config.seed, kDropoutStream, static_cast<uint64_t>(rank)));
 }
 
 ResolvedRun resolve_run(const RunConfig& config) {
@@ -239,8 +240,31 @@ Session::Session(const RunConfig& config, const SessionOptions& options)
     trainable_params_ += item.value().numel();
   }
   frozen_params_bytes_ = tensors_bytes(frozen);  // shared storage counted once
+  check_shard(plan, c.shard, c.optimizer);
+  // The ranks meet last, once this one has refused what it would refuse: a rank that stops
+  // on bad input stops before the others wait for it.
+  if (options.comm) {
+    comm_ = options.comm;
+  } else if (c.nproc > 1) {
+    const std::optional<RankEnv> env = rank_env_from_environment();
+    check_usage(env.has_value(),
+                fmt::format("--nproc {} needs its ranks started by gradscope run, torchrun or srun",
+                            c.nproc),
+                "run `gradscope run --nproc N ...` (it starts the ranks), or start each rank "
+                "with torchrun or srun (docs/distributed.md)");
+    check_usage(env->world == c.nproc,
+                fmt::format("--nproc {} but {} started {} ranks", c.nproc, env->launcher,
+                            env->world),
+                "pass --nproc equal to the launcher's number of ranks");
+    comm_ = connect_ranks(*env, device_, c.dist_timeout_s);
+    launcher_ = env->launcher;
+  } else if (c.shard != Shard::kShardNone) {
+    comm_ = single_rank_communicator();
+    launcher_ = "single";
+  }
   strategy_ = std::make_unique<Strategy>(plan);
   strategy_->attach(*model_);
+  strategy_->set_communicator(comm_);
   if (options.updater) build_updater();
 }
 
@@ -290,7 +314,11 @@ void Session::build_updater() {
   UpdaterOptions options;
   options.clip_grad_norm = c.clip_grad_norm;
   options.log_grad_norm = c.log_grad_norm;
-  updater_ = make_updater(strategy_->plan(), parameters_, spec, options);
+  if (c.shard != Shard::kShardNone)
+    updater_ = make_sharded_updater(strategy_->plan(), c.shard, parameters_, spec, options,
+                                    comm_ ? comm_ : single_rank_communicator(), c.bucket_bytes);
+  else
+    updater_ = make_updater(strategy_->plan(), parameters_, spec, options);
   strategy_->set_micro_batch_listener(updater_->micro_batch_listener());
 }
 
@@ -304,13 +332,14 @@ void Session::use_learning_rate(double lr) {
 
 MicroBatchSource Session::step_batches(int64_t step) const {
   const int64_t micro = resolved_.config.batch;
-  const int64_t first = step * resolved_.config.effective_batch();
+  const int64_t first = step * resolved_.config.effective_batch() * world();
+  const int64_t world_micro = micro * world(), mine = micro * rank();
   const DataSource* data = data_.get();
   const torch::Device device = device_;
   // Host batches; the strategy moves each to the device just before its forward.
   return MicroBatchSource(
-      [data, first, micro](int64_t index) {
-        return data->train_batch(first + index * micro, micro);
+      [data, first, micro, world_micro, mine](int64_t index) {
+        return data->train_batch(first + index * world_micro + mine, micro);
       },
       [device](const Batch& host) { return host.to(device); });
 }

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gradscope/core/config.h"
+#include "gradscope/dist/comm.h"
 #include "gradscope/models/registry.h"
 #include "gradscope/strategy/strategy.h"
 #include "gradscope/strategy/updater.h"
@@ -52,7 +53,8 @@ double learning_rate_of(const RunConfig& config);
 
 // Seeds the default generator, which dropout draws from, for the run's seed: every run of the
 // same seed draws the same masks, whatever else it does.
-void seed_dropout(const RunConfig& config);
+// Rank r > 0 of several draws from a stream of its own, so that ranks do not share masks.
+void seed_dropout(const RunConfig& config, int rank = 0);
 
 struct SessionOptions {
   // A data source already loaded for this architecture (verify builds several models over
@@ -60,6 +62,9 @@ struct SessionOptions {
   std::shared_ptr<const DataSource> data;
   // Whether to build the updater (and so the optimizer); verify's gradient checks do not.
   bool updater = true;
+  // The ranks of a run with --shard, already met (verify's runs share one meeting); null =
+  // meet them here when --nproc asks for several (from the launcher's environment).
+  std::shared_ptr<Communicator> comm;
 };
 
 // Threads and a memory cap set for one run, and put back as they were when it ends (or when
@@ -109,13 +114,21 @@ class Session {
   // Null when built without one (SessionOptions::updater).
   Updater* updater() { return updater_.get(); }
   double lr() const { return lr_; }
+  // The ranks the run shares its steps with (null for one process without --shard).
+  const std::shared_ptr<Communicator>& communicator() const { return comm_; }
+  int rank() const { return comm_ ? comm_->rank() : 0; }
+  int world() const { return comm_ ? comm_->world() : 1; }
+  // How the ranks were started ("" for one process).
+  const std::string& launcher() const { return launcher_; }
 
   // Trains with this learning rate instead (what --lr auto found); the schedule scales it as
   // usual. A usage error unless it is positive.
   void use_learning_rate(double lr);
 
   // The micro-batch source of step `step` (0-based, warm-up included): the step trains on
-  // samples [step * E, (step + 1) * E) of the data stream, E the effective batch. Its
+  // samples [step * E, (step + 1) * E) of the data stream, E the global batch; with N ranks,
+  // micro-batch i of rank r is samples [i N b + r b, i N b + (r + 1) b) of them, b the
+  // micro-batch, so the ranks together read micro-batch i of one process of batch N b. Its
   // batches come on the host and are moved to the run's device one at a time, as the
   // strategy reaches them.
   MicroBatchSource step_batches(int64_t step) const;
@@ -136,6 +149,8 @@ class Session {
   int64_t trainable_params_ = 0;
   int64_t frozen_params_bytes_ = 0;
   LoraOptions lora_options_;
+  std::shared_ptr<Communicator> comm_;
+  std::string launcher_;
   std::unique_ptr<Strategy> strategy_;
   std::unique_ptr<Updater> updater_;
   double lr_ = 0;

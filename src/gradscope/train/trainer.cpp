@@ -16,6 +16,7 @@
 #include "gradscope/measure/memory.h"
 #include "gradscope/measure/peak.h"
 #include "gradscope/models/toy.h"
+#include "gradscope/strategy/shard.h"
 #include "gradscope/train/autocast.h"
 #include "gradscope/train/estimate.h"
 #include "gradscope/train/phase_timer.h"
@@ -154,7 +155,7 @@ RunRecord Trainer::run(ProgressSink* progress) {
   record.lr_search = lr_search_;
   if (progress) progress->on_start(record, total_steps);
 
-  seed_dropout(c);
+  seed_dropout(c, session_->rank());
   PhaseTimer timer(clock, *meter_, device, c.phase_timing);
   if (!c.memory_snapshot.empty()) start_memory_history();
   RunSensors sensors(c, device, *meter_, threads, clock);
@@ -240,10 +241,13 @@ RunRecord Trainer::run(ProgressSink* progress) {
     if (progress) progress->on_eval(done, e.val_loss);
   };
 
+  const bool several_ranks = session_->world() > 1;
+  bool agreed_stop = false;
   try {
     for (step = first_step; step < total_steps; ++step) {
-      // SIGTERM or SIGINT (train_state.h): stop between steps.
-      if (stop_requested()) {
+      // SIGTERM or SIGINT (train_state.h): stop between steps (with several ranks, at the step
+      // they agreed on).
+      if (several_ranks ? agreed_stop : stop_requested()) {
         stopped = true;
         break;
       }
@@ -316,7 +320,18 @@ RunRecord Trainer::run(ProgressSink* progress) {
       }
       if (c.eval_every > 0 && (step + 1) % c.eval_every == 0 && step + 1 < total_steps)
         evaluate_at(step + 1);
-      if (c.timeout_s > 0 && clock.now_s() - run_started > c.timeout_s) {
+      // Ranks stop together: a stop request or a time limit that one rank sees ends the step
+      // loop of all, at the same step, or the others would wait in a collective for it.
+      bool out_of_time = c.timeout_s > 0 && clock.now_s() - run_started > c.timeout_s;
+      if (several_ranks) {
+        Communicator* comm = session_->communicator().get();
+        torch::Tensor flags = torch::tensor({stop_requested() ? 1.0 : 0.0, out_of_time ? 1.0 : 0.0},
+                                            torch::kFloat64);
+        comm->allreduce(flags);
+        agreed_stop = flags[0].item<double>() > 0;
+        out_of_time = flags[1].item<double>() > 0;
+      }
+      if (out_of_time) {
         record.status = RunStatus::kStatusTimeout;
         record.failure = failure_at(step + 1, Phase::kPhaseOptimizer,
                                     fmt::format("time limit of {} s reached", c.timeout_s));
@@ -376,6 +391,8 @@ RunRecord Trainer::run(ProgressSink* progress) {
     timer.close();
     const std::string message = e.what();
     record.status = is_oom(message) ? RunStatus::kStatusOom : RunStatus::kStatusError;
+    // Another rank died or stopped answering: the run crashed, whatever this rank did.
+    if (dynamic_cast<const PeerLost*>(&e)) record.status = RunStatus::kStatusCrashed;
     record.failure = failure_at(step + 1, failed_in, message.substr(0, message.find('\n')));
     for (const auto& p : session_->parameters()) {
       torch::Tensor t = p;
@@ -385,13 +402,16 @@ RunRecord Trainer::run(ProgressSink* progress) {
 
   if (sensors.sampler()) sensors.sampler()->stop();
   if (!c.memory_snapshot.empty()) write_memory_snapshot(c.memory_snapshot);
-  finish_record(record, tally, timer, sensors, clock.now_s() - run_started, threads);
+  finish_record(record, tally, timer, sensors, clock.now_s() - run_started, threads,
+                step - first_step);
   // --save-weights: weights that finished training (or ran out of time), never those of a
   // step that failed half-way or diverged; after the record's time and memory are taken, so
   // the save counts in neither. A save that fails leaves the measurement as it is and says
   // so in save_error() (`gradscope run` exits 1 once the record is stored).
   save_error_.clear();
-  if (!c.save_weights.empty() && (record.ok() || record.status == RunStatus::kStatusTimeout)) {
+  // With several ranks every one holds the trained weights after a step: rank 0 saves them.
+  if (!c.save_weights.empty() && session_->rank() == 0 &&
+      (record.ok() || record.status == RunStatus::kStatusTimeout)) {
     try {
       if (c.save_adapters)
         save_adapters(c.model, session_->model(), session_->lora_options(), c.save_weights,
@@ -408,7 +428,8 @@ RunRecord Trainer::run(ProgressSink* progress) {
 }
 
 void Trainer::finish_record(RunRecord& record, RunTally& tally, const PhaseTimer& timer,
-                            const RunSensors& sensors, double wall_s, int threads) {
+                            const RunSensors& sensors, double wall_s, int threads,
+                            int64_t steps_run) {
   const RunConfig& c = config();
   const torch::Device& device = session_->device();
   record.steps = tally.steps;
@@ -425,19 +446,56 @@ void Trainer::finish_record(RunRecord& record, RunTally& tally, const PhaseTimer
   } catch (const std::exception&) {
     record.estimate = nullptr;  // a toy problem, or an optimizer it has no model of
   }
-  record.time = time_part(tally, wall_s, c.phase_timing);
+  const ShardFigures* shard = shard_figures(*session_->updater());
+  record.time = time_part(tally, wall_s, c.phase_timing, shard != nullptr);
   record.throughput = throughput_part(tally);
-  record.memory = memory_part(tally, timer, *meter_, tensors_bytes(session_->parameters()),
-                              session_->frozen_params_bytes(), session_->updater()->grads_bytes(),
-                              c.phase_timing);
+  record.memory = memory_part(
+      tally, timer, *meter_, tensors_bytes(session_->parameters()),
+      session_->frozen_params_bytes(), session_->updater()->grads_bytes(), c.phase_timing,
+      shard ? std::optional<int64_t>(shard->buffer_peak_bytes) : std::nullopt);
   sensors.fill(record, tally, c, device.is_cpu(), threads);
   // Tokens as they went through the model (effective batch x sequence length for a language
   // model, evaluations of the function for a toy problem).
-  if (tally.tokens_per_step == 0) tally.tokens_per_step = c.effective_batch() * c.seq_len;
+  if (tally.tokens_per_step == 0) tally.tokens_per_step = c.global_batch() * c.seq_len;
   record.flops = flops_part(tally, session_->family().forward_flops_per_token(arch(), c.seq_len),
                             recompute_flops(c, arch(), c.seq_len).per_step);
   record.env = env_part(c.device, device);
   apply_device_peak(record);
+  if (shard) distributed_part(record, *shard, steps_run);
+}
+
+void Trainer::distributed_part(RunRecord& record, const ShardFigures& shard, int64_t steps_run) {
+  Communicator& comm = *session_->communicator();
+  const RunConfig& c = config();
+  RunDistributed d;
+  d.world = comm.world();
+  d.shard = shard_name(c.shard);
+  d.launcher = session_->launcher();
+  d.backend = comm.world() > 1 ? "gloo" : "none";
+  d.flat_params = shard.flat_elements;
+  d.shard_params = shard.shard_elements;
+  const RankFigures mine =
+      rank_figures_of(record, comm.rank(), shard.buffer_peak_bytes, comm.stats().bytes_sent,
+                      steps_run, shard.reduced_bytes, shard.overlapped_bytes);
+  // Every rank ends its loop at the same step with the same status, except when one failed on
+  // its own (an error, out of memory) or lost a peer: then only this rank's figures are known.
+  const bool together = record.status != RunStatus::kStatusError &&
+                        record.status != RunStatus::kStatusOom &&
+                        record.status != RunStatus::kStatusCrashed;
+  if (comm.world() > 1 && together) {
+    try {
+      const std::vector<std::string> all = comm.gather_text(rank_figures_to_json(mine).dump());
+      for (size_t r = 0; r < all.size(); ++r)
+        d.ranks.push_back(rank_figures_from_json(nlohmann::json::parse(all[r]),
+                                                 fmt::format("rank {}", r)));
+    } catch (const std::exception& e) {
+      log_warn("the other ranks' figures could not be gathered: {}", first_line(e.what()));
+      d.ranks = {mine};
+    }
+  } else {
+    d.ranks.push_back(mine);
+  }
+  record.distributed = std::move(d);
 }
 
 void apply_device_peak(RunRecord& record, const nlohmann::json& probe) {
@@ -457,8 +515,10 @@ void apply_device_peak(RunRecord& record, const nlohmann::json& probe) {
   // MFU: the model's FLOPs per second over the peak; HFU adds the recomputed forward.
   const double a = *flops.achieved_per_s;
   const double ratio = flops.per_step > 0 ? flops.hardware_per_step / flops.per_step : 1.0;
-  flops.mfu = a / *peak.flops_per_s;
-  flops.hfu = a * (ratio > 0 ? ratio : 1.0) / *peak.flops_per_s;
+  // The ranks' FLOPs together, over as many devices' peaks.
+  const double devices = static_cast<double>(std::max<int64_t>(1, record.config.nproc));
+  flops.mfu = a / (*peak.flops_per_s * devices);
+  flops.hfu = a * (ratio > 0 ? ratio : 1.0) / (*peak.flops_per_s * devices);
 }
 
 }  // namespace gradscope

@@ -26,6 +26,7 @@ class MemoryMeter;
 class PhaseTimer;
 class RunSensors;
 struct RunTally;
+struct ShardFigures;
 
 // Told about progress as the run goes; the console implements it.
 class ProgressSink {
@@ -86,7 +87,9 @@ class Trainer {
   // Everything the record says once training ends: steps, evaluations, time, memory,
   // utilization, energy, FLOPs, the estimate and the environment.
   void finish_record(RunRecord& record, RunTally& tally, const PhaseTimer& timer,
-                     const RunSensors& sensors, double wall_s, int threads);
+                     const RunSensors& sensors, double wall_s, int threads, int64_t steps_run);
+  // With --shard: the record's distributed part, every rank's figures gathered on rank 0.
+  void distributed_part(RunRecord& record, const ShardFigures& shard, int64_t steps_run);
 
   std::unique_ptr<Session> session_;
   std::unique_ptr<MemoryMeter> meter_;

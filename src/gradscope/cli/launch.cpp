@@ -1,0 +1,187 @@
+// gradscope run --nproc N: starts N ranks of the same command on this machine, each a copy of
+// this executable with torchrun's variables set (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+// MASTER_PORT), meeting at a store this process hosts on a port the system picks. Rank 0
+// writes the record; this process waits for every rank, stops the others when one fails (so
+// nothing hangs), forwards SIGTERM and SIGINT, and records the run as crashed when rank 0
+// died without writing its record.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "gradscope/cli/commands.h"
+#include "gradscope/core/env.h"
+#include "gradscope/core/error.h"
+#include "gradscope/core/record.h"
+#include "gradscope/core/log.h"
+#include "gradscope/dist/comm.h"
+#include "gradscope/store/db.h"
+#include "gradscope/train/session.h"
+#include "gradscope/train/train_state.h"
+
+namespace gradscope {
+namespace {
+
+std::vector<std::string>& command_line() {
+  static std::vector<std::string> args;
+  return args;
+}
+
+struct Rank {
+  pid_t pid = -1;
+  bool running = false;
+  int status = 0;
+};
+
+const char* signal_text(int sig) {
+  const char* s = strsignal(sig);
+  return s ? s : "a signal";
+}
+
+// What a rank's end says, for messages.
+std::string ending(int status) {
+  if (WIFSIGNALED(status)) return fmt::format("was killed ({})", signal_text(WTERMSIG(status)));
+  return fmt::format("exited with code {}", WEXITSTATUS(status));
+}
+
+}  // namespace
+
+void set_run_command_line(std::vector<std::string> args) { command_line() = std::move(args); }
+
+int launch_local_ranks(const RunConfig& c, const std::function<void(const RunRecord&)>& store) {
+  const std::vector<std::string>& args = command_line();
+  check_usage(!args.empty() && args[0] == "run", "--nproc starts ranks of `gradscope run` only",
+              "start the ranks with gradscope run --nproc N");
+  const unsigned cores = std::thread::hardware_concurrency();
+  if (cores > 0 && c.nproc > static_cast<int64_t>(cores))
+    log_warn(
+        "--nproc {} starts more ranks than this machine has cores ({}): they take turns on the "
+        "cores, and step times measure that",
+        c.nproc, cores);
+
+  HostedStore meeting(static_cast<int>(c.nproc), c.dist_timeout_s);
+  const std::string port = std::to_string(meeting.port());
+  const std::string world = std::to_string(c.nproc);
+
+  // Everything a child needs, built before fork: after it only exec.
+  std::vector<std::string> arg_text = {"gradscope"};
+  arg_text.insert(arg_text.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : arg_text) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::vector<std::string>> env_text(static_cast<size_t>(c.nproc));
+  std::vector<std::vector<char*>> envp(static_cast<size_t>(c.nproc));
+  const char* const launcher_names[] = {"RANK=",        "WORLD_SIZE=", "LOCAL_RANK=",
+                                        "MASTER_ADDR=", "MASTER_PORT=", "GRADSCOPE_RANK_LAUNCHER=",
+                                        "SLURM_NTASKS=", "SLURM_PROCID="};
+  for (int r = 0; r < c.nproc; ++r) {
+    auto& e = env_text[static_cast<size_t>(r)];
+    for (char** v = environ; *v; ++v) {
+      bool ours = false;
+      for (const char* name : launcher_names) ours = ours || std::strncmp(*v, name, std::strlen(name)) == 0;
+      if (!ours) e.emplace_back(*v);
+    }
+    e.push_back("RANK=" + std::to_string(r));
+    e.push_back("WORLD_SIZE=" + world);
+    e.push_back("LOCAL_RANK=" + std::to_string(r));
+    e.push_back("MASTER_ADDR=127.0.0.1");
+    e.push_back("MASTER_PORT=" + port);
+    e.push_back(std::string(kLauncherVariable) + "=gradscope");
+    for (auto& s : e) envp[static_cast<size_t>(r)].push_back(s.data());
+    envp[static_cast<size_t>(r)].push_back(nullptr);
+  }
+  const std::string started_at = utc_now_iso8601();
+  const auto t0 = std::chrono::steady_clock::now();
+
+  std::vector<Rank> ranks(static_cast<size_t>(c.nproc));
+  for (int r = 0; r < c.nproc; ++r) {
+    const pid_t pid = fork();
+    if (pid < 0) {
+      for (const Rank& k : ranks)
+        if (k.running) kill(k.pid, SIGKILL);
+      fail_runtime("cannot start rank " + std::to_string(r) + ": " + std::strerror(errno));
+    }
+    if (pid == 0) {
+      execve("/proc/self/exe", argv.data(), envp[static_cast<size_t>(r)].data());
+      _exit(127);
+    }
+    ranks[static_cast<size_t>(r)] = {pid, true, 0};
+  }
+
+  // Waits for every rank. Once one fails, the others get --dist-timeout (at most) to notice it
+  // and record it, then they are killed.
+  using Clock = std::chrono::steady_clock;
+  std::optional<Clock::time_point> deadline;
+  bool forwarded = false;
+  int running = static_cast<int>(c.nproc);
+  while (running > 0) {
+    if (stop_requested() && !forwarded) {
+      for (const Rank& k : ranks)
+        if (k.running) kill(k.pid, SIGTERM);
+      forwarded = true;
+    }
+    if (deadline && Clock::now() > *deadline) {
+      for (const Rank& k : ranks)
+        if (k.running) kill(k.pid, SIGKILL);
+      deadline.reset();
+    }
+    int status = 0;
+    const pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
+    }
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      Rank& k = ranks[r];
+      if (k.pid != pid || !k.running) continue;
+      k.running = false;
+      k.status = status;
+      --running;
+      const bool failed = !(WIFEXITED(status) && (WEXITSTATUS(status) == 0 ||
+                                                  WEXITSTATUS(status) == kExitStopped));
+      if (failed && !deadline && running > 0) {
+        log_warn("rank {} {}; the other ranks stop within {} s", r, ending(status),
+                 std::min(c.dist_timeout_s, 60.0) + 10);
+        deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                      std::chrono::duration<double>(
+                                          std::min(c.dist_timeout_s, 60.0) + 10));
+      }
+    }
+  }
+
+  const int status0 = ranks[0].status;
+  if (WIFEXITED(status0)) {
+    // Rank 0 wrote its record (0, 1, 75) or refused the settings (2).
+    const int code = WEXITSTATUS(status0);
+    if (code == 0 || code == 1 || code == 2 || code == kExitStopped) return code;
+  }
+  // Rank 0 died without a record: the run crashed, and the database says so.
+  const std::string message = fmt::format("rank 0 {}", ending(status0));
+  RunRecord r;
+  const ResolvedRun resolved = resolve_run(c);
+  r.run_id = resolved.run_id;
+  r.attempt_uid = new_attempt_uid();
+  if (!c.sweep.empty()) r.sweep = c.sweep;
+  r.config = resolved.config;
+  r.arch = resolved.arch;
+  r.status = RunStatus::kStatusCrashed;
+  r.failure = RunFailure{std::nullopt, std::nullopt, message};
+  RunTime time;
+  time.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  r.time = time;
+  r.started_at = started_at;
+  r.finished_at = utc_now_iso8601();
+  store(r);
+  fail_runtime(message + "; the run is recorded as crashed",
+               "its output above says why; with --save-state, --resume continues from the last "
+               "saved step");
+}
+
+}  // namespace gradscope

@@ -1,0 +1,361 @@
+// Ranks from a launcher's environment, and collectives on c10d's Gloo process group.
+#include "gradscope/dist/comm.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "gradscope/core/error.h"
+
+#ifdef GRADSCOPE_HAVE_C10D
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#endif
+
+namespace gradscope {
+namespace {
+
+const char* env_text(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : nullptr;
+}
+
+int env_int(const char* name, int min, int max) {
+  const char* v = env_text(name);
+  char* end = nullptr;
+  errno = 0;
+  const long long x = std::strtoll(v, &end, 10);
+  check_usage(errno == 0 && end != v && *end == '\0' && x >= min && x <= max,
+              fmt::format("environment variable {}='{}' is not a whole number in [{}, {}]", name,
+                          std::string(v).substr(0, 40), min, max),
+              "the launcher (gradscope run --nproc, torchrun or srun) sets it; unset it to run "
+              "one process");
+  return static_cast<int>(x);
+}
+
+// A rank's error from a collective or the meeting, with what usually causes it.
+[[noreturn]] void fail_collective(int rank, const std::string& what, const std::exception& e) {
+  std::string why = e.what();
+  why = why.substr(0, why.find('\n'));
+  if (why.size() > 300) why = why.substr(0, 300) + "...";
+  throw PeerLost(fmt::format("rank {}: {} failed: {}", rank, what, why),
+                 "another rank stopped (its error is in its own output), or did not answer "
+                 "within --dist-timeout");
+}
+
+class SingleRank : public Communicator {
+ public:
+  SingleRank() : Communicator(0, 1) {}
+  std::unique_ptr<PendingCollective> allreduce_async(const torch::Tensor&) override {
+    struct Done : PendingCollective {
+      void wait() override {}
+      bool done() override { return true; }
+    };
+    ++stats_.collectives;
+    return std::make_unique<Done>();
+  }
+  void allgather(std::vector<torch::Tensor>& out, const torch::Tensor& in) override {
+    ++stats_.collectives;
+    out.at(0).copy_(in);
+  }
+  void broadcast(const torch::Tensor&, int) override { ++stats_.collectives; }
+};
+
+#ifdef GRADSCOPE_HAVE_C10D
+
+using Seconds = std::chrono::duration<double>;
+std::chrono::milliseconds millis(double s) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Seconds(s));
+}
+
+class Gloo : public Communicator {
+ public:
+  Gloo(int rank, int world, c10::intrusive_ptr<c10d::ProcessGroupGloo> group)
+      : Communicator(rank, world), group_(std::move(group)) {}
+
+  std::unique_ptr<PendingCollective> allreduce_async(const torch::Tensor& t) override {
+    count_allreduce(static_cast<int64_t>(t.numel() * t.element_size()));
+    std::vector<at::Tensor> tensors{t};
+    try {
+      return std::make_unique<Pending>(rank_, group_->allreduce(tensors));
+    } catch (const std::exception& e) {
+      fail_collective(rank_, "all-reduce", e);
+    }
+  }
+  void allgather(std::vector<torch::Tensor>& out, const torch::Tensor& in) override {
+    count_allgather(static_cast<int64_t>(in.numel() * in.element_size()));
+    std::vector<std::vector<at::Tensor>> outputs{out};
+    std::vector<at::Tensor> inputs{in};
+    try {
+      group_->allgather(outputs, inputs)->wait();
+    } catch (const std::exception& e) {
+      fail_collective(rank_, "all-gather", e);
+    }
+  }
+  void broadcast(const torch::Tensor& t, int root) override {
+    count_broadcast(static_cast<int64_t>(t.numel() * t.element_size()), root);
+    std::vector<at::Tensor> tensors{t};
+    c10d::BroadcastOptions o;
+    o.rootRank = root;
+    try {
+      group_->broadcast(tensors, o)->wait();
+    } catch (const std::exception& e) {
+      fail_collective(rank_, "broadcast", e);
+    }
+  }
+
+ private:
+  using Work = decltype(std::declval<c10d::ProcessGroupGloo&>().allreduce(
+      std::declval<std::vector<at::Tensor>&>()));
+  struct Pending : PendingCollective {
+    Pending(int r, Work w) : rank(r), work(std::move(w)) {}
+    void wait() override {
+      try {
+        work->wait();
+      } catch (const std::exception& e) {
+        fail_collective(rank, "all-reduce", e);
+      }
+    }
+    bool done() override { return work->isCompleted(); }
+    int rank;
+    Work work;
+  };
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
+};
+
+#endif
+
+}  // namespace
+
+std::optional<RankEnv> rank_env_from_environment() {
+  RankEnv env;
+  if (env_text("WORLD_SIZE") && env_text("RANK")) {
+    env.world = env_int("WORLD_SIZE", 1, 1 << 20);
+    env.rank = env_int("RANK", 0, env.world - 1);
+    env.local_rank = env_text("LOCAL_RANK") ? env_int("LOCAL_RANK", 0, env.world - 1) : 0;
+    if (const char* a = env_text("MASTER_ADDR")) env.master_addr = a;
+    check_usage(env_text("MASTER_PORT") != nullptr || env.world == 1,
+                "RANK and WORLD_SIZE are set but MASTER_PORT is not",
+                "set MASTER_ADDR and MASTER_PORT as torchrun does, or start the ranks with "
+                "gradscope run --nproc N");
+    if (env.world > 1) env.master_port = env_int("MASTER_PORT", 1, 65535);
+    env.launcher = "torchrun";
+    if (const char* l = env_text(kLauncherVariable); l && std::strcmp(l, "gradscope") == 0) {
+      env.launcher = "gradscope";
+      env.store_hosted = true;
+    }
+  } else if (env_text("SLURM_NTASKS") && env_text("SLURM_PROCID")) {
+    env.world = env_int("SLURM_NTASKS", 1, 1 << 20);
+    env.rank = env_int("SLURM_PROCID", 0, env.world - 1);
+    env.local_rank = env_text("SLURM_LOCALID") ? env_int("SLURM_LOCALID", 0, env.world - 1) : 0;
+    env.launcher = "slurm";
+    if (env.world > 1) {
+      if (const char* a = env_text("MASTER_ADDR")) {
+        env.master_addr = a;
+      } else {
+        const char* nodes = env_text("SLURM_STEP_NODELIST");
+        if (!nodes) nodes = env_text("SLURM_NODELIST");
+        check_usage(nodes != nullptr, "SLURM_NTASKS is above 1 but SLURM_NODELIST is not set",
+                    "start the ranks with srun, which sets it, or set MASTER_ADDR");
+        env.master_addr = first_slurm_host(nodes);
+      }
+      // A port of the job's own: Slurm's job ids differ between concurrent jobs.
+      if (env_text("MASTER_PORT")) {
+        env.master_port = env_int("MASTER_PORT", 1, 65535);
+      } else {
+        const char* job = env_text("SLURM_JOB_ID");
+        const long long id = job ? std::strtoll(job, nullptr, 10) : 0;
+        env.master_port = 20000 + static_cast<int>((id > 0 ? id : 0) % 20000);
+      }
+    }
+  } else {
+    return std::nullopt;
+  }
+  if (env.world <= 1) return std::nullopt;
+  return env;
+}
+
+std::string first_slurm_host(const std::string& nodelist) {
+  // The first entry: up to a comma outside brackets.
+  std::string first;
+  int depth = 0;
+  for (char ch : nodelist) {
+    if (ch == '[') ++depth;
+    if (ch == ']') --depth;
+    if (ch == ',' && depth == 0) break;
+    first += ch;
+  }
+  const auto valid = [](const std::string& s) {
+    if (s.empty() || s.size() > 255) return false;
+    for (char ch : s)
+      if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '.' || ch == '_'))
+        return false;
+    return true;
+  };
+  const auto open = first.find('[');
+  std::string host = first;
+  if (open != std::string::npos) {
+    const auto close = first.find(']', open);
+    check_usage(close != std::string::npos, "cannot read Slurm node list '" +
+                                                nodelist.substr(0, 80) + "': unclosed '['",
+                "set MASTER_ADDR to the first rank's host");
+    std::string range = first.substr(open + 1, close - open - 1);
+    range = range.substr(0, range.find_first_of(",-"));
+    host = first.substr(0, open) + range + first.substr(close + 1);
+  }
+  check_usage(valid(host), "cannot read Slurm node list '" + nodelist.substr(0, 80) + "'",
+              "set MASTER_ADDR to the first rank's host");
+  return host;
+}
+
+bool distributed_built() {
+#ifdef GRADSCOPE_HAVE_C10D
+  return true;
+#else
+  return false;
+#endif
+}
+
+int64_t Communicator::sum(int64_t v) {
+  torch::Tensor t = torch::tensor({v}, torch::kInt64);
+  allreduce(t);
+  return t.item<int64_t>();
+}
+
+double Communicator::sum(double v) {
+  torch::Tensor t = torch::tensor({v}, torch::kFloat64);
+  allreduce(t);
+  return t.item<double>();
+}
+
+std::vector<std::string> Communicator::gather_text(const std::string& text) {
+  const int64_t longest = [&] {
+    torch::Tensor n = torch::zeros({world_}, torch::kInt64);
+    n[rank_] = static_cast<int64_t>(text.size());
+    allreduce(n);
+    return n;
+  }().max().item<int64_t>();
+  torch::Tensor mine = torch::zeros({longest + 8}, torch::kUInt8);
+  const int64_t size = static_cast<int64_t>(text.size());
+  std::memcpy(mine.data_ptr<uint8_t>(), &size, 8);
+  if (size > 0) std::memcpy(mine.data_ptr<uint8_t>() + 8, text.data(), text.size());
+  std::vector<torch::Tensor> all;
+  for (int r = 0; r < world_; ++r) all.push_back(torch::empty_like(mine));
+  allgather(all, mine);
+  std::vector<std::string> out;
+  for (const auto& t : all) {
+    int64_t n = 0;
+    std::memcpy(&n, t.data_ptr<uint8_t>(), 8);
+    out.emplace_back(reinterpret_cast<const char*>(t.data_ptr<uint8_t>()) + 8,
+                     static_cast<size_t>(n));
+  }
+  return out;
+}
+
+void Communicator::count_allreduce(int64_t bytes) {
+  ++stats_.collectives;
+  stats_.bytes_sent += 2 * (world_ - 1) * bytes / world_;
+}
+void Communicator::count_allgather(int64_t bytes) {
+  ++stats_.collectives;
+  stats_.bytes_sent += (world_ - 1) * bytes;
+}
+void Communicator::count_broadcast(int64_t bytes, int root) {
+  ++stats_.collectives;
+  if (rank_ == root) stats_.bytes_sent += (world_ - 1) * bytes;
+}
+
+std::shared_ptr<Communicator> single_rank_communicator() { return std::make_shared<SingleRank>(); }
+
+#ifdef GRADSCOPE_HAVE_C10D
+
+std::shared_ptr<Communicator> connect_ranks(const RankEnv& env, const torch::Device& device,
+                                            double timeout_s) {
+  check_usage(device.is_cpu(),
+              "several ranks on " + device.str() + " need NCCL, which this build does not use",
+              "train with --device cpu, or with one rank");
+  c10::intrusive_ptr<c10d::Store> store;
+  try {
+    c10d::TCPStoreOptions o;
+    o.port = static_cast<std::uint16_t>(env.master_port);
+    o.isServer = env.rank == 0 && !env.store_hosted;
+    o.numWorkers = env.world;
+    o.waitWorkers = false;
+    o.timeout = millis(timeout_s);
+    store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
+  } catch (const std::exception& e) {
+    std::string why = e.what();
+    fail_runtime(
+        fmt::format("rank {}: cannot meet the other ranks at {}:{}: {}", env.rank,
+                    env.master_addr, env.master_port, why.substr(0, why.find('\n'))),
+        env.rank == 0 && !env.store_hosted
+            ? "the port may be in use: set another MASTER_PORT (gradscope run --nproc picks a "
+              "free one itself)"
+            : "check MASTER_ADDR and MASTER_PORT, and that rank 0 started");
+  }
+  auto options = c10d::ProcessGroupGloo::Options::create();
+  options->timeout = millis(timeout_s);
+  try {
+    if (const char* ifname = env_text("GLOO_SOCKET_IFNAME"))
+      options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+    else if (env.master_addr == "127.0.0.1" || env.master_addr == "localhost")
+      options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    else
+      options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+    auto prefixed = c10::make_intrusive<c10d::PrefixStore>("gradscope", store);
+    auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, env.rank, env.world, options);
+    return std::make_shared<Gloo>(env.rank, env.world, std::move(group));
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail_collective(env.rank, "meeting the other ranks", e);
+  }
+}
+
+struct HostedStore::Impl {
+  c10::intrusive_ptr<c10d::TCPStore> store;
+};
+
+HostedStore::HostedStore(int world, double timeout_s) : impl_(std::make_unique<Impl>()) {
+  c10d::TCPStoreOptions o;
+  o.port = 0;  // the system picks a free one
+  o.isServer = true;
+  o.numWorkers = world;
+  o.waitWorkers = false;
+  o.timeout = millis(timeout_s);
+  try {
+    impl_->store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", o);
+  } catch (const std::exception& e) {
+    std::string why = e.what();
+    fail_runtime("cannot host the ranks' meeting point: " + why.substr(0, why.find('\n')),
+                 "the system refused a local TCP port");
+  }
+  port_ = impl_->store->getPort();
+}
+
+#else
+
+std::shared_ptr<Communicator> connect_ranks(const RankEnv& env, const torch::Device&, double) {
+  fail_usage(fmt::format("rank {} of {}: this gradscope was built without c10d's Gloo process "
+                         "group, so it cannot train with several ranks",
+                         env.rank, env.world),
+             "install libgloo-dev (scripts/install-deps.sh) and build again");
+}
+
+struct HostedStore::Impl {};
+
+HostedStore::HostedStore(int, double) {
+  fail_usage("this gradscope was built without c10d's Gloo process group: --nproc needs it",
+             "install libgloo-dev (scripts/install-deps.sh) and build again");
+}
+
+#endif
+
+HostedStore::~HostedStore() = default;
+
+}  // namespace gradscope

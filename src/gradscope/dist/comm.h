@@ -1,0 +1,140 @@
+// The ranks of a run and the collectives between them, on LibTorch's own c10d: Gloo on the
+// CPU. Nothing here is a transport of gradscope's own; this folder only wraps c10d's
+// ProcessGroupGloo and TCPStore in the few collectives the sharded steps use, and keeps the
+// figures the record needs (bytes sent, and how much of what was reduced had finished before
+// its caller waited).
+//
+// Where a run's ranks come from (rank_env_from_environment): gradscope run --nproc N starts N
+// copies of itself with torchrun's variables set; torchrun sets them itself; Slurm's srun sets
+// its own (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NODELIST). Ranks meet through a
+// TCPStore at MASTER_ADDR:MASTER_PORT (the first host of the node list under Slurm).
+//
+// Built only where c10d's Gloo headers are found (libgloo-dev); elsewhere connect_ranks is a
+// usage error that says so, and a single process runs as before.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "gradscope/core/error.h"
+
+namespace gradscope {
+
+// A collective or the meeting that failed: another rank died or did not answer in time. The
+// trainer records the run as crashed.
+class PeerLost : public Error {
+ public:
+  PeerLost(const std::string& what, std::string hint)
+      : Error(ErrorKind::kErrorKindRuntime, what, std::move(hint)) {}
+};
+
+// This process's place among the ranks of a run.
+struct RankEnv {
+  int rank = 0;
+  int world = 1;
+  int local_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;
+  std::string launcher;       // "gradscope", "torchrun" or "slurm"
+  bool store_hosted = false;  // the launcher hosts the store: rank 0 connects as a client too
+};
+
+// The environment variables gradscope run --nproc sets in each rank it starts (beside
+// torchrun's RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT).
+constexpr const char* kLauncherVariable = "GRADSCOPE_RANK_LAUNCHER";
+
+// The rank this process is, from its launcher's variables; nullopt when none says there is
+// more than one rank (a plain process, or a Slurm job step of one task). A usage error names a
+// variable that is set but unreadable.
+std::optional<RankEnv> rank_env_from_environment();
+
+// The first host of a Slurm node list: "node[03-05,9],gpu1" -> "node03". A usage error for
+// text that is not a node list.
+std::string first_slurm_host(const std::string& nodelist);
+
+// Whether this build has c10d's Gloo process group.
+bool distributed_built();
+
+// A collective started and not yet waited for.
+class PendingCollective {
+ public:
+  virtual ~PendingCollective() = default;
+  virtual void wait() = 0;
+  // Whether it has finished, without waiting.
+  virtual bool done() = 0;
+};
+
+// What a communicator has done, for the record.
+struct CommStats {
+  int64_t collectives = 0;
+  // What this rank sends under the ring algorithms: an all-reduce of n bytes sends
+  // 2(N-1)/N n, an all-gather of n bytes per rank (N-1) n, a broadcast (N-1) n from its root.
+  int64_t bytes_sent = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  int rank() const { return rank_; }
+  int world() const { return world_; }
+
+  // Sums `t` over the ranks, in place; the tensor must stay alive until waited for.
+  virtual std::unique_ptr<PendingCollective> allreduce_async(const torch::Tensor& t) = 0;
+  void allreduce(const torch::Tensor& t) { allreduce_async(t)->wait(); }
+  // out[r] = rank r's `in` (out holds world() tensors shaped as `in`).
+  virtual void allgather(std::vector<torch::Tensor>& out, const torch::Tensor& in) = 0;
+  // Rank `root`'s `t` to every rank, in place.
+  virtual void broadcast(const torch::Tensor& t, int root) = 0;
+
+  // Scalars summed over the ranks.
+  int64_t sum(int64_t v);
+  double sum(double v);
+  // Every rank's text, in rank order (rank 0 gathers the others' figures for the record).
+  std::vector<std::string> gather_text(const std::string& text);
+
+  const CommStats& stats() const { return stats_; }
+
+ protected:
+  Communicator(int rank, int world) : rank_(rank), world_(world) {}
+  void count_allreduce(int64_t bytes);
+  void count_allgather(int64_t bytes);
+  void count_broadcast(int64_t bytes, int root);
+
+  int rank_, world_;
+  CommStats stats_;
+};
+
+// One rank alone: every collective is the identity. Sharded runs of one rank use it, so that
+// --nproc 1 with --shard measures the same code without a transport.
+std::shared_ptr<Communicator> single_rank_communicator();
+
+// Meets the other ranks (TCPStore at env.master_addr:master_port, rank 0 hosting it unless the
+// launcher does) and builds the process group: Gloo on the CPU. A collective or the meeting
+// that waits longer than timeout_s fails with a runtime error, as does one whose peer died
+// (its connection closes). A usage error when this build has no c10d or the device is not
+// the CPU.
+std::shared_ptr<Communicator> connect_ranks(const RankEnv& env, const torch::Device& device,
+                                            double timeout_s);
+
+// The rendezvous store gradscope run --nproc hosts for its ranks, on a port the system picks
+// (so no port in use can be taken). Lives until destroyed.
+class HostedStore {
+ public:
+  HostedStore(int world, double timeout_s);
+  ~HostedStore();
+  HostedStore(const HostedStore&) = delete;
+  HostedStore& operator=(const HostedStore&) = delete;
+  int port() const { return port_; }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  int port_ = 0;
+};
+
+}  // namespace gradscope

@@ -1,0 +1,534 @@
+// Data-parallel and ZeRO steps over a communicator (shard.h).
+//
+// The flat parameter space: the trainable parameters laid end to end in their order, P
+// elements, padded to a multiple of the world size N; rank r's shard is [r S, (r+1) S) with
+// S = ceil(P / N). A shard may begin or end inside a parameter: the optimizer of zero1/zero2
+// sees one piece per parameter it touches, a view of that parameter's own storage, so that an
+// elementwise update of the pieces is the update of the whole, entry by entry.
+//
+// Buckets: consecutive parameters, taken from the last (whose gradients backward makes first)
+// until bucket_bytes, as PyTorch's DDP does. A bucket is launched when every gradient in it is
+// complete (the parameters' AccumulateGrad post hooks count them), and only after every earlier
+// bucket was: all ranks start their collectives in one order, which Gloo needs. After backward
+// the buckets still waiting (parameters without a gradient this step, reduced as zeros) are
+// launched and every reduction waited for; that wait is the communication phase.
+#include "gradscope/strategy/shard.h"
+
+#include <algorithm>
+#include <optional>
+#include <utility>
+
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <fmt/format.h>
+
+#include "gradscope/core/error.h"
+#include "gradscope/core/tensors.h"
+#include "gradscope/optim/factory.h"
+#include "gradscope/optim/state_bytes.h"
+
+namespace gradscope {
+namespace {
+
+int64_t bytes_of(const torch::Tensor& t) {
+  return t.defined() ? static_cast<int64_t>(t.numel() * t.element_size()) : 0;
+}
+
+// The parameters laid end to end, and this rank's shard of them.
+class FlatLayout {
+ public:
+  FlatLayout(const std::vector<torch::Tensor>& params, int rank, int world) {
+    int64_t at = 0;
+    for (const auto& p : params) {
+      check_usage(p.is_contiguous(), "a parameter is not contiguous",
+                  "sharded steps address parameters as flat views");
+      flats_.push_back(p.detach().view(-1));
+      offsets_.push_back(at);
+      at += p.numel();
+    }
+    total_ = at;
+    shard_ = (total_ + world - 1) / world;
+    lo_ = std::min<int64_t>(total_, shard_ * rank);
+    hi_ = std::min<int64_t>(total_, shard_ * (rank + 1));
+  }
+  int64_t total() const { return total_; }
+  int64_t shard() const { return shard_; }  // elements per rank (the last may hold padding)
+  int64_t lo() const { return lo_; }        // this rank's shard, within [0, total)
+  int64_t hi() const { return hi_; }
+  size_t size() const { return flats_.size(); }
+  int64_t offset(size_t i) const { return offsets_[i]; }
+  int64_t numel(size_t i) const { return flats_[i].numel(); }
+  const torch::Tensor& flat(size_t i) const { return flats_[i]; }
+
+  // f(i, start in parameter i, start in [lo, hi), length) for each piece of [lo, hi).
+  template <typename F>
+  void for_range(int64_t lo, int64_t hi, F&& f) const {
+    hi = std::min(hi, total_);
+    if (lo >= hi) return;
+    // The first parameter that ends after lo.
+    size_t i = static_cast<size_t>(
+        std::upper_bound(offsets_.begin(), offsets_.end(), lo) - offsets_.begin() - 1);
+    for (; i < flats_.size() && offsets_[i] < hi; ++i) {
+      const int64_t a = std::max(lo, offsets_[i]);
+      const int64_t b = std::min(hi, offsets_[i] + numel(i));
+      if (a < b) f(i, a - offsets_[i], a - lo, b - a);
+    }
+  }
+
+  // Copies [lo, hi) of the parameters into `out` (padding past the end stays as it is).
+  void read(int64_t lo, int64_t hi, torch::Tensor out) const {
+    for_range(lo, hi, [&](size_t i, int64_t in_param, int64_t in_out, int64_t n) {
+      out.narrow(0, in_out, n).copy_(flats_[i].narrow(0, in_param, n));
+    });
+  }
+  void write(int64_t lo, int64_t hi, const torch::Tensor& in) const {
+    for_range(lo, hi, [&](size_t i, int64_t in_param, int64_t in_in, int64_t n) {
+      flats_[i].narrow(0, in_param, n).copy_(in.narrow(0, in_in, n));
+    });
+  }
+
+ private:
+  std::vector<torch::Tensor> flats_;
+  std::vector<int64_t> offsets_;
+  int64_t total_ = 0, shard_ = 0, lo_ = 0, hi_ = 0;
+};
+
+// Collective buffers alive, and the most at once.
+struct BufferTally {
+  void add(int64_t b) {
+    live += b;
+    peak = std::max(peak, live);
+  }
+  void remove(int64_t b) { live -= b; }
+  int64_t live = 0, peak = 0;
+};
+
+// Reduces the gradients of the step's last micro-batch in buckets, from backward's hooks.
+class GradientReducer : public MicroBatchListener {
+ public:
+  // keep_full: every rank keeps every reduced gradient (ddp, zero1); else only the shard's
+  // (zero2), written into shard_grad.
+  GradientReducer(const std::vector<torch::Tensor>& params, const FlatLayout& layout,
+                  Communicator& comm, int64_t bucket_bytes, bool keep_full, ShardFigures& figures,
+                  BufferTally& buffers)
+      : params_(params),
+        layout_(layout),
+        comm_(comm),
+        keep_full_(keep_full),
+        figures_(figures),
+        buffers_(buffers) {
+    // Buckets from the last parameter backwards.
+    bucket_of_.assign(params_.size(), 0);
+    size_t end = params_.size();
+    while (end > 0) {
+      size_t begin = end - 1;
+      int64_t bytes = bytes_of(params_[begin]);
+      while (begin > 0 && bytes + bytes_of(params_[begin - 1]) <= bucket_bytes) {
+        --begin;
+        bytes += bytes_of(params_[begin]);
+      }
+      Bucket b;
+      b.first = begin;
+      b.last = end;
+      b.lo = layout_.offset(begin);
+      b.hi = layout_.offset(end - 1) + layout_.numel(end - 1);
+      for (size_t j = begin; j < end; ++j) bucket_of_[j] = buckets_.size();
+      buckets_.push_back(std::move(b));
+      end = begin;
+    }
+    for (size_t j = 0; j < params_.size(); ++j) {
+      std::shared_ptr<torch::autograd::Node> node =
+          torch::autograd::impl::grad_accumulator(params_[j]);
+      if (!node)
+        fail_runtime("a parameter has no gradient accumulator",
+                     "sharded steps need leaf parameters that require grad");
+      node->add_post_hook(std::make_unique<Ready>(this, j));
+      accumulators_.push_back(std::move(node));
+    }
+  }
+
+  void before_backward(const MicroBatchInfo& info) override {
+    // Only the last micro-batch's backward reduces; the earlier ones accumulate locally.
+    armed_ = info.index == info.count - 1;
+    if (armed_) start_step();
+  }
+
+  // After the step's gradients are computed: launches what is left, waits for every bucket
+  // (the caller's communication phase) and leaves the reduced gradients where they belong.
+  void finish(torch::Tensor* shard_grad) {
+    if (!armed_) start_step();  // a gradient function that announced no micro-batch
+    armed_ = false;
+    // What had finished while backward ran is the overlapped share.
+    for (Bucket& b : buckets_)
+      if (b.work && b.work->done()) figures_.overlapped_bytes += bytes_of(b.buffer);
+    for (Bucket& b : buckets_) b.pending = 0;
+    launch_ready();
+    for (Bucket& b : buckets_) drain(b, shard_grad);
+  }
+
+  // Drains the buckets done so far (zero2's early free), from the hooks.
+  void set_shard_grad(torch::Tensor* shard_grad) { shard_grad_ = shard_grad; }
+
+ private:
+  struct Bucket {
+    size_t first = 0, last = 0;  // parameters [first, last)
+    int64_t lo = 0, hi = 0;      // their flat range
+    int64_t pending = 0;
+    torch::Tensor buffer;
+    std::unique_ptr<PendingCollective> work;
+  };
+
+  class Ready : public torch::autograd::FunctionPostHook {
+   public:
+    Ready(GradientReducer* reducer, size_t index) : reducer_(reducer), index_(index) {}
+    torch::autograd::variable_list operator()(
+        const torch::autograd::variable_list& outputs,
+        const torch::autograd::variable_list& /*inputs*/) override {
+      reducer_->on_gradient(index_);
+      return outputs;
+    }
+
+   private:
+    GradientReducer* reducer_;
+    size_t index_;
+  };
+
+  void start_step() {
+    for (Bucket& b : buckets_) {
+      b.pending = static_cast<int64_t>(b.last - b.first);
+      b.buffer = torch::Tensor();
+      b.work.reset();
+    }
+    next_ = 0;
+  }
+
+  void on_gradient(size_t j) {
+    if (!armed_) return;
+    Bucket& b = buckets_[bucket_of_[j]];
+    if (b.work || b.pending <= 0)
+      fail_runtime("a parameter's gradient was accumulated twice in one backward after its "
+                   "bucket was reduced",
+                   "a parameter used in two places must be reduced after backward; this model "
+                   "cannot be sharded with gradient hooks");
+    --b.pending;
+    launch_ready();
+    // zero2: what is done is copied out now, so its buffer goes early.
+    if (!keep_full_ && shard_grad_)
+      for (Bucket& d : buckets_)
+        if (d.work && d.work->done()) drain(d, shard_grad_);
+  }
+
+  void launch_ready() {
+    while (next_ < buckets_.size() && buckets_[next_].pending <= 0) launch(buckets_[next_++]);
+  }
+
+  void launch(Bucket& b) {
+    const torch::Tensor& first = params_[b.first];
+    b.buffer = torch::empty({b.hi - b.lo}, first.options().requires_grad(false));
+    buffers_.add(bytes_of(b.buffer));
+    for (size_t j = b.first; j < b.last; ++j) {
+      torch::Tensor piece = b.buffer.narrow(0, layout_.offset(j) - b.lo, layout_.numel(j));
+      const torch::Tensor g = params_[j].grad();
+      if (g.defined())
+        piece.copy_(g.reshape(-1));
+      else
+        piece.zero_();
+      // zero2 keeps no whole gradient: the buffer holds it until the shard is taken.
+      if (!keep_full_) {
+        torch::Tensor p = params_[j];
+        p.mutable_grad() = torch::Tensor();
+      }
+    }
+    figures_.reduced_bytes += bytes_of(b.buffer);
+    b.work = comm_.allreduce_async(b.buffer);
+  }
+
+  void drain(Bucket& b, torch::Tensor* shard_grad) {
+    if (!b.work) return;
+    b.work->wait();
+    b.work.reset();
+    if (keep_full_) {
+      for (size_t j = b.first; j < b.last; ++j) {
+        torch::Tensor p = params_[j];
+        const torch::Tensor piece =
+            b.buffer.narrow(0, layout_.offset(j) - b.lo, layout_.numel(j)).view_as(p);
+        if (p.grad().defined())
+          p.mutable_grad().copy_(piece);
+        else
+          p.mutable_grad() = piece.clone();
+      }
+    } else {
+      const int64_t lo = std::max(b.lo, layout_.lo()), hi = std::min(b.hi, layout_.hi());
+      if (lo < hi) shard_grad->narrow(0, lo - layout_.lo(), hi - lo).copy_(
+                       b.buffer.narrow(0, lo - b.lo, hi - lo));
+    }
+    buffers_.remove(bytes_of(b.buffer));
+    b.buffer = torch::Tensor();
+  }
+
+  std::vector<torch::Tensor> params_;
+  const FlatLayout& layout_;
+  Communicator& comm_;
+  bool keep_full_;
+  ShardFigures& figures_;
+  BufferTally& buffers_;
+  std::vector<Bucket> buckets_;
+  std::vector<size_t> bucket_of_;
+  size_t next_ = 0;
+  bool armed_ = false;
+  torch::Tensor* shard_grad_ = nullptr;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // holding the hooks
+};
+
+// ddp: the after-backward updater over gradients reduced in buckets.
+class DdpUpdater : public Updater {
+ public:
+  DdpUpdater(const StepPlan& plan, const std::vector<torch::Tensor>& params,
+             const OptimizerSpec& spec, const UpdaterOptions& options,
+             std::shared_ptr<Communicator> comm, int64_t bucket_bytes)
+      : comm_(std::move(comm)),
+        layout_(params, comm_->rank(), comm_->world()),
+        reducer_(params, layout_, *comm_, bucket_bytes, true, figures_, buffers_) {
+    StepPlan after = plan;
+    after.optimizer_step = OptimizerStep::kOptimizerStepAfterBackward;
+    inner_ = make_updater(after, params, spec, options);
+    figures_.flat_elements = layout_.total();
+    figures_.shard_elements = layout_.total();
+  }
+
+  UpdateResult step(const GradientFn& gradients, PhaseObserver& observer) override {
+    UpdateResult r = inner_->step(
+        [&] {
+          StepOutput out = gradients();
+          observer.enter(Phase::kPhaseComm);
+          reducer_.finish(nullptr);
+          return out;
+        },
+        observer);
+    figures_.buffer_peak_bytes = buffers_.peak;
+    return r;
+  }
+  void set_learning_rate(double lr) override { inner_->set_learning_rate(lr); }
+  int64_t state_bytes() const override { return inner_->state_bytes(); }
+  std::optional<int64_t> grads_bytes() const override { return inner_->grads_bytes(); }
+  MicroBatchListener* micro_batch_listener() override { return &reducer_; }
+  void save(torch::serialize::OutputArchive& archive) const override { inner_->save(archive); }
+  void load(torch::serialize::InputArchive& archive) override { inner_->load(archive); }
+  const ShardFigures& figures() const { return figures_; }
+
+ private:
+  std::shared_ptr<Communicator> comm_;
+  ShardFigures figures_;
+  BufferTally buffers_;
+  FlatLayout layout_;
+  GradientReducer reducer_;
+  std::unique_ptr<Updater> inner_;
+};
+
+// zero1 and zero2: the optimizer over this rank's shard of the flat space.
+class ZeroUpdater : public Updater {
+ public:
+  ZeroUpdater(Shard shard, const std::vector<torch::Tensor>& params, const OptimizerSpec& spec,
+              const UpdaterOptions& options, std::shared_ptr<Communicator> comm,
+              int64_t bucket_bytes)
+      : shard_(shard),
+        params_(params),
+        options_(options),
+        comm_(std::move(comm)),
+        layout_(params, comm_->rank(), comm_->world()),
+        reducer_(params, layout_, *comm_, bucket_bytes, shard == Shard::kShardDdp ||
+                                                            shard == Shard::kShardZero1,
+                 figures_, buffers_),
+        gather_elements_(std::max<int64_t>(
+            1, bucket_bytes / std::max<int64_t>(1, params.empty() ? 4 : params[0].element_size()) /
+                   comm_->world())) {
+    figures_.flat_elements = layout_.total();
+    figures_.shard_elements = layout_.shard();
+    // The pieces of this rank's shard, one per parameter it touches, as views of the
+    // parameters' own storage; the optimizer sees them with their parameters' names.
+    ParamInfo info;
+    layout_.for_range(layout_.lo(), layout_.hi(),
+                      [&](size_t i, int64_t in_param, int64_t in_shard, int64_t n) {
+                        Piece piece{i, in_param, in_shard, n};
+                        pieces_.push_back(piece);
+                        torch::Tensor view = layout_.flat(i).narrow(0, in_param, n);
+                        piece_tensors_.push_back(view);
+                        if (i < spec.param_names.size())
+                          info.names.push_back(spec.param_names[i]);
+                        if (i < spec.param_head_sizes.size())
+                          info.head_sizes.push_back(spec.param_head_sizes[i]);
+                      });
+    optimizer_ = make_optimizer(spec.name, piece_tensors_, info, spec.lr, spec.weight_decay,
+                                spec.opt);
+  }
+
+  UpdateResult step(const GradientFn& gradients, PhaseObserver& observer) override {
+    UpdateResult r;
+    r.out = gradients();
+    r.evaluations = 1;
+    const bool full = shard_ == Shard::kShardZero1;
+    observer.enter(Phase::kPhaseComm);
+    torch::Tensor shard_grad;
+    if (!full) {
+      shard_grad = torch::zeros({layout_.hi() - layout_.lo()},
+                                params_.empty() ? torch::TensorOptions() : params_[0].options());
+    }
+    reducer_.set_shard_grad(full ? nullptr : &shard_grad);
+    reducer_.finish(full ? nullptr : &shard_grad);
+    reducer_.set_shard_grad(nullptr);
+    observer.enter(Phase::kPhaseOptimizer);
+    // The pieces' gradients: views of the whole gradients (zero1) or of the shard's (zero2).
+    for (size_t k = 0; k < pieces_.size(); ++k) {
+      const Piece& pc = pieces_[k];
+      torch::Tensor g =
+          full ? params_[pc.param].grad().reshape(-1).narrow(0, pc.in_param, pc.n)
+               : shard_grad.narrow(0, pc.in_shard, pc.n);
+      piece_tensors_[k].mutable_grad() = g;
+    }
+    if (!grads_bytes_)
+      grads_bytes_ = full ? gradscope::grads_bytes(params_) : bytes_of(shard_grad);
+    if (options_.clip_grad_norm > 0 || options_.log_grad_norm) {
+      // The global norm: every rank's share of the squares, summed. Under zero1 each rank
+      // holds every reduced gradient, but takes only its shard's, so the sum counts each once.
+      double squares = 0;
+      for (const auto& t : piece_tensors_)
+        squares += t.grad().to(torch::kFloat64).pow(2).sum().item<double>();
+      const double norm = std::sqrt(comm_->sum(squares));
+      r.grad_norm = norm;
+      if (options_.clip_grad_norm > 0) {
+        const double scale = options_.clip_grad_norm / (norm + 1e-6);
+        if (scale < 1)
+          for (auto& t : piece_tensors_) t.mutable_grad().mul_(scale);
+      }
+    }
+    optimizer_->step();
+    for (auto& t : piece_tensors_) t.mutable_grad() = torch::Tensor();
+    for (const auto& p : params_) {
+      torch::Tensor t = p;
+      t.mutable_grad() = torch::Tensor();
+    }
+    shard_grad = torch::Tensor();
+    observer.enter(Phase::kPhaseComm);
+    gather_parameters();
+    figures_.buffer_peak_bytes = buffers_.peak;
+    return r;
+  }
+
+  void set_learning_rate(double lr) override { gradscope::set_learning_rate(*optimizer_, lr); }
+  int64_t state_bytes() const override { return optimizer_state_bytes(*optimizer_); }
+  std::optional<int64_t> grads_bytes() const override { return grads_bytes_; }
+  MicroBatchListener* micro_batch_listener() override { return &reducer_; }
+  void save(torch::serialize::OutputArchive& archive) const override { optimizer_->save(archive); }
+  void load(torch::serialize::InputArchive& archive) override { optimizer_->load(archive); }
+  const ShardFigures& figures() const { return figures_; }
+
+ private:
+  struct Piece {
+    size_t param;
+    int64_t in_param, in_shard, n;
+  };
+
+  // Every rank's updated shard into every rank's parameters, a chunk at a time so that the
+  // buffers stay within a bucket.
+  void gather_parameters() {
+    const int world = comm_->world();
+    const int64_t shard = layout_.shard();
+    const torch::TensorOptions options =
+        params_.empty() ? torch::TensorOptions() : params_[0].options().requires_grad(false);
+    torch::NoGradGuard no_grad;
+    for (int64_t at = 0; at < shard; at += gather_elements_) {
+      const int64_t n = std::min(gather_elements_, shard - at);
+      torch::Tensor mine = torch::zeros({n}, options);
+      const int64_t lo = comm_->rank() * shard + at;
+      layout_.read(lo, lo + n, mine);
+      std::vector<torch::Tensor> all;
+      for (int q = 0; q < world; ++q) all.push_back(torch::empty({n}, options));
+      const int64_t bytes = bytes_of(mine) * (world + 1);
+      buffers_.add(bytes);
+      comm_->allgather(all, mine);
+      for (int q = 0; q < world; ++q) {
+        if (q == comm_->rank()) continue;
+        const int64_t qlo = q * shard + at;
+        layout_.write(qlo, qlo + n, all[static_cast<size_t>(q)]);
+      }
+      buffers_.remove(bytes);
+    }
+  }
+
+  Shard shard_;
+  std::vector<torch::Tensor> params_;
+  UpdaterOptions options_;
+  std::shared_ptr<Communicator> comm_;
+  ShardFigures figures_;
+  BufferTally buffers_;
+  FlatLayout layout_;
+  GradientReducer reducer_;
+  int64_t gather_elements_;
+  std::vector<Piece> pieces_;
+  std::vector<torch::Tensor> piece_tensors_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::optional<int64_t> grads_bytes_;
+};
+
+}  // namespace
+
+const std::vector<std::string>& elementwise_optimizers() {
+  static const std::vector<std::string> names = {"sgd",  "adam",     "adamw",
+                                                 "adagrad", "adadelta", "lion"};
+  return names;
+}
+
+std::string shard_refusal(Shard shard, const std::string& optimizer) {
+  if (shard == Shard::kShardNone || shard == Shard::kShardDdp) return "";
+  const auto& ok = elementwise_optimizers();
+  if (std::find(ok.begin(), ok.end(), optimizer) != ok.end()) return "";
+  return fmt::format(
+      "--shard {} gives each rank a slice of the flat parameters, and optimizer '{}' needs "
+      "whole matrices, blocks or sums over every parameter, which no rank holds",
+      shard_name(shard), optimizer);
+}
+
+void check_shard(const StepPlan& plan, Shard shard, const std::string& optimizer) {
+  if (shard == Shard::kShardNone) return;
+  check_usage(plan.optimizer_step == OptimizerStep::kOptimizerStepAfterBackward,
+              fmt::format("--shard {} reduces gradients across ranks before the optimizer steps; "
+                          "the optimizer cannot step inside backward",
+                          shard_name(shard)),
+              "leave --optimizer-step in-backward (and --strategy fused) out with --shard");
+  const std::string refusal = shard_refusal(shard, optimizer);
+  std::string list;
+  for (const auto& n : elementwise_optimizers()) list += (list.empty() ? "" : ", ") + n;
+  check_usage(refusal.empty(), refusal,
+              "use --shard ddp with " + optimizer + ", or one of " + list + " with --shard " +
+                  shard_name(shard));
+  check_usage(shard == Shard::kShardDdp ||
+                  !optimizer_registry().get(optimizer).steps_with_closure,
+              "optimizer '" + optimizer + "' runs a line search over every parameter",
+              "use --shard ddp with it");
+}
+
+std::unique_ptr<Updater> make_sharded_updater(const StepPlan& plan, Shard shard,
+                                              const std::vector<torch::Tensor>& params,
+                                              const OptimizerSpec& optimizer,
+                                              const UpdaterOptions& options,
+                                              std::shared_ptr<Communicator> comm,
+                                              int64_t bucket_bytes) {
+  check_shard(plan, shard, optimizer.name);
+  if (shard == Shard::kShardDdp)
+    return std::make_unique<DdpUpdater>(plan, params, optimizer, options, std::move(comm),
+                                        bucket_bytes);
+  check_usage(shard == Shard::kShardZero1 || shard == Shard::kShardZero2,
+              fmt::format("--shard {} is not an optimizer step", shard_name(shard)));
+  return std::make_unique<ZeroUpdater>(shard, params, optimizer, options, std::move(comm),
+                                       bucket_bytes);
+}
+
+const ShardFigures* shard_figures(const Updater& updater) {
+  if (const auto* d = dynamic_cast<const DdpUpdater*>(&updater)) return &d->figures();
+  if (const auto* z = dynamic_cast<const ZeroUpdater*>(&updater)) return &z->figures();
+  return nullptr;
+}
+
+}  // namespace gradscope
