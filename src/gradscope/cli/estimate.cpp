@@ -24,6 +24,11 @@ std::string mib(int64_t bytes) { return format_bytes(bytes); }
 void print_estimate(const RunConfig& c, const MemoryEstimate& e) {
   fmt::print("{} {} | {} | {} | batch {} x {} accumulation steps\n", c.model, c.preset, c.optimizer,
              c.strategy_label(), c.batch, c.accum_steps);
+  if (e.sharded)
+    fmt::print(
+        "per rank of {} (--shard {}): its micro-batch of {}, its share of the state; "
+        "{} of {} parameter elements\n",
+        e.nproc, e.shard, c.batch, e.shard_elements, e.flat_elements);
   const std::pair<const char*, int64_t> rows[] = {
       {"parameters", e.params_bytes},
       {"  of which frozen", e.frozen_params_bytes},
@@ -35,12 +40,18 @@ void print_estimate(const RunConfig& c, const MemoryEstimate& e) {
       {"data set", e.data_bytes},
   };
   for (const auto& [name, bytes] : rows) fmt::print("  {:<22} {:>12}\n", name, mib(bytes));
-  fmt::print("  peak by phase:         forward {}, backward {}, optimizer {}, eval {}\n",
+  if (e.sharded)
+    fmt::print("  {:<22} {:>12}  (most at once)\n", "collective buffers",
+               mib(e.collective_buffers_bytes));
+  fmt::print("  peak by phase:         forward {}, backward {}, optimizer {}, eval {}{}\n",
              mib(e.forward_peak_bytes), mib(e.backward_peak_bytes), mib(e.optimizer_peak_bytes),
-             mib(e.eval_peak_bytes));
-  fmt::print("  estimated peak         {:>12}  (in {})\n", mib(e.peak_bytes), e.peak_phase);
-  fmt::print("  FLOPs per step         {:>12}  model (3 x forward), {} with recompute\n",
-             format_si(e.model_flops_per_step), format_si(e.hardware_flops_per_step));
+             mib(e.eval_peak_bytes),
+             e.comm_peak_bytes > 0 ? ", communication " + mib(e.comm_peak_bytes) : "");
+  fmt::print("  estimated peak         {:>12}  (in {}{})\n", mib(e.peak_bytes), e.peak_phase,
+             e.sharded ? ", per rank" : "");
+  fmt::print("  FLOPs per step         {:>12}  model (3 x forward), {} with recompute{}\n",
+             format_si(e.model_flops_per_step), format_si(e.hardware_flops_per_step),
+             e.sharded ? ", per rank" : "");
   for (const auto& note : e.notes) fmt::print("  note: {}\n", note);
 }
 
@@ -56,6 +67,7 @@ void add_estimate_command(CLI::App& root, int& exit_code) {
       "loaded (not trained on) to count what it holds in memory; --no-data skips it.\n"
       "With --memory-budget: whether it fits, and which strategies and optimizers would.\n"
       "With --max-batch: the largest micro-batch within the budget.\n"
+      "With --nproc N --shard MODE: the figures are one rank's (its micro-batch, its share).\n"
       "Example: gradscope estimate --model llama --preset small --memory-budget 1GiB --max-batch");
   o->settings.add_to(cmd, RunConfig{},
                      {"model",
@@ -73,6 +85,9 @@ void add_estimate_command(CLI::App& root, int& exit_code) {
                       "accum-steps",
                       "optimizer-step",
                       "batch",
+                      "nproc",
+                      "shard",
+                      "bucket-size",
                       "seq",
                       "dtype",
                       "device",
@@ -102,7 +117,8 @@ void add_estimate_command(CLI::App& root, int& exit_code) {
     nlohmann::json out = {{"config", config_to_json(c)}, {"estimate", estimate_to_json(e)}};
     if (budget > 0) {
       const bool fits = e.peak_bytes <= budget;
-      fmt::print("\nbudget {}: {} ({} {})\n", format_bytes(budget), fits ? "fits" : "does not fit",
+      fmt::print("\nbudget {}{}: {} ({} {})\n", format_bytes(budget), e.sharded ? " per rank" : "",
+                 fits ? "fits" : "does not fit",
                  format_bytes(fits ? budget - e.peak_bytes : e.peak_bytes - budget),
                  fits ? "to spare" : "over");
       out["budget_bytes"] = budget;
@@ -130,11 +146,23 @@ void add_estimate_command(CLI::App& root, int& exit_code) {
           if (accum && effective % k != 0) continue;
           alt.accum_steps = accum ? k : 1;
           alt.batch = effective / alt.accum_steps;
+          const std::string label =
+              accum ? fmt::format("accumulation (k={})", k) : std::string(strategy);
           const MemoryEstimate a = estimate_run(alt, data);
+          if (e.sharded && !a.sharded) {
+            // The sharded step refuses this optimizer: no figure of one process stands in.
+            fmt::print("{:<12} {:<26} {:>8} {:>12}  {}\n", opt, label, alt.batch, "-",
+                       "refused with --shard " + e.shard);
+            combos.push_back({{"optimizer", opt},
+                              {"strategy", strategy},
+                              {"batch", alt.batch},
+                              {"accum_steps", alt.accum_steps},
+                              {"refused", true}});
+            continue;
+          }
           const bool ok = a.peak_bytes <= budget;
-          fmt::print("{:<12} {:<26} {:>8} {:>12}  {}\n", opt,
-                     accum ? fmt::format("accumulation (k={})", k) : std::string(strategy),
-                     alt.batch, format_bytes(a.peak_bytes), ok ? "yes" : "no");
+          fmt::print("{:<12} {:<26} {:>8} {:>12}  {}\n", opt, label, alt.batch,
+                     format_bytes(a.peak_bytes), ok ? "yes" : "no");
           combos.push_back({{"optimizer", opt},
                             {"strategy", strategy},
                             {"batch", alt.batch},
@@ -151,11 +179,12 @@ void add_estimate_command(CLI::App& root, int& exit_code) {
           at.batch = b;
           const int64_t peak = estimate_run(at, data).peak_bytes;
           at.batch = b + 1;
-          fmt::print("\nlargest micro-batch within {}: {} (peak {}; batch {} needs {})\n",
-                     format_bytes(budget), b, format_bytes(peak), b + 1,
-                     format_bytes(estimate_run(at, data).peak_bytes));
+          fmt::print("\nlargest micro-batch within {}{}: {} (peak {}; batch {} needs {})\n",
+                     format_bytes(budget), e.sharded ? " per rank" : "", b, format_bytes(peak),
+                     b + 1, format_bytes(estimate_run(at, data).peak_bytes));
         } else {
-          fmt::print("\nnot even a micro-batch of 1 fits in {}\n", format_bytes(budget));
+          fmt::print("\nnot even a micro-batch of 1 fits in {}{}\n", format_bytes(budget),
+                     e.sharded ? " per rank" : "");
         }
         out["max_batch"] = b;
       }

@@ -119,6 +119,8 @@ class Model : public torch::nn::Module {
   virtual bool has_lm_head() const { return false; }
 
   void set_block_runner(BlockRunner runner) { runner_ = std::move(runner); }
+  // The installed runner (empty: blocks are called directly), for a strategy that wraps it.
+  const BlockRunner& block_runner() const { return runner_; }
   void set_loss_options(LossOptions options) { loss_options_ = std::move(options); }
   const LossOptions& loss_options() const { return loss_options_; }
   // --projections packed: every attention and gated MLP of the model multiplies its

@@ -8,8 +8,10 @@
 
 namespace gradscope {
 
-// runs.csv: one row per run (latest attempt of each run_id), in report order: configuration,
-// status, losses, step time, throughput, peak memory by component, energy, utilization, FLOPs.
+// runs.csv: one row per run (latest attempt of each run_id), in report order: configuration
+// (ranks and shard mode included), status, losses, step time (and time waiting on collectives),
+// throughput, peak memory by component, with several ranks rank 0's bytes sent per step and
+// the ranks' mean overlapped share, energy, utilization, FLOPs.
 std::string runs_csv(const GroupedRuns& data);
 // steps.csv: one row per step with a finite loss, with cumulative samples, tokens, gradient
 // evaluations (samples x passes), hardware FLOPs, time and energy.

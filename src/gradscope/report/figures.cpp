@@ -14,6 +14,7 @@
 #include "gradscope/report/encode.h"
 #include "gradscope/report/files.h"
 #include "gradscope/report/gnuplot.h"
+#include "gradscope/report/scaling.h"
 
 namespace gradscope {
 
@@ -24,11 +25,6 @@ namespace {
 constexpr double kMiB = 1024.0 * 1024.0;
 const char* const kPalette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
                                 "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"};
-const char* const kMemoryParts[] = {"params",          "frozen_params", "grads",
-                                    "optimizer_state", "activations",   "other"};
-const char* const kMemoryLabels[] = {"parameters",      "frozen parameters", "gradients",
-                                     "optimizer state", "activations",       "other"};
-const char* const kPhases[] = {"data", "forward", "backward", "optimizer"};
 constexpr size_t kCurvePoints = 200;  // points per drawn loss curve (bucket means)
 
 // Where the runs' energy figures come from ("nvml", "estimate", ...), for captions.
@@ -67,7 +63,9 @@ class FigureWriter {
                         Axis::kEnergy})
         loss_figure(model, axis);
       memory_figure(model);
+      rank_memory_figure(model);
       phases_figure(model);
+      scaling_figure(model);
       pareto_figure(model);
     }
     utilization_figure();
@@ -263,6 +261,14 @@ class FigureWriter {
     stacked_bars(f, labels, values, series, ylabel);
   }
 
+  // Whether a group of the model has the component `part` of `member`.
+  bool any_has(const std::string& model, const std::map<std::string, Interval> Group::*member,
+               const std::string& part) const {
+    for (size_t i : groups_of(model))
+      if ((data_.groups[i].*member).count(part)) return true;
+    return false;
+  }
+
   void memory_figure(const std::string& model) {
     Figure f;
     f.name = "memory-" + file_slug(model);
@@ -271,10 +277,67 @@ class FigureWriter {
     f.caption =
         "Memory at the step's peak, by what holds it (memory.breakdown in each record; mean over "
         "seeds). Other: the batch, workspace and allocator overhead.";
-    component_figure(
-        model, &Group::memory,
-        std::vector<std::string>(std::begin(kMemoryParts), std::end(kMemoryParts)), 1.0 / kMiB, f,
-        std::vector<std::string>(std::begin(kMemoryLabels), std::end(kMemoryLabels)), "MiB");
+    // Collective buffers only where a run had several ranks (or a shard).
+    std::vector<std::string> parts, series;
+    for (const std::string& part : breakdown_parts()) {
+      if (part == "collective_buffers" && !any_has(model, &Group::memory, part)) continue;
+      parts.push_back(part);
+      series.push_back(breakdown_label(part));
+    }
+    if (any_has(model, &Group::memory, "collective_buffers"))
+      f.caption +=
+          " With several ranks these are rank 0's; collective buffers: the buckets being "
+          "reduced and the shards being gathered.";
+    component_figure(model, &Group::memory, parts, 1.0 / kMiB, f, series, "MiB");
+  }
+
+  // Per configuration with several ranks: each rank's breakdown at its own peak, after the
+  // same configuration in one process where the database has it.
+  void rank_memory_figure(const std::string& model) {
+    const std::vector<std::string>& parts = breakdown_parts();
+    const auto row_of = [&](const std::map<std::string, Interval>& by_part) {
+      std::vector<double> row;
+      for (const std::string& part : parts) {
+        const auto it = by_part.find(part);
+        row.push_back(it == by_part.end() ? 0.0 : it->second.mean / kMiB);
+      }
+      return row;
+    };
+    std::vector<std::string> labels;
+    std::vector<std::vector<double>> values;
+    std::set<size_t> shown;  // one-process groups already drawn
+    bool beside = false;
+    for (size_t i : groups_of(model)) {
+      const Group& g = data_.groups[i];
+      if (!distributed_group(g) || g.rank_memory.empty()) continue;
+      const std::optional<size_t> one = one_process_group(data_, i);
+      if (one && !data_.groups[*one].memory.empty() && shown.insert(*one).second) {
+        labels.push_back(data_.groups[*one].base_label + ": 1 process");
+        values.push_back(row_of(data_.groups[*one].memory));
+        beside = true;
+      }
+      for (size_t k = 0; k < g.rank_memory.size(); ++k) {
+        if (g.rank_memory[k].empty()) continue;
+        labels.push_back(fmt::format("{}, {}: rank {}", g.base_label, ranks_text(g), k));
+        values.push_back(row_of(g.rank_memory[k]));
+      }
+    }
+    if (labels.empty()) return;
+    Figure f;
+    f.name = "rank-memory-" + file_slug(model);
+    f.section = model;
+    f.kind = "rank-memory";
+    f.title = model + ": memory per rank";
+    f.caption = std::string(
+                    "Each rank's memory at its own peak, by what holds it "
+                    "(distributed.ranks[].breakdown in each record; mean over seeds)") +
+                (beside ? ", beside the same configuration in one process (the same per-rank "
+                          "batch): what sharding saves is the difference."
+                        : ".") +
+                " Collective buffers: the buckets being reduced and the shards being gathered.";
+    std::vector<std::string> series;
+    for (const std::string& part : parts) series.push_back(breakdown_label(part));
+    stacked_bars(f, labels, values, series, "MiB");
   }
 
   void phases_figure(const std::string& model) {
@@ -285,8 +348,92 @@ class FigureWriter {
     f.caption =
         "Mean time per timed step in each phase (the phase totals over timed steps); checkpointed "
         "runs recompute their forward inside backward.";
-    const std::vector<std::string> phases(std::begin(kPhases), std::end(kPhases));
+    std::vector<std::string> phases = {"data", "forward", "backward", "optimizer"};
+    if (any_has(model, &Group::phase_s, "communication")) {
+      phases.insert(phases.begin() + 3, "communication");
+      f.caption += " Communication: rank 0's wait on collectives between ranks (time.comm_s).";
+    }
     component_figure(model, &Group::phase_s, phases, 1e3, f, phases, "ms per step");
+  }
+
+  // Per model with runs on at least two rank counts: median step time, tokens per second and
+  // scaling efficiency against the number of ranks, one line per shard mode (scaling.h).
+  void scaling_figure(const std::string& model) {
+    const std::vector<ScalingLine> lines = scaling_lines(data_, model);
+    if (rank_counts(data_, lines) < 2) return;
+    const std::string name = "scaling-" + file_slug(model);
+    // Columns: ranks, step time (mean, lo, hi), tokens/s, efficiency (%).
+    constexpr int kStepColumn = 2, kTokensColumn = 5, kEfficiencyColumn = 6;
+    std::string dat_text;
+    std::map<int, std::vector<bool>> drawn;  // column -> per line: any finite value
+    for (const ScalingLine& line : lines) {
+      std::string rows;
+      bool step = false, tokens = false, efficiency = false;
+      for (size_t i : line.groups) {
+        const Group& g = data_.groups[i];
+        const double e = 100 * scaling_efficiency(data_, i);
+        const double step_mean = g.step_s.n ? g.step_s.mean : kNaN;
+        const double tokens_mean = g.tokens_per_s.n ? g.tokens_per_s.mean : kNaN;
+        step = step || std::isfinite(step_mean);
+        tokens = tokens || std::isfinite(tokens_mean);
+        efficiency = efficiency || std::isfinite(e);
+        rows += fmt::format("{}\t{}\t{}\t{}\t{}\t{}\n", g.config.nproc, gnuplot_number(step_mean),
+                            gnuplot_number(g.step_s.n ? g.step_s.lo() : kNaN),
+                            gnuplot_number(g.step_s.n ? g.step_s.hi() : kNaN),
+                            gnuplot_number(tokens_mean), gnuplot_number(e));
+      }
+      dat_text += fmt::format("# {}\n{}\n\n", gnuplot_datum(line.title), rows);
+      drawn[kStepColumn].push_back(step);
+      drawn[kTokensColumn].push_back(tokens);
+      drawn[kEfficiencyColumn].push_back(efficiency);
+    }
+    const auto any = [](const std::vector<bool>& v) {
+      return std::find(v.begin(), v.end(), true) != v.end();
+    };
+    if (!any(drawn[kStepColumn])) return;
+    struct Panel {
+      int column;
+      const char* ylabel;
+    };
+    std::vector<Panel> panels = {{kStepColumn, "median step time (s)"}};
+    if (any(drawn[kTokensColumn])) panels.push_back({kTokensColumn, "tokens/s (all ranks)"});
+    if (any(drawn[kEfficiencyColumn]))
+      panels.push_back({kEfficiencyColumn, "scaling efficiency (%)"});
+    // Tics at the rank counts run, nowhere between.
+    std::set<int64_t> counts;
+    for (const ScalingLine& line : lines)
+      for (size_t i : line.groups) counts.insert(data_.groups[i].config.nproc);
+    std::string tics;
+    for (int64_t n : counts) tics += (tics.empty() ? "" : ", ") + std::to_string(n);
+    std::string body = fmt::format(
+        "  set multiplot layout 1,{}\n  set key top left font \",10\"\n  set grid\n"
+        "  set xlabel 'ranks (nproc)'\n  set xtics ({})\n  set yrange [0:*]\n"
+        "  set offsets graph 0.05, graph 0.05, graph 0.1, 0\n",
+        panels.size(), tics);
+    for (const Panel& p : panels) {
+      std::string plots;
+      for (size_t l = 0; l < lines.size(); ++l) {
+        if (!drawn[p.column][l]) continue;
+        plots += fmt::format(
+            "{}'{}.dat' index {} using 1:{} with linespoints lw 2 pt 7 ps 0.8 lc rgb '{}' title {}",
+            plots.empty() ? "" : ", ", name, l, p.column, kPalette[l % std::size(kPalette)],
+            gnuplot_string(lines[l].title));
+      }
+      body += fmt::format("  set ylabel '{}'\n  plot {}\n", p.ylabel, plots);
+    }
+    body += "  unset multiplot\n";
+    Figure f;
+    f.name = name;
+    f.section = model;
+    f.kind = "scaling";
+    f.title = model + ": step time against ranks";
+    f.caption =
+        "Median step time, tokens per second (every rank's tokens) and scaling efficiency "
+        "against the number of ranks, one line per shard mode (mean over seeds). Efficiency on N "
+        "ranks: tokens/s over N times the one-rank baseline's, the same configuration with the "
+        "same per-rank batch on one rank (shard ddp where measured, else one process); 100% is "
+        "perfect scaling.";
+    emit(f, 440 * static_cast<int>(panels.size()) + 40, 400, dat_text, body);
   }
 
   void pareto_figure(const std::string& model) {

@@ -1,6 +1,7 @@
 // The report's figures, drawn by gnuplot (gnuplot.h): per model the loss curves on each axis
 // (steps, samples, time, energy), peak memory by component, time per step by phase and loss
-// against peak memory; across models utilization over time and energy per run.
+// against peak memory, and with several ranks the memory per rank and the step time against
+// ranks (scaling.h); across models utilization over time and energy per run.
 #pragma once
 
 #include <string>
@@ -13,7 +14,8 @@ namespace gradscope {
 struct Figure {
   std::string name;     // file stem under figures/
   std::string section;  // a model's name, or "" for the cross-model figures
-  std::string kind;     // "loss", "memory", "phases", "pareto", "utilization", "energy"
+  // "loss", "memory", "rank-memory", "phases", "scaling", "pareto", "utilization", "energy"
+  std::string kind;
   std::string axis;     // loss figures: steps, samples, time or energy
   std::string title, caption;
 };

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "gradscope/core/env.h"
 #include "gradscope/core/error.h"
 #include "gradscope/core/settings.h"
 #include "gradscope/core/statistics.h"
@@ -104,23 +105,61 @@ std::optional<double> as_double(const std::optional<int64_t>& v) {
   return v ? std::optional<double>(static_cast<double>(*v)) : std::nullopt;
 }
 
-// A memory breakdown's components by name, as the figures list them.
-std::optional<double> memory_part(const RunRecord& r, const std::string& part) {
-  if (!r.memory) return std::nullopt;
-  const MemoryBreakdown& b = r.memory->breakdown;
-  if (part == "params") return static_cast<double>(b.params);
-  if (part == "frozen_params") return static_cast<double>(b.frozen_params);
-  if (part == "grads") return as_double(b.grads);
-  if (part == "optimizer_state") return static_cast<double>(b.optimizer_state);
-  if (part == "activations") return as_double(b.activations);
-  return static_cast<double>(b.other);
-}
-
 std::optional<double> phase_seconds(const RunTime& t, const std::string& phase) {
   if (phase == "data") return t.data_s;
   if (phase == "forward") return t.forward_s;
   if (phase == "backward") return t.backward_s;
+  if (phase == "communication") return t.comm_s;
   return t.optimizer_s;
+}
+
+// A rank's figures in a run, by its rank number; nullptr when the run has none for it.
+const RankFigures* rank_of(const RunRecord& r, int64_t rank) {
+  if (!r.distributed) return nullptr;
+  for (const RankFigures& f : r.distributed->ranks)
+    if (f.rank == rank) return &f;
+  return nullptr;
+}
+
+// The figures of a group with several ranks (groups.h).
+void summarize_ranks(const GroupedRuns& data, Group& g) {
+  g.shard = shard_name(g.config.shard);
+  for (size_t i : g.runs) {
+    const auto& d = data.runs[i].record.distributed;
+    if (d && !d->shard.empty()) {
+      g.shard = d->shard;
+      break;
+    }
+  }
+  if (!distributed_group(g)) return;
+  g.bytes_sent_per_step = interval_of(data, g, [](const ReportRun& r) -> std::optional<double> {
+    const RankFigures* f = rank_zero_figures(r.record);
+    return f ? f->bytes_sent_per_step : std::nullopt;
+  });
+  g.overlapped_share =
+      interval_of(data, g, [](const ReportRun& r) { return mean_overlapped_share(r.record); });
+  // Rank numbers beyond the configuration's count are not ranks of this run.
+  const int64_t world = std::clamp<int64_t>(g.config.nproc, 1, 1024);
+  int64_t ranks = 0;
+  for (size_t i : g.ok_runs)
+    if (const auto& d = data.runs[i].record.distributed)
+      for (const RankFigures& f : d->ranks)
+        if (f.rank >= 0 && f.rank < world) ranks = std::max(ranks, f.rank + 1);
+  g.rank_memory.resize(static_cast<size_t>(ranks));
+  g.rank_peak_bytes.resize(static_cast<size_t>(ranks));
+  for (int64_t k = 0; k < ranks; ++k) {
+    for (const std::string& part : breakdown_parts()) {
+      const Interval i = interval_of(data, g, [&](const ReportRun& r) -> std::optional<double> {
+        const RankFigures* f = rank_of(r.record, k);
+        return f ? breakdown_part(f->breakdown, part) : std::nullopt;
+      });
+      if (i.n > 0) g.rank_memory[k][part] = i;
+    }
+    g.rank_peak_bytes[k] = interval_of(data, g, [&](const ReportRun& r) -> std::optional<double> {
+      const RankFigures* f = rank_of(r.record, k);
+      return f ? std::optional<double>(static_cast<double>(f->peak_bytes)) : std::nullopt;
+    });
+  }
 }
 
 void summarize(const GroupedRuns& data, Group& g) {
@@ -145,13 +184,17 @@ void summarize(const GroupedRuns& data, Group& g) {
   g.util_pct = interval_of(data, g, [](const ReportRun& r) -> std::optional<double> {
     return r.record.utilization ? r.record.utilization->mean_pct : std::nullopt;
   });
-  for (const char* part :
-       {"params", "frozen_params", "grads", "optimizer_state", "activations", "other"}) {
-    const Interval i =
-        interval_of(data, g, [part](const ReportRun& r) { return memory_part(r.record, part); });
+  g.tokens_per_s = interval_of(data, g, [](const ReportRun& r) -> std::optional<double> {
+    return r.record.throughput ? r.record.throughput->tokens_per_s : std::nullopt;
+  });
+  for (const std::string& part : breakdown_parts()) {
+    const Interval i = interval_of(data, g, [&part](const ReportRun& r) -> std::optional<double> {
+      if (!r.record.memory) return std::nullopt;
+      return breakdown_part(r.record.memory->breakdown, part);
+    });
     if (i.n > 0) g.memory[part] = i;
   }
-  for (const char* phase : {"data", "forward", "backward", "optimizer"}) {
+  for (const char* phase : {"data", "forward", "backward", "communication", "optimizer"}) {
     const Interval i = interval_of(data, g, [phase](const ReportRun& r) -> std::optional<double> {
       const auto& t = r.record.time;
       if (!t || !t->timed_steps || *t->timed_steps <= 0) return std::nullopt;
@@ -175,6 +218,7 @@ void summarize(const GroupedRuns& data, Group& g) {
   g.evaluations_total = smallest(Axis::kEvaluations);
   g.flops_total = smallest(Axis::kFlops);
   g.time_total = smallest(Axis::kTime);
+  summarize_ranks(data, g);
 }
 
 std::string unquote(const std::string& s) {
@@ -207,15 +251,22 @@ std::set<std::string> telling_apart(const Group& a, const Group& b) {
   return others.empty() ? evaluation : others;
 }
 
+// The settings of how a step is spread over ranks, named together as ranks_text.
+bool ranks_setting(const std::string& name) {
+  return name == "nproc" || name == "shard" || name == "bucket_bytes";
+}
+
 // Labels: optimizer and strategy, plus each setting in which the group differs from another
 // group of the same model, optimizer and strategy (the preset first; the preset's own
-// settings only where they differ within one preset).
+// settings only where they differ within one preset; the ranks last, in words, with the
+// bucket size only between sharded groups that differ in it).
 void label_groups(GroupedRuns& data) {
   for (const std::string& model : data.models) {
     std::vector<Group*> mine;
     for (Group& g : data.groups)
       if (g.model == model) mine.push_back(&g);
     std::vector<std::set<std::string>> differing(mine.size());
+    std::vector<bool> bucket_differs(mine.size(), false);
     for (size_t a = 0; a < mine.size(); ++a) {
       for (size_t b = a + 1; b < mine.size(); ++b) {
         if (mine[a]->optimizer != mine[b]->optimizer || mine[a]->strategy != mine[b]->strategy)
@@ -224,6 +275,10 @@ void label_groups(GroupedRuns& data) {
           differing[a].insert(k);
           differing[b].insert(k);
         }
+        if (mine[a]->config.shard != Shard::kShardNone &&
+            mine[b]->config.shard != Shard::kShardNone &&
+            mine[a]->config.bucket_bytes != mine[b]->config.bucket_bytes)
+          bucket_differs[a] = bucket_differs[b] = true;
       }
     }
     for (size_t i = 0; i < mine.size(); ++i) {
@@ -231,16 +286,81 @@ void label_groups(GroupedRuns& data) {
       g->label = g->optimizer + ", " + g->strategy;
       if (g->strategy == "accumulation") g->label += fmt::format(" k={}", g->config.accum_steps);
       if (differing[i].count("preset")) g->label += " " + g->preset;
+      bool ranks = false;
       for (const std::string& k : differing[i]) {
         if (k == "preset" || (k == "accum_steps" && g->strategy == "accumulation")) continue;
+        if (ranks_setting(k)) {
+          ranks = true;
+          continue;
+        }
         const auto it = g->settings.find(k);
         g->label += fmt::format(" {}={}", k, it == g->settings.end() ? "-" : unquote(it->second));
       }
+      g->base_label = g->label;
+      if (ranks) g->label += " " + ranks_text(*g);
+      if (ranks && bucket_differs[i] && g->config.shard != Shard::kShardNone)
+        g->label += " bucket " + format_bytes(static_cast<double>(g->config.bucket_bytes));
     }
   }
 }
 
 }  // namespace
+
+const RankFigures* rank_zero_figures(const RunRecord& r) {
+  if (!r.distributed || r.distributed->ranks.empty()) return nullptr;
+  for (const RankFigures& f : r.distributed->ranks)
+    if (f.rank == 0) return &f;
+  return &r.distributed->ranks.front();
+}
+
+std::optional<double> mean_overlapped_share(const RunRecord& r) {
+  if (!r.distributed) return std::nullopt;
+  double sum = 0;
+  int n = 0;
+  for (const RankFigures& f : r.distributed->ranks)
+    if (f.overlapped_share && std::isfinite(*f.overlapped_share)) {
+      sum += *f.overlapped_share;
+      ++n;
+    }
+  return n > 0 ? std::optional<double>(sum / n) : std::nullopt;
+}
+
+bool distributed_group(const Group& g) {
+  return g.config.nproc > 1 || g.config.shard != Shard::kShardNone;
+}
+
+std::string ranks_text(const Group& g) {
+  if (!distributed_group(g)) return "1 process";
+  return fmt::format("{} x{}", g.shard.empty() ? shard_name(g.config.shard) : g.shard,
+                     g.config.nproc);
+}
+
+const std::vector<std::string>& breakdown_parts() {
+  static const std::vector<std::string> parts = {
+      "params",      "frozen_params", "grads", "optimizer_state", "collective_buffers",
+      "activations", "other"};
+  return parts;
+}
+
+std::string breakdown_label(const std::string& part) {
+  if (part == "params") return "parameters";
+  if (part == "frozen_params") return "frozen parameters";
+  if (part == "grads") return "gradients";
+  if (part == "optimizer_state") return "optimizer state";
+  if (part == "collective_buffers") return "collective buffers";
+  return part;  // activations, other
+}
+
+std::optional<double> breakdown_part(const MemoryBreakdown& b, const std::string& part) {
+  if (part == "params") return static_cast<double>(b.params);
+  if (part == "frozen_params") return static_cast<double>(b.frozen_params);
+  if (part == "grads") return as_double(b.grads);
+  if (part == "optimizer_state") return static_cast<double>(b.optimizer_state);
+  if (part == "collective_buffers") return as_double(b.collective_buffers);
+  if (part == "activations") return as_double(b.activations);
+  if (part == "other") return static_cast<double>(b.other);
+  return std::nullopt;
+}
 
 const char* axis_name(Axis a) {
   switch (a) {

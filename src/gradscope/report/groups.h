@@ -73,6 +73,9 @@ struct ReportRun {
 struct Group {
   std::string key;    // grouping_key of its runs' configuration
   std::string label;  // "adam, checkpoint" plus what else differs between the model's groups
+  // The label without the ranks ("zero2 x2", "1 process"), which it names last when they tell
+  // groups apart: what the same configuration on other rank counts shares.
+  std::string base_label;
   std::string model, preset, optimizer, strategy;
   RunConfig config;  // the first run's configuration and resolved architecture
   nlohmann::json arch;
@@ -81,9 +84,22 @@ struct Group {
   std::vector<size_t> ok_runs;                  // those whose status is ok
   // Figures over the ok runs (n = 0 when none has the value).
   Interval final_loss, val_loss, step_s, peak_bytes, energy_j, util_pct;
-  std::map<std::string, Interval> memory;   // breakdown component -> bytes
-  std::map<std::string, Interval> phase_s;  // data/forward/backward/optimizer -> s per step
-  double samples_total = 0;                 // smallest over its ok runs; NaN when none
+  std::map<std::string, Interval> memory;  // breakdown component (breakdown_parts) -> bytes
+  // data/forward/backward/communication/optimizer -> s per step (communication: time.comm_s,
+  // with several ranks)
+  std::map<std::string, Interval> phase_s;
+  Interval tokens_per_s;  // every rank's tokens: the record's throughput is the whole step's
+  // With several ranks (distributed_group): the shard mode as the records name it
+  // (distributed.shard of the first run that has one; else the configuration's), and over the
+  // ok runs rank 0's bytes sent per step and the ranks' mean share of gradients reduced while
+  // backward still ran.
+  std::string shard;
+  Interval bytes_sent_per_step, overlapped_share;
+  // Per rank (distributed.ranks[].rank; empty maps for ranks no run has): each breakdown
+  // component at that rank's own peak, and the peak.
+  std::vector<std::map<std::string, Interval>> rank_memory;
+  std::vector<Interval> rank_peak_bytes;
+  double samples_total = 0;  // smallest over its ok runs; NaN when none
   double steps_total = 0;
   double evaluations_total = 0;
   double flops_total = 0;
@@ -92,6 +108,26 @@ struct Group {
   double total(Axis a) const;
   std::string statuses;  // "ok" or e.g. "ok x2, oom"
 };
+
+// A group that ran with several ranks, or sharded on one (config.nproc > 1 or a --shard).
+bool distributed_group(const Group& g);
+// The ranks of a group in words: "zero2 x2" (its shard mode and rank count), "1 process".
+std::string ranks_text(const Group& g);
+
+// Rank 0's figures of a run with several ranks (the first listed when rank 0's are missing);
+// nullptr without any.
+const RankFigures* rank_zero_figures(const RunRecord& r);
+// The ranks' mean share of gradients reduced while backward still ran (overlapped_share);
+// nullopt when no rank measured it.
+std::optional<double> mean_overlapped_share(const RunRecord& r);
+
+// The components of a memory breakdown (MemoryBreakdown) in the order figures stack them:
+// params, frozen_params, grads, optimizer_state, collective_buffers, activations, other.
+const std::vector<std::string>& breakdown_parts();
+// A component's name in words ("optimizer state").
+std::string breakdown_label(const std::string& part);
+// A component of a breakdown, in bytes; nullopt where it was not measured.
+std::optional<double> breakdown_part(const MemoryBreakdown& b, const std::string& part);
 
 // The runs of a database and their groups.
 struct GroupedRuns {

@@ -155,6 +155,13 @@ std::string report_html(const ReportData& data, const std::vector<Figure>& figur
     const std::string group = html_escape(file_slug(model));
     h += fmt::format("<section id=\"model-{}\"><h2>{}</h2>\n", group, html_escape(model));
     h += html_table(groups_table(data, model));
+    const Table ranks = ranks_table(data, model);
+    if (!ranks.rows.empty())
+      h += "<h3>Ranks</h3>\n<p>Each configuration that ran with several ranks, beside its "
+           "one-process form. Scaling efficiency on N ranks: tokens/s (every rank's tokens) over "
+           "N times the one-rank baseline's, the same configuration and per-rank batch with "
+           "shard ddp on one rank where measured, else in one process.</p>\n" +
+           html_table(ranks);
     bool switcher = false;
     for (const Figure& f : figures) {
       if (f.section != model || f.kind != "loss") continue;

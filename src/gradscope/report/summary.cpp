@@ -1,11 +1,14 @@
 #include "gradscope/report/summary.h"
 
+#include <algorithm>
 #include <functional>
 #include <optional>
 
 #include <fmt/format.h>
 
 #include "gradscope/core/env.h"
+#include "gradscope/core/log.h"
+#include "gradscope/report/groups.h"
 
 namespace gradscope {
 namespace {
@@ -13,6 +16,56 @@ namespace {
 template <typename T>
 std::string or_na(const std::optional<T>& v, const std::function<std::string(double)>& f) {
   return v ? f(static_cast<double>(*v)) : "n/a";
+}
+
+// A few rows on how a run with several ranks spread its step: ranks and shard mode, each
+// rank's peak and what it holds, communication and bytes sent. The record's text is shown as
+// data (terminal_text), as everything a record names.
+std::vector<std::pair<std::string, std::string>> distributed_rows(const RunRecord& r) {
+  const RunDistributed& d = *r.distributed;
+  const auto bytes = [](double v) { return format_bytes(v); };
+  std::vector<std::pair<std::string, std::string>> rows;
+  rows.push_back({"ranks / shard",
+                  terminal_text(fmt::format(
+                      "{} x {} ({}, started by {}); {} of {} parameters per rank", d.world, d.shard,
+                      d.backend, d.launcher, format_si(static_cast<double>(d.shard_params)),
+                      format_si(static_cast<double>(d.flat_params))))});
+  // Every rank up to kShown; beyond, the rank with the highest peak after them.
+  constexpr size_t kShown = 4;
+  const RankFigures* highest = nullptr;
+  for (size_t i = 0; i < d.ranks.size(); ++i) {
+    const RankFigures& f = d.ranks[i];
+    if (i >= kShown) {
+      if (!highest || f.peak_bytes > highest->peak_bytes) highest = &f;
+      continue;
+    }
+    rows.push_back(
+        {fmt::format("  rank {} peak", f.rank),
+         terminal_text(fmt::format(
+             "{}{}: params {} / grads {} / optimizer {} / buffers {}",
+             format_bytes(static_cast<double>(f.peak_bytes)),
+             f.peak_phase ? " (" + *f.peak_phase + ")" : "",
+             format_bytes(static_cast<double>(f.params_bytes)), or_na(f.grads_bytes, bytes),
+             format_bytes(static_cast<double>(f.optimizer_state_bytes)),
+             format_bytes(static_cast<double>(f.collective_buffer_peak_bytes))))});
+  }
+  if (highest)
+    rows.push_back({fmt::format("  {} more ranks", d.ranks.size() - kShown),
+                    fmt::format("the highest peak: rank {}, {}", highest->rank,
+                                format_bytes(static_cast<double>(highest->peak_bytes)))});
+  // Communication per timed step (rank 0's), and the ranks' mean overlapped share.
+  const RunTime time = r.time.value_or(RunTime{});
+  std::string comm = "n/a";
+  if (time.comm_s && time.timed_steps && *time.timed_steps > 0)
+    comm = format_duration(*time.comm_s / static_cast<double>(*time.timed_steps)) + " per step";
+  const std::optional<double> overlapped = mean_overlapped_share(r);
+  if (overlapped)
+    comm += fmt::format(", {:.0f}% of gradients reduced during backward", 100 * *overlapped);
+  rows.push_back({"  communication", comm});
+  const RankFigures* zero = rank_zero_figures(r);
+  rows.push_back(
+      {"  sent per step (rank 0)", or_na(zero ? zero->bytes_sent_per_step : std::nullopt, bytes)});
+  return rows;
 }
 
 }  // namespace
@@ -75,6 +128,13 @@ std::string summary_table(const RunRecord& r,
            or_na(r.env ? std::optional<double>(r.env->threads) : std::nullopt, count),
            or_na(r.env ? std::optional<double>(r.env->blas_threads) : std::nullopt, count))},
   };
+  if (r.distributed) {
+    // After the memory rows (peak RSS), before utilization.
+    const auto at = std::find_if(rows.begin(), rows.end(),
+                                 [](const auto& row) { return row.first == "peak RSS"; });
+    const auto more = distributed_rows(r);
+    rows.insert(at == rows.end() ? at : at + 1, more.begin(), more.end());
+  }
   if (r.final_accuracy)  // classifiers only
     rows.insert(rows.begin() + 7,
                 {"final val accuracy", fmt::format("{:.1f}%", 100.0 * *r.final_accuracy)});

@@ -8,6 +8,7 @@
 
 #include "gradscope/core/env.h"
 #include "gradscope/report/encode.h"
+#include "gradscope/report/scaling.h"
 
 namespace gradscope {
 
@@ -112,6 +113,33 @@ Table groups_table(const ReportData& data, const std::string& model) {
   return t;
 }
 
+Table ranks_table(const ReportData& data, const std::string& model) {
+  Table t{{"configuration", "ranks", "global batch", "step time", "tokens/s", "scaling efficiency",
+           "one-rank baseline", "communication per step", "overlapped with backward",
+           "sent per step (rank 0)", "largest peak of a rank"},
+          {}};
+  for (const ScalingLine& line : scaling_lines(data, model)) {
+    for (size_t i : line.groups) {
+      const Group& g = data.groups[i];
+      const double efficiency = scaling_efficiency(data, i);
+      const std::optional<size_t> base = scaling_baseline(data, i);
+      const auto comm = g.phase_s.find("communication");
+      Interval peak = g.peak_bytes;
+      for (const Interval& p : g.rank_peak_bytes)
+        if (p.n > 0 && (peak.n == 0 || p.mean > peak.mean)) peak = p;
+      t.rows.push_back(
+          {g.label, ranks_text(g), std::to_string(g.config.global_batch()), seconds_or_na(g.step_s),
+           g.tokens_per_s.n ? format_si(g.tokens_per_s.mean) : "n/a",
+           std::isfinite(efficiency) ? fmt::format("{:.0f}%", 100 * efficiency) : "n/a",
+           base ? data.groups[*base].label : std::string("none in the data"),
+           comm == g.phase_s.end() ? "n/a" : seconds_or_na(comm->second),
+           g.overlapped_share.n ? fmt::format("{:.0f}%", 100 * g.overlapped_share.mean) : "n/a",
+           bytes_or_na(g.bytes_sent_per_step), bytes_or_na(peak)});
+    }
+  }
+  return t;
+}
+
 Table evidence_table(const Finding& f) {
   const bool time = std::any_of(f.evidence.begin(), f.evidence.end(),
                                 [](const Evidence& e) { return !e.time.empty(); });
@@ -177,8 +205,15 @@ std::string markdown_summary(const ReportData& data) {
     for (const std::string& note : f.notes) md += fmt::format("\n  - {}", markdown_escape(note));
   }
   md += "\n";
-  for (const std::string& model : data.models)
+  for (const std::string& model : data.models) {
     md += "\n## " + markdown_escape(model) + "\n\n" + markdown_table(groups_table(data, model));
+    const Table ranks = ranks_table(data, model);
+    if (!ranks.rows.empty())
+      md +=
+          "\n### Ranks\n\nScaling efficiency on N ranks: tokens/s over N times the one-rank "
+          "baseline's (the same configuration and per-rank batch).\n\n" +
+          markdown_table(ranks);
+  }
   return md;
 }
 

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <unordered_map>
 #include <utility>
 
 #include <torch/csrc/autograd/function.h>
@@ -327,113 +328,83 @@ class DdpUpdater : public Updater {
   std::unique_ptr<Updater> inner_;
 };
 
-// zero1 and zero2: the optimizer over this rank's shard of the flat space.
-class ZeroUpdater : public Updater {
+// zero1 and zero2 over a list of parameters: the optimizer over this rank's shard of their
+// flat space. The parts of a step, so that fsdp can use them for the parameters outside its
+// blocks.
+class ZeroPart {
  public:
-  ZeroUpdater(Shard shard, const std::vector<torch::Tensor>& params, const OptimizerSpec& spec,
-              const UpdaterOptions& options, std::shared_ptr<Communicator> comm,
-              int64_t bucket_bytes)
-      : shard_(shard),
+  ZeroPart(bool keep_full_grads, const std::vector<torch::Tensor>& params,
+           const std::vector<std::string>& names, const std::vector<int64_t>& head_sizes,
+           const OptimizerSpec& spec, Communicator& comm, int64_t bucket_bytes,
+           ShardFigures& figures, BufferTally& buffers)
+      : full_(keep_full_grads),
         params_(params),
-        options_(options),
-        comm_(std::move(comm)),
-        layout_(params, comm_->rank(), comm_->world()),
-        reducer_(params, layout_, *comm_, bucket_bytes, shard == Shard::kShardDdp ||
-                                                            shard == Shard::kShardZero1,
-                 figures_, buffers_),
+        comm_(comm),
+        buffers_(buffers),
+        layout_(params, comm.rank(), comm.world()),
+        reducer_(params, layout_, comm, bucket_bytes, keep_full_grads, figures, buffers),
         gather_elements_(std::max<int64_t>(
             1, bucket_bytes / std::max<int64_t>(1, params.empty() ? 4 : params[0].element_size()) /
-                   comm_->world())) {
-    figures_.flat_elements = layout_.total();
-    figures_.shard_elements = layout_.shard();
+                   comm.world())) {
     // The pieces of this rank's shard, one per parameter it touches, as views of the
     // parameters' own storage; the optimizer sees them with their parameters' names.
     ParamInfo info;
     layout_.for_range(layout_.lo(), layout_.hi(),
                       [&](size_t i, int64_t in_param, int64_t in_shard, int64_t n) {
-                        Piece piece{i, in_param, in_shard, n};
-                        pieces_.push_back(piece);
-                        torch::Tensor view = layout_.flat(i).narrow(0, in_param, n);
-                        piece_tensors_.push_back(view);
-                        if (i < spec.param_names.size())
-                          info.names.push_back(spec.param_names[i]);
-                        if (i < spec.param_head_sizes.size())
-                          info.head_sizes.push_back(spec.param_head_sizes[i]);
+                        pieces_.push_back(Piece{i, in_param, in_shard, n});
+                        piece_tensors_.push_back(layout_.flat(i).narrow(0, in_param, n));
+                        if (i < names.size()) info.names.push_back(names[i]);
+                        if (i < head_sizes.size()) info.head_sizes.push_back(head_sizes[i]);
                       });
     optimizer_ = make_optimizer(spec.name, piece_tensors_, info, spec.lr, spec.weight_decay,
                                 spec.opt);
   }
 
-  UpdateResult step(const GradientFn& gradients, PhaseObserver& observer) override {
-    UpdateResult r;
-    r.out = gradients();
-    r.evaluations = 1;
-    const bool full = shard_ == Shard::kShardZero1;
-    observer.enter(Phase::kPhaseComm);
-    torch::Tensor shard_grad;
-    if (!full) {
-      shard_grad = torch::zeros({layout_.hi() - layout_.lo()},
-                                params_.empty() ? torch::TensorOptions() : params_[0].options());
+  const FlatLayout& layout() const { return layout_; }
+  GradientReducer& reducer() { return reducer_; }
+  torch::optim::Optimizer& optimizer() const { return *optimizer_; }
+
+  // After backward: every bucket reduced, the pieces' gradients in place. Returns the sum of
+  // the squares of this rank's share of the gradients (for the global norm).
+  double reduce() {
+    if (!full_) {
+      shard_grad_ = torch::zeros({layout_.hi() - layout_.lo()},
+                                 params_.empty() ? torch::TensorOptions() : params_[0].options());
+      reducer_.set_shard_grad(&shard_grad_);
     }
-    reducer_.set_shard_grad(full ? nullptr : &shard_grad);
-    reducer_.finish(full ? nullptr : &shard_grad);
+    reducer_.finish(full_ ? nullptr : &shard_grad_);
     reducer_.set_shard_grad(nullptr);
-    observer.enter(Phase::kPhaseOptimizer);
     // The pieces' gradients: views of the whole gradients (zero1) or of the shard's (zero2).
     for (size_t k = 0; k < pieces_.size(); ++k) {
       const Piece& pc = pieces_[k];
-      torch::Tensor g =
-          full ? params_[pc.param].grad().reshape(-1).narrow(0, pc.in_param, pc.n)
-               : shard_grad.narrow(0, pc.in_shard, pc.n);
-      piece_tensors_[k].mutable_grad() = g;
+      piece_tensors_[k].mutable_grad() =
+          full_ ? params_[pc.param].grad().reshape(-1).narrow(0, pc.in_param, pc.n)
+                : shard_grad_.narrow(0, pc.in_shard, pc.n);
     }
-    if (!grads_bytes_)
-      grads_bytes_ = full ? gradscope::grads_bytes(params_) : bytes_of(shard_grad);
-    if (options_.clip_grad_norm > 0 || options_.log_grad_norm) {
-      // The global norm: every rank's share of the squares, summed. Under zero1 each rank
-      // holds every reduced gradient, but takes only its shard's, so the sum counts each once.
-      double squares = 0;
-      for (const auto& t : piece_tensors_)
-        squares += t.grad().to(torch::kFloat64).pow(2).sum().item<double>();
-      const double norm = std::sqrt(comm_->sum(squares));
-      r.grad_norm = norm;
-      if (options_.clip_grad_norm > 0) {
-        const double scale = options_.clip_grad_norm / (norm + 1e-6);
-        if (scale < 1)
-          for (auto& t : piece_tensors_) t.mutable_grad().mul_(scale);
-      }
-    }
+    if (!grads_bytes_) grads_bytes_ = full_ ? gradscope::grads_bytes(params_) : bytes_of(shard_grad_);
+    double squares = 0;
+    for (const auto& t : piece_tensors_)
+      squares += t.grad().to(torch::kFloat64).pow(2).sum().item<double>();
+    return squares;
+  }
+  void scale_grads(double scale) {
+    for (auto& t : piece_tensors_) t.mutable_grad().mul_(scale);
+  }
+  // The update of this rank's pieces, then every gradient freed.
+  void update() {
     optimizer_->step();
     for (auto& t : piece_tensors_) t.mutable_grad() = torch::Tensor();
     for (const auto& p : params_) {
       torch::Tensor t = p;
       t.mutable_grad() = torch::Tensor();
     }
-    shard_grad = torch::Tensor();
-    observer.enter(Phase::kPhaseComm);
-    gather_parameters();
-    figures_.buffer_peak_bytes = buffers_.peak;
-    return r;
+    shard_grad_ = torch::Tensor();
   }
-
-  void set_learning_rate(double lr) override { gradscope::set_learning_rate(*optimizer_, lr); }
-  int64_t state_bytes() const override { return optimizer_state_bytes(*optimizer_); }
-  std::optional<int64_t> grads_bytes() const override { return grads_bytes_; }
-  MicroBatchListener* micro_batch_listener() override { return &reducer_; }
-  void save(torch::serialize::OutputArchive& archive) const override { optimizer_->save(archive); }
-  void load(torch::serialize::InputArchive& archive) override { optimizer_->load(archive); }
-  const ShardFigures& figures() const { return figures_; }
-
- private:
-  struct Piece {
-    size_t param;
-    int64_t in_param, in_shard, n;
-  };
 
   // Every rank's updated shard into every rank's parameters, a chunk at a time so that the
   // buffers stay within a bucket.
   void gather_parameters() {
-    const int world = comm_->world();
+    const int world = comm_.world();
     const int64_t shard = layout_.shard();
     const torch::TensorOptions options =
         params_.empty() ? torch::TensorOptions() : params_[0].options().requires_grad(false);
@@ -441,15 +412,15 @@ class ZeroUpdater : public Updater {
     for (int64_t at = 0; at < shard; at += gather_elements_) {
       const int64_t n = std::min(gather_elements_, shard - at);
       torch::Tensor mine = torch::zeros({n}, options);
-      const int64_t lo = comm_->rank() * shard + at;
+      const int64_t lo = comm_.rank() * shard + at;
       layout_.read(lo, lo + n, mine);
       std::vector<torch::Tensor> all;
       for (int q = 0; q < world; ++q) all.push_back(torch::empty({n}, options));
       const int64_t bytes = bytes_of(mine) * (world + 1);
       buffers_.add(bytes);
-      comm_->allgather(all, mine);
+      comm_.allgather(all, mine);
       for (int q = 0; q < world; ++q) {
-        if (q == comm_->rank()) continue;
+        if (q == comm_.rank()) continue;
         const int64_t qlo = q * shard + at;
         layout_.write(qlo, qlo + n, all[static_cast<size_t>(q)]);
       }
@@ -457,20 +428,406 @@ class ZeroUpdater : public Updater {
     }
   }
 
-  Shard shard_;
+  std::optional<int64_t> grads_bytes() const { return grads_bytes_; }
+
+ private:
+  struct Piece {
+    size_t param;
+    int64_t in_param, in_shard, n;
+  };
+
+  bool full_;
   std::vector<torch::Tensor> params_;
-  UpdaterOptions options_;
-  std::shared_ptr<Communicator> comm_;
-  ShardFigures figures_;
-  BufferTally buffers_;
+  Communicator& comm_;
+  BufferTally& buffers_;
   FlatLayout layout_;
   GradientReducer reducer_;
   int64_t gather_elements_;
   std::vector<Piece> pieces_;
   std::vector<torch::Tensor> piece_tensors_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  torch::Tensor shard_grad_;
   std::optional<int64_t> grads_bytes_;
 };
+
+// The global gradient norm from every rank's share of the squares; clips when asked.
+double global_norm(Communicator& comm, double squares) { return std::sqrt(comm.sum(squares)); }
+double clip_scale(const UpdaterOptions& options, double norm) {
+  if (options.clip_grad_norm <= 0) return 1;
+  return std::min(1.0, options.clip_grad_norm / (norm + 1e-6));
+}
+
+class ZeroUpdater : public Updater {
+ public:
+  ZeroUpdater(Shard shard, const std::vector<torch::Tensor>& params, const OptimizerSpec& spec,
+              const UpdaterOptions& options, std::shared_ptr<Communicator> comm,
+              int64_t bucket_bytes)
+      : options_(options),
+        comm_(std::move(comm)),
+        part_(shard == Shard::kShardZero1, params, spec.param_names, spec.param_head_sizes, spec,
+              *comm_, bucket_bytes, figures_, buffers_) {
+    figures_.flat_elements = part_.layout().total();
+    figures_.shard_elements = part_.layout().shard();
+  }
+
+  UpdateResult step(const GradientFn& gradients, PhaseObserver& observer) override {
+    UpdateResult r;
+    r.out = gradients();
+    r.evaluations = 1;
+    observer.enter(Phase::kPhaseComm);
+    const double squares = part_.reduce();
+    observer.enter(Phase::kPhaseOptimizer);
+    if (options_.clip_grad_norm > 0 || options_.log_grad_norm) {
+      // Every rank takes only its shard's squares, so the sum counts each entry once.
+      r.grad_norm = global_norm(*comm_, squares);
+      const double scale = clip_scale(options_, r.grad_norm);
+      if (scale < 1) part_.scale_grads(scale);
+    }
+    part_.update();
+    observer.enter(Phase::kPhaseComm);
+    part_.gather_parameters();
+    figures_.buffer_peak_bytes = buffers_.peak;
+    return r;
+  }
+
+  void set_learning_rate(double lr) override {
+    gradscope::set_learning_rate(part_.optimizer(), lr);
+  }
+  int64_t state_bytes() const override {
+    return optimizer_state_bytes(part_.optimizer());
+  }
+  std::optional<int64_t> grads_bytes() const override { return part_.grads_bytes(); }
+  MicroBatchListener* micro_batch_listener() override { return &part_.reducer(); }
+  void save(torch::serialize::OutputArchive& archive) const override {
+    part_.optimizer().save(archive);
+  }
+  void load(torch::serialize::InputArchive& archive) override { part_.optimizer().load(archive); }
+  const ShardFigures& figures() const { return figures_; }
+
+ private:
+  UpdaterOptions options_;
+  std::shared_ptr<Communicator> comm_;
+  ShardFigures figures_;
+  BufferTally buffers_;
+  ZeroPart part_;
+};
+
+// fsdp: each block's parameters are a unit, sharded over the ranks and gathered whole only
+// around the block's forward and its backward. A unit's parameters are views of one flat
+// buffer of N S elements whose storage is released between uses (the parameters keep their
+// tensors, so the graph's saved references stay valid and see the data again once it is
+// gathered for backward). The parameters outside the blocks (embeddings, the final norm, the
+// head) stay whole on every rank and are stepped as under zero2.
+class FsdpUpdater;
+
+struct FsdpUnit {
+  std::vector<torch::Tensor> params;  // the block's trainable parameters
+  std::vector<int64_t> offsets;       // in its flat space
+  int64_t elements = 0, shard = 0;    // P_b and S_b = ceil(P_b / N)
+  torch::Tensor full;                 // N S_b elements; storage released when not gathered
+  torch::Tensor master;               // this rank's S_b elements: what the optimizer updates
+  torch::Tensor grad_shard;           // the reduced gradient's S_b elements, until the update
+  int64_t pending = 0;                // gradients still to come in this backward
+  bool gathered = false, reduced = false;
+};
+
+// Identity in forward; in backward, gathers the block's unit before the block's own backward
+// (which needs its parameters) runs.
+class GatherBeforeBackward : public torch::autograd::Function<GatherBeforeBackward> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* actx, const torch::Tensor& y,
+                               int64_t unit, int64_t updater) {
+    actx->saved_data["unit"] = unit;
+    actx->saved_data["updater"] = updater;
+    return y;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* actx,
+                                                 torch::autograd::variable_list grads);
+};
+
+class FsdpUpdater : public Updater, public MicroBatchListener {
+ public:
+  FsdpUpdater(Model& model, const std::vector<torch::Tensor>& params, const OptimizerSpec& spec,
+              const UpdaterOptions& options, std::shared_ptr<Communicator> comm,
+              int64_t bucket_bytes)
+      : options_(options), comm_(std::move(comm)) {
+    const int world = comm_->world(), rank = comm_->rank();
+    std::unordered_map<const void*, size_t> index_of;
+    for (size_t i = 0; i < params.size(); ++i) index_of[params[i].unsafeGetTensorImpl()] = i;
+    std::vector<bool> in_unit(params.size(), false);
+    torch::NoGradGuard no_grad;
+    for (const auto& block : model.blocks()) {
+      FsdpUnit u;
+      for (const auto& p : block->parameters()) {
+        const auto it = index_of.find(p.unsafeGetTensorImpl());
+        if (it == index_of.end() || in_unit[it->second]) continue;
+        in_unit[it->second] = true;
+        u.params.push_back(params[it->second]);
+      }
+      unit_of_block_[block.get()] = units_.size();
+      units_.push_back(std::move(u));
+    }
+    std::vector<torch::Tensor> root;
+    std::vector<std::string> root_names;
+    std::vector<int64_t> root_heads;
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (in_unit[i]) continue;
+      root.push_back(params[i]);
+      if (i < spec.param_names.size()) root_names.push_back(spec.param_names[i]);
+      if (i < spec.param_head_sizes.size()) root_heads.push_back(spec.param_head_sizes[i]);
+    }
+    root_ = std::make_unique<ZeroPart>(false, root, root_names, root_heads, spec, *comm_,
+                                       bucket_bytes, figures_, buffers_);
+    figures_.flat_elements = root_->layout().total();
+    figures_.shard_elements = root_->layout().shard();
+    std::vector<torch::Tensor> masters;
+    for (size_t k = 0; k < units_.size(); ++k) {
+      FsdpUnit& u = units_[k];
+      if (u.params.empty()) continue;
+      for (const auto& p : u.params) {
+        check_usage(p.is_contiguous(), "a parameter is not contiguous",
+                    "--shard fsdp addresses parameters as flat views");
+        u.offsets.push_back(u.elements);
+        u.elements += p.numel();
+      }
+      u.shard = (u.elements + world - 1) / world;
+      u.full = torch::zeros({u.shard * world}, u.params[0].options().requires_grad(false));
+      for (size_t j = 0; j < u.params.size(); ++j) {
+        u.full.narrow(0, u.offsets[j], u.params[j].numel()).copy_(u.params[j].detach().reshape(-1));
+        torch::Tensor p = u.params[j];
+        p.set_data(u.full.narrow(0, u.offsets[j], p.numel()).view(p.sizes()));
+      }
+      u.master = u.full.narrow(0, rank * u.shard, u.shard).clone();
+      masters.push_back(u.master);
+      u.gathered = true;
+      buffers_.add(bytes_of(u.full));
+      release(u);
+      figures_.flat_elements += u.elements;
+      figures_.shard_elements += u.shard;
+      for (size_t j = 0; j < u.params.size(); ++j) {
+        std::shared_ptr<torch::autograd::Node> node =
+            torch::autograd::impl::grad_accumulator(u.params[j]);
+        if (!node)
+          fail_runtime("a parameter has no gradient accumulator",
+                       "--shard fsdp needs leaf parameters that require grad");
+        node->add_post_hook(std::make_unique<UnitReady>(this, k));
+        accumulators_.push_back(std::move(node));
+      }
+    }
+    // The units' shards as flat tensors: an elementwise update of them is the update of each
+    // parameter's entries.
+    blocks_optimizer_ =
+        make_optimizer(spec.name, masters, ParamInfo{}, spec.lr, spec.weight_decay, spec.opt);
+    const BlockRunner inner = model.block_runner();
+    model.set_block_runner(
+        [this, inner](Block& block, const torch::Tensor& x, const BlockContext& ctx) {
+          return run_block(inner, block, x, ctx);
+        });
+  }
+
+  UpdateResult step(const GradientFn& gradients, PhaseObserver& observer) override {
+    UpdateResult r;
+    r.out = gradients();
+    r.evaluations = 1;
+    observer.enter(Phase::kPhaseComm);
+    // Units whose gradients did not all arrive (parameters unused this step) reduce now, in
+    // unit order on every rank.
+    for (FsdpUnit& u : units_)
+      if (!u.params.empty() && !u.reduced) reduce(u);
+    double squares = root_->reduce();
+    observer.enter(Phase::kPhaseOptimizer);
+    for (FsdpUnit& u : units_) {
+      if (u.params.empty()) continue;
+      u.master.mutable_grad() = u.grad_shard;
+      squares += u.grad_shard.to(torch::kFloat64).pow(2).sum().item<double>();
+    }
+    if (!grads_bytes_) {
+      int64_t bytes = root_->grads_bytes().value_or(0);
+      for (const FsdpUnit& u : units_) bytes += bytes_of(u.grad_shard);
+      grads_bytes_ = bytes;
+    }
+    if (options_.clip_grad_norm > 0 || options_.log_grad_norm) {
+      r.grad_norm = global_norm(*comm_, squares);
+      const double scale = clip_scale(options_, r.grad_norm);
+      if (scale < 1) {
+        root_->scale_grads(scale);
+        for (FsdpUnit& u : units_)
+          if (!u.params.empty()) u.master.mutable_grad().mul_(scale);
+      }
+    }
+    root_->update();
+    blocks_optimizer_->step();
+    for (FsdpUnit& u : units_) {
+      if (u.params.empty()) continue;
+      u.master.mutable_grad() = torch::Tensor();
+      u.grad_shard = torch::Tensor();
+      u.reduced = false;
+    }
+    observer.enter(Phase::kPhaseComm);
+    root_->gather_parameters();
+    figures_.buffer_peak_bytes = buffers_.peak;
+    return r;
+  }
+
+  void before_backward(const MicroBatchInfo& info) override {
+    root_->reducer().before_backward(info);
+    armed_ = info.index == info.count - 1;
+    for (FsdpUnit& u : units_) u.pending = static_cast<int64_t>(u.params.size());
+  }
+
+  void set_learning_rate(double lr) override {
+    gradscope::set_learning_rate(root_->optimizer(), lr);
+    gradscope::set_learning_rate(*blocks_optimizer_, lr);
+  }
+  int64_t state_bytes() const override {
+    return optimizer_state_bytes(root_->optimizer()) + optimizer_state_bytes(*blocks_optimizer_);
+  }
+  std::optional<int64_t> grads_bytes() const override { return grads_bytes_; }
+  MicroBatchListener* micro_batch_listener() override { return this; }
+  void save(torch::serialize::OutputArchive& archive) const override {
+    torch::serialize::OutputArchive root, blocks;
+    root_->optimizer().save(root);
+    blocks_optimizer_->save(blocks);
+    archive.write("root", root);
+    archive.write("blocks", blocks);
+  }
+  void load(torch::serialize::InputArchive& archive) override {
+    torch::serialize::InputArchive root, blocks;
+    archive.read("root", root);
+    archive.read("blocks", blocks);
+    root_->optimizer().load(root);
+    blocks_optimizer_->load(blocks);
+  }
+  void gather_parameters() override {
+    for (FsdpUnit& u : units_)
+      if (!u.params.empty()) gather(u);
+  }
+  void scatter_parameters() override {
+    torch::NoGradGuard no_grad;
+    for (FsdpUnit& u : units_) {
+      if (u.params.empty() || !u.gathered) continue;
+      u.master.copy_(u.full.narrow(0, comm_->rank() * u.shard, u.shard));
+      release(u);
+    }
+  }
+  std::optional<int64_t> resident_params_bytes() const override {
+    int64_t bytes = 0;
+    for (const FsdpUnit& u : units_) bytes += bytes_of(u.master);
+    for (const auto& p : root_params()) bytes += bytes_of(p);
+    return bytes;
+  }
+  const ShardFigures& figures() const { return figures_; }
+
+  void gather_unit(int64_t k) { gather(units_[static_cast<size_t>(k)]); }
+
+ private:
+  class UnitReady : public torch::autograd::FunctionPostHook {
+   public:
+    UnitReady(FsdpUpdater* updater, size_t unit) : updater_(updater), unit_(unit) {}
+    torch::autograd::variable_list operator()(
+        const torch::autograd::variable_list& outputs,
+        const torch::autograd::variable_list& /*inputs*/) override {
+      updater_->on_gradient(unit_);
+      return outputs;
+    }
+
+   private:
+    FsdpUpdater* updater_;
+    size_t unit_;
+  };
+
+  std::vector<torch::Tensor> root_params() const {
+    std::vector<torch::Tensor> out;
+    const FlatLayout& l = root_->layout();
+    for (size_t i = 0; i < l.size(); ++i) out.push_back(l.flat(i));
+    return out;
+  }
+
+  torch::Tensor run_block(const BlockRunner& inner, Block& block, const torch::Tensor& x,
+                          const BlockContext& ctx) {
+    const auto it = unit_of_block_.find(&block);
+    if (it == unit_of_block_.end() || units_[it->second].params.empty())
+      return inner ? inner(block, x, ctx) : block.forward(x, ctx);
+    FsdpUnit& u = units_[it->second];
+    gather(u);
+    torch::Tensor y = inner ? inner(block, x, ctx) : block.forward(x, ctx);
+    if (torch::GradMode::is_enabled() && y.requires_grad())
+      y = GatherBeforeBackward::apply(y, static_cast<int64_t>(it->second),
+                                      reinterpret_cast<int64_t>(this));
+    release(u);
+    return y;
+  }
+
+  void gather(FsdpUnit& u) {
+    if (u.gathered) return;
+    torch::NoGradGuard no_grad;
+    c10::StorageImpl* storage = u.full.storage().unsafeGetStorageImpl();
+    const auto bytes = static_cast<size_t>(bytes_of(u.full));
+    storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
+    storage->set_nbytes(bytes);
+    buffers_.add(static_cast<int64_t>(bytes));
+    std::vector<torch::Tensor> parts;
+    for (int q = 0; q < comm_->world(); ++q) parts.push_back(u.full.narrow(0, q * u.shard, u.shard));
+    comm_->allgather(parts, u.master);
+    u.gathered = true;
+  }
+
+  void release(FsdpUnit& u) {
+    if (!u.gathered) return;
+    c10::StorageImpl* storage = u.full.storage().unsafeGetStorageImpl();
+    buffers_.remove(static_cast<int64_t>(storage->nbytes()));
+    storage->set_data_ptr_noswap(at::DataPtr(nullptr, u.full.device()));
+    storage->set_nbytes(0);
+    u.gathered = false;
+  }
+
+  void on_gradient(size_t k) {
+    FsdpUnit& u = units_[k];
+    if (--u.pending > 0) return;
+    // The block's backward is done: its gathered parameters go; on the step's last
+    // micro-batch its gradients are reduced first (earlier ones accumulate locally).
+    if (armed_) reduce(u);
+    release(u);
+  }
+
+  // All-reduces the unit's gradients (zeros for those that did not come) and keeps this
+  // rank's shard of them.
+  void reduce(FsdpUnit& u) {
+    torch::NoGradGuard no_grad;
+    torch::Tensor flat = torch::zeros({u.shard * comm_->world()}, u.full.options());
+    buffers_.add(bytes_of(flat));
+    for (size_t j = 0; j < u.params.size(); ++j) {
+      torch::Tensor p = u.params[j];
+      if (p.grad().defined())
+        flat.narrow(0, u.offsets[j], p.numel()).copy_(p.grad().reshape(-1));
+      p.mutable_grad() = torch::Tensor();
+    }
+    figures_.reduced_bytes += bytes_of(flat);
+    comm_->allreduce(flat);
+    u.grad_shard = flat.narrow(0, comm_->rank() * u.shard, u.shard).clone();
+    buffers_.remove(bytes_of(flat));
+    u.reduced = true;
+  }
+
+  UpdaterOptions options_;
+  std::shared_ptr<Communicator> comm_;
+  ShardFigures figures_;
+  BufferTally buffers_;
+  std::vector<FsdpUnit> units_;
+  std::unordered_map<const Block*, size_t> unit_of_block_;
+  std::unique_ptr<ZeroPart> root_;
+  std::unique_ptr<torch::optim::Optimizer> blocks_optimizer_;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // holding the hooks
+  std::optional<int64_t> grads_bytes_;
+  bool armed_ = false;
+};
+
+torch::autograd::variable_list GatherBeforeBackward::backward(
+    torch::autograd::AutogradContext* actx, torch::autograd::variable_list grads) {
+  auto* updater = reinterpret_cast<FsdpUpdater*>(actx->saved_data["updater"].toInt());
+  updater->gather_unit(actx->saved_data["unit"].toInt());
+  return {grads[0], torch::Tensor(), torch::Tensor()};
+}
 
 }  // namespace
 
@@ -514,8 +871,13 @@ std::unique_ptr<Updater> make_sharded_updater(const StepPlan& plan, Shard shard,
                                               const OptimizerSpec& optimizer,
                                               const UpdaterOptions& options,
                                               std::shared_ptr<Communicator> comm,
-                                              int64_t bucket_bytes) {
+                                              int64_t bucket_bytes, Model* model) {
   check_shard(plan, shard, optimizer.name);
+  check_usage(shard != Shard::kShardFsdp || model != nullptr,
+              "--shard fsdp needs the model, whose blocks it gathers");
+  if (shard == Shard::kShardFsdp)
+    return std::make_unique<FsdpUpdater>(*model, params, optimizer, options, std::move(comm),
+                                         bucket_bytes);
   if (shard == Shard::kShardDdp)
     return std::make_unique<DdpUpdater>(plan, params, optimizer, options, std::move(comm),
                                         bucket_bytes);
@@ -526,6 +888,7 @@ std::unique_ptr<Updater> make_sharded_updater(const StepPlan& plan, Shard shard,
 }
 
 const ShardFigures* shard_figures(const Updater& updater) {
+  if (const auto* f = dynamic_cast<const FsdpUpdater*>(&updater)) return &f->figures();
   if (const auto* d = dynamic_cast<const DdpUpdater*>(&updater)) return &d->figures();
   if (const auto* z = dynamic_cast<const ZeroUpdater*>(&updater)) return &z->figures();
   return nullptr;

@@ -10,6 +10,12 @@
 //     updates its shard, and the updated shards are all-gathered into every rank's parameters.
 //   - zero2: as zero1, but a bucket's gradients are freed once copied into its reduction
 //     buffer, and after the reduction only this rank's shard of them is kept.
+//   - fsdp (ZeRO-3): the parameters of each of the model's blocks are sharded as well, and
+//     gathered whole only for the block's forward and again for its backward (a runner
+//     installed on the model, and an autograd function on the block's output that gathers
+//     when backward reaches it); the block's gradients are all-reduced as soon as its backward
+//     ends, the shard kept, and the gathered parameters freed. Parameters outside the blocks
+//     stay whole and are stepped as under zero2.
 // Gloo has no reduce-scatter in LibTorch 1.13, so a bucket is all-reduced whole and the shard
 // taken from it: the bucket's buffer is the transient memory of the collective, reported as
 // its own component (ShardFigures::buffer_peak_bytes).
@@ -28,6 +34,7 @@
 
 #include "gradscope/core/config.h"
 #include "gradscope/dist/comm.h"
+#include "gradscope/models/model.h"
 #include "gradscope/strategy/updater.h"
 
 namespace gradscope {
@@ -59,7 +66,7 @@ std::unique_ptr<Updater> make_sharded_updater(const StepPlan& plan, Shard shard,
                                               const OptimizerSpec& optimizer,
                                               const UpdaterOptions& options,
                                               std::shared_ptr<Communicator> comm,
-                                              int64_t bucket_bytes);
+                                              int64_t bucket_bytes, Model* model = nullptr);
 
 // The sharded updater's figures (null for an updater that is not sharded).
 const ShardFigures* shard_figures(const Updater& updater);

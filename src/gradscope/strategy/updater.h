@@ -83,6 +83,14 @@ class Updater {
   // else an updater keeps lasts one step only.
   virtual void save(torch::serialize::OutputArchive& archive) const = 0;
   virtual void load(torch::serialize::InputArchive& archive) = 0;
+  // Where parameters live sharded over ranks (fsdp): gather_parameters makes every model
+  // parameter hold its whole value (a collective: every rank calls it), scatter_parameters
+  // takes each rank's share of them back as the truth and frees the rest. A save or load of
+  // the model's weights goes between the two. Nothing for other updaters.
+  virtual void gather_parameters() {}
+  virtual void scatter_parameters() {}
+  // The parameter bytes this rank holds between steps, where that is not every parameter.
+  virtual std::optional<int64_t> resident_params_bytes() const { return std::nullopt; }
 };
 
 // The Updater of a step plan for these parameters. A usage error for settings it cannot honour

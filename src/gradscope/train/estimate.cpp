@@ -1,7 +1,11 @@
 #include "gradscope/train/estimate.h"
 
 #include <algorithm>
+#include <memory>
 
+#include <fmt/format.h>
+
+#include "gradscope/core/env.h"
 #include "gradscope/core/error.h"
 #include "gradscope/models/common/memory_trace.h"
 #include "gradscope/models/llama.h"
@@ -11,6 +15,7 @@
 #include "gradscope/models/vit.h"
 #include "gradscope/optim/adam8bit.h"
 #include "gradscope/optim/factory.h"
+#include "gradscope/strategy/shard.h"
 #include "gradscope/train/data_source.h"
 #include "gradscope/train/session.h"
 
@@ -155,6 +160,346 @@ BlockFlops vision_block_flops(const VisionConfig& c, const char* tower) {
   return b;
 }
 
+// ---- several ranks (strategy/shard.cpp) ----
+// The collectives' memory beside the trace's tensors, as the sharded steps allocate it. A
+// rank's trainable parameters lie end to end in their order (P elements); zero and fsdp give
+// rank r the elements [r S, (r+1) S), S = ceil(P / N).
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Gradients reduced in buckets from backward's hooks: consecutive parameters from the last
+// backwards, up to bucket_bytes each; a bucket's flat buffer is made when its gradients are
+// complete and every earlier bucket was launched, and lives until backward ends. zero2 (and
+// fsdp's parameters outside the blocks) free the gradients once copied into it.
+class BucketOverlay : public MemoryTrace::Overlay {
+ public:
+  // `bytes`: every trainable parameter's; `member`: those these buckets reduce.
+  BucketOverlay(const std::vector<int64_t>& bytes, const std::vector<bool>& member,
+                int64_t bucket_bytes, bool free_grads)
+      : free_grads_(free_grads), bucket_of_(bytes.size(), -1) {
+    std::vector<size_t> order;
+    for (size_t i = 0; i < bytes.size(); ++i)
+      if (member[i]) order.push_back(i);
+    size_t end = order.size();
+    while (end > 0) {
+      size_t begin = end - 1;
+      int64_t sum = bytes[order[begin]];
+      while (begin > 0 && sum + bytes[order[begin - 1]] <= bucket_bytes)
+        sum += bytes[order[--begin]];
+      for (size_t j = begin; j < end; ++j) bucket_of_[order[j]] = static_cast<int>(buckets_.size());
+      buckets_.push_back({sum, static_cast<int64_t>(end - begin)});
+      total_ += sum;
+      end = begin;
+    }
+  }
+  int64_t enter_block(int64_t /*block*/, bool /*backward*/) override { return bytes(); }
+  int64_t gradient_done(int param) override {
+    const int b = bucket_of_[static_cast<size_t>(param)];
+    if (b < 0) return bytes();
+    --buckets_[static_cast<size_t>(b)].pending;
+    int64_t most = bytes();
+    while (next_ < buckets_.size() && buckets_[next_].pending <= 0) {
+      // The buffer is made and filled, then (zero2) the gradients go.
+      alive_ += buckets_[next_].bytes;
+      peak_alive_ = std::max(peak_alive_, alive_);
+      most = std::max(most, bytes());
+      if (free_grads_) freed_ += buckets_[next_].bytes;
+      ++next_;
+    }
+    return most;
+  }
+  int64_t bytes() const override { return alive_ - freed_; }
+  int64_t buffers() const { return alive_; }
+  int64_t buffers_peak() const { return peak_alive_; }
+  int64_t total() const { return total_; }  // every bucket's buffer
+
+ private:
+  struct Bucket {
+    int64_t bytes, pending;
+  };
+  bool free_grads_;
+  std::vector<int> bucket_of_;
+  std::vector<Bucket> buckets_;
+  size_t next_ = 0;
+  int64_t total_ = 0, alive_ = 0, peak_alive_ = 0, freed_ = 0;
+};
+
+// fsdp: each block's trainable parameters are a unit of N S_b elements, gathered whole (an
+// all-gather, whose flat output Gloo allocates beside the unit's buffer) before the block's
+// forward and released after it, gathered again when backward reaches the block, and released
+// when its last gradient is complete; on the step's last micro-batch that gradient is first
+// all-reduced from a flat copy of N S_b elements and this rank's S_b kept (the whole
+// gradients freed). The other parameters' gradients go through zero2's buckets.
+class FsdpOverlay : public MemoryTrace::Overlay {
+ public:
+  FsdpOverlay(const std::vector<MemoryTrace::ParamShape>& shapes, int64_t world,
+              int64_t bucket_bytes, bool reduce)
+      : world_(world), reduce_(reduce), unit_of_(shapes.size(), -1) {
+    std::vector<int64_t> bytes;
+    std::vector<bool> root;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      bytes.push_back(shapes[i].bytes);
+      root.push_back(shapes[i].block < 0);
+      if (shapes[i].block < 0) continue;
+      const auto b = static_cast<size_t>(shapes[i].block);
+      if (units_.size() <= b) units_.resize(b + 1);
+      units_[b].bytes += shapes[i].bytes;
+      ++units_[b].params;
+      unit_of_[i] = static_cast<int>(b);
+    }
+    for (Unit& u : units_) {
+      u.full = world_ * ceil_div(u.bytes / MemoryTrace::kFloat, world_) * MemoryTrace::kFloat;
+      u.pending = u.params;
+    }
+    root_ = std::make_unique<BucketOverlay>(bytes, root, bucket_bytes, true);
+  }
+  int64_t enter_block(int64_t block, bool backward) override {
+    int64_t most = bytes();
+    if (!backward) {
+      if (current_ >= 0) release(units_[static_cast<size_t>(current_)]);
+      current_ = block;
+    }
+    if (block >= 0 && static_cast<size_t>(block) < units_.size()) {
+      Unit& u = units_[static_cast<size_t>(block)];
+      if (!u.gathered && u.params > 0 && !(backward && u.pending == 0)) {
+        tally(u.full);
+        most = std::max(most, bytes() + u.full + u.full);  // the unit's buffer, Gloo's output
+        u.gathered = true;
+        gathered_ += u.full;
+      }
+    }
+    return std::max(most, bytes());
+  }
+  int64_t gradient_done(int param) override {
+    const int k = unit_of_[static_cast<size_t>(param)];
+    if (k < 0) {
+      const int64_t most = root_->gradient_done(param) - root_->bytes() + bytes();
+      tally(0);
+      return most;
+    }
+    Unit& u = units_[static_cast<size_t>(k)];
+    if (--u.pending > 0) return bytes();
+    int64_t most = bytes();
+    if (reduce_) {
+      // The flat copy beside the gradients, then the shard kept and the gradients freed.
+      tally(u.full);
+      most = std::max(most, bytes() + u.full);
+      kept_ += u.full / world_;
+      freed_ += u.bytes;
+    }
+    release(u);
+    return std::max(most, bytes());
+  }
+  int64_t bytes() const override { return gathered_ + kept_ - freed_ + root_->bytes(); }
+  int64_t buffers_peak() const { return tally_peak_; }
+  const BucketOverlay& root() const { return *root_; }
+
+ private:
+  struct Unit {
+    int64_t bytes = 0, params = 0, full = 0, pending = 0;
+    bool gathered = false;
+  };
+  void release(Unit& u) {
+    if (!u.gathered) return;
+    u.gathered = false;
+    gathered_ -= u.full;
+  }
+  // The run's tally of collective buffers: gathered units and reduction buffers alive.
+  void tally(int64_t transient) {
+    tally_peak_ = std::max(tally_peak_, gathered_ + transient + root_->buffers());
+  }
+  int64_t world_;
+  bool reduce_;
+  std::vector<int> unit_of_;
+  std::vector<Unit> units_;
+  std::unique_ptr<BucketOverlay> root_;
+  int64_t current_ = -1, gathered_ = 0, kept_ = 0, freed_ = 0, tally_peak_ = 0;
+};
+
+// Bytes of one rank's optimizer state and update temporaries when it owns the elements
+// [lo, hi) of `flat` (shapes laid end to end): one piece per parameter it touches, as the
+// zero updaters give the optimizer. The most over the ranks.
+OptimizerMemory sharded_optimizer_memory(const RunConfig& c,
+                                         const std::vector<std::vector<int64_t>>& spaces,
+                                         int64_t world) {
+  OptimizerMemory most;
+  for (int64_t r = 0; r < world; ++r) {
+    std::vector<MemoryTrace::ParamShape> pieces;
+    for (const auto& space : spaces) {  // elements of each parameter of one flat space
+      int64_t total = 0;
+      for (int64_t n : space) total += n;
+      const int64_t shard = ceil_div(total, world);
+      const int64_t lo = std::min(total, r * shard), hi = std::min(total, (r + 1) * shard);
+      int64_t at = 0;
+      for (int64_t n : space) {
+        const int64_t a = std::max(lo, at), b = std::min(hi, at + n);
+        if (a < b) pieces.push_back({(b - a) * MemoryTrace::kFloat, 1, 0, false, -1});
+        at += n;
+      }
+    }
+    const OptimizerMemory m = optimizer_memory(c, pieces);
+    most.state = std::max(most.state, m.state);
+    most.scratch = std::max(most.scratch, m.scratch);
+  }
+  return most;
+}
+
+// Why a sharded step of this configuration is not modelled ("" when it is): what the run
+// itself refuses.
+std::string unmodelled_sharding(const RunConfig& c, const StepPlan& plan) {
+  if (plan.optimizer_step != OptimizerStep::kOptimizerStepAfterBackward)
+    return "the optimizer cannot step inside backward with --shard";
+  std::string refusal = shard_refusal(c.shard, c.optimizer);
+  if (!refusal.empty()) return refusal;
+  if (c.shard != Shard::kShardDdp && optimizer_registry().get(c.optimizer).steps_with_closure)
+    return "optimizer '" + c.optimizer + "' runs a line search over every parameter";
+  return "";
+}
+
+// The largest of the phases' peaks, and its phase.
+void pick_peak(MemoryEstimate& e) {
+  e.peak_bytes = e.forward_peak_bytes;
+  e.peak_phase = "forward";
+  auto consider = [&](int64_t bytes, const char* phase) {
+    if (bytes > e.peak_bytes) {
+      e.peak_bytes = bytes;
+      e.peak_phase = phase;
+    }
+  };
+  consider(e.backward_peak_bytes, "backward");
+  consider(e.optimizer_peak_bytes, "optimizer");
+  consider(e.eval_peak_bytes, "eval");
+  consider(e.comm_peak_bytes, "communication");
+}
+
+// One rank's memory under --shard with N ranks, replacing the one-process figures of `e`:
+// what each mode keeps of the parameters, gradients and optimizer state, and the collectives'
+// buffers over the step (strategy/shard.cpp).
+void estimate_rank(const RunConfig& config, const MemoryTrace& trace,
+                   const MemoryTrace::Checkpointing& ck, int64_t data_bytes, MemoryEstimate& e) {
+  const int64_t world = config.nproc;
+  const Shard mode = config.shard;
+  const bool fsdp = mode == Shard::kShardFsdp;
+  const int64_t f = MemoryTrace::kFloat;
+  const std::vector<MemoryTrace::ParamShape> shapes = trace.trainable_param_shapes();
+  std::vector<int64_t> bytes, elements, root_elements;
+  std::vector<std::vector<int64_t>> unit_elements;
+  int64_t trainable = 0, root_bytes = 0;
+  for (const auto& p : shapes) {
+    bytes.push_back(p.bytes);
+    elements.push_back(p.bytes / f);
+    trainable += p.bytes;
+    if (p.block < 0) {
+      root_elements.push_back(p.bytes / f);
+      root_bytes += p.bytes;
+    } else {
+      if (unit_elements.size() <= static_cast<size_t>(p.block))
+        unit_elements.resize(static_cast<size_t>(p.block) + 1);
+      auto& u = unit_elements[static_cast<size_t>(p.block)];
+      if (u.empty()) u.push_back(0);
+      u[0] += p.bytes / f;  // a unit is one flat tensor to the optimizer
+    }
+  }
+  e.sharded = true;
+  e.nproc = world;
+  e.shard = shard_name(mode);
+  e.flat_elements = trainable / f;
+  const int64_t S = ceil_div(e.flat_elements, world);
+  const int64_t root_shard = ceil_div(root_bytes / f, world);
+  int64_t units_shard = 0;  // the blocks' shards, fsdp
+  for (const auto& u : unit_elements)
+    if (!u.empty()) units_shard += ceil_div(u[0], world);
+
+  // What the rank keeps between steps.
+  OptimizerMemory om{e.optimizer_state_bytes, e.optimizer_scratch_bytes};
+  if (mode == Shard::kShardZero1 || mode == Shard::kShardZero2) {
+    om = sharded_optimizer_memory(config, {elements}, world);
+    e.shard_elements = S;
+  } else if (fsdp) {
+    std::vector<std::vector<int64_t>> spaces = {root_elements};
+    for (const auto& u : unit_elements)
+      if (!u.empty()) spaces.push_back(u);
+    om = sharded_optimizer_memory(config, spaces, world);
+    e.shard_elements = root_shard + units_shard;
+    // The blocks' parameters are a shard of S_b each; the rest, frozen ones included, whole.
+    e.params_bytes = e.params_bytes - (trainable - root_bytes) + units_shard * f;
+  } else {
+    e.shard_elements = e.flat_elements;
+  }
+  e.optimizer_state_bytes = om.state;
+  e.optimizer_scratch_bytes = om.scratch;
+  const int64_t steady = e.params_bytes + e.optimizer_state_bytes + e.batch_bytes + data_bytes;
+
+  // Gradients after the reduction: all (ddp, zero1), this rank's shard (zero2), the blocks'
+  // shards and the shard of the rest (fsdp).
+  const int64_t full_grads = e.grads_bytes;
+  if (mode == Shard::kShardZero2) e.grads_bytes = S * f;
+  if (fsdp) e.grads_bytes = (units_shard + root_shard) * f;
+
+  // The micro-batches: only the last one's backward reduces; the earlier ones keep whole
+  // gradients. fsdp gathers in every one.
+  auto overlay = [&](bool reduce) -> std::unique_ptr<MemoryTrace::Overlay> {
+    if (fsdp) return std::make_unique<FsdpOverlay>(shapes, world, config.bucket_bytes, reduce);
+    if (!reduce) return nullptr;
+    return std::make_unique<BucketOverlay>(bytes, std::vector<bool>(bytes.size(), true),
+                                           config.bucket_bytes, mode == Shard::kShardZero2);
+  };
+  auto buffers_peak = [](const MemoryTrace::Overlay* o) -> int64_t {
+    if (const auto* b = dynamic_cast<const BucketOverlay*>(o)) return b->buffers_peak();
+    if (const auto* d = dynamic_cast<const FsdpOverlay*>(o)) return d->buffers_peak();
+    return 0;
+  };
+  const bool accumulates = config.accum_steps > 1;
+  auto first_overlay = overlay(!accumulates);
+  const auto first = trace.replay(ck, false, true, first_overlay.get());
+  e.collective_buffers_bytes = buffers_peak(first_overlay.get());
+  e.forward_peak_bytes = steady + first.forward_peak;
+  e.backward_peak_bytes = steady + first.backward_peak;
+  if (accumulates) {
+    // Later micro-batches, with the earlier ones' whole gradients; the last reduces.
+    for (bool reduce : {true, false}) {
+      if (!reduce && config.accum_steps < 3) continue;
+      auto o = overlay(reduce);
+      const auto later = trace.replay(ck, true, true, o.get());
+      e.collective_buffers_bytes = std::max(e.collective_buffers_bytes, buffers_peak(o.get()));
+      e.forward_peak_bytes =
+          std::max(e.forward_peak_bytes, steady + full_grads + later.forward_peak);
+      e.backward_peak_bytes =
+          std::max(e.backward_peak_bytes, steady + full_grads + later.backward_peak);
+    }
+  }
+
+  // After backward: the reductions still running are waited for and drained. ddp and zero1
+  // copy the buckets into the whole gradients; zero2 into a shard of zeros made first.
+  const int64_t buckets = fsdp ? 0 : trainable;  // every bucket's buffer, alive at once
+  if (mode == Shard::kShardDdp || mode == Shard::kShardZero1)
+    e.comm_peak_bytes = steady + full_grads + buckets;
+  else if (mode == Shard::kShardZero2)
+    e.comm_peak_bytes = steady + buckets + S * f;
+  else  // the blocks' gradient shards, the other parameters' buckets and their shard
+    e.comm_peak_bytes = steady + units_shard * f + root_bytes + root_shard * f;
+  e.collective_buffers_bytes = std::max(e.collective_buffers_bytes, fsdp ? root_bytes : buckets);
+  // After the update, zero and fsdp's parameters outside the blocks gather the shards in
+  // chunks of bucket_bytes / 4 / N elements: the rank's chunk and N received, counted as the
+  // collective's buffers, and Gloo's flat output of N more.
+  if (mode != Shard::kShardDdp) {
+    const int64_t per_chunk = std::max<int64_t>(1, config.bucket_bytes / f / world);
+    const int64_t chunk = std::min(per_chunk, fsdp ? root_shard : S) * f;
+    e.comm_peak_bytes = std::max(e.comm_peak_bytes, steady + (2 * world + 1) * chunk);
+    e.collective_buffers_bytes = std::max(e.collective_buffers_bytes, (world + 1) * chunk);
+  }
+  const int64_t rank_grads =
+      mode == Shard::kShardZero1 || mode == Shard::kShardDdp ? full_grads : e.grads_bytes;
+  e.optimizer_peak_bytes = steady + rank_grads + e.optimizer_scratch_bytes;
+  // Evaluation: fsdp gathers each block for its forward as well.
+  auto eval_overlay = fsdp ? overlay(false) : nullptr;
+  e.eval_peak_bytes = steady + trace.replay(ck, false, false, eval_overlay.get()).forward_peak;
+  e.notes.push_back(fmt::format(
+      "per rank of {} ranks (--shard {}): activations of its micro-batch of {}; collective "
+      "buffers up to {}",
+      world, e.shard, config.batch, format_bytes(e.collective_buffers_bytes)));
+}
+
 }  // namespace
 
 std::vector<BlockFlops> block_forward_flops(const std::string& model, const nlohmann::json& arch,
@@ -279,17 +624,16 @@ MemoryEstimate estimate_run(const RunConfig& config, int64_t data_bytes) {
   const auto eval = trace.replay(ck, false, /*with_grad=*/false);
   e.eval_peak_bytes = steady + eval.forward_peak;
 
-  e.peak_bytes = e.forward_peak_bytes;
-  e.peak_phase = "forward";
-  auto consider = [&](int64_t bytes, const char* phase) {
-    if (bytes > e.peak_bytes) {
-      e.peak_bytes = bytes;
-      e.peak_phase = phase;
-    }
-  };
-  consider(e.backward_peak_bytes, "backward");
-  consider(e.optimizer_peak_bytes, "optimizer");
-  consider(e.eval_peak_bytes, "eval");
+  e.nproc = config.nproc;
+  e.shard = shard_name(config.shard);
+  if (config.nproc > 1 && config.shard != Shard::kShardNone) {
+    const std::string why = unmodelled_sharding(config, plan);
+    if (why.empty())
+      estimate_rank(config, trace, ck, data_bytes, e);
+    else
+      e.notes.push_back("not modelled per rank: " + why + "; the figures are one process's");
+  }
+  pick_peak(e);
   if (config.dtype != Dtype::kDtypeFp32)
     e.notes.push_back("activations are modelled in float32; bf16 autocast is not modelled");
 
@@ -306,27 +650,35 @@ MemoryEstimate estimate_run(const RunConfig& config, int64_t data_bytes) {
 }
 
 nlohmann::json estimate_to_json(const MemoryEstimate& e) {
-  return {{"peak_bytes", e.peak_bytes},
-          {"peak_phase", e.peak_phase},
-          {"params_bytes", e.params_bytes},
-          {"frozen_params_bytes", e.frozen_params_bytes},
-          {"grads_bytes", e.grads_bytes},
-          {"optimizer_state_bytes", e.optimizer_state_bytes},
-          {"optimizer_scratch_bytes", e.optimizer_scratch_bytes},
-          {"activations_bytes", e.activations_bytes},
-          {"logits_bytes", e.logits_bytes},
-          {"batch_bytes", e.batch_bytes},
-          {"data_bytes", e.data_bytes},
-          {"phase_peak_bytes",
-           {{"forward", e.forward_peak_bytes},
-            {"backward", e.backward_peak_bytes},
-            {"optimizer", e.optimizer_peak_bytes},
-            {"eval", e.eval_peak_bytes}}},
-          {"model_flops_per_step", e.model_flops_per_step},
-          {"hardware_flops_per_step", e.hardware_flops_per_step},
-          {"recompute_flops_per_step", e.recompute_flops_per_step},
-          {"recompute_flops_by_tower", e.recompute_flops_by_tower},
-          {"notes", e.notes}};
+  nlohmann::json j = {{"peak_bytes", e.peak_bytes},
+                      {"peak_phase", e.peak_phase},
+                      {"params_bytes", e.params_bytes},
+                      {"frozen_params_bytes", e.frozen_params_bytes},
+                      {"grads_bytes", e.grads_bytes},
+                      {"optimizer_state_bytes", e.optimizer_state_bytes},
+                      {"optimizer_scratch_bytes", e.optimizer_scratch_bytes},
+                      {"activations_bytes", e.activations_bytes},
+                      {"logits_bytes", e.logits_bytes},
+                      {"batch_bytes", e.batch_bytes},
+                      {"data_bytes", e.data_bytes},
+                      {"phase_peak_bytes",
+                       {{"forward", e.forward_peak_bytes},
+                        {"backward", e.backward_peak_bytes},
+                        {"optimizer", e.optimizer_peak_bytes},
+                        {"eval", e.eval_peak_bytes}}},
+                      {"collective_buffers_bytes", e.collective_buffers_bytes},
+                      {"model_flops_per_step", e.model_flops_per_step},
+                      {"hardware_flops_per_step", e.hardware_flops_per_step},
+                      {"recompute_flops_per_step", e.recompute_flops_per_step},
+                      {"recompute_flops_by_tower", e.recompute_flops_by_tower},
+                      {"notes", e.notes}};
+  if (e.comm_peak_bytes > 0) j["phase_peak_bytes"]["communication"] = e.comm_peak_bytes;
+  if (e.sharded)
+    j["per_rank"] = {{"nproc", e.nproc},
+                     {"shard", e.shard},
+                     {"flat_params", e.flat_elements},
+                     {"shard_params", e.shard_elements}};
+  return j;
 }
 
 int64_t max_batch_within(RunConfig config, int64_t data_bytes, int64_t budget_bytes) {

@@ -28,11 +28,24 @@ struct MemoryEstimate {
   int64_t logits_bytes = 0;
   int64_t batch_bytes = 0;  // the batch and the model's cached tables
   int64_t data_bytes = 0;   // the data set held in memory (measured when loaded)
+  // With several ranks (--nproc N with --shard), every figure here is one rank's: its share
+  // of parameters, gradients and optimizer state, its micro-batch's activations, and the
+  // buffers of its collectives. `sharded` is false for one process, or for a combination
+  // whose sharded step is not modelled (notes say which): then the figures are one process's.
+  bool sharded = false;
+  int64_t nproc = 1;
+  std::string shard = "none";
+  int64_t flat_elements = 0;   // trainable parameter elements laid end to end (P)
+  int64_t shard_elements = 0;  // one rank's share of them: P (ddp), ceil(P / N) (zero, fsdp)
+  // The most collective buffers alive at once (buckets being reduced, shards being gathered,
+  // fsdp's gathered blocks), as the run's record counts them.
+  int64_t collective_buffers_bytes = 0;
   // Peaks of the phases, in bytes, everything included.
   int64_t forward_peak_bytes = 0;
   int64_t backward_peak_bytes = 0;
   int64_t optimizer_peak_bytes = 0;
   int64_t eval_peak_bytes = 0;
+  int64_t comm_peak_bytes = 0;  // reductions after backward, gathers after the update; 0: none
   int64_t peak_bytes = 0;
   std::string peak_phase;
   // Analytical FLOPs per optimizer step: the model's (3 x forward) and the hardware's (with
@@ -69,14 +82,16 @@ struct RecomputeFlops {
 RecomputeFlops recompute_flops(const RunConfig& config, const nlohmann::json& arch,
                                int64_t seq_len);
 
-// The estimate for a run. `data_bytes`: what its data set holds in memory on the device (0
-// when it is elsewhere, e.g. on the host of a GPU run). Throws a usage error for a model,
-// optimizer or strategy it has no model of.
+// The estimate for a run, for one of its ranks with --nproc N (--shard ddp, zero1, zero2 or
+// fsdp; config.batch is that rank's micro-batch). `data_bytes`: what its data set holds in
+// memory on the device (0 when it is elsewhere, e.g. on the host of a GPU run). Throws a usage
+// error for a model, optimizer or strategy it has no model of.
 MemoryEstimate estimate_run(const RunConfig& config, int64_t data_bytes);
 
 nlohmann::json estimate_to_json(const MemoryEstimate& e);
 
-// The largest micro-batch whose estimated peak fits `budget_bytes` (0 when even 1 does not).
+// The largest micro-batch whose estimated peak fits `budget_bytes` (0 when even 1 does not):
+// with several ranks, each rank's micro-batch within each rank's budget.
 int64_t max_batch_within(RunConfig config, int64_t data_bytes, int64_t budget_bytes);
 
 }  // namespace gradscope

@@ -32,8 +32,11 @@ Evaluation evaluate_model(Model& model, const DataSource& data, const torch::Dev
   try {
     const int64_t n = pass.whole ? (held_out + pass.batch - 1) / pass.batch
                                  : std::max<int64_t>(1, pass.micro_batches);
+    const bool shared = pass.comm && !pass.whole;
+    const int64_t world = shared ? pass.comm->world() : 1;
+    const int64_t rank = shared ? pass.comm->rank() : 0;
     for (int64_t i = 0; i < n; ++i) {
-      const int64_t first = i * pass.batch;
+      const int64_t first = i * pass.batch * world + rank * pass.batch;
       const int64_t count = pass.whole ? std::min(pass.batch, held_out - first) : pass.batch;
       Batch batch = data.val_batch(first, count).to(device);
       LossOutput out = model.loss(batch);
@@ -50,6 +53,17 @@ Evaluation evaluate_model(Model& model, const DataSource& data, const torch::Dev
     throw;
   }
   model.train();
+  if (pass.comm && !pass.whole) {
+    torch::Tensor sums = torch::stack(
+        {sum.cpu(), torch::tensor(static_cast<double>(e.targets), torch::kFloat64),
+         torch::tensor(static_cast<double>(e.samples), torch::kFloat64),
+         torch::tensor(static_cast<double>(correct), torch::kFloat64)});
+    pass.comm->allreduce(sums);
+    sum = sums[0];
+    e.targets = static_cast<int64_t>(sums[1].item<double>());
+    e.samples = static_cast<int64_t>(sums[2].item<double>());
+    correct = static_cast<int64_t>(sums[3].item<double>());
+  }
   const double denominator = static_cast<double>(std::max<int64_t>(e.targets, 1));
   e.val_loss = sum.item<double>() / denominator;
   if (classifier) e.accuracy = static_cast<double>(correct) / denominator;

@@ -14,6 +14,7 @@
 
 #include <torch/torch.h>
 
+#include "gradscope/dist/comm.h"
 #include "gradscope/models/model.h"
 #include "gradscope/train/data_source.h"
 
@@ -31,6 +32,10 @@ struct EvalPass {
   int64_t micro_batches = 1;  // ignored with `whole`
   bool whole = false;         // every held-out sample once
   bool bf16 = false;          // bf16 autocast, as training's forward
+  // The ranks of a run with several (null: one process). Micro-batch i is then the global
+  // batch of world x batch samples, each rank reading its share as in training, and the sums
+  // are taken over the ranks: every rank gets the loss one process would.
+  Communicator* comm = nullptr;
 };
 
 // Training's rule: --eval-batches effective batches, taken as micro-batches of --batch, at

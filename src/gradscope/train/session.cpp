@@ -316,10 +316,23 @@ void Session::build_updater() {
   options.log_grad_norm = c.log_grad_norm;
   if (c.shard != Shard::kShardNone)
     updater_ = make_sharded_updater(strategy_->plan(), c.shard, parameters_, spec, options,
-                                    comm_ ? comm_ : single_rank_communicator(), c.bucket_bytes);
+                                    comm_ ? comm_ : single_rank_communicator(), c.bucket_bytes,
+                                    model_.get());
   else
     updater_ = make_updater(strategy_->plan(), parameters_, spec, options);
   strategy_->set_micro_batch_listener(updater_->micro_batch_listener());
+}
+
+void Session::use_rank_state_folders() {
+  if (world() <= 1) return;
+  RunConfig& c = resolved_.config;
+  const std::string sub = "rank-" + std::to_string(rank());
+  if (!c.save_state.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(c.save_state, ec);
+    c.save_state = (std::filesystem::path(c.save_state) / sub).string();
+  }
+  if (!c.resume.empty()) c.resume = (std::filesystem::path(c.resume) / sub).string();
 }
 
 void Session::use_learning_rate(double lr) {

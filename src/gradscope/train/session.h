@@ -121,6 +121,10 @@ class Session {
   // How the ranks were started ("" for one process).
   const std::string& launcher() const { return launcher_; }
 
+  // With several ranks each keeps its own training state: --save-state DIR and --resume DIR
+  // become DIR/rank-R (every rank's shard of the optimizer state and its dropout stream).
+  void use_rank_state_folders();
+
   // Trains with this learning rate instead (what --lr auto found); the schedule scales it as
   // usual. A usage error unless it is positive.
   void use_learning_rate(double lr);

@@ -396,10 +396,13 @@ void save_train_state(const std::string& dir, Session& session, const TrainProgr
   const fs::path fresh = make_temp_folder(parent, saving_prefix(target));
   try {
     {
+      // Sharded parameters (--shard fsdp) are gathered whole for the save, by every rank.
+      session.updater()->gather_parameters();
       torch::serialize::OutputArchive model;
       size_t i = 0;
       for (const auto& [name, tensor] : named_weights(session.model()))
         model.write(weight_key(i++), tensor.detach().cpu(), /*is_buffer=*/true);
+      session.updater()->scatter_parameters();
       model.save_to((fresh / kModelFile).string());
       fsync_path(fresh / kModelFile, false);
     }
@@ -527,6 +530,8 @@ TrainProgress load_train_state(const TrainStateInfo& info, Session& session) {
     torch::serialize::InputArchive model;
     model.load_from((folder / kModelFile).string());
     torch::NoGradGuard no_grad;
+    // Sharded parameters take the saved values whole, then each rank keeps its share.
+    session.updater()->gather_parameters();
     for (size_t i = 0; i < weights.size(); ++i) {
       const auto& [name, tensor] = weights[i];
       check_usage(names[i] == name,
@@ -542,6 +547,7 @@ TrainProgress load_train_state(const TrainStateInfo& info, Session& session) {
       torch::Tensor target = tensor;
       target.copy_(saved);
     }
+    session.updater()->scatter_parameters();
     torch::serialize::InputArchive optimizer;
     optimizer.load_from((folder / kOptimizerFile).string(), session.device());
     session.updater()->load(optimizer);

@@ -70,6 +70,7 @@ Trainer::Trainer(const RunConfig& config)
 }
 
 void Trainer::check_state_settings() {
+  session_->use_rank_state_folders();
   const RunConfig& c = config();
   check_usage(c.state_every == 0 || !c.save_state.empty(),
               fmt::format("--state-every {} needs --save-state", c.state_every),
@@ -102,8 +103,10 @@ Evaluation Trainer::evaluate() {
   // comparison sees the same validation samples, whatever its split of the batch.
   EvalPass pass;
   pass.batch = c.batch;
-  pass.micro_batches =
-      eval_micro_batches(c.eval_batches, c.accum_steps, c.batch, session_->data().val_samples());
+  // With several ranks a micro-batch is the global one, each rank evaluating its share.
+  pass.micro_batches = eval_micro_batches(c.eval_batches, c.accum_steps, c.batch * session_->world(),
+                                          session_->data().val_samples());
+  pass.comm = session_->world() > 1 ? session_->communicator().get() : nullptr;
   pass.bf16 = c.dtype == Dtype::kDtypeBf16;
   return evaluate_model(session_->model(), session_->data(), session_->device(), pass);
 }
@@ -183,6 +186,23 @@ RunRecord Trainer::run(ProgressSink* progress) {
       if (sensors.sampler()) sensors.sampler()->start();
     }
     meter_->reset_peak();  // reading the state is not training
+  }
+  if (session_->world() > 1) {
+    // Every rank must go on from the same step: states saved at different steps (a kill
+    // between two ranks' saves) cannot be resumed together.
+    Communicator& comm = *session_->communicator();
+    // The steps' sum and sum of squares are N s and N s^2 only when every rank is at s.
+    torch::Tensor steps = torch::tensor({static_cast<double>(first_step),
+                                         static_cast<double>(first_step * first_step)},
+                                        torch::kFloat64);
+    comm.allreduce(steps);
+    const double n = comm.world(), s = static_cast<double>(first_step);
+    if (steps[0].item<double>() != n * s || steps[1].item<double>() != n * s * s)
+      fail_usage(fmt::format("--resume: rank {}'s state is at step {}, but the ranks' states are "
+                             "not all at one step",
+                             comm.rank(), first_step),
+                 "start the run afresh without --resume (the ranks' states were saved at "
+                 "different steps)");
   }
   // --save-state: everything the loop has reached, written between steps. When the state
   // resumed from is the one in --save-state, there is nothing to save before a step ran.
@@ -409,9 +429,12 @@ RunRecord Trainer::run(ProgressSink* progress) {
   // the save counts in neither. A save that fails leaves the measurement as it is and says
   // so in save_error() (`gradscope run` exits 1 once the record is stored).
   save_error_.clear();
-  // With several ranks every one holds the trained weights after a step: rank 0 saves them.
-  if (!c.save_weights.empty() && session_->rank() == 0 &&
-      (record.ok() || record.status == RunStatus::kStatusTimeout)) {
+  // With several ranks every one holds the trained weights after a step (fsdp's are gathered
+  // first, by all): rank 0 saves them.
+  const bool save_weights_now =
+      !c.save_weights.empty() && (record.ok() || record.status == RunStatus::kStatusTimeout);
+  if (save_weights_now) session_->updater()->gather_parameters();
+  if (save_weights_now && session_->rank() == 0) {
     try {
       if (c.save_adapters)
         save_adapters(c.model, session_->model(), session_->lora_options(), c.save_weights,
@@ -450,7 +473,9 @@ void Trainer::finish_record(RunRecord& record, RunTally& tally, const PhaseTimer
   record.time = time_part(tally, wall_s, c.phase_timing, shard != nullptr);
   record.throughput = throughput_part(tally);
   record.memory = memory_part(
-      tally, timer, *meter_, tensors_bytes(session_->parameters()),
+      tally, timer, *meter_,
+      session_->updater()->resident_params_bytes().value_or(
+          tensors_bytes(session_->parameters())),
       session_->frozen_params_bytes(), session_->updater()->grads_bytes(), c.phase_timing,
       shard ? std::optional<int64_t>(shard->buffer_peak_bytes) : std::nullopt);
   sensors.fill(record, tally, c, device.is_cpu(), threads);

@@ -30,7 +30,7 @@ void MemoryTrace::release(Id id) { events_.push_back({Kind::kRelease, id}); }
 int MemoryTrace::param(int64_t bytes, int64_t rows, int64_t cols) {
   params_.push_back(bytes);
   param_frozen_.push_back(frozen_);
-  param_shapes_.push_back({bytes, rows, cols, cols > 0 && block_depth_ > 0});
+  param_shapes_.push_back({bytes, rows, cols, cols > 0 && block_depth_ > 0, open_block_});
   return static_cast<int>(params_.size() - 1);
 }
 
@@ -44,17 +44,23 @@ void MemoryTrace::node(std::vector<Id> saved, std::vector<Id> grad_inputs, std::
   params.erase(std::remove_if(params.begin(), params.end(),
                               [this](int p) { return param_frozen_[static_cast<size_t>(p)]; }),
                params.end());
-  nodes_.push_back(
-      {std::move(saved), std::move(grad_inputs), std::move(outputs), std::move(params), scratch});
+  nodes_.push_back({std::move(saved), std::move(grad_inputs), std::move(outputs), std::move(params),
+                    scratch, open_block_});
   events_.push_back({Kind::kNode, -1, static_cast<int>(nodes_.size() - 1)});
 }
 
 void MemoryTrace::begin(Unit unit, Id in) {
-  if (unit == Unit::kUnitBlock) ++block_depth_;
+  if (unit == Unit::kUnitBlock) {
+    ++block_depth_;
+    open_block_ = blocks_begun_++;
+  }
   events_.push_back({Kind::kBegin, in, -1, unit});
 }
 void MemoryTrace::end(Unit unit, Id out) {
-  if (unit == Unit::kUnitBlock) --block_depth_;
+  if (unit == Unit::kUnitBlock) {
+    --block_depth_;
+    open_block_ = -1;
+  }
   events_.push_back({Kind::kEnd, out, -1, unit});
 }
 
@@ -417,21 +423,34 @@ void MemoryTrace::lm_loss(Id x, int64_t n, int64_t in, int64_t vocab, bool bias,
 
 class MemoryTrace::Replayer {
  public:
-  Replayer(const MemoryTrace& trace, const Checkpointing& checkpointing, bool grads_exist)
+  Replayer(const MemoryTrace& trace, const Checkpointing& checkpointing, bool grads_exist,
+           Overlay* overlay)
       : t_(trace),
         ck_(checkpointing),
+        overlay_(overlay),
         fwd_(trace.tensors_.size(), 0),
         saved_(trace.tensors_.size(), 0),
         allocated_(trace.tensors_.size(), false),
         grad_(trace.tensors_.size(), -1),
         param_grad_(trace.params_.size(), grads_exist) {
     find_units();
+    if (overlay_) {
+      // The backward nodes that make each parameter's gradient: each runs once, from the tape
+      // or from a recompute's.
+      nodes_left_.assign(t_.params_.size(), 0);
+      for (const Node& n : t_.nodes_)
+        for (int p : n.params) ++nodes_left_[static_cast<size_t>(p)];
+      int trainable = 0;
+      for (size_t p = 0; p < t_.params_.size(); ++p)
+        trainable_index_.push_back(t_.param_frozen_[p] ? -1 : trainable++);
+    }
   }
 
   Replay run(bool with_grad) {
     std::vector<Entry> tape;
     forward(0, t_.events_.size(), with_grad, with_grad && ck_.enabled, tape);
     Replay r;
+    if (overlay_) moved(overlay_->enter_block(-1, false));
     r.forward_peak = peak_;
     // The step's code returns: every forward reference but the loss's is dropped.
     for (size_t id = 0; id < fwd_.size(); ++id) {
@@ -444,9 +463,19 @@ class MemoryTrace::Replayer {
       for (size_t id = static_cast<size_t>(t_.head_first_); id < allocated_.size(); ++id)
         if (allocated_[id]) r.head_saved_bytes += t_.bytes(static_cast<Id>(id));
     if (!with_grad) return r;
-    peak_ = live_;
+    peak_ = live_ + extra();
     if (t_.loss_ >= 0) set_grad(t_.loss_, t_.bytes(t_.loss_));
+    in_backward_ = true;
     backward(tape);
+    if (overlay_) {
+      // What backward never reached is done now (the step reduces it as zeros).
+      moved(overlay_->enter_block(-1, true));
+      for (size_t p = 0; p < nodes_left_.size(); ++p)
+        if (trainable_index_[p] >= 0 && nodes_left_[p] > 0) {
+          nodes_left_[p] = 0;
+          moved(overlay_->gradient_done(trainable_index_[p]));
+        }
+    }
     r.backward_peak = peak_;
     for (size_t p = 0; p < t_.params_.size(); ++p)
       if (param_grad_[p]) r.grads_bytes += t_.params_[p];
@@ -458,6 +487,8 @@ class MemoryTrace::Replayer {
     size_t begin, end;  // event indices of the markers
     Id in, out;
     bool checkpointed;
+    int64_t block;  // the block it is or lies in; -1: none
+    bool is_block;
   };
   struct Entry {
     int node = -1;  // an autograd node, or
@@ -479,13 +510,23 @@ class MemoryTrace::Replayer {
         const bool wrapped = ck_.enabled && block >= 0 && block % ck_.every == 0 &&
                              e.unit == ck_.unit && open.size() <= 1;
         unit_at_[b] = static_cast<int>(units_.size());
-        units_.push_back({b, i, t_.events_[b].id, e.id, wrapped});
+        units_.push_back({b, i, t_.events_[b].id, e.id, wrapped, block,
+                          e.unit == MemoryTrace::Unit::kUnitBlock});
       }
     }
     if (!open.empty()) throw std::logic_error("memory trace: a unit was not ended");
   }
 
-  void touch() { peak_ = std::max(peak_, live_); }
+  int64_t extra() const { return overlay_ ? overlay_->bytes() : 0; }
+  void touch() { peak_ = std::max(peak_, live_ + extra()); }
+  // After a call into the overlay: the most it held meanwhile.
+  void moved(int64_t overlay_peak) { peak_ = std::max(peak_, live_ + overlay_peak); }
+  // The backward reaches block `block` (the overlay hears of changes only).
+  void reach(int64_t block) {
+    if (!overlay_ || block == backward_block_) return;
+    backward_block_ = block;
+    moved(overlay_->enter_block(block, true));
+  }
   void maybe_free(Id id) {
     if (allocated_[id] && fwd_[id] == 0 && saved_[id] == 0) {
       allocated_[id] = false;
@@ -527,6 +568,10 @@ class MemoryTrace::Replayer {
           break;
         case Kind::kBegin: {
           auto it = unit_at_.find(i);
+          // The forward enters a block (a recompute in backward is within its block's).
+          const bool block =
+              overlay_ && !in_backward_ && it != unit_at_.end() && units_[it->second].is_block;
+          if (block) moved(overlay_->enter_block(units_[it->second].block, false));
           if (!checkpoint || it == unit_at_.end() || !units_[it->second].checkpointed) break;
           const Unit& u = units_[it->second];
           std::vector<Entry> none;
@@ -534,9 +579,12 @@ class MemoryTrace::Replayer {
           ++saved_[u.in];  // the checkpoint keeps its input
           tape.push_back({-1, it->second});
           i = u.end;
+          if (block) moved(overlay_->enter_block(-1, false));
           break;
         }
         case Kind::kEnd:
+          if (overlay_ && !in_backward_ && e.unit == MemoryTrace::Unit::kUnitBlock)
+            moved(overlay_->enter_block(-1, false));
           break;
       }
     }
@@ -545,10 +593,12 @@ class MemoryTrace::Replayer {
   void backward(const std::vector<Entry>& tape) {
     for (auto it = tape.rbegin(); it != tape.rend(); ++it) {
       if (it->unit >= 0) {
+        reach(units_[it->unit].block);
         recompute(units_[it->unit]);
         continue;
       }
       const Node& n = t_.nodes_[it->node];
+      reach(n.block);
       bool any = false;
       int64_t incoming = 0;
       for (Id o : n.outputs) {
@@ -580,7 +630,7 @@ class MemoryTrace::Replayer {
             live_ += t_.params_[p];
           }
         }
-        peak_ = std::max(peak_, live_ + transient);
+        peak_ = std::max(peak_, live_ + transient + extra());
         for (Id o : n.outputs) {
           if (moved)
             grad_[o] = -1;  // handed on, not freed
@@ -592,6 +642,10 @@ class MemoryTrace::Replayer {
         --saved_[s];
         maybe_free(s);
       }
+      if (overlay_)
+        for (int p : n.params)
+          if (--nodes_left_[static_cast<size_t>(p)] == 0)
+            moved(overlay_->gradient_done(trainable_index_[static_cast<size_t>(p)]));
     }
   }
 
@@ -610,6 +664,11 @@ class MemoryTrace::Replayer {
 
   const MemoryTrace& t_;
   Checkpointing ck_;
+  Overlay* overlay_;
+  bool in_backward_ = false;
+  int64_t backward_block_ = -1;
+  std::vector<int> nodes_left_;       // per parameter: backward nodes still to run
+  std::vector<int> trainable_index_;  // per parameter: its index among the trainable; -1
   std::vector<int> fwd_, saved_;
   std::vector<bool> allocated_;
   std::vector<int64_t> grad_;  // -1: none
@@ -620,8 +679,8 @@ class MemoryTrace::Replayer {
 };
 
 MemoryTrace::Replay MemoryTrace::replay(const Checkpointing& checkpointing, bool grads_exist,
-                                        bool with_grad) const {
-  Replayer r(*this, checkpointing, grads_exist);
+                                        bool with_grad, Overlay* overlay) const {
+  Replayer r(*this, checkpointing, grads_exist, overlay);
   return r.run(with_grad);
 }
 

@@ -148,7 +148,23 @@ class MemoryTrace {
   // Replays the forward and backward. `grads_exist`: parameter gradients from an earlier
   // micro-batch are already allocated (accumulation), so new ones are added and freed.
   // `with_grad` false replays a forward under no_grad (evaluation): nothing is saved.
-  Replay replay(const Checkpointing& checkpointing, bool grads_exist, bool with_grad) const;
+  // Memory a step holds beside the trace's tensors (a sharded step's collective buffers and
+  // gathered parameters), modelled by the caller: the replay says where it is, the overlay
+  // answers the bytes it holds, negative for bytes of the trace it has freed (gradients it
+  // took over). Each call returns the most it held during the call, its transients included.
+  class Overlay {
+   public:
+    virtual ~Overlay() = default;
+    // The replay moves into block `block` of model.blocks() (-1: outside every block), in the
+    // forward or in the backward (a recompute there included).
+    virtual int64_t enter_block(int64_t block, bool backward) = 0;
+    // Every backward node that makes trainable parameter `param`'s gradient has run (an index
+    // into trainable_param_shapes()); at the end of backward, also for those that got none.
+    virtual int64_t gradient_done(int param) = 0;
+    virtual int64_t bytes() const = 0;
+  };
+  Replay replay(const Checkpointing& checkpointing, bool grads_exist, bool with_grad,
+                Overlay* overlay = nullptr) const;
 
   int64_t persistent_bytes() const;
   int64_t params_bytes() const;  // every parameter, frozen ones included
@@ -162,6 +178,7 @@ class MemoryTrace {
     int64_t rows = 1;
     int64_t cols = 0;           // 0: not a matrix
     bool block_matrix = false;  // a matrix inside a block (an attention or MLP projection)
+    int64_t block = -1;         // the block of model.blocks() it belongs to; -1: none
   };
   std::vector<ParamShape> trainable_param_shapes() const;
   // Blocks marked with begin(kUnitBlock, ...).
@@ -184,6 +201,7 @@ class MemoryTrace {
     std::vector<Id> saved, grad_inputs, outputs;
     std::vector<int> params;
     int64_t scratch;
+    int64_t block;  // the block being traced when it was made; -1: none
   };
   class Replayer;
 
@@ -194,6 +212,7 @@ class MemoryTrace {
   std::vector<bool> param_frozen_;
   std::vector<ParamShape> param_shapes_;
   int block_depth_ = 0;
+  int64_t blocks_begun_ = 0, open_block_ = -1;  // blocks traced so far; the one open
   Lora lora_;
   bool frozen_ = false;
   bool adapting_ = true;
