@@ -57,8 +57,10 @@ void set_run_command_line(std::vector<std::string> args) { command_line() = std:
 
 int launch_local_ranks(const RunConfig& c, const std::function<void(const RunRecord&)>& store) {
   const std::vector<std::string>& args = command_line();
-  check_usage(!args.empty() && args[0] == "run", "--nproc starts ranks of `gradscope run` only",
+  check_usage(!args.empty() && (args[0] == "run" || args[0] == "verify"),
+              "--nproc starts ranks of `gradscope run` and `gradscope verify` only",
               "start the ranks with gradscope run --nproc N");
+  const bool run = args[0] == "run";
   const unsigned cores = std::thread::hardware_concurrency();
   if (cores > 0 && c.nproc > static_cast<int64_t>(cores))
     log_warn(
@@ -162,6 +164,7 @@ int launch_local_ranks(const RunConfig& c, const std::function<void(const RunRec
     const int code = WEXITSTATUS(status0);
     if (code == 0 || code == 1 || code == 2 || code == kExitStopped) return code;
   }
+  if (!run) fail_runtime(fmt::format("rank 0 {}", ending(status0)), "its output above says why");
   // Rank 0 died without a record: the run crashed, and the database says so.
   const std::string message = fmt::format("rank 0 {}", ending(status0));
   RunRecord r;

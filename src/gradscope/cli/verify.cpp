@@ -3,12 +3,15 @@
 #include "gradscope/train/verify.h"
 
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "gradscope/cli/commands.h"
 #include "gradscope/cli/settings_options.h"
 #include "gradscope/core/error.h"
 #include "gradscope/core/settings.h"
+#include "gradscope/dist/comm.h"
+#include "gradscope/measure/peak.h"
 
 namespace gradscope {
 namespace {
@@ -48,12 +51,18 @@ void add_verify_command(CLI::App& root, int& exit_code) {
       "positions, else 37), against the same full-loss reference: relative <= 1e-5 (2e-2 in\n"
       "bf16: each chunk's weight-gradient product rounds to bfloat16 apart) on top of the\n"
       "strategy's own tolerance.\n"
+      "With --nproc N: instead, every --shard mode the optimizer allows (ddp, zero1, zero2,\n"
+      "fsdp) over 2 steps of N ranks with micro-batch --batch against one process with N x\n"
+      "--batch, dropout off: the losses and what the steps moved each parameter by, relative\n"
+      "<= 1e-5 (2e-2 in bf16; the ranks reorder the batch's sums).\n"
       "Prints the differences; exit 0 iff every check holds.\n"
-      "Example: gradscope verify --model llama --strategy checkpoint");
+      "Example: gradscope verify --model llama --strategy checkpoint\n"
+      "         gradscope verify --model llama --nproc 2");
   o->settings.add_to(cmd, verify_defaults(),
                      {"model", "preset", "batch", "accum-steps", "seq", "seed", "device", "dataset",
                       "tokenizer", "optimizer", "recompute", "checkpoint-every", "loss",
-                      "loss-chunk", "lora-targets", "lora-rank", "lora-alpha"});
+                      "loss-chunk", "lora-targets", "lora-rank", "lora-alpha", "nproc",
+                      "dist-timeout", "bucket-size"});
   cmd->add_option("--strategy", o->strategies,
                   "Strategy to check (repeatable; default: every strategy but standard)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
@@ -63,6 +72,8 @@ void add_verify_command(CLI::App& root, int& exit_code) {
   cmd->callback([o, &exit_code] {
     RunConfig c = verify_defaults();
     o->settings.apply(c);
+    // Every mode is checked in turn; the settings' check wants one named.
+    if (c.nproc > 1) c.shard = Shard::kShardDdp;
     check_config(c);
     VerifyOptions options;
     options.strategies = o->strategies;
@@ -73,7 +84,30 @@ void add_verify_command(CLI::App& root, int& exit_code) {
                   "pass --dtype fp32 or --dtype bf16, or leave it out to check both");
       options.dtypes.push_back(*dtype);
     }
-    const auto checks = verify_strategies(c, options);
+    std::vector<VerifyCheck> checks;
+    if (c.nproc > 1) {
+      // Several ranks: this process starts them (and returns rank 0's exit code), or is one.
+      const std::optional<RankEnv> env = rank_env_from_environment();
+      if (!env) {
+        exit_code = launch_local_ranks(c, [](const RunRecord&) {});
+        return;
+      }
+      check_usage(env->world == c.nproc,
+                  fmt::format("--nproc {} but {} started {} ranks", c.nproc, env->launcher,
+                              env->world),
+                  "pass --nproc equal to the launcher's number of ranks");
+      const auto comm = connect_ranks(*env, parse_device(c.device), c.dist_timeout_s);
+      checks = verify_sharding(c, comm, options);
+      if (comm->rank() != 0) {
+        exit_code = std::all_of(checks.begin(), checks.end(),
+                                [](const VerifyCheck& k) { return k.passed; })
+                        ? 0
+                        : 1;
+        return;
+      }
+    } else {
+      checks = verify_strategies(c, options);
+    }
     fmt::print("{:<48} {:<5} {:<24} {:>11} {:>11} {:>11}  {:<6} {}\n", "strategy", "dtype",
                "criterion", "loss |d|", "grad max|d|", "grad rel", "result", "worst tensor");
     bool all = true;

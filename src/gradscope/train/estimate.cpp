@@ -316,13 +316,15 @@ class FsdpOverlay : public MemoryTrace::Overlay {
   int64_t current_ = -1, gathered_ = 0, kept_ = 0, freed_ = 0, tally_peak_ = 0;
 };
 
-// Bytes of one rank's optimizer state and update temporaries when it owns the elements
-// [lo, hi) of `flat` (shapes laid end to end): one piece per parameter it touches, as the
-// zero updaters give the optimizer. The most over the ranks.
+// One rank's optimizer state and update temporaries, the most over the ranks. Each of
+// `spaces` lists the elements of parameters laid end to end; rank r owns [r S, (r+1) S) of
+// each, S = ceil(total / N), and its optimizer sees one piece per parameter that touches.
+// `largest_piece`: the bytes of the largest piece.
 OptimizerMemory sharded_optimizer_memory(const RunConfig& c,
                                          const std::vector<std::vector<int64_t>>& spaces,
-                                         int64_t world) {
+                                         int64_t world, int64_t& largest_piece) {
   OptimizerMemory most;
+  largest_piece = 0;
   for (int64_t r = 0; r < world; ++r) {
     std::vector<MemoryTrace::ParamShape> pieces;
     for (const auto& space : spaces) {  // elements of each parameter of one flat space
@@ -333,7 +335,10 @@ OptimizerMemory sharded_optimizer_memory(const RunConfig& c,
       int64_t at = 0;
       for (int64_t n : space) {
         const int64_t a = std::max(lo, at), b = std::min(hi, at + n);
-        if (a < b) pieces.push_back({(b - a) * MemoryTrace::kFloat, 1, 0, false, -1});
+        if (a < b) {
+          pieces.push_back({(b - a) * MemoryTrace::kFloat, 1, 0, false, -1});
+          largest_piece = std::max(largest_piece, pieces.back().bytes);
+        }
         at += n;
       }
     }
@@ -412,14 +417,15 @@ void estimate_rank(const RunConfig& config, const MemoryTrace& trace,
 
   // What the rank keeps between steps.
   OptimizerMemory om{e.optimizer_state_bytes, e.optimizer_scratch_bytes};
+  int64_t largest_piece = 0;
   if (mode == Shard::kShardZero1 || mode == Shard::kShardZero2) {
-    om = sharded_optimizer_memory(config, {elements}, world);
+    om = sharded_optimizer_memory(config, {elements}, world, largest_piece);
     e.shard_elements = S;
   } else if (fsdp) {
     std::vector<std::vector<int64_t>> spaces = {root_elements};
     for (const auto& u : unit_elements)
       if (!u.empty()) spaces.push_back(u);
-    om = sharded_optimizer_memory(config, spaces, world);
+    om = sharded_optimizer_memory(config, spaces, world, largest_piece);
     e.shard_elements = root_shard + units_shard;
     // The blocks' parameters are a shard of S_b each; the rest, frozen ones included, whole.
     e.params_bytes = e.params_bytes - (trainable - root_bytes) + units_shard * f;
@@ -490,7 +496,11 @@ void estimate_rank(const RunConfig& config, const MemoryTrace& trace,
   }
   const int64_t rank_grads =
       mode == Shard::kShardZero1 || mode == Shard::kShardDdp ? full_grads : e.grads_bytes;
-  e.optimizer_peak_bytes = steady + rank_grads + e.optimizer_scratch_bytes;
+  // zero and fsdp take the global gradient norm from each piece's squares: a float64 copy of
+  // the piece and its square at once.
+  const bool norm = config.clip_grad_norm > 0 || config.log_grad_norm;
+  const int64_t norm_bytes = mode != Shard::kShardDdp && norm ? 4 * largest_piece : 0;
+  e.optimizer_peak_bytes = steady + rank_grads + std::max(e.optimizer_scratch_bytes, norm_bytes);
   // Evaluation: fsdp gathers each block for its forward as well.
   auto eval_overlay = fsdp ? overlay(false) : nullptr;
   e.eval_peak_bytes = steady + trace.replay(ck, false, false, eval_overlay.get()).forward_peak;
