@@ -405,12 +405,13 @@ TEST(SweepRunKeys, MatchTheRunCommandsOptions) {
   const auto& keys = run_keys();
   // Every run setting but the outputs (db, json, quiet, memory_snapshot, sweep) and the
   // tables opt and arch.
-  EXPECT_EQ(keys.size(), 45u);
+  EXPECT_EQ(keys.size(), 49u);
   EXPECT_EQ(keys.front(), "model");
   for (const char* key : {"accum_steps", "checkpoint_policy", "lr_search_span", "memory_cap",
                           "eval_batches", "timeout", "seq", "recompute", "optimizer_step",
                           "no_phase_timing", "no_grad_norm", "loss", "loss_chunk", "projections",
-                          "init_from", "lora_targets", "lora_rank", "lora_alpha", "lora_dropout"})
+                          "init_from", "lora_targets", "lora_rank", "lora_alpha", "lora_dropout",
+                          "nproc", "shard", "bucket_size", "dist_timeout"})
     EXPECT_NE(std::find(keys.begin(), keys.end(), key), keys.end()) << key;
   for (const char* key : {"db", "json", "quiet", "opt", "arch", "config", "save_weights",
                           "save_state", "resume", "save_adapters"})

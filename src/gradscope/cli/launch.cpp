@@ -5,6 +5,7 @@
 // nothing hangs), forwards SIGTERM and SIGINT, and records the run as crashed when rank 0
 // died without writing its record.
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -103,6 +104,7 @@ int launch_local_ranks(const RunConfig& c, const std::function<void(const RunRec
   const auto t0 = std::chrono::steady_clock::now();
 
   std::vector<Rank> ranks(static_cast<size_t>(c.nproc));
+  const pid_t launcher_pid = getpid();
   for (int r = 0; r < c.nproc; ++r) {
     const pid_t pid = fork();
     if (pid < 0) {
@@ -111,6 +113,9 @@ int launch_local_ranks(const RunConfig& c, const std::function<void(const RunRec
       fail_runtime("cannot start rank " + std::to_string(r) + ": " + std::strerror(errno));
     }
     if (pid == 0) {
+      // A rank dies with its launcher (killed, it can neither wait for nor stop the ranks).
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != launcher_pid) _exit(1);
       execve("/proc/self/exe", argv.data(), envp[static_cast<size_t>(r)].data());
       _exit(127);
     }

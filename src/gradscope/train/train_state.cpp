@@ -402,8 +402,9 @@ void save_train_state(const std::string& dir, Session& session, const TrainProgr
       size_t i = 0;
       for (const auto& [name, tensor] : named_weights(session.model()))
         model.write(weight_key(i++), tensor.detach().cpu(), /*is_buffer=*/true);
-      session.updater()->scatter_parameters();
+      // The archive refers to the parameters' storage: written before it is released.
       model.save_to((fresh / kModelFile).string());
+      session.updater()->scatter_parameters();
       fsync_path(fresh / kModelFile, false);
     }
     {
