@@ -105,9 +105,10 @@ study-rerun: data build
 	bash scripts/study-rerun.sh $(GS) $(STUDY_OUT) $(STUDY_RERUN)
 
 # The benchmarks (not tests: nothing fails on a slow machine): gradscope against PyTorch
-# peers, the FLOP/s limit, the strategies' costs, the sampler's overhead and the tiny study
-# grid, as ratios over interleaved pairs in bench/results.md. About 30 minutes on two cores;
-# BENCH_FLAGS="--pairs 3 --only peers" and the like run less.
+# peers, the FLOP/s limit, the strategies' costs, the sampler's overhead, the tiny study grid
+# and the step of 2 ranks against 1 (ddp, zero2, fsdp), as ratios over interleaved pairs in
+# bench/results.md. About 35 minutes on two cores; BENCH_FLAGS="--pairs 3 --only peers" and
+# the like run less.
 bench: data build
 	bash scripts/install-deps.sh bench
 	/usr/bin/python3 bench/bench.py $(BENCH_FLAGS)

@@ -16,6 +16,9 @@ median meets it. Benchmarks are not tests: nothing here fails the build.
   accumulation peak memory of 4 accumulated micro-batches against one micro-batch alone, with
                a gradient buffer (Adam) and without one (SGD with momentum stepped in backward)
   sampler      step time with the sampler thread and phase timing on against both off
+  ranks        the Llama `small` step of 2 ranks (--shard ddp) against 1 rank at the same
+               per-rank batch, one thread per rank; zero2 and fsdp at 2 ranks against ddp; the
+               communication per step and the share of it overlapped with backward
   grid         the study's whole grid (240 runs, 3 seeds) at the tiny presets, wall time
 
   bench/bench.py [--pairs N] [--threads T] [--only peers,limit,...] [--out bench/results.md]
@@ -94,12 +97,14 @@ class Bench:
             raise RuntimeError(f"{' '.join(cmd)} ended {record['status']}")
         return record
 
-    def try_gradscope(self, *flags):
+    def try_gradscope(self, *flags, threads=None):
         """As gradscope(), but a run that fails returns a Failed (with the reason) instead of
-        raising, so that one failing configuration does not end the benchmark."""
+        raising, so that one failing configuration does not end the benchmark. `threads`
+        overrides --threads for this run (for each rank of a run with several)."""
         self.counter += 1
         out = os.path.join(self.tmp, f"run-{self.counter}.json")
-        cmd = [self.gs, "run", "--threads", str(self.args.threads), "--no-db", "--quiet",
+        threads = self.args.threads if threads is None else threads
+        cmd = [self.gs, "run", "--threads", str(threads), "--no-db", "--quiet",
                "--eval-batches", "1", "--json", out, *flags]
         done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         record = None
@@ -158,29 +163,40 @@ class Bench:
             log(f"{name}: round {i + 1}/{count} ({', '.join(order)}) done")
         return results
 
+    @staticmethod
+    def target_text(target, better):
+        if target is None:  # a figure measured for its own sake, with nothing to meet
+            return "measured"
+        return f"{'<=' if better == 'lower' else '>='} {target:g}"
+
     def failed_row(self, name, target, reason, better="lower"):
         """A row whose runs failed: reported as such, with the reason, instead of a number."""
         reason = table_text(reason)
         self.rows.append({
             "benchmark": name, "min": None, "median": None, "max": None, "n": 0,
-            "target": f"{'<=' if better == 'lower' else '>='} {target:g}", "met": False,
-            "unit": "ratio", "note": f"FAILED: {reason}"})
+            "target": self.target_text(target, better),
+            "met": None if target is None else False, "unit": "ratio",
+            "note": f"FAILED: {reason}"})
         log(f"{name}: FAILED: {reason}")
 
     def row(self, name, ratios, target, better="lower", unit="ratio", note=""):
+        """A row of min / median / max over the pairs; `target` None: measured only, nothing
+        to meet (its met column reads '-')."""
         ratios = sorted(ratios)
         med = statistics.median(ratios)
-        if better == "lower":
+        target_text = self.target_text(target, better)
+        if target is None:
+            met = None
+        elif better == "lower":
             met = med <= target
-            target_text = f"<= {target:g}"
         else:
             met = med >= target
-            target_text = f">= {target:g}"
         self.rows.append({
             "benchmark": name, "min": ratios[0], "median": med, "max": ratios[-1],
             "n": len(ratios), "target": target_text, "met": met, "unit": unit, "note": note})
         log(f"{name}: median {med:.4f} (min {ratios[0]:.4f}, max {ratios[-1]:.4f}, "
-            f"{len(ratios)} pairs), target {target_text}: {'met' if met else 'missed'}")
+            f"{len(ratios)} pairs), target {target_text}"
+            f"{'' if met is None else ': met' if met else ': missed'}")
 
     # ---- benchmarks ----
 
@@ -402,6 +418,137 @@ class Bench:
             f"The sampler's own measured cost (`sampler.busy_s` over the timed time): "
             f"{100 * min(busy):.3f}% to {100 * max(busy):.3f}%.")
 
+    # The Llama small step at one micro-batch per rank, on one rank and on two. --nproc 2 runs
+    # the ranks as child processes of the gradscope process, on one core each.
+    RANKS_PRESET = "small"
+    RANKS_BATCH = 2
+    RANKS_SEQ = 128
+    RANKS_BASE = ["--model", "llama", "--preset", RANKS_PRESET, "--batch", str(RANKS_BATCH),
+                  "--seq", str(RANKS_SEQ), "--optimizer", "adam", "--steps", "3",
+                  "--warmup-steps", "1"]
+    RANKS_SIDES = [
+        ("1 rank, ddp", ["--nproc", "1", "--shard", "ddp"]),
+        ("2 ranks, ddp", ["--nproc", "2", "--shard", "ddp"]),
+        ("2 ranks, zero2", ["--nproc", "2", "--shard", "zero2"]),
+        ("2 ranks, fsdp", ["--nproc", "2", "--shard", "fsdp"]),
+    ]
+
+    def ranks(self):
+        # One thread per rank whatever --threads says: 2 ranks fill a 2-core machine, and
+        # 1 rank takes one of its cores. Short runs (3 timed steps after 1 warm-up) keep
+        # the four sides within about 4 minutes at 5 rounds.
+        sides = {label: (lambda extra=extra: self.try_gradscope(
+                     *self.RANKS_BASE, *extra, threads=1))
+                 for label, extra in self.RANKS_SIDES}
+        runs = self.rounds("ranks", sides)
+        one, ddp = self.RANKS_SIDES[0][0], self.RANKS_SIDES[1][0]
+        prefix = (f"Llama {self.RANKS_PRESET}, batch {self.RANKS_BATCH} x {self.RANKS_SEQ} per "
+                  f"rank, 1 thread each")
+
+        def ok(r):
+            return not isinstance(r, Failed)
+
+        def step(r):
+            return r["time"]["step_median_s"]
+
+        def first_failure(*labels):
+            return next(rnd[label].reason for rnd in runs for label in labels
+                        if not ok(rnd[label]))
+
+        # 2 ranks against 1 at the same per-rank batch: the step time, and the throughput
+        # against twice one rank's (tokens per step double with the ranks).
+        both = [rnd for rnd in runs if ok(rnd[one]) and ok(rnd[ddp])]
+        name = f"{prefix}: step time, 2 ranks / 1 rank (--shard ddp)"
+        eff_name = (f"{prefix}: scaling efficiency, tokens/s of 2 ranks / (2 x tokens/s of "
+                    f"1 rank) (--shard ddp)")
+        if both:
+            self.row(name, [step(rnd[ddp]) / step(rnd[one]) for rnd in both], None)
+            self.row(eff_name, [rnd[ddp]["throughput"]["tokens_per_s"] /
+                                (2 * rnd[one]["throughput"]["tokens_per_s"]) for rnd in both],
+                     None, unit="fraction")
+        else:
+            reason = first_failure(one, ddp)
+            self.failed_row(name, None, reason)
+            self.failed_row(eff_name, None, reason)
+        for label, extra in self.RANKS_SIDES[2:]:
+            shard = extra[-1]
+            name = f"{prefix}: step time at 2 ranks, --shard {shard} / ddp"
+            good = [rnd for rnd in runs if ok(rnd[label]) and ok(rnd[ddp])]
+            if good:
+                self.row(name, [step(rnd[label]) / step(rnd[ddp]) for rnd in good], None)
+            else:
+                self.failed_row(name, None, first_failure(label, ddp))
+
+        # Each side's figures, medians over the rounds. The record's "distributed" part holds
+        # every rank's: comm_s (waiting on collectives over the timed steps), overlapped_share
+        # and bytes_sent_per_step; the communication is the mean over the ranks.
+        def figures(r):
+            ranks = (r.get("distributed") or {}).get("ranks") or []
+            t = r["time"]
+            n = t["timed_steps"]
+
+            def mean(key):
+                values = [k[key] for k in ranks if k.get(key) is not None]
+                return statistics.mean(values) if values else None
+
+            comm = mean("comm_s")
+            comm = None if comm is None else comm / n
+            return {"step_median_s": step(r), "tokens_per_s": r["throughput"]["tokens_per_s"],
+                    "forward_per_step_s": None if t["forward_s"] is None else t["forward_s"] / n,
+                    "backward_per_step_s": (None if t["backward_s"] is None else
+                                            t["backward_s"] / n),
+                    "comm_per_step_s": comm,
+                    "comm_share": None if comm is None else comm / step(r),
+                    "overlapped_share": mean("overlapped_share"),
+                    "bytes_sent_per_step": ranks[0].get("bytes_sent_per_step") if ranks else None,
+                    "peak_bytes_per_rank": max((k["peak_bytes"] for k in ranks),
+                                               default=r["memory"]["peak_bytes"]),
+                    "timed_steps": n, "ranks": ranks}
+
+        lines = [f"Ranks: the Llama {self.RANKS_PRESET} step (Adam, micro-batch "
+                 f"{self.RANKS_BATCH} x {self.RANKS_SEQ} tokens per rank, one thread per rank, "
+                 "3 timed steps after 1 warm-up), the four sides run interleaved "
+                 f"({len(runs)} rounds; medians). Forward and backward: rank 0's, per timed "
+                 "step, without the wait on collectives. Communication: that wait per timed "
+                 "step (the record's `distributed.ranks[*].comm_s` over `time.timed_steps`), "
+                 "the mean over the ranks, and its share of the step; overlapped: of the "
+                 "gradients all-reduced, the share whose bucket had finished when backward "
+                 "ended (mean over the ranks); sent: rank 0's bytes per step by the ring "
+                 "algorithms' volume.", "",
+                 "| side | step | forward | backward | communication per step | of the step | "
+                 "overlapped | sent per step | tokens/s | peak memory per rank |",
+                 "|---|---|---|---|---|---|---|---|---|---|"]
+        raw = {}
+        for label, _ in self.RANKS_SIDES:
+            records = [rnd[label] for rnd in runs if ok(rnd[label])]
+            failures = [rnd[label].reason for rnd in runs if not ok(rnd[label])]
+            if not records:
+                lines.append(f"| {label} | failed: {table_text(failures[0])} | | | | | | | | |")
+                raw[label] = {"failed": failures}
+                continue
+            figs = [figures(r) for r in records]
+
+            def med(key):
+                values = [f[key] for f in figs if f[key] is not None]
+                return statistics.median(values) if values else None
+
+            def cell(key, scale, form):
+                value = med(key)
+                return "-" if value is None else form % (scale * value)
+
+            cells = [cell("step_median_s", 1e3, "%.0f ms"),
+                     cell("forward_per_step_s", 1e3, "%.0f ms"),
+                     cell("backward_per_step_s", 1e3, "%.0f ms"),
+                     cell("comm_per_step_s", 1e3, "%.0f ms"), cell("comm_share", 100, "%.0f%%"),
+                     cell("overlapped_share", 100, "%.0f%%"),
+                     cell("bytes_sent_per_step", 2**-20, "%.1f MiB"),
+                     cell("tokens_per_s", 1, "%.0f"),
+                     cell("peak_bytes_per_rank", 2**-20, "%.0f MiB")]
+            lines.append(f"| {label} | {' | '.join(cells)} |")
+            raw[label] = {"runs": figs, "failed": failures}
+        self.details["ranks"] = "\n".join(lines)
+        self.raw["ranks"] = raw
+
     def grid(self):
         db = os.path.join(self.tmp, "grid.db")
         started = time.monotonic()
@@ -469,12 +616,12 @@ class Bench:
         for r in rows:
             if r["median"] is None:  # every run failed
                 lines.append(f"| {r['benchmark']} | - | - | - | 0 | {r['target']} | "
-                             f"no ({r['note']}) |")
+                             f"{'-' if r['met'] is None else 'no'} ({r['note']}) |")
                 continue
             lines.append(f"| {r['benchmark']} | {r['min']:.3f} | {r['median']:.3f} | "
                          f"{r['max']:.3f} | {r['n']} | {r['target']}"
                          f"{' (' + r['note'] + ')' if r['note'] else ''} | "
-                         f"{'yes' if r['met'] else 'no'} |")
+                         f"{'-' if r['met'] is None else 'yes' if r['met'] else 'no'} |")
         for d in self.details.values():
             lines += ["", d]
         text = "\n".join(lines) + "\n"
@@ -491,7 +638,7 @@ def main():
     p.add_argument("--pairs", type=int, default=5, help="interleaved pairs per comparison")
     p.add_argument("--steps", type=int, default=8, help="timed steps per run")
     p.add_argument("--threads", type=int, default=1, help="threads on both sides")
-    p.add_argument("--only", default="peers,limit,checkpoint,accumulation,sampler,grid",
+    p.add_argument("--only", default="peers,limit,checkpoint,accumulation,sampler,ranks,grid",
                    help="comma-separated benchmarks to run")
     p.add_argument("--gradscope", default="build/gradscope", help="the binary, from the root")
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "results.md"))

@@ -127,14 +127,19 @@ TEST(EstimateShard, ZeroTwoKeepsTheGradientShard) {
   }
   // Gradients go as they are copied into the buckets: never more than zero1 holds. With
   // small buckets (so the all-gather's chunks are small too), the drain after backward is the
-  // communication's peak: the buckets beside the whole gradients (zero1) or beside the shard.
+  // communication's peak.
   RunConfig c1 = sharded_llama(Shard::kShardZero1, 2), c2 = sharded_llama(Shard::kShardZero2, 2);
   c1.bucket_bytes = c2.bucket_bytes = 64 << 10;
   const MemoryEstimate z1 = estimate_run(c1, 0), z2 = estimate_run(c2, 0);
   const int64_t P = llama_counts().total;
   EXPECT_LE(z2.peak_bytes, z1.peak_bytes);
-  EXPECT_EQ(z1.comm_peak_bytes, steady_bytes(z1) + 2 * P * 4);
-  EXPECT_EQ(z2.comm_peak_bytes, steady_bytes(z2) + P * 4 + (P + 1) / 2 * 4);
+  // zero1: the whole gradients and the buckets' copies (a bucket of one parameter reduces in
+  // place); zero2: at most two buckets still in flight beside the shard.
+  EXPECT_GE(z1.comm_peak_bytes, steady_bytes(z1) + P * 4);
+  EXPECT_LE(z1.comm_peak_bytes, steady_bytes(z1) + 2 * P * 4);
+  EXPECT_GE(z2.comm_peak_bytes, steady_bytes(z2) + (P + 1) / 2 * 4);
+  EXPECT_LE(z2.comm_peak_bytes, steady_bytes(z2) + (P + 1) / 2 * 4 + 2 * largest_param());
+  EXPECT_LT(z2.comm_peak_bytes, z1.comm_peak_bytes);
 }
 
 TEST(EstimateShard, FsdpShardsTheBlocksParameters) {

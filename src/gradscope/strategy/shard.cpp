@@ -15,6 +15,7 @@
 #include "gradscope/strategy/shard.h"
 
 #include <algorithm>
+#include <deque>
 #include <optional>
 #include <unordered_map>
 #include <utility>
@@ -157,8 +158,9 @@ class GradientReducer : public MicroBatchListener {
   }
 
   // After the step's gradients are computed: launches what is left, waits for every bucket
-  // (the caller's communication phase) and leaves the reduced gradients where they belong.
-  void finish(torch::Tensor* shard_grad) {
+  // (the caller's communication phase) and leaves the reduced gradients where they belong:
+  // in the parameters' .grad (keep_full), else in shard_grad().
+  void finish() {
     if (!armed_) start_step();  // a gradient function that announced no micro-batch
     armed_ = false;
     // What had finished while backward ran is the overlapped share.
@@ -166,11 +168,17 @@ class GradientReducer : public MicroBatchListener {
       if (b.work && b.work->done()) figures_.overlapped_bytes += bytes_of(b.buffer);
     for (Bucket& b : buckets_) b.pending = 0;
     launch_ready();
-    for (Bucket& b : buckets_) drain(b, shard_grad);
+    for (Bucket& b : buckets_) drain(b);
   }
 
-  // Drains the buckets done so far (zero2's early free), from the hooks.
-  void set_shard_grad(torch::Tensor* shard_grad) { shard_grad_ = shard_grad; }
+  // zero2: this rank's shard of the reduced gradients (made when the step's last backward
+  // starts, filled as buckets finish), handed over once.
+  torch::Tensor take_shard_grad() {
+    if (!shard_grad_.defined() && !params_.empty())  // no bucket at all
+      shard_grad_ = torch::zeros({layout_.hi() - layout_.lo()},
+                                 params_[0].options().requires_grad(false));
+    return std::move(shard_grad_);
+  }
 
  private:
   struct Bucket {
@@ -178,6 +186,7 @@ class GradientReducer : public MicroBatchListener {
     int64_t lo = 0, hi = 0;      // their flat range
     int64_t pending = 0;
     torch::Tensor buffer;
+    bool in_place = false;  // the buffer is the one parameter's gradient itself
     std::unique_ptr<PendingCollective> work;
   };
 
@@ -203,6 +212,8 @@ class GradientReducer : public MicroBatchListener {
       b.work.reset();
     }
     next_ = 0;
+    in_flight_.clear();
+    shard_grad_ = torch::Tensor();
   }
 
   void on_gradient(size_t j) {
@@ -216,42 +227,68 @@ class GradientReducer : public MicroBatchListener {
     --b.pending;
     launch_ready();
     // zero2: what is done is copied out now, so its buffer goes early.
-    if (!keep_full_ && shard_grad_)
+    if (!keep_full_)
       for (Bucket& d : buckets_)
-        if (d.work && d.work->done()) drain(d, shard_grad_);
+        if (d.work && d.work->done()) drain(d);
   }
 
   void launch_ready() {
     while (next_ < buckets_.size() && buckets_[next_].pending <= 0) launch(buckets_[next_++]);
   }
 
+  // zero2 holds no whole gradient: at most kInFlight buckets' buffers exist at once, the
+  // oldest waited for (and its shard taken) before another is made. ddp and zero1 keep every
+  // gradient anyway, and let every bucket run while backward goes on.
+  static constexpr size_t kInFlight = 2;
+
   void launch(Bucket& b) {
-    const torch::Tensor& first = params_[b.first];
-    b.buffer = torch::empty({b.hi - b.lo}, first.options().requires_grad(false));
-    buffers_.add(bytes_of(b.buffer));
-    for (size_t j = b.first; j < b.last; ++j) {
-      torch::Tensor piece = b.buffer.narrow(0, layout_.offset(j) - b.lo, layout_.numel(j));
-      const torch::Tensor g = params_[j].grad();
-      if (g.defined())
-        piece.copy_(g.reshape(-1));
-      else
-        piece.zero_();
-      // zero2 keeps no whole gradient: the buffer holds it until the shard is taken.
+    if (!keep_full_)
+      while (in_flight_.size() >= kInFlight) {
+        drain(*in_flight_.front());
+        in_flight_.pop_front();
+      }
+    // A bucket of one parameter reduces its gradient in place: no copy, no second buffer
+    // (the embedding of a language model is often a bucket of its own, and its largest
+    // tensor).
+    const torch::Tensor alone = b.last - b.first == 1 ? params_[b.first].grad() : torch::Tensor();
+    if (alone.defined() && alone.is_contiguous()) {
+      b.buffer = alone.view(-1);
+      b.in_place = true;
       if (!keep_full_) {
-        torch::Tensor p = params_[j];
-        p.mutable_grad() = torch::Tensor();
+        torch::Tensor p = params_[b.first];
+        p.mutable_grad() = torch::Tensor();  // the buffer holds it until the shard is taken
+      }
+    } else {
+      const torch::Tensor& first = params_[b.first];
+      b.in_place = false;
+      b.buffer = torch::empty({b.hi - b.lo}, first.options().requires_grad(false));
+      buffers_.add(bytes_of(b.buffer));
+      for (size_t j = b.first; j < b.last; ++j) {
+        torch::Tensor piece = b.buffer.narrow(0, layout_.offset(j) - b.lo, layout_.numel(j));
+        const torch::Tensor g = params_[j].grad();
+        if (g.defined())
+          piece.copy_(g.reshape(-1));
+        else
+          piece.zero_();
+        // zero2 keeps no whole gradient: the buffer holds it until the shard is taken.
+        if (!keep_full_) {
+          torch::Tensor p = params_[j];
+          p.mutable_grad() = torch::Tensor();
+        }
       }
     }
     figures_.reduced_bytes += bytes_of(b.buffer);
     b.work = comm_.allreduce_async(b.buffer);
+    if (!keep_full_) in_flight_.push_back(&b);
   }
 
-  void drain(Bucket& b, torch::Tensor* shard_grad) {
+  void drain(Bucket& b) {
     if (!b.work) return;
     b.work->wait();
     b.work.reset();
     if (keep_full_) {
-      for (size_t j = b.first; j < b.last; ++j) {
+      // In place, the gradient is already the reduced one.
+      for (size_t j = b.first; j < b.last && !b.in_place; ++j) {
         torch::Tensor p = params_[j];
         const torch::Tensor piece =
             b.buffer.narrow(0, layout_.offset(j) - b.lo, layout_.numel(j)).view_as(p);
@@ -261,11 +298,15 @@ class GradientReducer : public MicroBatchListener {
           p.mutable_grad() = piece.clone();
       }
     } else {
+      // The shard is made at the first drain, not before: backward's early part holds none.
+      if (!shard_grad_.defined())
+        shard_grad_ = torch::zeros({layout_.hi() - layout_.lo()},
+                                   b.buffer.options().requires_grad(false));
       const int64_t lo = std::max(b.lo, layout_.lo()), hi = std::min(b.hi, layout_.hi());
-      if (lo < hi) shard_grad->narrow(0, lo - layout_.lo(), hi - lo).copy_(
-                       b.buffer.narrow(0, lo - b.lo, hi - lo));
+      if (lo < hi)
+        shard_grad_.narrow(0, lo - layout_.lo(), hi - lo).copy_(b.buffer.narrow(0, lo - b.lo, hi - lo));
     }
-    buffers_.remove(bytes_of(b.buffer));
+    if (!b.in_place) buffers_.remove(bytes_of(b.buffer));
     b.buffer = torch::Tensor();
   }
 
@@ -279,7 +320,8 @@ class GradientReducer : public MicroBatchListener {
   std::vector<size_t> bucket_of_;
   size_t next_ = 0;
   bool armed_ = false;
-  torch::Tensor* shard_grad_ = nullptr;
+  torch::Tensor shard_grad_;
+  std::deque<Bucket*> in_flight_;  // zero2's launched buckets, oldest first
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // holding the hooks
 };
 
@@ -304,7 +346,7 @@ class DdpUpdater : public Updater {
         [&] {
           StepOutput out = gradients();
           observer.enter(Phase::kPhaseComm);
-          reducer_.finish(nullptr);
+          reducer_.finish();
           return out;
         },
         observer);
@@ -367,13 +409,8 @@ class ZeroPart {
   // After backward: every bucket reduced, the pieces' gradients in place. Returns the sum of
   // the squares of this rank's share of the gradients (for the global norm).
   double reduce() {
-    if (!full_) {
-      shard_grad_ = torch::zeros({layout_.hi() - layout_.lo()},
-                                 params_.empty() ? torch::TensorOptions() : params_[0].options());
-      reducer_.set_shard_grad(&shard_grad_);
-    }
-    reducer_.finish(full_ ? nullptr : &shard_grad_);
-    reducer_.set_shard_grad(nullptr);
+    reducer_.finish();
+    if (!full_) shard_grad_ = reducer_.take_shard_grad();
     // The pieces' gradients: views of the whole gradients (zero1) or of the shard's (zero2).
     for (size_t k = 0; k < pieces_.size(); ++k) {
       const Piece& pc = pieces_[k];

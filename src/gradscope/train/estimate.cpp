@@ -1,6 +1,7 @@
 #include "gradscope/train/estimate.h"
 
 #include <algorithm>
+#include <deque>
 #include <memory>
 
 #include <fmt/format.h>
@@ -169,14 +170,17 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Gradients reduced in buckets from backward's hooks: consecutive parameters from the last
 // backwards, up to bucket_bytes each; a bucket's flat buffer is made when its gradients are
-// complete and every earlier bucket was launched, and lives until backward ends. zero2 (and
-// fsdp's parameters outside the blocks) free the gradients once copied into it.
+// complete and every earlier bucket was launched. ddp and zero1 keep every buffer until
+// backward ends. zero2 (and fsdp's parameters outside the blocks) free the gradients once
+// copied into it, keep at most kInFlight buffers (the oldest drained into the rank's shard of
+// the gradients, `shard_bytes`, made when the backward starts) and so never hold them all.
 class BucketOverlay : public MemoryTrace::Overlay {
  public:
+  static constexpr size_t kInFlight = 2;  // as strategy/shard.cpp's GradientReducer
   // `bytes`: every trainable parameter's; `member`: those these buckets reduce.
   BucketOverlay(const std::vector<int64_t>& bytes, const std::vector<bool>& member,
-                int64_t bucket_bytes, bool free_grads)
-      : free_grads_(free_grads), bucket_of_(bytes.size(), -1) {
+                int64_t bucket_bytes, bool free_grads, int64_t shard_bytes = 0)
+      : free_grads_(free_grads), shard_bytes_(shard_bytes), bucket_of_(bytes.size(), -1) {
     std::vector<size_t> order;
     for (size_t i = 0; i < bytes.size(); ++i)
       if (member[i]) order.push_back(i);
@@ -187,7 +191,7 @@ class BucketOverlay : public MemoryTrace::Overlay {
       while (begin > 0 && sum + bytes[order[begin - 1]] <= bucket_bytes)
         sum += bytes[order[--begin]];
       for (size_t j = begin; j < end; ++j) bucket_of_[order[j]] = static_cast<int>(buckets_.size());
-      buckets_.push_back({sum, static_cast<int64_t>(end - begin)});
+      buckets_.push_back({sum, static_cast<int64_t>(end - begin), static_cast<int64_t>(end - begin)});
       total_ += sum;
       end = begin;
     }
@@ -199,29 +203,65 @@ class BucketOverlay : public MemoryTrace::Overlay {
     --buckets_[static_cast<size_t>(b)].pending;
     int64_t most = bytes();
     while (next_ < buckets_.size() && buckets_[next_].pending <= 0) {
-      // The buffer is made and filled, then (zero2) the gradients go.
-      alive_ += buckets_[next_].bytes;
-      peak_alive_ = std::max(peak_alive_, alive_);
-      most = std::max(most, bytes());
-      if (free_grads_) freed_ += buckets_[next_].bytes;
+      const Bucket& bucket = buckets_[next_];
+      // A bucket of one parameter is reduced in place: its gradient is the buffer.
+      const bool in_place = bucket.params == 1;
+      if (free_grads_) {
+        // The oldest buffers are drained (into the shard, made at the first drain) before
+        // another is made.
+        while (in_flight_.size() >= kInFlight) {
+          alive_ -= in_flight_.front().first;
+          if (!in_flight_.front().second) copies_ -= in_flight_.front().first;
+          in_flight_.pop_front();
+          drained_ = true;
+        }
+        in_flight_.emplace_back(bucket.bytes, in_place);
+      }
+      if (in_place) {
+        // ddp, zero1: the gradient stays where it is; zero2: the buffer takes it over.
+        if (free_grads_) {
+          alive_ += bucket.bytes;
+          freed_ += bucket.bytes;
+        }
+      } else {
+        // The buffer is made and filled, then (zero2) the gradients go.
+        alive_ += bucket.bytes;
+        copies_ += bucket.bytes;
+        peak_copies_ = std::max(peak_copies_, copies_);
+        most = std::max(most, bytes());
+        if (free_grads_) freed_ += bucket.bytes;
+      }
       ++next_;
     }
-    return most;
+    return std::max(most, bytes());
   }
-  int64_t bytes() const override { return alive_ - freed_; }
+  int64_t bytes() const override {
+    return alive_ - freed_ + (free_grads_ && drained_ ? shard_bytes_ : 0);
+  }
+  // The buffers alive now (in-place ones included) and the most copies at once (what the
+  // record counts as collective buffers).
   int64_t buffers() const { return alive_; }
-  int64_t buffers_peak() const { return peak_alive_; }
+  int64_t buffers_peak() const { return peak_copies_; }
   int64_t total() const { return total_; }  // every bucket's buffer
+  // The buffers of the buckets of several parameters (the others reduce in place).
+  int64_t copied_total() const {
+    int64_t sum = 0;
+    for (const Bucket& b : buckets_) sum += b.params > 1 ? b.bytes : 0;
+    return sum;
+  }
 
  private:
   struct Bucket {
-    int64_t bytes, pending;
+    int64_t bytes, pending, params;
   };
   bool free_grads_;
+  int64_t shard_bytes_;
   std::vector<int> bucket_of_;
   std::vector<Bucket> buckets_;
+  std::deque<std::pair<int64_t, bool>> in_flight_;  // bytes, in place
   size_t next_ = 0;
-  int64_t total_ = 0, alive_ = 0, peak_alive_ = 0, freed_ = 0;
+  bool drained_ = false;
+  int64_t total_ = 0, alive_ = 0, copies_ = 0, peak_copies_ = 0, freed_ = 0;
 };
 
 // fsdp: each block's trainable parameters are a unit of N S_b elements, gathered whole (an
@@ -251,7 +291,11 @@ class FsdpOverlay : public MemoryTrace::Overlay {
       u.full = world_ * ceil_div(u.bytes / MemoryTrace::kFloat, world_) * MemoryTrace::kFloat;
       u.pending = u.params;
     }
-    root_ = std::make_unique<BucketOverlay>(bytes, root, bucket_bytes, true);
+    int64_t root_bytes = 0;
+    for (size_t i = 0; i < bytes.size(); ++i) root_bytes += root[i] ? bytes[i] : 0;
+    const int64_t root_shard =
+        ceil_div(root_bytes / MemoryTrace::kFloat, world_) * MemoryTrace::kFloat;
+    root_ = std::make_unique<BucketOverlay>(bytes, root, bucket_bytes, true, root_shard);
   }
   int64_t enter_block(int64_t block, bool backward) override {
     int64_t most = bytes();
@@ -447,8 +491,9 @@ void estimate_rank(const RunConfig& config, const MemoryTrace& trace,
   auto overlay = [&](bool reduce) -> std::unique_ptr<MemoryTrace::Overlay> {
     if (fsdp) return std::make_unique<FsdpOverlay>(shapes, world, config.bucket_bytes, reduce);
     if (!reduce) return nullptr;
+    const bool zero2 = mode == Shard::kShardZero2;
     return std::make_unique<BucketOverlay>(bytes, std::vector<bool>(bytes.size(), true),
-                                           config.bucket_bytes, mode == Shard::kShardZero2);
+                                           config.bucket_bytes, zero2, zero2 ? S * f : 0);
   };
   auto buffers_peak = [](const MemoryTrace::Overlay* o) -> int64_t {
     if (const auto* b = dynamic_cast<const BucketOverlay*>(o)) return b->buffers_peak();
@@ -459,6 +504,16 @@ void estimate_rank(const RunConfig& config, const MemoryTrace& trace,
   auto first_overlay = overlay(!accumulates);
   const auto first = trace.replay(ck, false, true, first_overlay.get());
   e.collective_buffers_bytes = buffers_peak(first_overlay.get());
+  // The buffers of the reducing backward still alive when it ends (zero2 keeps a few; fsdp's
+  // parameters outside the blocks likewise).
+  int64_t reducing_buffers = 0;
+  auto note_reducing = [&](const MemoryTrace::Overlay* o) {
+    if (const auto* b = dynamic_cast<const BucketOverlay*>(o))
+      reducing_buffers = std::max(reducing_buffers, b->buffers());
+    if (const auto* d = dynamic_cast<const FsdpOverlay*>(o))
+      reducing_buffers = std::max(reducing_buffers, d->root().buffers());
+  };
+  if (!accumulates) note_reducing(first_overlay.get());
   e.forward_peak_bytes = steady + first.forward_peak;
   e.backward_peak_bytes = steady + first.backward_peak;
   if (accumulates) {
@@ -468,6 +523,7 @@ void estimate_rank(const RunConfig& config, const MemoryTrace& trace,
       auto o = overlay(reduce);
       const auto later = trace.replay(ck, true, true, o.get());
       e.collective_buffers_bytes = std::max(e.collective_buffers_bytes, buffers_peak(o.get()));
+      if (reduce) note_reducing(o.get());
       e.forward_peak_bytes =
           std::max(e.forward_peak_bytes, steady + full_grads + later.forward_peak);
       e.backward_peak_bytes =
@@ -477,14 +533,19 @@ void estimate_rank(const RunConfig& config, const MemoryTrace& trace,
 
   // After backward: the reductions still running are waited for and drained. ddp and zero1
   // copy the buckets into the whole gradients; zero2 into a shard of zeros made first.
-  const int64_t buckets = fsdp ? 0 : trainable;  // every bucket's buffer, alive at once
-  if (mode == Shard::kShardDdp || mode == Shard::kShardZero1)
+  // Every bucket's buffer alive at once (but those reduced in place).
+  const int64_t buckets =
+      fsdp ? 0
+           : BucketOverlay(bytes, std::vector<bool>(bytes.size(), true), config.bucket_bytes, false)
+                 .copied_total();
+  if (mode == Shard::kShardDdp || mode == Shard::kShardZero1) {
     e.comm_peak_bytes = steady + full_grads + buckets;
-  else if (mode == Shard::kShardZero2)
-    e.comm_peak_bytes = steady + buckets + S * f;
-  else  // the blocks' gradient shards, the other parameters' buckets and their shard
-    e.comm_peak_bytes = steady + units_shard * f + root_bytes + root_shard * f;
-  e.collective_buffers_bytes = std::max(e.collective_buffers_bytes, fsdp ? root_bytes : buckets);
+    e.collective_buffers_bytes = std::max(e.collective_buffers_bytes, buckets);
+  } else if (mode == Shard::kShardZero2) {
+    e.comm_peak_bytes = steady + reducing_buffers + S * f;
+  } else {  // the blocks' gradient shards, the other parameters' buckets and their shard
+    e.comm_peak_bytes = steady + units_shard * f + reducing_buffers + root_shard * f;
+  }
   // After the update, zero and fsdp's parameters outside the blocks gather the shards in
   // chunks of bucket_bytes / 4 / N elements: the rank's chunk and N received, counted as the
   // collective's buffers, and Gloo's flat output of N more.

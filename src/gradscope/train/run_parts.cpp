@@ -240,7 +240,7 @@ RunMemory memory_part(const RunTally& tally, const PhaseTimer& timer, const Memo
   if (phase_timing) {
     m.activations_peak_bytes = timer.activations_peak();
     m.phase_peak_bytes = PhasePeaks{timer.phase_peak(0), timer.phase_peak(1), timer.phase_peak(2),
-                                    timer.phase_peak(3)};
+                                    timer.phase_peak(3), std::nullopt};
     if (collective_buffer_bytes)
       m.phase_peak_bytes->comm = timer.phase_peak(static_cast<int>(Phase::kPhaseComm));
   }
