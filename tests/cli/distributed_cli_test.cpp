@@ -3,9 +3,9 @@
 // --nproc 2`, a rank killed (the others stop and the run is recorded as crashed), and a run
 // resumed from every rank's state after a SIGKILL.
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
-#include <netinet/in.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -75,8 +75,7 @@ void expect_same_losses(const RunRecord& got, const RunRecord& want, double tole
     EXPECT_EQ(got.steps[i].samples, want.steps[i].samples) << what;
   }
   ASSERT_TRUE(got.final_val_loss && want.final_val_loss) << what;
-  EXPECT_NEAR(*got.final_val_loss, *want.final_val_loss, tolerance * *want.final_val_loss)
-      << what;
+  EXPECT_NEAR(*got.final_val_loss, *want.final_val_loss, tolerance * *want.final_val_loss) << what;
 }
 
 // The pid of the child of `parent` started `nth` (0-based), -1 if none.
@@ -98,8 +97,8 @@ TEST(DistributedCli, EveryModeComputesTheStepOfOneProcess) {
   std::map<std::string, RankFigures> rank0;
   for (const char* mode : {"ddp", "zero1", "zero2", "fsdp"}) {
     const std::string json = dir.file(std::string(mode) + ".json");
-    const auto r =
-        testing::run_gradscope(args(2, 4, fmt::format("--nproc 2 --shard {} --json {}", mode, json)));
+    const auto r = testing::run_gradscope(
+        args(2, 4, fmt::format("--nproc 2 --shard {} --json {}", mode, json)));
     ASSERT_EQ(r.code, 0) << mode << ": " << r.err;
     const RunRecord got = record_file(json);
     // A reordered float32 sum over the batch: a few units of 2^-24 relative.
@@ -225,15 +224,14 @@ TEST(DistributedCli, EveryRanksStateResumesAfterASigkill) {
   constexpr int64_t kSteps = 40;
   for (const char* mode : {"zero2", "fsdp"}) {
     const std::string m = mode;
-    const auto whole = testing::run_gradscope(
-        args(2, kSteps, fmt::format("--nproc 2 --shard {} --json {}", m, dir.file(m + "-whole.json"))));
+    const auto whole = testing::run_gradscope(args(
+        2, kSteps, fmt::format("--nproc 2 --shard {} --json {}", m, dir.file(m + "-whole.json"))));
     ASSERT_EQ(whole.code, 0) << whole.err;
     const std::string state = dir.file(m + "-state");
     const std::string killed_args = args(
         2, kSteps, fmt::format("--nproc 2 --shard {} --save-state {} --state-every 2", m, state));
-    const pid_t launcher =
-        testing::start_gradscope(killed_args + " --json " + dir.file(m + "-1.json"),
-                                 dir.file(m + ".out"));
+    const pid_t launcher = testing::start_gradscope(
+        killed_args + " --json " + dir.file(m + "-1.json"), dir.file(m + ".out"));
     ASSERT_TRUE(poll([&] { return state_step(state + "/rank-0") >= 6; }, 60));
     const pid_t rank0 = child_of(launcher, 0), rank1 = child_of(launcher, 1);
     // The ranks die with the launcher that started them.
@@ -245,8 +243,8 @@ TEST(DistributedCli, EveryRanksStateResumesAfterASigkill) {
     ASSERT_GE(k0, 6);
     if (k0 != k1) {
       // Killed between the two ranks' saves of one step: refused, not resumed from two steps.
-      const auto refused =
-          testing::run_gradscope(killed_args + " --resume " + state + " --json " + dir.file("x.json"));
+      const auto refused = testing::run_gradscope(killed_args + " --resume " + state + " --json " +
+                                                  dir.file("x.json"));
       EXPECT_NE(refused.code, 0);
       continue;
     }

@@ -21,10 +21,9 @@ namespace {
 class Environment {
  public:
   explicit Environment(const std::map<std::string, std::string>& values) {
-    for (const char* name :
-         {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_NTASKS",
-          "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODELIST", "SLURM_STEP_NODELIST", "SLURM_JOB_ID",
-          kLauncherVariable}) {
+    for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
+                             "SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODELIST",
+                             "SLURM_STEP_NODELIST", "SLURM_JOB_ID", kLauncherVariable}) {
       const char* v = std::getenv(name);
       if (v) saved_[name] = v;
       unsetenv(name);
@@ -91,17 +90,22 @@ TEST(Comm, SlurmVariablesNameTheRank) {
                          {"SLURM_NTASKS", "4"},
                          {"SLURM_LOCALID", "1"},
                          {"SLURM_NODELIST", "cn[101-102]"},
-                         {"SLURM_JOB_ID", "4242"}});
+                         {"SLURM_JOB_ID", "4242"},
+                         {"SLURM_STEP_ID", "3"}});
   const auto e = rank_env_from_environment();
   ASSERT_TRUE(e.has_value());
   EXPECT_EQ(e->rank, 3);
   EXPECT_EQ(e->world, 4);
   EXPECT_EQ(e->local_rank, 1);
   EXPECT_EQ(e->master_addr, "cn101");
-  EXPECT_EQ(e->master_port, 20000 + 4242);
+  EXPECT_EQ(e->master_port, 12000 + (4242 * 7 + 3) % 20000);
   EXPECT_EQ(e->launcher, "slurm");
-  const Environment one({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}});
-  EXPECT_FALSE(rank_env_from_environment().has_value()) << "a job step of one task";
+  {
+    const Environment one({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}, {"SLURM_STEP_ID", "0"}});
+    EXPECT_FALSE(rank_env_from_environment().has_value()) << "a job step of one task";
+  }
+  const Environment batch({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_NODELIST", "a"}});
+  EXPECT_FALSE(rank_env_from_environment().has_value()) << "a batch script is no rank";
 }
 
 TEST(Comm, OneRankIsTheIdentity) {
@@ -151,8 +155,8 @@ TEST(Comm, TwoGlooRanksReduceGatherAndExchangeText) {
   for (int r = 0; r < 2; ++r) {
     ASSERT_EQ(failures[static_cast<size_t>(r)], "") << "rank " << r;
     EXPECT_TRUE(reduced[static_cast<size_t>(r)].eq(3).all().item<bool>());
-    EXPECT_TRUE(gathered[static_cast<size_t>(r)].equal(
-        torch::tensor({0.f, 0.f, 0.f, 10.f, 10.f, 10.f})));
+    EXPECT_TRUE(
+        gathered[static_cast<size_t>(r)].equal(torch::tensor({0.f, 0.f, 0.f, 10.f, 10.f, 10.f})));
     EXPECT_DOUBLE_EQ(sums[static_cast<size_t>(r)], 1.5);
     EXPECT_EQ(texts[static_cast<size_t>(r)],
               (std::vector<std::string>{"rank zero", std::string("1\0\xff", 3)}));

@@ -65,16 +65,15 @@ Trained train(Shard shard, int64_t accum_steps, bool recompute, int steps = 3,
   QuietObserver observer;
   Trained t;
   for (int s = 0; s < steps; ++s) {
-    const StepOutput out = updater
-                               ->step(
-                                   [&] {
-                                     return strategy.compute_gradients(
-                                         *model,
-                                         [s](int64_t i) { return text_batch(2, 16, 100 * s + i); },
-                                         observer);
-                                   },
-                                   observer)
-                               .out;
+    const StepOutput out =
+        updater
+            ->step(
+                [&] {
+                  return strategy.compute_gradients(
+                      *model, [s](int64_t i) { return text_batch(2, 16, 100 * s + i); }, observer);
+                },
+                observer)
+            .out;
     t.losses.push_back(out.loss_sum.item<double>() / static_cast<double>(out.target_count));
   }
   t.state_bytes = updater->state_bytes();
@@ -131,7 +130,8 @@ TEST(Shard, BucketsOfAnySizeGiveTheSameStep) {
 TEST(Shard, OptimizersThatNeedWholeTensorsAreRefusedUnderZeroAndFsdp) {
   RunConfig c;
   const StepPlan plan = c.step_plan();
-  for (const char* name : {"galore", "adafactor", "adam8bit", "cg", "adam-mini", "muon", "apollo"}) {
+  for (const char* name :
+       {"galore", "adafactor", "adam8bit", "cg", "adam-mini", "muon", "apollo"}) {
     EXPECT_EQ(shard_refusal(Shard::kShardDdp, name), "") << name;
     for (const Shard shard : {Shard::kShardZero1, Shard::kShardZero2, Shard::kShardFsdp}) {
       const Error e = testing::expect_usage_error([&] { check_shard(plan, shard, name); });

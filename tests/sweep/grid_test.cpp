@@ -407,11 +407,29 @@ TEST(SweepRunKeys, MatchTheRunCommandsOptions) {
   // tables opt and arch.
   EXPECT_EQ(keys.size(), 49u);
   EXPECT_EQ(keys.front(), "model");
-  for (const char* key : {"accum_steps", "checkpoint_policy", "lr_search_span", "memory_cap",
-                          "eval_batches", "timeout", "seq", "recompute", "optimizer_step",
-                          "no_phase_timing", "no_grad_norm", "loss", "loss_chunk", "projections",
-                          "init_from", "lora_targets", "lora_rank", "lora_alpha", "lora_dropout",
-                          "nproc", "shard", "bucket_size", "dist_timeout"})
+  for (const char* key : {"accum_steps",
+                          "checkpoint_policy",
+                          "lr_search_span",
+                          "memory_cap",
+                          "eval_batches",
+                          "timeout",
+                          "seq",
+                          "recompute",
+                          "optimizer_step",
+                          "no_phase_timing",
+                          "no_grad_norm",
+                          "loss",
+                          "loss_chunk",
+                          "projections",
+                          "init_from",
+                          "lora_targets",
+                          "lora_rank",
+                          "lora_alpha",
+                          "lora_dropout",
+                          "nproc",
+                          "shard",
+                          "bucket_size",
+                          "dist_timeout"})
     EXPECT_NE(std::find(keys.begin(), keys.end(), key), keys.end()) << key;
   for (const char* key : {"db", "json", "quiet", "opt", "arch", "config", "save_weights",
                           "save_state", "resume", "save_adapters"})

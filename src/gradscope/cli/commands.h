@@ -46,7 +46,6 @@ void set_run_command_line(std::vector<std::string> args);
 // them; returns rank 0's exit code. When rank 0 dies without its record, `store` is given a
 // crashed record of the run and a runtime error follows.
 struct RunRecord;
-int launch_local_ranks(const RunConfig& config,
-                       const std::function<void(const RunRecord&)>& store);
+int launch_local_ranks(const RunConfig& config, const std::function<void(const RunRecord&)>& store);
 
 }  // namespace gradscope

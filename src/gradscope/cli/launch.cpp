@@ -10,7 +10,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -20,8 +22,8 @@
 #include "gradscope/cli/commands.h"
 #include "gradscope/core/env.h"
 #include "gradscope/core/error.h"
-#include "gradscope/core/record.h"
 #include "gradscope/core/log.h"
+#include "gradscope/core/record.h"
 #include "gradscope/dist/comm.h"
 #include "gradscope/store/db.h"
 #include "gradscope/train/session.h"
@@ -70,6 +72,13 @@ int launch_local_ranks(const RunConfig& c, const std::function<void(const RunRec
         c.nproc, cores);
 
   HostedStore meeting(static_cast<int>(c.nproc), c.dist_timeout_s);
+  // Rank 0 creates this file once its record is written: without it, the run ended without a
+  // record, and this process writes the crashed one.
+  std::string marker_dir =
+      (std::filesystem::temp_directory_path() / "gradscope-ranks-XXXXXX").string();
+  if (!mkdtemp(marker_dir.data()))
+    fail_runtime(std::string("cannot make a private temporary folder: ") + std::strerror(errno));
+  const std::string marker = (std::filesystem::path(marker_dir) / "recorded").string();
   const std::string port = std::to_string(meeting.port());
   const std::string world = std::to_string(c.nproc);
 
@@ -81,14 +90,16 @@ int launch_local_ranks(const RunConfig& c, const std::function<void(const RunRec
   argv.push_back(nullptr);
   std::vector<std::vector<std::string>> env_text(static_cast<size_t>(c.nproc));
   std::vector<std::vector<char*>> envp(static_cast<size_t>(c.nproc));
-  const char* const launcher_names[] = {"RANK=",        "WORLD_SIZE=", "LOCAL_RANK=",
-                                        "MASTER_ADDR=", "MASTER_PORT=", "GRADSCOPE_RANK_LAUNCHER=",
-                                        "SLURM_NTASKS=", "SLURM_PROCID="};
+  const char* const launcher_names[] = {
+      "RANK=",         "WORLD_SIZE=",   "LOCAL_RANK=",
+      "MASTER_ADDR=",  "MASTER_PORT=",  "GRADSCOPE_RANK_LAUNCHER=",
+      "SLURM_NTASKS=", "SLURM_PROCID=", "GRADSCOPE_RECORD_MARKER="};
   for (int r = 0; r < c.nproc; ++r) {
     auto& e = env_text[static_cast<size_t>(r)];
     for (char** v = environ; *v; ++v) {
       bool ours = false;
-      for (const char* name : launcher_names) ours = ours || std::strncmp(*v, name, std::strlen(name)) == 0;
+      for (const char* name : launcher_names)
+        ours = ours || std::strncmp(*v, name, std::strlen(name)) == 0;
       if (!ours) e.emplace_back(*v);
     }
     e.push_back("RANK=" + std::to_string(r));
@@ -97,6 +108,7 @@ int launch_local_ranks(const RunConfig& c, const std::function<void(const RunRec
     e.push_back("MASTER_ADDR=127.0.0.1");
     e.push_back("MASTER_PORT=" + port);
     e.push_back(std::string(kLauncherVariable) + "=gradscope");
+    if (r == 0) e.push_back(std::string(kRecordMarkerVariable) + "=" + marker);
     for (auto& s : e) envp[static_cast<size_t>(r)].push_back(s.data());
     envp[static_cast<size_t>(r)].push_back(nullptr);
   }
@@ -116,6 +128,12 @@ int launch_local_ranks(const RunConfig& c, const std::function<void(const RunRec
       // A rank dies with its launcher (killed, it can neither wait for nor stop the ranks).
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != launcher_pid) _exit(1);
+      // Stops wait until the rank has its handlers (StopSignals unblocks them).
+      sigset_t stops;
+      sigemptyset(&stops);
+      sigaddset(&stops, SIGTERM);
+      sigaddset(&stops, SIGINT);
+      sigprocmask(SIG_BLOCK, &stops, nullptr);
       execve("/proc/self/exe", argv.data(), envp[static_cast<size_t>(r)].data());
       _exit(127);
     }
@@ -125,7 +143,8 @@ int launch_local_ranks(const RunConfig& c, const std::function<void(const RunRec
   // Waits for every rank. Once one fails, the others get --dist-timeout (at most) to notice it
   // and record it, then they are killed.
   using Clock = std::chrono::steady_clock;
-  std::optional<Clock::time_point> deadline;
+  bool deadline_set = false;
+  Clock::time_point deadline{};
   bool forwarded = false;
   int running = static_cast<int>(c.nproc);
   while (running > 0) {
@@ -134,10 +153,10 @@ int launch_local_ranks(const RunConfig& c, const std::function<void(const RunRec
         if (k.running) kill(k.pid, SIGTERM);
       forwarded = true;
     }
-    if (deadline && Clock::now() > *deadline) {
+    if (deadline_set && Clock::now() > deadline) {
       for (const Rank& k : ranks)
         if (k.running) kill(k.pid, SIGKILL);
-      deadline.reset();
+      deadline_set = false;
     }
     int status = 0;
     const pid_t pid = waitpid(-1, &status, WNOHANG);
@@ -151,25 +170,34 @@ int launch_local_ranks(const RunConfig& c, const std::function<void(const RunRec
       k.running = false;
       k.status = status;
       --running;
-      const bool failed = !(WIFEXITED(status) && (WEXITSTATUS(status) == 0 ||
-                                                  WEXITSTATUS(status) == kExitStopped));
-      if (failed && !deadline && running > 0) {
-        log_warn("rank {} {}; the other ranks stop within {} s", r, ending(status),
-                 std::min(c.dist_timeout_s, 60.0) + 10);
+      // A rank ends with 0, 1 (its run failed: the others learn it from their collectives and
+      // record it) or 75 as the run ends. Killed, or refusing to run (2), it leaves the
+      // others waiting: they stop by themselves within --dist-timeout, and are killed after
+      // twice that if they do not.
+      const bool abnormal =
+          WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0 &&
+                                  WEXITSTATUS(status) != 1 && WEXITSTATUS(status) != kExitStopped);
+      if (abnormal && !deadline_set && running > 0) {
+        const double grace = 2 * c.dist_timeout_s + 10;
+        log_warn("rank {} {}; the other ranks stop within {:.0f} s", r, ending(status), grace);
         deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                      std::chrono::duration<double>(
-                                          std::min(c.dist_timeout_s, 60.0) + 10));
+                                      std::chrono::duration<double>(grace));
+        deadline_set = true;
       }
     }
   }
 
   const int status0 = ranks[0].status;
+  std::error_code ec;
+  const bool recorded = std::filesystem::exists(marker, ec);
+  std::filesystem::remove_all(marker_dir, ec);
   if (WIFEXITED(status0)) {
-    // Rank 0 wrote its record (0, 1, 75) or refused the settings (2).
+    // Rank 0 wrote its record, or refused the settings (2: nothing ran, nothing to record).
     const int code = WEXITSTATUS(status0);
-    if (code == 0 || code == 1 || code == 2 || code == kExitStopped) return code;
+    if (recorded || !run || code == 2) return code;
   }
   if (!run) fail_runtime(fmt::format("rank 0 {}", ending(status0)), "its output above says why");
+  if (recorded) return 1;
   // Rank 0 died without a record: the run crashed, and the database says so.
   const std::string message = fmt::format("rank 0 {}", ending(status0));
   RunRecord r;

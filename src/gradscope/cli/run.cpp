@@ -2,7 +2,9 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <optional>
 
@@ -98,10 +100,13 @@ int execute(const RunOptions& o) {
   if (!writes) {
     // The other ranks' figures are in rank 0's record; save errors are this rank's own.
     const RunRecord record = trainer.run(nullptr);
-    if (!trainer.save_error().empty())
-      fail_runtime("the weights could not be saved: " + trainer.save_error());
     if (record.status == RunStatus::kStatusInterrupted) return kExitStopped;
-    return record.ok() ? 0 : 1;
+    // What every rank agreed on (ok, diverged, a timeout) is rank 0's to report; this rank
+    // fails only for what happened to it.
+    const bool own_failure = record.status == RunStatus::kStatusError ||
+                             record.status == RunStatus::kStatusOom ||
+                             record.status == RunStatus::kStatusCrashed;
+    return own_failure ? 1 : 0;
   }
   if (!c.quiet && trainer.resumed_state())
     fmt::print(stderr, "resuming from step {} of {} ({})\n", trainer.resumed_state()->step,
@@ -124,10 +129,16 @@ int execute(const RunOptions& o) {
   record.finished_at = utc_now_iso8601();
   // The record file first: when the database cannot take the run, the file still holds it
   // for `gradscope collect`; when the file cannot be written, the database is still tried.
+  // The launcher of the ranks learns that the record exists (it writes a crashed one else).
+  const auto mark_recorded = [] {
+    const char* marker = std::getenv(kRecordMarkerVariable);
+    if (marker && *marker) std::ofstream(marker).put('\n');
+  };
   std::optional<Error> json_failed;
   if (!c.json_path.empty()) {
     try {
       write_json_atomically(c.json_path, record_to_json(record));
+      mark_recorded();
     } catch (const Error& e) {
       json_failed = e;
     }
@@ -137,6 +148,7 @@ int execute(const RunOptions& o) {
     try {
       // Unless a collect of the record file stored this attempt a moment ago.
       attempt = db->write_run_if_new(record).value_or(0);
+      mark_recorded();
     } catch (const Error& e) {
       if (json_failed)
         fail_runtime(fmt::format("the run was lost: {}; and {}", e.what(), json_failed->what()),

@@ -59,10 +59,10 @@ void add_verify_command(CLI::App& root, int& exit_code) {
       "Example: gradscope verify --model llama --strategy checkpoint\n"
       "         gradscope verify --model llama --nproc 2");
   o->settings.add_to(cmd, verify_defaults(),
-                     {"model", "preset", "batch", "accum-steps", "seq", "seed", "device", "dataset",
-                      "tokenizer", "optimizer", "recompute", "checkpoint-every", "loss",
-                      "loss-chunk", "lora-targets", "lora-rank", "lora-alpha", "nproc",
-                      "dist-timeout", "bucket-size"});
+                     {"model",     "preset",           "batch",   "accum-steps",  "seq",
+                      "seed",      "device",           "dataset", "tokenizer",    "optimizer",
+                      "recompute", "checkpoint-every", "loss",    "loss-chunk",   "lora-targets",
+                      "lora-rank", "lora-alpha",       "nproc",   "dist-timeout", "bucket-size"});
   cmd->add_option("--strategy", o->strategies,
                   "Strategy to check (repeatable; default: every strategy but standard)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
@@ -92,17 +92,24 @@ void add_verify_command(CLI::App& root, int& exit_code) {
         exit_code = launch_local_ranks(c, [](const RunRecord&) {});
         return;
       }
-      check_usage(env->world == c.nproc,
-                  fmt::format("--nproc {} but {} started {} ranks", c.nproc, env->launcher,
-                              env->world),
-                  "pass --nproc equal to the launcher's number of ranks");
+      check_usage(
+          env->world == c.nproc,
+          fmt::format("--nproc {} but {} started {} ranks", c.nproc, env->launcher, env->world),
+          "pass --nproc equal to the launcher's number of ranks");
       const auto comm = connect_ranks(*env, parse_device(c.device), c.dist_timeout_s);
       checks = verify_sharding(c, comm, options);
+      // A check that failed on any rank fails on all: each rank compares its own copy.
+      torch::Tensor failed = torch::zeros({static_cast<int64_t>(checks.size())}, torch::kFloat64);
+      for (size_t i = 0; i < checks.size(); ++i)
+        failed[static_cast<int64_t>(i)] = checks[i].passed ? 0 : 1;
+      comm->allreduce(failed);
+      bool all = true;
+      for (size_t i = 0; i < checks.size(); ++i) {
+        checks[i].passed = failed[static_cast<int64_t>(i)].item<double>() == 0;
+        all = all && checks[i].passed;
+      }
       if (comm->rank() != 0) {
-        exit_code = std::all_of(checks.begin(), checks.end(),
-                                [](const VerifyCheck& k) { return k.passed; })
-                        ? 0
-                        : 1;
+        exit_code = all ? 0 : 1;
         return;
       }
     } else {

@@ -61,7 +61,6 @@ enum class Shard {
   kShardFsdp,   // also the parameters, gathered per block for its forward and backward (ZeRO-3)
 };
 
-
 // --strategy: the study's memory strategies, each a shorthand for a way of computing a step.
 // "standard" is none of the parts; the others join the parts they use with '+', in the order
 // checkpoint, accumulation, fused ("checkpoint+accumulation").
@@ -157,7 +156,7 @@ struct RunConfig {
   int64_t nproc = 1;
   Shard shard = Shard::kShardNone;
   int64_t bucket_bytes = 25LL << 20;  // gradients reduced together (ddp, zero) or gathered
-  double dist_timeout_s = 120;       // a collective that waits longer fails the run
+  double dist_timeout_s = 120;        // a collective that waits longer fails the run
   Dtype dtype = Dtype::kDtypeFp32;
   int threads = 0;               // 0 = LibTorch's default
   int64_t memory_cap_bytes = 0;  // 0 = no cap

@@ -310,10 +310,9 @@ RunMemory memory_from_json(const Reader& r) {
   m.logits_bytes = r.integer("logits_bytes");
   if (r.has("phase_peak_bytes")) {
     const Reader p = r.object("phase_peak_bytes");
-    m.phase_peak_bytes =
-        PhasePeaks{p.integer("data").value_or(0), p.integer("forward").value_or(0),
-                   p.integer("backward").value_or(0), p.integer("optimizer").value_or(0),
-                   p.integer("communication")};
+    m.phase_peak_bytes = PhasePeaks{p.integer("data").value_or(0), p.integer("forward").value_or(0),
+                                    p.integer("backward").value_or(0),
+                                    p.integer("optimizer").value_or(0), p.integer("communication")};
   }
   m.reserved_peak_bytes = r.integer("reserved_peak_bytes");
   m.peak_rss_bytes = r.integer("peak_rss_bytes");
@@ -416,7 +415,6 @@ RunDistributed distributed_from_json(const Reader& r) {
 }
 
 }  // namespace
-
 
 const char* status_name(RunStatus s) {
   for (const auto& [v, name] : kStatuses)

@@ -229,12 +229,12 @@ struct RankFigures {
   int64_t peak_bytes = 0;
   MemoryBreakdown breakdown;  // at this rank's peak, as RunMemory::breakdown
   std::optional<std::string> peak_phase;
-  int64_t params_bytes = 0;           // what this rank holds of the parameters
+  int64_t params_bytes = 0;            // what this rank holds of the parameters
   std::optional<int64_t> grads_bytes;  // of the gradients (zero2: its shard)
-  int64_t optimizer_state_bytes = 0;  // of the optimizer state (zero: its shard)
+  int64_t optimizer_state_bytes = 0;   // of the optimizer state (zero: its shard)
   int64_t collective_buffer_peak_bytes = 0;
   std::optional<double> step_median_s;
-  std::optional<double> comm_s;   // waiting on collectives over the timed steps
+  std::optional<double> comm_s;  // waiting on collectives over the timed steps
   std::optional<double> backward_s;
   // Bytes this rank sends per timed step by the ring algorithms' volume (docs/metrics.md).
   std::optional<double> bytes_sent_per_step;
@@ -249,11 +249,11 @@ RankFigures rank_figures_from_json(const nlohmann::json& j, const std::string& p
 // How a run with several ranks was spread (null for one process).
 struct RunDistributed {
   int64_t world = 1;
-  std::string shard;     // ddp, zero1, zero2, fsdp
-  std::string launcher;  // gradscope, torchrun, slurm (or "single" for one rank)
-  std::string backend;   // gloo, or "none" for one rank
-  int64_t flat_params = 0;   // trainable elements laid end to end
-  int64_t shard_params = 0;  // of them, one rank's share (zero, fsdp) or all (ddp)
+  std::string shard;               // ddp, zero1, zero2, fsdp
+  std::string launcher;            // gradscope, torchrun, slurm (or "single" for one rank)
+  std::string backend;             // gloo, or "none" for one rank
+  int64_t flat_params = 0;         // trainable elements laid end to end
+  int64_t shard_params = 0;        // of them, one rank's share (zero, fsdp) or all (ddp)
   std::vector<RankFigures> ranks;  // in rank order
 };
 

@@ -149,7 +149,13 @@ std::optional<RankEnv> rank_env_from_environment() {
       env.launcher = "gradscope";
       env.store_hosted = true;
     }
-  } else if (env_text("SLURM_NTASKS") && env_text("SLURM_PROCID")) {
+    // torchrun's agent already hosts a store at MASTER_PORT: every rank is its client.
+    if (const char* a = env_text("TORCHELASTIC_USE_AGENT_STORE");
+        a &&
+        (std::strcmp(a, "True") == 0 || std::strcmp(a, "true") == 0 || std::strcmp(a, "1") == 0))
+      env.store_hosted = true;
+  } else if (env_text("SLURM_NTASKS") && env_text("SLURM_PROCID") && env_text("SLURM_STEP_ID")) {
+    // A job step that srun started (a batch script itself has SLURM_NTASKS but is no rank).
     env.world = env_int("SLURM_NTASKS", 1, 1 << 20);
     env.rank = env_int("SLURM_PROCID", 0, env.world - 1);
     env.local_rank = env_text("SLURM_LOCALID") ? env_int("SLURM_LOCALID", 0, env.world - 1) : 0;
@@ -168,9 +174,13 @@ std::optional<RankEnv> rank_env_from_environment() {
       if (env_text("MASTER_PORT")) {
         env.master_port = env_int("MASTER_PORT", 1, 65535);
       } else {
+        // Below Linux's ephemeral ports, and apart for each step of each job.
         const char* job = env_text("SLURM_JOB_ID");
+        const char* step = env_text("SLURM_STEP_ID");
         const long long id = job ? std::strtoll(job, nullptr, 10) : 0;
-        env.master_port = 20000 + static_cast<int>((id > 0 ? id : 0) % 20000);
+        const long long st = step ? std::strtoll(step, nullptr, 10) : 0;
+        env.master_port =
+            12000 + static_cast<int>(((id > 0 ? id : 0) * 7 + (st > 0 ? st : 0)) % 20000);
       }
     }
   } else {
@@ -201,8 +211,8 @@ std::string first_slurm_host(const std::string& nodelist) {
   std::string host = first;
   if (open != std::string::npos) {
     const auto close = first.find(']', open);
-    check_usage(close != std::string::npos, "cannot read Slurm node list '" +
-                                                nodelist.substr(0, 80) + "': unclosed '['",
+    check_usage(close != std::string::npos,
+                "cannot read Slurm node list '" + nodelist.substr(0, 80) + "': unclosed '['",
                 "set MASTER_ADDR to the first rank's host");
     std::string range = first.substr(open + 1, close - open - 1);
     range = range.substr(0, range.find_first_of(",-"));
@@ -234,12 +244,15 @@ double Communicator::sum(double v) {
 }
 
 std::vector<std::string> Communicator::gather_text(const std::string& text) {
-  const int64_t longest = [&] {
-    torch::Tensor n = torch::zeros({world_}, torch::kInt64);
-    n[rank_] = static_cast<int64_t>(text.size());
-    allreduce(n);
-    return n;
-  }().max().item<int64_t>();
+  const int64_t longest =
+      [&] {
+        torch::Tensor n = torch::zeros({world_}, torch::kInt64);
+        n[rank_] = static_cast<int64_t>(text.size());
+        allreduce(n);
+        return n;
+      }()
+          .max()
+          .item<int64_t>();
   torch::Tensor mine = torch::zeros({longest + 8}, torch::kUInt8);
   const int64_t size = static_cast<int64_t>(text.size());
   std::memcpy(mine.data_ptr<uint8_t>(), &size, 8);
@@ -291,8 +304,8 @@ std::shared_ptr<Communicator> connect_ranks(const RankEnv& env, const torch::Dev
   } catch (const std::exception& e) {
     std::string why = e.what();
     fail_runtime(
-        fmt::format("rank {}: cannot meet the other ranks at {}:{}: {}", env.rank,
-                    env.master_addr, env.master_port, why.substr(0, why.find('\n'))),
+        fmt::format("rank {}: cannot meet the other ranks at {}:{}: {}", env.rank, env.master_addr,
+                    env.master_port, why.substr(0, why.find('\n'))),
         env.rank == 0 && !env.store_hosted
             ? "the port may be in use: set another MASTER_PORT (gradscope run --nproc picks a "
               "free one itself)"
@@ -308,7 +321,8 @@ std::shared_ptr<Communicator> connect_ranks(const RankEnv& env, const torch::Dev
     else
       options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>("gradscope", store);
-    auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, env.rank, env.world, options);
+    auto group =
+        c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, env.rank, env.world, options);
     return std::make_shared<Gloo>(env.rank, env.world, std::move(group));
   } catch (const Error&) {
     throw;

@@ -47,6 +47,8 @@ struct RankEnv {
 // The environment variables gradscope run --nproc sets in each rank it starts (beside
 // torchrun's RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT).
 constexpr const char* kLauncherVariable = "GRADSCOPE_RANK_LAUNCHER";
+// Set for rank 0 alone: a file to create once the run's record is written.
+constexpr const char* kRecordMarkerVariable = "GRADSCOPE_RECORD_MARKER";
 
 // The rank this process is, from its launcher's variables; nullopt when none says there is
 // more than one rank (a plain process, or a Slurm job step of one task). A usage error names a

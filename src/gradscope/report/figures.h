@@ -16,7 +16,7 @@ struct Figure {
   std::string section;  // a model's name, or "" for the cross-model figures
   // "loss", "memory", "rank-memory", "phases", "scaling", "pareto", "utilization", "energy"
   std::string kind;
-  std::string axis;     // loss figures: steps, samples, time or energy
+  std::string axis;  // loss figures: steps, samples, time or energy
   std::string title, caption;
 };
 

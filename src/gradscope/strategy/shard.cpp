@@ -70,8 +70,8 @@ class FlatLayout {
     hi = std::min(hi, total_);
     if (lo >= hi) return;
     // The first parameter that ends after lo.
-    size_t i = static_cast<size_t>(
-        std::upper_bound(offsets_.begin(), offsets_.end(), lo) - offsets_.begin() - 1);
+    size_t i = static_cast<size_t>(std::upper_bound(offsets_.begin(), offsets_.end(), lo) -
+                                   offsets_.begin() - 1);
     for (; i < flats_.size() && offsets_[i] < hi; ++i) {
       const int64_t a = std::max(lo, offsets_[i]);
       const int64_t b = std::min(hi, offsets_[i] + numel(i));
@@ -157,15 +157,19 @@ class GradientReducer : public MicroBatchListener {
     if (armed_) start_step();
   }
 
+  // The step's reducing backward has returned: what has been reduced by now ran beside it.
+  void after_backward(const MicroBatchInfo& info) override {
+    if (!armed_ || info.index != info.count - 1) return;
+    for (Bucket& b : buckets_)
+      if (b.launched && (!b.work || b.work->done())) figures_.overlapped_bytes += b.bytes;
+  }
+
   // After the step's gradients are computed: launches what is left, waits for every bucket
   // (the caller's communication phase) and leaves the reduced gradients where they belong:
   // in the parameters' .grad (keep_full), else in shard_grad().
   void finish() {
     if (!armed_) start_step();  // a gradient function that announced no micro-batch
     armed_ = false;
-    // What had finished while backward ran is the overlapped share.
-    for (Bucket& b : buckets_)
-      if (b.work && b.work->done()) figures_.overlapped_bytes += bytes_of(b.buffer);
     for (Bucket& b : buckets_) b.pending = 0;
     launch_ready();
     for (Bucket& b : buckets_) drain(b);
@@ -175,8 +179,8 @@ class GradientReducer : public MicroBatchListener {
   // starts, filled as buckets finish), handed over once.
   torch::Tensor take_shard_grad() {
     if (!shard_grad_.defined() && !params_.empty())  // no bucket at all
-      shard_grad_ = torch::zeros({layout_.hi() - layout_.lo()},
-                                 params_[0].options().requires_grad(false));
+      shard_grad_ =
+          torch::zeros({layout_.hi() - layout_.lo()}, params_[0].options().requires_grad(false));
     return std::move(shard_grad_);
   }
 
@@ -187,6 +191,8 @@ class GradientReducer : public MicroBatchListener {
     int64_t pending = 0;
     torch::Tensor buffer;
     bool in_place = false;  // the buffer is the one parameter's gradient itself
+    bool launched = false;
+    int64_t bytes = 0;  // of its buffer
     std::unique_ptr<PendingCollective> work;
   };
 
@@ -207,6 +213,7 @@ class GradientReducer : public MicroBatchListener {
 
   void start_step() {
     for (Bucket& b : buckets_) {
+      b.launched = false;
       b.pending = static_cast<int64_t>(b.last - b.first);
       b.buffer = torch::Tensor();
       b.work.reset();
@@ -220,10 +227,11 @@ class GradientReducer : public MicroBatchListener {
     if (!armed_) return;
     Bucket& b = buckets_[bucket_of_[j]];
     if (b.work || b.pending <= 0)
-      fail_runtime("a parameter's gradient was accumulated twice in one backward after its "
-                   "bucket was reduced",
-                   "a parameter used in two places must be reduced after backward; this model "
-                   "cannot be sharded with gradient hooks");
+      fail_runtime(
+          "a parameter's gradient was accumulated twice in one backward after its "
+          "bucket was reduced",
+          "a parameter used in two places must be reduced after backward; this model "
+          "cannot be sharded with gradient hooks");
     --b.pending;
     launch_ready();
     // zero2: what is done is copied out now, so its buffer goes early.
@@ -277,7 +285,9 @@ class GradientReducer : public MicroBatchListener {
         }
       }
     }
-    figures_.reduced_bytes += bytes_of(b.buffer);
+    b.launched = true;
+    b.bytes = bytes_of(b.buffer);
+    figures_.reduced_bytes += b.bytes;
     b.work = comm_.allreduce_async(b.buffer);
     if (!keep_full_) in_flight_.push_back(&b);
   }
@@ -300,11 +310,12 @@ class GradientReducer : public MicroBatchListener {
     } else {
       // The shard is made at the first drain, not before: backward's early part holds none.
       if (!shard_grad_.defined())
-        shard_grad_ = torch::zeros({layout_.hi() - layout_.lo()},
-                                   b.buffer.options().requires_grad(false));
+        shard_grad_ =
+            torch::zeros({layout_.hi() - layout_.lo()}, b.buffer.options().requires_grad(false));
       const int64_t lo = std::max(b.lo, layout_.lo()), hi = std::min(b.hi, layout_.hi());
       if (lo < hi)
-        shard_grad_.narrow(0, lo - layout_.lo(), hi - lo).copy_(b.buffer.narrow(0, lo - b.lo, hi - lo));
+        shard_grad_.narrow(0, lo - layout_.lo(), hi - lo)
+            .copy_(b.buffer.narrow(0, lo - b.lo, hi - lo));
     }
     if (!b.in_place) buffers_.remove(bytes_of(b.buffer));
     b.buffer = torch::Tensor();
@@ -398,8 +409,8 @@ class ZeroPart {
                         if (i < names.size()) info.names.push_back(names[i]);
                         if (i < head_sizes.size()) info.head_sizes.push_back(head_sizes[i]);
                       });
-    optimizer_ = make_optimizer(spec.name, piece_tensors_, info, spec.lr, spec.weight_decay,
-                                spec.opt);
+    optimizer_ =
+        make_optimizer(spec.name, piece_tensors_, info, spec.lr, spec.weight_decay, spec.opt);
   }
 
   const FlatLayout& layout() const { return layout_; }
@@ -418,7 +429,8 @@ class ZeroPart {
           full_ ? params_[pc.param].grad().reshape(-1).narrow(0, pc.in_param, pc.n)
                 : shard_grad_.narrow(0, pc.in_shard, pc.n);
     }
-    if (!grads_bytes_) grads_bytes_ = full_ ? gradscope::grads_bytes(params_) : bytes_of(shard_grad_);
+    if (!grads_bytes_)
+      grads_bytes_ = full_ ? gradscope::grads_bytes(params_) : bytes_of(shard_grad_);
     double squares = 0;
     for (const auto& t : piece_tensors_)
       squares += t.grad().to(torch::kFloat64).pow(2).sum().item<double>();
@@ -530,9 +542,7 @@ class ZeroUpdater : public Updater {
   void set_learning_rate(double lr) override {
     gradscope::set_learning_rate(part_.optimizer(), lr);
   }
-  int64_t state_bytes() const override {
-    return optimizer_state_bytes(part_.optimizer());
-  }
+  int64_t state_bytes() const override { return optimizer_state_bytes(part_.optimizer()); }
   std::optional<int64_t> grads_bytes() const override { return part_.grads_bytes(); }
   MicroBatchListener* micro_batch_listener() override { return &part_.reducer(); }
   void save(torch::serialize::OutputArchive& archive) const override {
@@ -706,6 +716,9 @@ class FsdpUpdater : public Updater, public MicroBatchListener {
     return r;
   }
 
+  void after_backward(const MicroBatchInfo& info) override {
+    root_->reducer().after_backward(info);
+  }
   void before_backward(const MicroBatchInfo& info) override {
     root_->reducer().before_backward(info);
     armed_ = info.index == info.count - 1;
@@ -804,7 +817,8 @@ class FsdpUpdater : public Updater, public MicroBatchListener {
     storage->set_nbytes(bytes);
     buffers_.add(static_cast<int64_t>(bytes));
     std::vector<torch::Tensor> parts;
-    for (int q = 0; q < comm_->world(); ++q) parts.push_back(u.full.narrow(0, q * u.shard, u.shard));
+    for (int q = 0; q < comm_->world(); ++q)
+      parts.push_back(u.full.narrow(0, q * u.shard, u.shard));
     comm_->allgather(parts, u.master);
     u.gathered = true;
   }
@@ -820,6 +834,9 @@ class FsdpUpdater : public Updater, public MicroBatchListener {
 
   void on_gradient(size_t k) {
     FsdpUnit& u = units_[k];
+    if (u.pending <= 0)
+      fail_runtime("a block parameter's gradient was accumulated twice in one backward",
+                   "--shard fsdp needs each block parameter used once per forward");
     if (--u.pending > 0) return;
     // The block's backward is done: its gathered parameters go; on the step's last
     // micro-batch its gradients are reduced first (earlier ones accumulate locally).
@@ -835,11 +852,11 @@ class FsdpUpdater : public Updater, public MicroBatchListener {
     buffers_.add(bytes_of(flat));
     for (size_t j = 0; j < u.params.size(); ++j) {
       torch::Tensor p = u.params[j];
-      if (p.grad().defined())
-        flat.narrow(0, u.offsets[j], p.numel()).copy_(p.grad().reshape(-1));
+      if (p.grad().defined()) flat.narrow(0, u.offsets[j], p.numel()).copy_(p.grad().reshape(-1));
       p.mutable_grad() = torch::Tensor();
     }
-    figures_.reduced_bytes += bytes_of(flat);
+    // Synchronous, inside backward (its time is backward's): not among the bucket reductions
+    // whose overlap the record reports.
     comm_->allreduce(flat);
     u.grad_shard = flat.narrow(0, comm_->rank() * u.shard, u.shard).clone();
     buffers_.remove(bytes_of(flat));
@@ -869,7 +886,7 @@ torch::autograd::variable_list GatherBeforeBackward::backward(
 }  // namespace
 
 const std::vector<std::string>& elementwise_optimizers() {
-  static const std::vector<std::string> names = {"sgd",  "adam",     "adamw",
+  static const std::vector<std::string> names = {"sgd",     "adam",     "adamw",
                                                  "adagrad", "adadelta", "lion"};
   return names;
 }
@@ -897,8 +914,7 @@ void check_shard(const StepPlan& plan, Shard shard, const std::string& optimizer
   check_usage(refusal.empty(), refusal,
               "use --shard ddp with " + optimizer + ", or one of " + list + " with --shard " +
                   shard_name(shard));
-  check_usage(shard == Shard::kShardDdp ||
-                  !optimizer_registry().get(optimizer).steps_with_closure,
+  check_usage(shard == Shard::kShardDdp || !optimizer_registry().get(optimizer).steps_with_closure,
               "optimizer '" + optimizer + "' runs a line search over every parameter",
               "use --shard ddp with it");
 }

@@ -41,8 +41,8 @@ namespace gradscope {
 
 // What a sharded step measured, for the record (summed over the steps so far).
 struct ShardFigures {
-  int64_t reduced_bytes = 0;     // bytes of the buckets reduced
-  int64_t overlapped_bytes = 0;  // of them, in buckets done when backward ended
+  int64_t reduced_bytes = 0;      // bytes of the buckets reduced
+  int64_t overlapped_bytes = 0;   // of them, in buckets done when backward ended
   int64_t buffer_peak_bytes = 0;  // the most bytes of collective buffers alive at once
   int64_t shard_elements = 0;     // elements of this rank's shard (zero: the flat total / N)
   int64_t flat_elements = 0;      // elements of every trainable parameter, laid end to end

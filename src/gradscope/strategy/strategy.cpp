@@ -87,8 +87,10 @@ StepOutput Strategy::compute_gradients(Model& model, const MicroBatchSource& nex
     // This micro-batch's share of the mean per target over the whole effective batch.
     torch::Tensor loss = out.loss_sum / denominator;
     observer.enter(Phase::kPhaseBackward);
-    if (listener_) listener_->before_backward({i, k, batch.targets_count, total});
+    const MicroBatchInfo info{i, k, batch.targets_count, total};
+    if (listener_) listener_->before_backward(info);
     loss.backward();
+    if (listener_) listener_->after_backward(info);
     const torch::Tensor summed = out.loss_sum.detach();
     step.loss_sum = step.loss_sum.defined() ? step.loss_sum + summed : summed;
     step.samples += batch.samples;
@@ -101,11 +103,10 @@ StepOutput Strategy::compute_gradients(Model& model, const MicroBatchSource& nex
   }
   if (comm_) {
     // The step as one process would report it: sums over every rank.
-    torch::Tensor sums = torch::stack({step.loss_sum.to(torch::kCPU, torch::kFloat64),
-                                       torch::tensor(static_cast<double>(step.samples),
-                                                     torch::kFloat64),
-                                       torch::tensor(static_cast<double>(step.tokens),
-                                                     torch::kFloat64)});
+    torch::Tensor sums =
+        torch::stack({step.loss_sum.to(torch::kCPU, torch::kFloat64),
+                      torch::tensor(static_cast<double>(step.samples), torch::kFloat64),
+                      torch::tensor(static_cast<double>(step.tokens), torch::kFloat64)});
     comm_->allreduce(sums);
     step.loss_sum = sums[0].to(step.loss_sum.dtype());
     step.samples = static_cast<int64_t>(sums[1].item<double>());

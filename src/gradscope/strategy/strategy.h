@@ -63,6 +63,8 @@ class MicroBatchListener {
   virtual ~MicroBatchListener() = default;
   // Called after micro-batch `info.index`'s forward and before its backward.
   virtual void before_backward(const MicroBatchInfo& info) = 0;
+  // Called when that backward has returned.
+  virtual void after_backward(const MicroBatchInfo& /*info*/) {}
 };
 
 // What the step's gradient was computed from.

@@ -191,7 +191,8 @@ class BucketOverlay : public MemoryTrace::Overlay {
       while (begin > 0 && sum + bytes[order[begin - 1]] <= bucket_bytes)
         sum += bytes[order[--begin]];
       for (size_t j = begin; j < end; ++j) bucket_of_[order[j]] = static_cast<int>(buckets_.size());
-      buckets_.push_back({sum, static_cast<int64_t>(end - begin), static_cast<int64_t>(end - begin)});
+      buckets_.push_back(
+          {sum, static_cast<int64_t>(end - begin), static_cast<int64_t>(end - begin)});
       total_ += sum;
       end = begin;
     }

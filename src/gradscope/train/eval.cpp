@@ -54,10 +54,10 @@ Evaluation evaluate_model(Model& model, const DataSource& data, const torch::Dev
   }
   model.train();
   if (pass.comm && !pass.whole) {
-    torch::Tensor sums = torch::stack(
-        {sum.cpu(), torch::tensor(static_cast<double>(e.targets), torch::kFloat64),
-         torch::tensor(static_cast<double>(e.samples), torch::kFloat64),
-         torch::tensor(static_cast<double>(correct), torch::kFloat64)});
+    torch::Tensor sums =
+        torch::stack({sum.cpu(), torch::tensor(static_cast<double>(e.targets), torch::kFloat64),
+                      torch::tensor(static_cast<double>(e.samples), torch::kFloat64),
+                      torch::tensor(static_cast<double>(correct), torch::kFloat64)});
     pass.comm->allreduce(sums);
     sum = sums[0];
     e.targets = static_cast<int64_t>(sums[1].item<double>());

@@ -212,8 +212,9 @@ RunMemory memory_part(const RunTally& tally, const PhaseTimer& timer, const Memo
   const bool state_then = !known || after_steps || at->state_exists;
   m.breakdown.optimizer_state = take(state_then ? tally.state_bytes : 0);
   if (collective_buffer_bytes) {
-    const bool buffers_then = !known || (!after_steps && (at->phase == Phase::kPhaseBackward ||
-                                                          at->phase == Phase::kPhaseComm));
+    const bool buffers_then =
+        !known ||
+        (!after_steps && (at->phase == Phase::kPhaseBackward || at->phase == Phase::kPhaseComm));
     m.breakdown.collective_buffers = take(buffers_then ? *collective_buffer_bytes : 0);
   }
   if (known) {
@@ -270,7 +271,7 @@ RankFigures rank_figures_of(const RunRecord& record, int64_t rank,
     f.comm_s = record.time->comm_s;
     f.backward_s = record.time->backward_s;
   }
-  // Over the steps this process took (warm-up included): the bytes are the same each step.
+  // Over this process's timed steps: the bytes are the same each step.
   if (steps_run > 0)
     f.bytes_sent_per_step = static_cast<double>(bytes_sent) / static_cast<double>(steps_run);
   if (reduced_bytes > 0)

@@ -92,8 +92,8 @@ RunMemory memory_part(const RunTally& tally, const PhaseTimer& timer, const Memo
                       int64_t params_bytes, int64_t frozen_params_bytes,
                       std::optional<int64_t> grads_bytes, bool phase_timing,
                       std::optional<int64_t> collective_buffer_bytes = std::nullopt);
-// This rank's own figures of a run with several ranks, from its record's parts; bytes_sent over
-// the steps_run steps this process took.
+// This rank's own figures of a run with several ranks, from its record's parts; bytes_sent by
+// the steps_run timed steps of this process (evaluation's collectives left out).
 RankFigures rank_figures_of(const RunRecord& record, int64_t rank,
                             int64_t collective_buffer_peak_bytes, int64_t bytes_sent,
                             int64_t steps_run, int64_t reduced_bytes, int64_t overlapped_bytes);

@@ -252,10 +252,10 @@ Session::Session(const RunConfig& config, const SessionOptions& options)
                             c.nproc),
                 "run `gradscope run --nproc N ...` (it starts the ranks), or start each rank "
                 "with torchrun or srun (docs/distributed.md)");
-    check_usage(env->world == c.nproc,
-                fmt::format("--nproc {} but {} started {} ranks", c.nproc, env->launcher,
-                            env->world),
-                "pass --nproc equal to the launcher's number of ranks");
+    check_usage(
+        env->world == c.nproc,
+        fmt::format("--nproc {} but {} started {} ranks", c.nproc, env->launcher, env->world),
+        "pass --nproc equal to the launcher's number of ranks");
     comm_ = connect_ranks(*env, device_, c.dist_timeout_s);
     launcher_ = env->launcher;
   } else if (c.shard != Shard::kShardNone) {

@@ -1,6 +1,8 @@
 #include "gradscope/train/train_state.h"
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -393,18 +395,22 @@ void save_train_state(const std::string& dir, Session& session, const TrainProgr
   std::error_code ec;
   // What a save killed part-way left behind (the previous state is whole beside it).
   for (const fs::path& stale : siblings(target, saving_prefix(target))) fs::remove_all(stale, ec);
+  // Sharded parameters (--shard fsdp) are gathered whole for the save, by every rank, before
+  // anything that can fail on one rank alone; each takes its share back however the save ends.
+  session.updater()->gather_parameters();
+  struct Scatter {
+    Updater& updater;
+    ~Scatter() { updater.scatter_parameters(); }
+  } scatter{*session.updater()};
   const fs::path fresh = make_temp_folder(parent, saving_prefix(target));
   try {
     {
-      // Sharded parameters (--shard fsdp) are gathered whole for the save, by every rank.
-      session.updater()->gather_parameters();
       torch::serialize::OutputArchive model;
       size_t i = 0;
       for (const auto& [name, tensor] : named_weights(session.model()))
         model.write(weight_key(i++), tensor.detach().cpu(), /*is_buffer=*/true);
-      // The archive refers to the parameters' storage: written before it is released.
+      // The archive refers to the parameters' storage, which stays until the save ends.
       model.save_to((fresh / kModelFile).string());
-      session.updater()->scatter_parameters();
       fsync_path(fresh / kModelFile, false);
     }
     {
@@ -613,6 +619,13 @@ StopSignals::StopSignals() {
   stop_flag.store(0);
   install_stop_handler(SIGTERM, /*once=*/false, &term_before_);
   install_stop_handler(SIGINT, /*once=*/true, &int_before_);
+  // A rank started by gradscope run --nproc begins with them blocked, so that a stop sent
+  // while it starts waits for the handlers instead of killing it.
+  sigset_t stops;
+  sigemptyset(&stops);
+  sigaddset(&stops, SIGTERM);
+  sigaddset(&stops, SIGINT);
+  pthread_sigmask(SIG_UNBLOCK, &stops, nullptr);
 }
 
 StopSignals::~StopSignals() {

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <csignal>
+#include <filesystem>
 #include <limits>
 
 #include <fmt/format.h>
@@ -104,8 +105,8 @@ Evaluation Trainer::evaluate() {
   EvalPass pass;
   pass.batch = c.batch;
   // With several ranks a micro-batch is the global one, each rank evaluating its share.
-  pass.micro_batches = eval_micro_batches(c.eval_batches, c.accum_steps, c.batch * session_->world(),
-                                          session_->data().val_samples());
+  pass.micro_batches = eval_micro_batches(
+      c.eval_batches, c.accum_steps, c.batch * session_->world(), session_->data().val_samples());
   pass.comm = session_->world() > 1 ? session_->communicator().get() : nullptr;
   pass.bf16 = c.dtype == Dtype::kDtypeBf16;
   return evaluate_model(session_->model(), session_->data(), session_->device(), pass);
@@ -192,9 +193,9 @@ RunRecord Trainer::run(ProgressSink* progress) {
     // between two ranks' saves) cannot be resumed together.
     Communicator& comm = *session_->communicator();
     // The steps' sum and sum of squares are N s and N s^2 only when every rank is at s.
-    torch::Tensor steps = torch::tensor({static_cast<double>(first_step),
-                                         static_cast<double>(first_step * first_step)},
-                                        torch::kFloat64);
+    torch::Tensor steps = torch::tensor(
+        {static_cast<double>(first_step), static_cast<double>(first_step * first_step)},
+        torch::kFloat64);
     comm.allreduce(steps);
     const double n = comm.world(), s = static_cast<double>(first_step);
     if (steps[0].item<double>() != n * s || steps[1].item<double>() != n * s * s)
@@ -263,6 +264,11 @@ RunRecord Trainer::run(ProgressSink* progress) {
 
   const bool several_ranks = session_->world() > 1;
   bool agreed_stop = false;
+  Communicator* const comm_of_run = session_->communicator().get();
+  const auto bytes_sent = [comm_of_run] {
+    return comm_of_run ? comm_of_run->stats().bytes_sent : int64_t{0};
+  };
+  int64_t timed_sent = 0, timed_run = 0;  // over this process's timed steps
   try {
     for (step = first_step; step < total_steps; ++step) {
       // SIGTERM or SIGINT (train_state.h): stop between steps (with several ranks, at the step
@@ -287,12 +293,18 @@ RunRecord Trainer::run(ProgressSink* progress) {
       const double step_t0 = clock.now_s();
       timer.begin_step();
       const MicroBatchSource next = session_->step_batches(step);
+      const int64_t sent_before = bytes_sent();
       const UpdateResult r = updater.step(
           [&] {
             AutocastScope autocast(device, bf16);
             return session_->strategy().compute_gradients(session_->model(), next, timer);
           },
           timer);
+      // What the step's collectives sent (evaluation's and the loop's own left out).
+      if (timed) {
+        timed_sent += bytes_sent() - sent_before;
+        ++timed_run;
+      }
       if (tally.tokens_per_step == 0) tally.tokens_per_step = r.out.tokens;
       const double loss = r.out.loss_sum.item<double>() /
                           static_cast<double>(std::max<int64_t>(r.out.target_count, 1));
@@ -345,8 +357,8 @@ RunRecord Trainer::run(ProgressSink* progress) {
       bool out_of_time = c.timeout_s > 0 && clock.now_s() - run_started > c.timeout_s;
       if (several_ranks) {
         Communicator* comm = session_->communicator().get();
-        torch::Tensor flags = torch::tensor({stop_requested() ? 1.0 : 0.0, out_of_time ? 1.0 : 0.0},
-                                            torch::kFloat64);
+        torch::Tensor flags =
+            torch::tensor({stop_requested() ? 1.0 : 0.0, out_of_time ? 1.0 : 0.0}, torch::kFloat64);
         comm->allreduce(flags);
         agreed_stop = flags[0].item<double>() > 0;
         out_of_time = flags[1].item<double>() > 0;
@@ -384,16 +396,20 @@ RunRecord Trainer::run(ProgressSink* progress) {
         }
       }
       std::string kept;
+      // With several ranks each keeps DIR/rank-R; --resume takes DIR.
+      const std::string given_state =
+          session_->world() > 1 ? std::filesystem::path(c.save_state).parent_path().string()
+                                : c.save_state;
       if (c.save_state.empty())
         kept = "nothing was saved (no --save-state)";
       else if (save_failed.empty())
-        kept = "the training state is in " + c.save_state + ": --resume " + c.save_state +
+        kept = "the training state is in " + given_state + ": --resume " + given_state +
                " continues the run";
       else if (saved_step >= 0)
         kept = fmt::format(
             "the training state could not be saved ({}); the one of step {} is in "
             "{}: --resume {} continues from there",
-            save_failed, saved_step, c.save_state, c.save_state);
+            save_failed, saved_step, given_state, given_state);
       else
         kept = fmt::format("the training state could not be saved ({})", save_failed);
       const int sig = stop_signal();
@@ -422,8 +438,8 @@ RunRecord Trainer::run(ProgressSink* progress) {
 
   if (sensors.sampler()) sensors.sampler()->stop();
   if (!c.memory_snapshot.empty()) write_memory_snapshot(c.memory_snapshot);
-  finish_record(record, tally, timer, sensors, clock.now_s() - run_started, threads,
-                step - first_step);
+  finish_record(record, tally, timer, sensors, clock.now_s() - run_started, threads, timed_sent,
+                timed_run);
   // --save-weights: weights that finished training (or ran out of time), never those of a
   // step that failed half-way or diverged; after the record's time and memory are taken, so
   // the save counts in neither. A save that fails leaves the measurement as it is and says
@@ -452,7 +468,7 @@ RunRecord Trainer::run(ProgressSink* progress) {
 
 void Trainer::finish_record(RunRecord& record, RunTally& tally, const PhaseTimer& timer,
                             const RunSensors& sensors, double wall_s, int threads,
-                            int64_t steps_run) {
+                            int64_t timed_sent, int64_t timed_run) {
   const RunConfig& c = config();
   const torch::Device& device = session_->device();
   record.steps = tally.steps;
@@ -474,8 +490,7 @@ void Trainer::finish_record(RunRecord& record, RunTally& tally, const PhaseTimer
   record.throughput = throughput_part(tally);
   record.memory = memory_part(
       tally, timer, *meter_,
-      session_->updater()->resident_params_bytes().value_or(
-          tensors_bytes(session_->parameters())),
+      session_->updater()->resident_params_bytes().value_or(tensors_bytes(session_->parameters())),
       session_->frozen_params_bytes(), session_->updater()->grads_bytes(), c.phase_timing,
       shard ? std::optional<int64_t>(shard->buffer_peak_bytes) : std::nullopt);
   sensors.fill(record, tally, c, device.is_cpu(), threads);
@@ -486,10 +501,11 @@ void Trainer::finish_record(RunRecord& record, RunTally& tally, const PhaseTimer
                             recompute_flops(c, arch(), c.seq_len).per_step);
   record.env = env_part(c.device, device);
   apply_device_peak(record);
-  if (shard) distributed_part(record, *shard, steps_run);
+  if (shard) distributed_part(record, *shard, timed_sent, timed_run);
 }
 
-void Trainer::distributed_part(RunRecord& record, const ShardFigures& shard, int64_t steps_run) {
+void Trainer::distributed_part(RunRecord& record, const ShardFigures& shard, int64_t timed_sent,
+                               int64_t timed_run) {
   Communicator& comm = *session_->communicator();
   const RunConfig& c = config();
   RunDistributed d;
@@ -499,9 +515,8 @@ void Trainer::distributed_part(RunRecord& record, const ShardFigures& shard, int
   d.backend = comm.world() > 1 ? "gloo" : "none";
   d.flat_params = shard.flat_elements;
   d.shard_params = shard.shard_elements;
-  const RankFigures mine =
-      rank_figures_of(record, comm.rank(), shard.buffer_peak_bytes, comm.stats().bytes_sent,
-                      steps_run, shard.reduced_bytes, shard.overlapped_bytes);
+  const RankFigures mine = rank_figures_of(record, comm.rank(), shard.buffer_peak_bytes, timed_sent,
+                                           timed_run, shard.reduced_bytes, shard.overlapped_bytes);
   // Every rank ends its loop at the same step with the same status, except when one failed on
   // its own (an error, out of memory) or lost a peer: then only this rank's figures are known.
   const bool together = record.status != RunStatus::kStatusError &&
@@ -511,8 +526,8 @@ void Trainer::distributed_part(RunRecord& record, const ShardFigures& shard, int
     try {
       const std::vector<std::string> all = comm.gather_text(rank_figures_to_json(mine).dump());
       for (size_t r = 0; r < all.size(); ++r)
-        d.ranks.push_back(rank_figures_from_json(nlohmann::json::parse(all[r]),
-                                                 fmt::format("rank {}", r)));
+        d.ranks.push_back(
+            rank_figures_from_json(nlohmann::json::parse(all[r]), fmt::format("rank {}", r)));
     } catch (const std::exception& e) {
       log_warn("the other ranks' figures could not be gathered: {}", first_line(e.what()));
       d.ranks = {mine};

@@ -311,11 +311,10 @@ std::vector<VerifyCheck> verify_sharding(const RunConfig& config,
   base.save_state.clear();
   base.resume.clear();
   base.save_weights.clear();
-  const std::shared_ptr<const DataSource> data =
-      make_data_source(family, resolve_arch(base), base);
-  const std::vector<Dtype> dtypes =
-      options.dtypes.empty() ? std::vector<Dtype>{Dtype::kDtypeFp32, Dtype::kDtypeBf16}
-                             : options.dtypes;
+  const std::shared_ptr<const DataSource> data = make_data_source(family, resolve_arch(base), base);
+  const std::vector<Dtype> dtypes = options.dtypes.empty()
+                                        ? std::vector<Dtype>{Dtype::kDtypeFp32, Dtype::kDtypeBf16}
+                                        : options.dtypes;
   std::vector<VerifyCheck> checks;
   for (const Dtype dtype : dtypes) {
     RunConfig one = base;
