@@ -20,6 +20,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   # figures (plain gnuplot pulls in Qt); headless Chromium renders the HTML report in a test
   gnuplot-nox chromium
+  # a one-node Slurm cluster for the tests of the emitted job arrays (scripts/slurm-cluster.sh)
+  slurmctld slurmd slurm-client munge
   # data sets shipped by Debian
   dataset-fashion-mnist
 )

@@ -228,7 +228,15 @@ TEST(SweepLockTest, TheLockFileIsNotFollowedThroughALink) {
 TEST(CollectHostile, RefusedTaskFilesCountAsMissing) {
   testing::TempDir dir;
   std::filesystem::create_directory(dir.file("results"));
-  write_text(dir.file("runs.txt"), "a\nb\n");
+  nlohmann::json runs = {{"format", "gradscope-slurm-runs"}, {"version", 1}, {"sweep", "s"}};
+  for (int i = 0; i < 2; ++i)
+    runs["runs"].push_back({{"index", i},
+                            {"run_id", "r" + std::to_string(i)},
+                            {"label", "x"},
+                            {"nproc", 1},
+                            {"sets_threads", false},
+                            {"args", nlohmann::json::array({"--model", "llama"})}});
+  write_text(dir.file("runs.json"), runs.dump());
   write_text(dir.file("results/task-0.json"), record_to_json(result_record("r0")).dump());
   write_text(dir.file("results/task-1.json"), "not json");
   Database db(dir.file("r.db"));

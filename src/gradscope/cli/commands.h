@@ -20,6 +20,7 @@ void add_tokenize_command(CLI::App& root, int& exit_code);
 void add_verify_command(CLI::App& root, int& exit_code);
 void add_sweep_command(CLI::App& root, int& exit_code);
 void add_collect_command(CLI::App& root, int& exit_code);
+void add_task_command(CLI::App& root, int& exit_code);
 void add_probe_command(CLI::App& root, int& exit_code);
 void add_estimate_command(CLI::App& root, int& exit_code);
 void add_report_command(CLI::App& root, int& exit_code);

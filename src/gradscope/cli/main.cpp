@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   gradscope::add_tokenize_command(app, exit_code);
   gradscope::add_sweep_command(app, exit_code);
   gradscope::add_collect_command(app, exit_code);
+  gradscope::add_task_command(app, exit_code);
   gradscope::add_probe_command(app, exit_code);
   gradscope::add_estimate_command(app, exit_code);
   gradscope::add_report_command(app, exit_code);

@@ -14,6 +14,7 @@
 #include "gradscope/store/db.h"
 #include "gradscope/sweep/grid.h"
 #include "gradscope/sweep/runner.h"
+#include "gradscope/sweep/slurm.h"
 #include "gradscope/train/train_state.h"
 
 namespace gradscope {
@@ -28,7 +29,9 @@ struct SweepCliOptions {
   bool dry_run = false;
   std::string emit;
   std::string out;
-  int64_t cpus_per_task = 4;
+  SlurmSettings slurm;  // flags; each set one overrides the file's [slurm]
+  bool submit = false;
+  double submit_watch_s = 30;
   std::string log_dir;
   double heartbeat_s = 30;
   std::vector<std::string> only;  // run ids: the grid's runs to keep, the rest left alone
@@ -78,16 +81,46 @@ int execute_sweep(SweepCliOptions& o) {
   run.log_dir = !o.log_dir.empty() ? o.log_dir : run.db_path + ".logs";
   run.heartbeat_s = o.heartbeat_s;
 
+  const bool slurm_flags = o.submit || !o.slurm.partition.empty() || !o.slurm.account.empty() ||
+                           !o.slurm.time.empty() || !o.slurm.mem.empty() ||
+                           !o.slurm.gpus_per_task.empty() || o.slurm.cpus_per_task != 0;
+  check_usage(!o.emit.empty() || !slurm_flags,
+              "--submit, --partition, --account, --time, --mem, --gpus-per-task and "
+              "--cpus-per-task go with --emit slurm",
+              "add --emit slurm --out DIR, or drop them to run the sweep here");
   if (!o.emit.empty()) {
+    check_usage(o.submit_watch_s >= 0 && o.submit_watch_s <= 3600,
+                "--submit-watch must be between 0 and 3600 seconds");
     check_usage(o.only.empty(), "--only does not combine with --emit",
                 "a cluster job runs the whole grid; run single runs here with --only");
     check_usage(o.emit == "slurm", "unknown --emit target '" + o.emit + "'", "valid: slurm");
     check_usage(!o.out.empty(), "--emit slurm needs --out DIR", "e.g. --out cluster/paper");
-    const std::string script = emit_slurm(sweep, o.out, run.executable, o.cpus_per_task);
-    fmt::print(
-        "wrote {} ({} array tasks)\nsubmit: sbatch {}\nthen: gradscope collect {} --db "
-        "{}\n",
-        script, sweep.runs.size(), script, o.out, run.db_path);
+    SlurmSettings slurm = sweep.slurm;
+    for (auto [flag, file] : {std::pair{&o.slurm.partition, &slurm.partition},
+                              {&o.slurm.account, &slurm.account},
+                              {&o.slurm.time, &slurm.time},
+                              {&o.slurm.mem, &slurm.mem},
+                              {&o.slurm.gpus_per_task, &slurm.gpus_per_task}})
+      if (!flag->empty()) *file = *flag;
+    if (o.slurm.cpus_per_task != 0) slurm.cpus_per_task = o.slurm.cpus_per_task;
+    check_usage(slurm.cpus_per_task >= 0,
+                fmt::format("--cpus-per-task {} must be at least 1", slurm.cpus_per_task));
+    // Every run resolved (a bad one named) before anything is written.
+    const std::vector<PlannedRun> plan = resolve_sweep(sweep, parse_run_arguments);
+    const SlurmEmit emitted =
+        emit_slurm(sweep, plan, o.out, run.executable, slurm, slurm_node_cpus(slurm.partition));
+    for (const SlurmArray& array : emitted.arrays)
+      fmt::print("wrote {}: {} array task{}{}\n", array.script, array.tasks.size(),
+                 array.tasks.size() == 1 ? "" : "s",
+                 array.nproc > 1 ? fmt::format(" of {} ranks each", array.nproc) : "");
+    fmt::print("{}\n", emitted.note);
+    if (o.submit) {
+      submit_slurm(emitted, o.out, o.submit_watch_s, stdout);
+    } else {
+      for (const SlurmArray& array : emitted.arrays)
+        fmt::print("submit: sbatch {}\n", array.script);
+    }
+    fmt::print("then: gradscope collect {} --db {}\n", o.out, run.db_path);
     return 0;
   }
 
@@ -155,7 +188,25 @@ void add_sweep_command(CLI::App& root, int& exit_code) {
   cmd->add_flag("--dry-run", o->dry_run, "List the runs and what would happen to each; run none");
   cmd->add_option("--emit", o->emit, "Write a cluster job instead of running: slurm");
   cmd->add_option("--out", o->out, "With --emit: the folder to write the job into");
-  cmd->add_option("--cpus-per-task", o->cpus_per_task, "With --emit slurm: CPUs of each task")
+  cmd->add_option("--cpus-per-task", o->slurm.cpus_per_task,
+                  "With --emit slurm: CPUs of each task (default: at most 4, as many as the "
+                  "cluster's largest node has, by sinfo)");
+  cmd->add_option("--partition", o->slurm.partition, "With --emit slurm: the partition(s)");
+  cmd->add_option("--account", o->slurm.account, "With --emit slurm: the account to charge");
+  cmd->add_option("--time", o->slurm.time,
+                  "With --emit slurm: each task's time limit (90, 02:00:00, 1-12:00:00); "
+                  "default: run_timeout + 5 minutes, else the partition's");
+  cmd->add_option("--mem", o->slurm.mem,
+                  "With --emit slurm: memory per node (16G); default: memory_limit, else the "
+                  "cluster's");
+  cmd->add_option("--gpus-per-task", o->slurm.gpus_per_task,
+                  "With --emit slurm: GPUs per rank (1, or a100:1); default 1 for CUDA runs");
+  cmd->add_flag("--submit", o->submit,
+                "With --emit slurm: submit the job (sbatch --test-only first) and report "
+                "tasks that cannot start");
+  cmd->add_option("--submit-watch", o->submit_watch_s,
+                  "With --submit: seconds to watch the queued tasks for a reason they can "
+                  "never start")
       ->capture_default_str();
   cmd->add_option("--log-dir", o->log_dir, "Where each attempt's output goes (default: DB.logs)");
   cmd->add_option("--only", o->only,

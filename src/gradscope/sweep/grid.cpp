@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <regex>
 #include <set>
 #include <string_view>
 
@@ -15,6 +16,7 @@
 #include "gradscope/core/env.h"
 #include "gradscope/core/error.h"
 #include "gradscope/core/files.h"
+#include "gradscope/core/log.h"
 #include "gradscope/core/plain_text.h"
 #include "gradscope/core/settings.h"
 
@@ -524,6 +526,52 @@ SweepSettings read_settings(const std::string& file, const toml::node& node) {
   return s;
 }
 
+SlurmSettings read_slurm_settings(const std::string& file, const toml::node& node) {
+  SlurmSettings s;
+  const auto& table = expect_table(file, "[slurm]", node,
+                                   "write [slurm] followed by partition, account, time, ...");
+  const std::string valid =
+      "valid keys in [slurm]: partition, account, time, mem, gpus_per_task, cpus_per_task";
+  for (const auto& [key, value] : table) {
+    const std::string name(key.str());
+    const std::string vat = where(file, value.source());
+    if (name == "cpus_per_task") {
+      check_usage(value.is_integer() && value.as_integer()->get() >= 1,
+                  fmt::format("{}: 'cpus_per_task' in [slurm] must be an integer >= 1, not {}", vat,
+                              describe(value)),
+                  "write e.g. cpus_per_task = 8");
+      s.cpus_per_task = value.as_integer()->get();
+      continue;
+    }
+    std::string* target = name == "partition"       ? &s.partition
+                          : name == "account"       ? &s.account
+                          : name == "time"          ? &s.time
+                          : name == "mem"           ? &s.mem
+                          : name == "gpus_per_task" ? &s.gpus_per_task
+                                                    : nullptr;
+    check_usage(
+        target != nullptr,
+        fmt::format("{}: unknown key '{}' in [slurm]", where(file, region_of(key, value)), name),
+        valid);
+    std::string text;
+    if (value.is_string())
+      text = value.as_string()->get();
+    else if (value.is_integer() && (name == "time" || name == "gpus_per_task" || name == "mem"))
+      text = std::to_string(value.as_integer()->get());
+    else
+      fail_usage(
+          fmt::format("{}: '{}' in [slurm] must be text, not {}", vat, name, describe(value)),
+          "write e.g. partition = \"gpu\", time = \"02:00:00\"");
+    try {
+      check_slurm_setting(name, text);
+    } catch (const Error& e) {
+      fail_usage(fmt::format("{}: {}", vat, e.what()), e.hint());
+    }
+    *target = text;
+  }
+  return s;
+}
+
 std::vector<Axis> read_axes(const std::string& file, const toml::node& node) {
   std::vector<Axis> axes;
   const auto& table =
@@ -570,6 +618,33 @@ std::vector<Axis> read_axes(const std::string& file, const toml::node& node) {
 }
 
 }  // namespace
+
+void check_slurm_setting(const std::string& key, const std::string& value) {
+  // Each form is a whole-text match over letters, digits and . _ - : , alone: nothing in it
+  // is a quote, a space, a '$', a '%' (an sbatch file pattern) or a line break.
+  struct Form {
+    const char* key;
+    const char* pattern;
+    const char* example;
+  };
+  static const Form forms[] = {
+      {"partition", "[A-Za-z0-9_.-]+(,[A-Za-z0-9_.-]+)*", "gpu, or gpu,cpu"},
+      {"account", "[A-Za-z0-9_.-]+", "proj-123"},
+      {"time", "[0-9]+(-[0-9]+)?(:[0-9]+){0,2}|UNLIMITED|unlimited",
+       "90 (minutes), 02:00:00, 1-12:00:00"},
+      {"mem", "[0-9]+[KMGT]?", "16G, 16000M"},
+      {"gpus_per_task", "([A-Za-z0-9_.-]+:)?[0-9]+", "1, or a100:1"},
+  };
+  for (const Form& f : forms) {
+    if (key != f.key) continue;
+    const bool ok = value.size() <= 128 && std::regex_match(value, std::regex(f.pattern));
+    check_usage(
+        ok, fmt::format("slurm {} '{}' is not of the form Slurm takes", key, terminal_text(value)),
+        fmt::format("write e.g. {}; letters, digits and . _ - : , alone", f.example));
+    return;
+  }
+  fail_runtime("check_slurm_setting: no form for '" + key + "'");
+}
 
 const std::vector<std::string>& run_keys() {
   static const std::vector<std::string> names = [] {
@@ -629,10 +704,11 @@ Sweep load_sweep(const std::string& path) {
   sweep.name = plain_name_from(std::filesystem::path(path).stem().string(), 64);
 
   const std::string top_valid =
-      "valid top-level keys: name, [sweep], [fixed], [axes], [[override]], [[exclude]]";
+      "valid top-level keys: name, [sweep], [slurm], [fixed], [axes], [[override]], "
+      "[[exclude]]";
   for (const auto& [key, value] : root) {
     const std::string name(key.str());
-    if (name == "name" || name == "sweep" || name == "fixed" || name == "axes" ||
+    if (name == "name" || name == "sweep" || name == "slurm" || name == "fixed" || name == "axes" ||
         name == "override" || name == "exclude")
       continue;
     fail_usage(
@@ -655,6 +731,7 @@ Sweep load_sweep(const std::string& path) {
                 "write e.g. name = \"study-tiny\"");
   }
   if (const auto* node = root.get("sweep")) sweep.settings = read_settings(path, *node);
+  if (const auto* node = root.get("slurm")) sweep.slurm = read_slurm_settings(path, *node);
 
   RunSpec fixed;
   std::map<std::string, std::string> fixed_at;  // key -> "FILE:LINE", for the clash message
@@ -781,7 +858,7 @@ RunSpec load_run_config(const std::string& path) {
   RunSpec spec;
   for (const auto& [key, value] : root) {
     const std::string name(key.str());
-    if (name == "name" || name == "sweep" || name == "fixed" || name == "axes" ||
+    if (name == "name" || name == "sweep" || name == "slurm" || name == "fixed" || name == "axes" ||
         name == "override" || name == "exclude")
       fail_usage(fmt::format("{}: '{}' belongs in a sweep file, not a run configuration",
                              where(path, region_of(key, value)), name),

@@ -73,10 +73,27 @@ struct SweepSettings {
   std::string db;                  // results database; empty = the caller's default
 };
 
+// The [slurm] table (or `sweep --emit slurm`'s flags): what a cluster asks of a job. Empty
+// text and 0 leave the choice to the cluster (cpus_per_task: the emitter's fit). Each value
+// is written into an #SBATCH line, so each must pass check_slurm_setting.
+struct SlurmSettings {
+  std::string partition;      // --partition: names separated by commas
+  std::string account;        // --account
+  std::string time;           // --time: minutes, MM:SS, HH:MM:SS, D-HH[:MM[:SS]]
+  std::string mem;            // --mem: a count with an optional K, M, G or T
+  std::string gpus_per_task;  // --gpus-per-task: a count, or TYPE:COUNT
+  int64_t cpus_per_task = 0;  // --cpus-per-task
+};
+
+// A usage error naming `key` ("partition", "time", ...) unless `value` is of the form Slurm
+// takes for it, made of characters that mean nothing to sbatch's option parser or the shell.
+void check_slurm_setting(const std::string& key, const std::string& value);
+
 struct Sweep {
   std::string name;  // `name`, else the file's stem
   std::string path;  // as given to load_sweep
   SweepSettings settings;
+  SlurmSettings slurm;
   std::vector<std::string> axes;  // axis keys in expansion (priority) order
   std::vector<RunSpec> runs;      // the expanded grid, exclusions removed, in expansion order
   int64_t excluded = 0;           // runs dropped by [[exclude]]

@@ -1,4 +1,5 @@
 #include "gradscope/sweep/runner.h"
+#include "gradscope/sweep/slurm.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -59,8 +60,10 @@ std::string decide(const std::vector<RunStatus>& statuses, bool state_kept) {
 }
 
 // The lookup a resume makes (find_train_state): the folder, or a state a save left aside.
-bool state_kept(const std::string& log_dir, const std::string& run_id) {
-  return !log_dir.empty() && !find_train_state(run_state_folder(log_dir, run_id)).empty();
+// With ranks each keeps STATE/rank-R: rank 0's part says whether there is one.
+bool state_kept(const std::string& log_dir, const std::string& run_id, int64_t nproc) {
+  return !log_dir.empty() &&
+         !find_train_state(rank_state_folder(run_state_folder(log_dir, run_id), nproc, 0)).empty();
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
@@ -212,12 +215,6 @@ int visible_gpus() {
   return n;
 }
 
-std::string shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
 std::string loss_text(const std::optional<double>& v) {
   return v ? fmt::format("{:.4f}", *v) : std::string("n/a");
 }
@@ -249,8 +246,7 @@ std::string run_state_folder(const std::string& log_dir, const std::string& run_
   return (fs::path(log_dir) / (run_id + ".state")).string();
 }
 
-std::vector<PlannedRun> plan_sweep(const Sweep& sweep, Database& db, const RunArgumentParser& parse,
-                                   const std::string& log_dir) {
+std::vector<PlannedRun> resolve_sweep(const Sweep& sweep, const RunArgumentParser& parse) {
   std::vector<PlannedRun> plan;
   plan.reserve(sweep.runs.size());
   std::map<std::string, size_t> first_with_id;  // run id -> index of the run that has it
@@ -275,9 +271,17 @@ std::vector<PlannedRun> plan_sweep(const Sweep& sweep, Database& db, const RunAr
                              it->second + 1, plan[it->second].label, i + 1, p.label, p.run_id),
                  "make them differ in a setting that defines the run, or drop one (an "
                  "[[exclude]]); settings such as threads or the device index are not part of it");
-    p.previous = db.statuses_of(p.run_id);
-    p.action = decide(p.previous, state_kept(log_dir, p.run_id));
     plan.push_back(std::move(p));
+  }
+  return plan;
+}
+
+std::vector<PlannedRun> plan_sweep(const Sweep& sweep, Database& db, const RunArgumentParser& parse,
+                                   const std::string& log_dir) {
+  std::vector<PlannedRun> plan = resolve_sweep(sweep, parse);
+  for (PlannedRun& p : plan) {
+    p.previous = db.statuses_of(p.run_id);
+    p.action = decide(p.previous, state_kept(log_dir, p.run_id, p.resolved.config.nproc));
   }
   return plan;
 }
@@ -408,7 +412,7 @@ int64_t run_sweep(const Sweep& sweep, std::vector<PlannedRun>& plan, Database& d
   const size_t total = queue.size();
   size_t finished = 0, failed = 0;
   for (PlannedRun& run : plan)  // the plan was made before; a state may have gone since
-    if (run.action == "resume" && !state_kept(o.log_dir, run.run_id))
+    if (run.action == "resume" && !state_kept(o.log_dir, run.run_id, run.resolved.config.nproc))
       run.action = decide(run.previous, false);
   double finished_seconds = 0;
   fmt::print(
@@ -443,7 +447,8 @@ int64_t run_sweep(const Sweep& sweep, std::vector<PlannedRun>& plan, Database& d
     bool resume = run.action == "resume";
     if (resume) {
       try {
-        const TrainStateInfo info = read_train_state_info(a.state);
+        const TrainStateInfo info =
+            read_train_state_info(rank_state_folder(a.state, run.resolved.config.nproc, 0));
         check_state_build(info);
         const nlohmann::json saved = info.config.value("threads", nlohmann::json(nullptr));
         if (saved.is_number_integer() && saved.get<int64_t>() > 0)
@@ -547,7 +552,7 @@ int64_t run_sweep(const Sweep& sweep, std::vector<PlannedRun>& plan, Database& d
     // Kept for the next sweep to resume from; of no use once the run has any other status.
     if (!stopped) remove_train_state(a.state);
     run.previous.push_back(status);
-    run.action = decide(run.previous, state_kept(o.log_dir, run.run_id));
+    run.action = decide(run.previous, state_kept(o.log_dir, run.run_id, run.resolved.config.nproc));
     // An interrupted run was asked to stop: the next sweep resumes it, this one does not.
     const bool retry = run.pending() && !stopped;
     if (stopped) {
@@ -655,82 +660,6 @@ std::string sweep_summary(const std::vector<PlannedRun>& plan, Database& db) {
   return text;
 }
 
-std::string emit_slurm(const Sweep& sweep, const std::string& dir, const std::string& executable,
-                       int64_t cpus_per_task) {
-  check_usage(!sweep.runs.empty(), "the sweep has no runs to emit");
-  check_usage(cpus_per_task >= 1,
-              fmt::format("--cpus-per-task {} must be at least 1", cpus_per_task));
-  const fs::path root = fs::absolute(dir);
-  std::error_code ec;
-  fs::create_directories(root / "results", ec);
-  fs::create_directories(root / "logs", ec);
-  check_usage(!ec && fs::is_directory(root / "results"),
-              fmt::format("cannot create {}: {}", (root / "results").string(), ec.message()),
-              "choose a writable --out folder");
-  {
-    std::ofstream runs(root / "runs.txt");
-    for (const RunSpec& spec : sweep.runs) {
-      std::string line;
-      for (const auto& a : spec.args()) line += (line.empty() ? "" : " ") + shell_quote(a);
-      runs << line << "\n";
-    }
-    if (!runs)
-      fail_runtime("cannot write " + (root / "runs.txt").string(), "check free disk space");
-  }
-  bool cuda = false;
-  for (const RunSpec& spec : sweep.runs) {
-    auto it = spec.values.find("device");
-    cuda = cuda || (it != spec.values.end() && it->second.rfind("cuda", 0) == 0);
-  }
-  std::string directives = fmt::format(
-      "#SBATCH --job-name=gradscope-{}\n#SBATCH --array=0-{}\n#SBATCH --cpus-per-task={}\n"
-      "#SBATCH --output={}/logs/task-%a.log\n",
-      sweep.name, sweep.runs.size() - 1, cpus_per_task, root.string());
-  if (sweep.settings.run_timeout_s > 0)
-    directives +=
-        fmt::format("#SBATCH --time={}\n",
-                    static_cast<int64_t>(std::ceil(sweep.settings.run_timeout_s / 60.0)) + 5);
-  if (sweep.settings.memory_limit_bytes > 0)
-    directives += fmt::format("#SBATCH --mem={}M\n",
-                              (sweep.settings.memory_limit_bytes + (1 << 20) - 1) >> 20);
-  if (cuda) directives += "#SBATCH --gres=gpu:1\n";
-  // clang-format off
-  const std::string script = fmt::format(R"SH(#!/bin/bash
-# gradscope sweep "{name}": {n} runs, one Slurm array task each, from {file}.
-# Submit with `sbatch {dir}/sweep.sbatch`; task i runs line i + 1 of runs.txt and writes
-# results/task-i.json. Any scheduler can do the same: SLURM_ARRAY_TASK_ID=i bash sweep.sbatch.
-# Then merge the results (as often as you like; each attempt is stored once):
-#   gradscope collect {dir} --db results.db
-{directives}
-set -euo pipefail
-GRADSCOPE="${{GRADSCOPE:-{exe}}}"
-DIR={qdir}
-TASK="${{SLURM_ARRAY_TASK_ID:?set SLURM_ARRAY_TASK_ID (sbatch does)}}"
-LINE="$(sed -n "$((TASK + 1))p" "$DIR/runs.txt")"
-if [ -z "$LINE" ]; then echo "no run $TASK in $DIR/runs.txt" >&2; exit 2; fi
-eval "set -- $LINE"
-status=0
-"$GRADSCOPE" run --threads "${{SLURM_CPUS_PER_TASK:-{cpus}}}" "$@" --sweep {qname} --no-db \
-  --json "$DIR/results/task-$TASK.json" --quiet || status=$?
-# Exit code 1 means the run ended with a failure status (oom, diverged, ...): its result file
-# records it, so the task itself succeeded.
-if [ "$status" -gt 1 ]; then exit "$status"; fi
-)SH",
-      fmt::arg("name", sweep.name), fmt::arg("n", sweep.runs.size()), fmt::arg("file", sweep.path),
-      fmt::arg("dir", root.string()), fmt::arg("directives", directives),
-      fmt::arg("exe", executable), fmt::arg("qdir", shell_quote(root.string())),
-      fmt::arg("qname", shell_quote(sweep.name)), fmt::arg("cpus", cpus_per_task));
-  // clang-format on
-  const fs::path path = root / "sweep.sbatch";
-  {
-    std::ofstream f(path);
-    f << script;
-    if (!f) fail_runtime("cannot write " + path.string(), "check free disk space");
-  }
-  fs::permissions(path, fs::perms::owner_exec | fs::perms::group_exec, fs::perm_options::add, ec);
-  return path.string();
-}
-
 CollectReport collect_results(const std::string& dir, Database& db) {
   const fs::path root = dir;
   std::error_code ec;
@@ -761,15 +690,17 @@ CollectReport collect_results(const std::string& dir, Database& db) {
     else
       ++report.present;
   }
-  if (fs::exists(root / "runs.txt", ec)) {
-    std::ifstream runs(root / "runs.txt");
-    int64_t n = 0;
-    for (std::string line; std::getline(runs, line);)
-      if (!line.empty()) ++n;
-    report.expected = n;
-    for (int64_t i = 0; i < n; ++i)
-      if (!accepted.count(fmt::format("task-{}.json", i)))
-        report.missing.push_back(std::to_string(i));
+  if (fs::exists(root / "runs.json", ec)) {
+    try {
+      const int64_t n = static_cast<int64_t>(read_runs_file(root.string()).runs.size());
+      report.expected = n;
+      for (int64_t i = 0; i < n; ++i)
+        if (std::none_of(accepted.begin(), accepted.end(),
+                         [&](const std::string& name) { return is_task_result(name, i); }))
+          report.missing.push_back(std::to_string(i));
+    } catch (const Error& e) {
+      report.refused.push_back(fmt::format("{}: {}", (root / "runs.json").string(), e.what()));
+    }
   }
   return report;
 }

@@ -56,6 +56,10 @@ struct PlannedRun {
   bool pending() const { return action == "run" || action == "retry" || action == "resume"; }
 };
 
+// Resolves every run of the grid (a usage error names the first bad one, or two runs of one
+// id); previous and action are left empty.
+std::vector<PlannedRun> resolve_sweep(const Sweep& sweep, const RunArgumentParser& parse);
+
 // Resolves every run of the grid (a usage error names the first bad one) and decides, from
 // the database and the training states kept in `log_dir` (run_state_folder), what each needs.
 std::vector<PlannedRun> plan_sweep(const Sweep& sweep, Database& db, const RunArgumentParser& parse,
@@ -146,17 +150,11 @@ int64_t run_sweep(const Sweep& sweep, std::vector<PlannedRun>& plan, Database& d
 // The table printed after a sweep: one row per run with its latest attempt.
 std::string sweep_summary(const std::vector<PlannedRun>& plan, Database& db);
 
-// Writes a Slurm job array for the grid into `dir`: runs.txt (one shell-quoted argument line
-// per run), sweep.sbatch (task i runs line i + 1 and writes results/task-i.json), and empty
-// results/ and logs/ folders. Returns the script's path.
-std::string emit_slurm(const Sweep& sweep, const std::string& dir, const std::string& executable,
-                       int64_t cpus_per_task);
-
 struct CollectReport {
   int64_t merged = 0;                // result files stored now
   int64_t present = 0;               // result files whose attempt was already stored
-  int64_t expected = -1;             // tasks listed in runs.txt, -1 without one
-  std::vector<std::string> missing;  // tasks of runs.txt without a result file that is a record
+  int64_t expected = -1;             // tasks listed in runs.json, -1 without one
+  std::vector<std::string> missing;  // tasks of runs.json without a result file that is a record
   std::vector<std::string> refused;  // "FILE: why" for each file that is not a run record
 };
 

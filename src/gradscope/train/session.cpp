@@ -17,6 +17,7 @@
 #include "gradscope/models/common/layers.h"
 #include "gradscope/optim/factory.h"
 #include "gradscope/strategy/shard.h"
+#include "gradscope/train/train_state.h"
 #include "gradscope/train/weights_io.h"
 
 namespace gradscope {
@@ -326,13 +327,12 @@ void Session::build_updater() {
 void Session::use_rank_state_folders() {
   if (world() <= 1) return;
   RunConfig& c = resolved_.config;
-  const std::string sub = "rank-" + std::to_string(rank());
   if (!c.save_state.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(c.save_state, ec);
-    c.save_state = (std::filesystem::path(c.save_state) / sub).string();
+    c.save_state = rank_state_folder(c.save_state, world(), rank());
   }
-  if (!c.resume.empty()) c.resume = (std::filesystem::path(c.resume) / sub).string();
+  if (!c.resume.empty()) c.resume = rank_state_folder(c.resume, world(), rank());
 }
 
 void Session::use_learning_rate(double lr) {

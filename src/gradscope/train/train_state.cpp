@@ -343,6 +343,11 @@ std::string find_train_state(const std::string& dir) {
   return find_state_folder(dir).string();
 }
 
+std::string rank_state_folder(const std::string& dir, int64_t nproc, int64_t rank) {
+  if (nproc <= 1) return dir;
+  return (fs::path(dir) / ("rank-" + std::to_string(rank))).string();
+}
+
 bool remove_train_state(const std::string& dir) {
   if (dir.empty()) return true;
   const fs::path target = state_path(dir);

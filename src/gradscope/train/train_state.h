@@ -77,6 +77,10 @@ struct TrainProgress {
 // it.
 void check_state_folder(const std::string& dir, const std::string& resume = "");
 
+// Where rank `rank` of a run of `nproc` ranks keeps its part of the state `dir` names:
+// DIR/rank-R with several ranks (each saves its own), DIR itself with one.
+std::string rank_state_folder(const std::string& dir, int64_t nproc, int64_t rank);
+
 // The folder that holds the state `dir` names: `dir` itself when it holds state.json, else
 // the previous state a save left aside beside it (.DIR.old-XXXXXX, the one of the highest
 // step); "" when there is none.
