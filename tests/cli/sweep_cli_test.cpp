@@ -283,7 +283,7 @@ TEST(SweepCli, SlurmScriptRunsLocallyAndCollectMergesOnce) {
   auto c1 = run_gradscope("collect " + out + " --db " + db);
   ASSERT_EQ(c1.code, 0) << c1.err;
   EXPECT_TRUE(contains(c1.out, "merged 1 result file")) << c1.out;
-  EXPECT_TRUE(contains(c1.out, "1 of 2 tasks have a result")) << c1.out;
+  EXPECT_TRUE(contains(c1.out, "1 of 2 tasks have a final record")) << c1.out;
   auto c2 = run_gradscope("collect " + out + " --db " + db);
   EXPECT_TRUE(contains(c2.out, "merged 0 result files")) << c2.out;
   const auto s = statuses(db);

@@ -240,9 +240,30 @@ TEST(CollectHostile, RefusedTaskFilesCountAsMissing) {
   write_text(dir.file("results/task-0.json"), record_to_json(result_record("r0")).dump());
   write_text(dir.file("results/task-1.json"), "not json");
   Database db(dir.file("r.db"));
-  const CollectReport r = collect_results(dir.path(), db);
+  CollectReport r = collect_results(dir.path(), db);
   EXPECT_EQ(r.expected, 2);
   EXPECT_EQ(r.missing, std::vector<std::string>{"1"});
+  EXPECT_TRUE(r.interrupted.empty());
+  // A task stopped by its requeue and not yet finished is not done; its resumed attempt
+  // (task-I.rK.json) finishes it.
+  RunRecord stopped = result_record("r1");
+  stopped.status = RunStatus::kStatusInterrupted;
+  write_text(dir.file("results/task-1.json"), record_to_json(stopped).dump());
+  r = collect_results(dir.path(), db);
+  EXPECT_TRUE(r.missing.empty());
+  EXPECT_EQ(r.interrupted, std::vector<std::string>{"1"});
+  RunRecord resumed = result_record("r1");
+  write_text(dir.file("results/task-1.r1.json"), record_to_json(resumed).dump());
+  r = collect_results(dir.path(), db);
+  EXPECT_TRUE(r.missing.empty());
+  EXPECT_TRUE(r.interrupted.empty());
+  EXPECT_EQ(r.merged, 1);
+  EXPECT_EQ(r.present, 2);
+  // A damaged runs.json: the files are still merged, the count is not made.
+  write_text(dir.file("runs.json"), "{\"format\": 1}");
+  r = collect_results(dir.path(), db);
+  EXPECT_EQ(r.expected, -1);
+  EXPECT_FALSE(r.runs_file_error.empty());
 }
 
 TEST(CollectHostile, RecordsWithRepeatedStepsOrOddTimesAreRefused) {

@@ -237,16 +237,25 @@ void add_collect_command(CLI::App& root, int& exit_code) {
     const CollectReport r = collect_results(*dir, db);
     fmt::print("merged {} result file{} into {}, {} already there\n", r.merged,
                r.merged == 1 ? "" : "s", *db_path, r.present);
+    auto task_list = [](const std::vector<std::string>& tasks) {
+      std::string list;
+      for (size_t i = 0; i < tasks.size() && i < 20; ++i) list += (i ? " " : "") + tasks[i];
+      return list + (tasks.size() > 20 ? " ..." : "");
+    };
     if (r.expected >= 0) {
-      fmt::print("{} of {} tasks have a result\n",
-                 r.expected - static_cast<int64_t>(r.missing.size()), r.expected);
-      if (!r.missing.empty()) {
-        std::string list;
-        for (size_t i = 0; i < r.missing.size() && i < 20; ++i)
-          list += (i ? " " : "") + r.missing[i];
-        fmt::print("without a result yet: {}{}\n", list, r.missing.size() > 20 ? " ..." : "");
-      }
+      fmt::print("{} of {} tasks have a final record\n",
+                 r.expected - static_cast<int64_t>(r.missing.size() + r.interrupted.size()),
+                 r.expected);
+      if (!r.interrupted.empty())
+        fmt::print("interrupted, not yet finished (a requeue resumes them): {}\n",
+                   task_list(r.interrupted));
+      if (!r.missing.empty()) fmt::print("without a result yet: {}\n", task_list(r.missing));
     }
+    if (!r.runs_file_error.empty())
+      fmt::print(stderr,
+                 "error: {}\nhint: the tasks cannot be counted; the result files were "
+                 "merged\n",
+                 terminal_text(r.runs_file_error));
     for (const std::string& refused : r.refused)
       fmt::print(stderr, "refused: {}\n", terminal_text(refused));
     if (!r.refused.empty())
@@ -255,7 +264,7 @@ void add_collect_command(CLI::App& root, int& exit_code) {
                  "hint: collect reads the files `gradscope run --json` writes{}\n",
                  r.refused.size(), r.refused.size() == 1 ? " was" : "s were",
                  r.merged + r.present > 0 ? "; the others are in the database" : "");
-    exit_code = r.refused.empty() ? 0 : 2;
+    exit_code = r.refused.empty() && r.runs_file_error.empty() ? 0 : 2;
   });
 }
 

@@ -14,6 +14,7 @@
 #include "gradscope/core/error.h"
 #include "gradscope/core/log.h"
 #include "gradscope/sweep/slurm.h"
+#include "gradscope/train/train_state.h"
 
 namespace gradscope {
 namespace {
@@ -66,8 +67,14 @@ int run_task(const std::string& dir, int64_t index) {
     return 128 + WTERMSIG(status);
   }
   const int code = WEXITSTATUS(status);
-  // 1: the run ended with a failure status (oom, diverged, ...) that its record holds, so the
-  // task did its work.
+  // 0 and 1: the run recorded a final status (1: a failure status such as oom or diverged,
+  // which its record holds), so the task did its work and its state is of no more use. Any
+  // other end keeps the state for the next attempt.
+  if (code == 0 || code == 1) {
+    remove_train_state(launch.own_state);
+    std::error_code ec;
+    std::filesystem::remove(launch.state, ec);  // only once every rank's part is gone
+  }
   return code == 1 ? 0 : code;
 }
 

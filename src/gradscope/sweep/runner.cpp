@@ -676,7 +676,7 @@ CollectReport collect_results(const std::string& dir, Database& db) {
   std::sort(files.begin(), files.end());
 
   CollectReport report;
-  std::set<std::string> accepted;  // file names that hold a run record
+  std::map<std::string, bool> accepted;  // file names that hold a run record -> final status
   for (const fs::path& file : files) {
     std::string why;
     const std::optional<RunRecord> record = read_result_file(file.string(), &why);
@@ -684,7 +684,7 @@ CollectReport collect_results(const std::string& dir, Database& db) {
       report.refused.push_back(fmt::format("{}: {}", file.string(), why));
       continue;
     }
-    accepted.insert(file.filename().string());
+    accepted[file.filename().string()] = record->status != RunStatus::kStatusInterrupted;
     if (db.write_run_if_new(*record))
       ++report.merged;
     else
@@ -694,12 +694,20 @@ CollectReport collect_results(const std::string& dir, Database& db) {
     try {
       const int64_t n = static_cast<int64_t>(read_runs_file(root.string()).runs.size());
       report.expected = n;
-      for (int64_t i = 0; i < n; ++i)
-        if (std::none_of(accepted.begin(), accepted.end(),
-                         [&](const std::string& name) { return is_task_result(name, i); }))
+      for (int64_t i = 0; i < n; ++i) {
+        bool any = false, final = false;
+        for (const auto& [name, is_final] : accepted)
+          if (is_task_result(name, i)) {
+            any = true;
+            final = final || is_final;
+          }
+        if (!any)
           report.missing.push_back(std::to_string(i));
+        else if (!final)
+          report.interrupted.push_back(std::to_string(i));
+      }
     } catch (const Error& e) {
-      report.refused.push_back(fmt::format("{}: {}", (root / "runs.json").string(), e.what()));
+      report.runs_file_error = e.what();
     }
   }
   return report;

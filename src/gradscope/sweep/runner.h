@@ -155,6 +155,10 @@ struct CollectReport {
   int64_t present = 0;               // result files whose attempt was already stored
   int64_t expected = -1;             // tasks listed in runs.json, -1 without one
   std::vector<std::string> missing;  // tasks of runs.json without a result file that is a record
+  // Tasks whose every record says interrupted: stopped (preempted, requeued) and not yet
+  // finished by a later attempt.
+  std::vector<std::string> interrupted;
+  std::string runs_file_error;       // why runs.json could not be read, when it could not
   std::vector<std::string> refused;  // "FILE: why" for each file that is not a run record
 };
 

@@ -126,7 +126,7 @@ std::string script_text(const Sweep& sweep, const std::string& root, const std::
 # Task I runs `gradscope task {root} I`: run I of runs.json, its record in
 # results/task-I.json, its training state in state/task-I (saved when Slurm stops or requeues
 # the task, resumed when it starts again). Merge the records as often as you like:
-#   gradscope collect {root} --db results.db
+#   gradscope collect {root} --db DB
 {directives}
 set -euo pipefail
 default_gradscope={exe}
@@ -258,13 +258,14 @@ SlurmEmit emit_slurm(const Sweep& sweep, const std::vector<PlannedRun>& plan,
   };
   emitted.note =
       slurm.cpus_per_task > 0 ? fmt::format("{} CPUs per task, as asked", slurm.cpus_per_task)
-      : node_cpus
-          ? fmt::format(
-                "CPUs per task: up to 4, a run's ranks within the largest node's {} "
-                "(sinfo)",
-                *node_cpus)
-          : "CPUs per task left to the cluster (one by default): sinfo did not answer here; "
-            "pass --cpus-per-task N";
+      : node_cpus             ? fmt::format(
+                                    "CPUs per task: up to 4, a run's ranks within the largest node's {} "
+                                                "(sinfo)",
+                                    *node_cpus)
+                  : fmt::format(
+                        "CPUs per task left to the cluster (one by default): sinfo named no "
+                        "node{} here; pass --cpus-per-task N",
+                        slurm.partition.empty() ? "" : " of partition " + slurm.partition);
 
   // Group the runs by their ranks: an array's tasks all ask for the same resources.
   std::map<int64_t, std::vector<size_t>> by_nproc;
@@ -342,8 +343,10 @@ SlurmEmit emit_slurm(const Sweep& sweep, const std::vector<PlannedRun>& plan,
   // A script of an earlier emit for ranks this grid no longer has would run stale indices.
   for (const auto& entry : fs::directory_iterator(root, ec)) {
     const std::string name = entry.path().filename().string();
-    if (name.rfind("sweep-n", 0) != 0 || entry.path().extension() != ".sbatch") continue;
-    if (std::none_of(emitted.arrays.begin(), emitted.arrays.end(),
+    const bool ours = name == "sweep.sbatch" ||
+                      (name.rfind("sweep-n", 0) == 0 && entry.path().extension() == ".sbatch");
+    if (ours &&
+        std::none_of(emitted.arrays.begin(), emitted.arrays.end(),
                      [&](const SlurmArray& a) { return a.script == entry.path().string(); }))
       fs::remove(entry.path(), ec);
   }
@@ -452,7 +455,8 @@ RunsFile read_runs_file(const std::string& dir) {
   auto bad = [&](const std::string& what) {
     fail_usage(fmt::format("{}: {}", path, what), "emit the job again: " + hint);
   };
-  if (!j.is_object() || j.value("format", "") != kRunsFormat)
+  if (!j.is_object() || !j.contains("format") || !j["format"].is_string() ||
+      j["format"].get<std::string>() != kRunsFormat)
     bad(fmt::format("not a gradscope runs file (\"format\": \"{}\")", kRunsFormat));
   if (!j.contains("version") || !j["version"].is_number_integer() ||
       j["version"].get<int64_t>() != kRunsVersion)
@@ -514,20 +518,35 @@ TaskLaunch plan_task(const std::string& dir, int64_t index) {
                    (restart > 0 ? fmt::format("task-{}.r{}.json", index, restart)
                                 : fmt::format("task-{}.json", index)))
                       .string();
-  // With ranks each keeps its own part of the state (state/task-I/rank-R) and looks at that.
+  // With ranks each keeps its own part (state/task-I/rank-R). Every rank looks at every
+  // part, so all decide alike: resume when each part is a state of this build at one step;
+  // else each rank clears its own part and the run starts afresh.
   const int64_t rank = run.nproc > 1 ? env_count("SLURM_PROCID").value_or(0) : 0;
-  const std::string own = run.nproc > 1
-                              ? (fs::path(launch.state) / fmt::format("rank-{}", rank)).string()
-                              : launch.state;
-  if (!find_train_state(own).empty()) {
+  std::optional<int64_t> step;
+  bool every_part = true;
+  for (int64_t r = 0; r < run.nproc && every_part; ++r) {
+    const std::string part = rank_state_folder(launch.state, run.nproc, r);
+    if (find_train_state(part).empty()) {
+      every_part = false;
+      if (r > 0 || step) launch.why = fmt::format("rank {} has no state", r);
+      break;
+    }
     try {
-      check_state_build(read_train_state_info(own));
-      launch.resume = true;
+      const TrainStateInfo info = read_train_state_info(part);
+      check_state_build(info);
+      if (step && *step != info.step) {
+        every_part = false;
+        launch.why = fmt::format("rank {} is at step {}, rank 0 at step {}", r, info.step, *step);
+      }
+      step = info.step;
     } catch (const Error& e) {
+      every_part = false;
       launch.why = e.what();
     }
   }
-  if (!launch.resume) remove_train_state(own);
+  launch.resume = every_part;
+  launch.own_state = rank_state_folder(launch.state, run.nproc, rank);
+  if (!launch.resume) remove_train_state(launch.own_state);
 
   launch.args = {"run"};
   if (!run.sets_threads) {

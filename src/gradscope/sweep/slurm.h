@@ -95,9 +95,10 @@ RunsFile read_runs_file(const std::string& dir);
 struct TaskLaunch {
   std::vector<std::string> args;
   std::string result;
-  std::string state;
-  bool resume = false;
-  std::string why;  // when a state was found and not resumed: why
+  std::string state;      // the run's --save-state folder
+  std::string own_state;  // this rank's part of it (the folder itself with one rank)
+  bool resume = false;    // every rank's part holds a state of this build at one step
+  std::string why;        // when a state was found and not resumed: why
 };
 TaskLaunch plan_task(const std::string& dir, int64_t index);
 
