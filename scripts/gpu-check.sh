@@ -60,10 +60,12 @@ if [ "${1:-}" = "prepare" ]; then
   # The first 1200 emoji that have an image, and their images: enough batches for a few steps
   # at the paper preset, in a tenth of the set's 22 MB.
   python3 - "$data/emoji" "$deps/data/emoji" 1200 <<'PY'
-import json, shutil, sys
+import json, re, shutil, sys
 src, dst, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 items = json.load(open(f"{src}/emoji.json"))
-kept = [e for e in items if e.get("has_img_google") and e.get("image")][:n]
+# A downloaded name goes into a path: plain file names only.
+plain = lambda name: isinstance(name, str) and re.fullmatch(r"[0-9A-Za-z_.-]+\.png", name) is not None
+kept = [e for e in items if e.get("has_img_google") and plain(e.get("image"))][:n]
 json.dump(kept, open(f"{dst}/emoji.json", "w"))
 for e in kept:
     shutil.copy(f"{src}/img/{e['image']}", f"{dst}/img/{e['image']}")
@@ -77,7 +79,7 @@ PY
   cp -r tests/fixtures/images/idx "$deps/data/images/fashion-mnist"
   tar -cJf "$pack" "$deps"
   rm -rf "$deps"
-  tree_bytes=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -n 1 | cut -f1)
+  tree_bytes=$(git ls-files -z | du -cb --files0-from=- 2>/dev/null | tail -n 1 | cut -f1)
   pack_bytes=$(stat -c %s "$pack")
   echo "prepare: $pack is $((pack_bytes >> 20)) MiB; with the repository's $((tree_bytes >> 20)) MiB," \
     "$(((pack_bytes + tree_bytes) >> 20)) of the 64 MiB a device call carries"
@@ -102,7 +104,12 @@ step() {
   fi
   [ $((SECONDS + limit)) -le "$budget" ] || limit=$((budget - SECONDS))
   echo "=== $name (at ${SECONDS} s, up to ${limit} s): $*"
-  timeout --kill-after=10 "$limit" "$@"
+  if declare -F "$1" >/dev/null; then
+    # timeout runs programs, not shell functions: a shell of its own runs the (exported) one.
+    timeout --kill-after=10 "$limit" bash -c '"$@"' step "$@"
+  else
+    timeout --kill-after=10 "$limit" "$@"
+  fi
   status=$?
   if [ $status -eq 0 ]; then
     echo "=== $name: ok in $((SECONDS - started)) s" | tee -a "$summary"
@@ -125,6 +132,7 @@ python3 -c 'import torch; print("PyTorch", torch.__version__, "CUDA", torch.vers
 capability=$(python3 -c 'import torch; c = torch.cuda.get_device_capability(0); print(f"{c[0]}.{c[1]}")' 2>/dev/null || echo 9.0)
 export GRADSCOPE_DATA="$PWD/$deps/data"
 gs=build-gpu/gradscope
+export out gs
 
 # 1. Build, the GPU tests, verify.
 step configure 120 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
@@ -145,18 +153,21 @@ cuda_tests() {
   rm -f "$log"
   return "$status"
 }
+export -f cuda_tests
 step cuda-tests 180 cuda_tests
 for m in llama vit modernbert nanovlm; do
   step "verify-$m-fp32" 120 "$gs" verify --model "$m" --device cuda --dtype fp32
   step "verify-$m-bf16" 120 "$gs" verify --model "$m" --device cuda --dtype bf16
 done
 
-# 2. gradscope's Llama against Hugging Face's, same batch, sequence, dtype, optimizer, steps.
+# 2. gradscope's Llama against Hugging Face's, same batch, sequence, dtype, optimizer, steps
+# (10 timed after 2 untimed in both; gradscope's --steps counts the timed ones) and attention
+# through scaled_dot_product_attention in both.
 step llama-gradscope 240 "$gs" run --model llama --preset paper --device cuda --dtype bf16 \
-  --optimizer adamw --weight-decay 0 --batch 4 --steps 12 --warmup-steps 2 --eval-batches 1 \
+  --optimizer adamw --weight-decay 0 --batch 4 --steps 10 --warmup-steps 2 --eval-batches 1 \
   --no-db --json "$out/gs-llama.json"
 step llama-hf 240 python3 bench/peers/hf_llama_peer.py train --preset paper --batch 4 \
-  --steps 10 --warmup 2 --dtype bf16 --json "$out/hf-llama.json"
+  --steps 10 --warmup 2 --dtype bf16 --attention sdpa --json "$out/hf-llama.json"
 compare() {
   python3 - "$out/gs-llama.json" "$out/hf-llama.json" <<'PY'
 import json, sys
@@ -173,6 +184,7 @@ print(f"HF        {ht:.0f} tokens/s, peak {hm / 2**30:.2f} GiB, MFU {hf_mfu} ({h
 print(f"gradscope/HF tokens/s {gt / ht:.3f}, peak memory {gm / hm:.3f}")
 PY
 }
+export -f compare
 step llama-compare 30 compare
 # from_pretrained on a folder gradscope wrote: the same loss as gradscope's own eval.
 hf_load() {
@@ -188,6 +200,7 @@ hf_load() {
   rm -rf "$w"
   return $status
 }
+export -f hf_load
 step hf-from-pretrained 120 hf_load
 
 # 3. The study's four models on the GPU.
@@ -230,6 +243,7 @@ step grid 400 "$gs" sweep build-gpu/gpu-grid.toml --db "$out/gpu.db" --heartbeat
 report() {
   "$gs" report "$out/gpu.db" --out build-gpu/report && tar czf "$out/report.tar.gz" -C build-gpu report
 }
+export -f report
 step report 60 report
 
 # 4. If time remains.

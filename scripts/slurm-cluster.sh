@@ -31,6 +31,13 @@ case "$dir" in
   /*) ;;
   *) dir="$PWD/$dir" ;;
 esac
+# DIR goes into slurm.conf, where a space, '#' or '%' would mean something: plain paths only.
+case "$dir" in
+  *[!A-Za-z0-9/._+,=@~-]*)
+    echo "slurm-cluster: error: '$dir' holds a character slurm.conf cannot carry; use a plain path" >&2
+    exit 2
+    ;;
+esac
 
 stop_daemon() { # pid file
   local pid_file="$1" pid

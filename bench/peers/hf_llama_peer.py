@@ -68,13 +68,11 @@ def train(args):
     config, preset_seq = llama_config(args.preset)
     seq = args.seq or preset_seq
     device = torch.device(args.device)
-    # Eager attention unless told: gradscope calls scaled_dot_product_attention, and so does
-    # transformers' "sdpa" implementation, its default where available.
+    # gradscope calls scaled_dot_product_attention on LibTorch 2.x; transformers' "sdpa"
+    # implementation does the same ("eager" writes it out, as gradscope does on 1.13).
+    config._attn_implementation = args.attention
     model = LlamaForCausalLM(config).to(device=device, dtype=torch.float32)
-    if hasattr(model.config, "_attn_implementation"):
-        attention = model.config._attn_implementation
-    else:
-        attention = "unknown"
+    attention = getattr(model.config, "_attn_implementation", args.attention)
     model.train()
     params = sum(p.numel() for p in model.parameters())
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.999), eps=1e-8,
@@ -184,6 +182,8 @@ def main():
     t.add_argument("--weight-decay", type=float, default=0.0)
     t.add_argument("--device", default="cuda")
     t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--attention", choices=["sdpa", "eager"], default="sdpa",
+                   help="transformers' attention implementation (default: sdpa)")
     t.add_argument("--json", default=None)
     e = sub.add_parser("loss", help="the loss of a folder gradscope wrote, as gradscope eval")
     e.add_argument("--weights", required=True)

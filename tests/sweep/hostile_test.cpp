@@ -244,6 +244,11 @@ TEST(CollectHostile, RefusedTaskFilesCountAsMissing) {
   EXPECT_EQ(r.expected, 2);
   EXPECT_EQ(r.missing, std::vector<std::string>{"1"});
   EXPECT_TRUE(r.interrupted.empty());
+  // A file named for task 1 that holds another run (an earlier grid's) does not count.
+  write_text(dir.file("results/task-1.j7.json"), record_to_json(result_record("zz")).dump());
+  r = collect_results(dir.path(), db);
+  EXPECT_EQ(r.missing, std::vector<std::string>{"1"});
+  std::filesystem::remove(dir.file("results/task-1.j7.json"));
   // A task stopped by its requeue and not yet finished is not done; its resumed attempt
   // (task-I.rK.json) finishes it.
   RunRecord stopped = result_record("r1");

@@ -95,6 +95,16 @@ std::map<std::string, std::vector<std::string>> slurm_statuses(const std::string
   return out;
 }
 
+// The result files of task `index` (task-I.jJOB.json, then task-I.jJOB.rK.json after
+// requeues), by name.
+std::vector<std::string> task_results(const std::string& out, int64_t index) {
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(out + "/results"))
+    if (is_task_result(e.path().filename().string(), index)) files.push_back(e.path().string());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
 std::vector<double> step_losses(const std::string& record_path) {
   const auto j = nlohmann::json::parse(slurp(record_path));
   std::vector<double> losses;
@@ -163,18 +173,20 @@ TEST_F(SlurmCluster, ARequeuedTaskResumesFromItsState) {
   ASSERT_TRUE(slurm_jobs_done(ids, 300)) << slurp(log);
 
   // The stopped attempt's record, then the requeued one's, which resumed where it stopped.
-  const auto first = nlohmann::json::parse(slurp(out + "/results/task-0.json"));
+  const auto files = task_results(out, 0);
+  ASSERT_EQ(files.size(), 2u) << slurp(log);
+  EXPECT_TRUE(contains(files[1], ".r1.json")) << files[1];
+  const auto first = nlohmann::json::parse(slurp(files[0]));
   ASSERT_EQ(first["status"], "interrupted") << slurp(log);
   const int64_t stopped_at = static_cast<int64_t>(first["steps"].size());
   EXPECT_GT(stopped_at, 0);
   EXPECT_LT(stopped_at, 1500);
-  ASSERT_TRUE(std::filesystem::exists(out + "/results/task-0.r1.json")) << slurp(log);
-  const auto second = nlohmann::json::parse(slurp(out + "/results/task-0.r1.json"));
+  const auto second = nlohmann::json::parse(slurp(files[1]));
   EXPECT_EQ(second["status"], "ok") << slurp(log);
   EXPECT_EQ(second["resumed_from_steps"], nlohmann::json::array({stopped_at}));
   EXPECT_TRUE(contains(slurp(log), fmt::format("resuming from step {} of", stopped_at)))
       << slurp(log);
-  std::cout << "requeued task resumed from step " << stopped_at << "\n";
+  std::cout << "requeued task resumed from step " << second["resumed_from_steps"][0] << "\n";
   EXPECT_FALSE(std::filesystem::exists(out + "/state/task-0"));
 
   const std::string db = dir.file("merged.db");
@@ -198,8 +210,9 @@ TEST_F(SlurmCluster, TwoRanksThroughSrunMatchTheLocalLauncher) {
   EXPECT_TRUE(contains(slurp(out + "/sweep-n2.sbatch"), "#SBATCH --ntasks=2"));
   EXPECT_FALSE(std::filesystem::exists(out + "/sweep.sbatch"));
   ASSERT_TRUE(slurm_jobs_done(submitted_jobs(out), 300));
-  const std::string slurm_record = out + "/results/task-0.json";
-  ASSERT_TRUE(std::filesystem::exists(slurm_record)) << slurp(out + "/logs/task-0.log");
+  const auto files = task_results(out, 0);
+  ASSERT_EQ(files.size(), 1u) << slurp(out + "/logs/task-0.log");
+  const std::string slurm_record = files[0];
   const auto j = nlohmann::json::parse(slurp(slurm_record));
   EXPECT_EQ(j["status"], "ok");
   EXPECT_EQ(j["distributed"]["launcher"], "slurm");
@@ -338,13 +351,12 @@ TEST(SlurmEmit, RanksMakeArraysOfTheirOwnAndTheFileSetsResources) {
                       << "[axes]\noptimizer = [\"sgd\", \"adam\"]\nnproc = [1, 2]\n"
                       << "[[override]]\nwhen = { nproc = 2 }\nset = { shard = \"ddp\" }\n";
   const std::string out = dir.file("job");
-  auto emit = run_gradscope("sweep " + path + " --emit slurm --out " + out + " --time 45",
-                            "SLURM_CONF=/nonexistent");
+  auto emit = run_gradscope("sweep " + path + " --emit slurm --out " + out + " --time 45");
   ASSERT_EQ(emit.code, 0) << emit.err;
   const std::string one = slurp(out + "/sweep.sbatch"), two = slurp(out + "/sweep-n2.sbatch");
   // Expansion order: optimizer, then nproc fastest: runs 0 and 2 have one rank.
   EXPECT_TRUE(contains(one, "#SBATCH --array=0,2\n")) << one;
-  EXPECT_TRUE(contains(two, "#SBATCH --array=1,3\n#SBATCH --ntasks=2\n")) << two;
+  EXPECT_TRUE(contains(two, "#SBATCH --array=1,3\n#SBATCH --nodes=1\n#SBATCH --ntasks=2\n")) << two;
   EXPECT_TRUE(contains(two, "exec srun --ntasks=2 --cpus-per-task=3")) << two;
   for (const std::string& s : {one, two}) {
     EXPECT_TRUE(contains(s, "#SBATCH --partition=gpu\n")) << s;
@@ -359,9 +371,24 @@ TEST(SlurmEmit, RanksMakeArraysOfTheirOwnAndTheFileSetsResources) {
   EXPECT_EQ(runs.runs[1].nproc, 2);
   EXPECT_TRUE(is_task_result("task-3.json", 3));
   EXPECT_TRUE(is_task_result("task-3.r12.json", 3));
+  EXPECT_TRUE(is_task_result("task-3.j4071.json", 3));
+  EXPECT_TRUE(is_task_result("task-3.j4071.r2.json", 3));
+  EXPECT_FALSE(is_task_result("task-3.r2.j4071.json", 3));
+  EXPECT_FALSE(is_task_result("task-3.j.json", 3));
   EXPECT_FALSE(is_task_result("task-3.r.json", 3));
   EXPECT_FALSE(is_task_result("task-31.json", 3));
   EXPECT_FALSE(is_task_result("task-3.rx.json", 3));
+  // The same grid may be emitted again (new resources); another grid may not, while this
+  // folder's tasks could still read its runs.json.
+  EXPECT_EQ(run_gradscope("sweep " + path + " --emit slurm --out " + out + " --time 50").code, 0);
+  EXPECT_TRUE(contains(slurp(out + "/sweep.sbatch"), "#SBATCH --time=50\n"));
+  const std::string other = dir.file("other.toml");
+  std::ofstream(other) << "name = \"g\"\n[fixed]\nmodel = \"llama\"\npreset = \"tiny\"\n"
+                       << "steps = 2\n";
+  auto clash = run_gradscope("sweep " + other + " --emit slurm --out " + out);
+  EXPECT_EQ(clash.code, 2);
+  EXPECT_TRUE(contains(clash.err, "another grid")) << clash.err;
+  EXPECT_EQ(read_runs_file(out).runs.size(), 4u);
   // An index runs.json does not have, and a damaged runs.json, are usage errors.
   auto r = run_gradscope("task " + out + " 4");
   EXPECT_EQ(r.code, 2) << r.err;

@@ -189,16 +189,16 @@ void add_sweep_command(CLI::App& root, int& exit_code) {
   cmd->add_option("--emit", o->emit, "Write a cluster job instead of running: slurm");
   cmd->add_option("--out", o->out, "With --emit: the folder to write the job into");
   cmd->add_option("--cpus-per-task", o->slurm.cpus_per_task,
-                  "With --emit slurm: CPUs of each task (default: at most 4, as many as the "
-                  "cluster's largest node has, by sinfo)");
+                  "With --emit slurm: CPUs of each rank (default: min(4, the largest node's "
+                  "CPUs / the run's ranks), by sinfo; 0 = that default)");
   cmd->add_option("--partition", o->slurm.partition, "With --emit slurm: the partition(s)");
   cmd->add_option("--account", o->slurm.account, "With --emit slurm: the account to charge");
   cmd->add_option("--time", o->slurm.time,
                   "With --emit slurm: each task's time limit (90, 02:00:00, 1-12:00:00); "
                   "default: run_timeout + 5 minutes, else the partition's");
   cmd->add_option("--mem", o->slurm.mem,
-                  "With --emit slurm: memory per node (16G); default: memory_limit, else the "
-                  "cluster's");
+                  "With --emit slurm: memory per node, which a run's ranks share (16G); "
+                  "default: memory_limit x the run's ranks, else the cluster's");
   cmd->add_option("--gpus-per-task", o->slurm.gpus_per_task,
                   "With --emit slurm: GPUs per rank (1, or a100:1); default 1 for CUDA runs");
   cmd->add_flag("--submit", o->submit,

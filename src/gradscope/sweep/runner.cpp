@@ -446,16 +446,17 @@ int64_t run_sweep(const Sweep& sweep, std::vector<PlannedRun>& plan, Database& d
     int64_t run_threads = threads;
     bool resume = run.action == "resume";
     if (resume) {
-      try {
-        const TrainStateInfo info =
-            read_train_state_info(rank_state_folder(a.state, run.resolved.config.nproc, 0));
-        check_state_build(info);
-        const nlohmann::json saved = info.config.value("threads", nlohmann::json(nullptr));
+      // With ranks, every rank's part must be there, of this build and run, at one step.
+      std::string why;
+      const std::optional<TrainStateInfo> info =
+          resumable_state(a.state, run.resolved.config.nproc, run.run_id, &why);
+      if (info) {
+        const nlohmann::json saved = info->config.value("threads", nlohmann::json(nullptr));
         if (saved.is_number_integer() && saved.get<int64_t>() > 0)
           run_threads = saved.get<int64_t>();
-      } catch (const Error& e) {
-        fmt::print(out, "{}: its training state cannot be read ({}); starting it again\n",
-                   run.label, terminal_text(e.what()));
+      } else {
+        fmt::print(out, "{}: its training state cannot be resumed ({}); starting it again\n",
+                   run.label, terminal_text(why.empty() ? "it is gone" : why));
         resume = false;
       }
     }
@@ -676,7 +677,8 @@ CollectReport collect_results(const std::string& dir, Database& db) {
   std::sort(files.begin(), files.end());
 
   CollectReport report;
-  std::map<std::string, bool> accepted;  // file names that hold a run record -> final status
+  // File names that hold a run record -> its run id and whether its status is final.
+  std::map<std::string, std::pair<std::string, bool>> accepted;
   for (const fs::path& file : files) {
     std::string why;
     const std::optional<RunRecord> record = read_result_file(file.string(), &why);
@@ -684,7 +686,8 @@ CollectReport collect_results(const std::string& dir, Database& db) {
       report.refused.push_back(fmt::format("{}: {}", file.string(), why));
       continue;
     }
-    accepted[file.filename().string()] = record->status != RunStatus::kStatusInterrupted;
+    accepted[file.filename().string()] = {record->run_id,
+                                          record->status != RunStatus::kStatusInterrupted};
     if (db.write_run_if_new(*record))
       ++report.merged;
     else
@@ -692,14 +695,16 @@ CollectReport collect_results(const std::string& dir, Database& db) {
   }
   if (fs::exists(root / "runs.json", ec)) {
     try {
-      const int64_t n = static_cast<int64_t>(read_runs_file(root.string()).runs.size());
+      const RunsFile runs = read_runs_file(root.string());
+      const int64_t n = static_cast<int64_t>(runs.runs.size());
       report.expected = n;
       for (int64_t i = 0; i < n; ++i) {
+        // A task's files hold its run (a file of another grid's task I does not count).
         bool any = false, final = false;
-        for (const auto& [name, is_final] : accepted)
-          if (is_task_result(name, i)) {
+        for (const auto& [name, what] : accepted)
+          if (is_task_result(name, i) && what.first == runs.runs[static_cast<size_t>(i)].run_id) {
             any = true;
-            final = final || is_final;
+            final = final || what.second;
           }
         if (!any)
           report.missing.push_back(std::to_string(i));

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <thread>
@@ -148,32 +149,40 @@ TASK="${{SLURM_ARRAY_TASK_ID:?set SLURM_ARRAY_TASK_ID (sbatch does)}}"
 CommandOutput run_command(const std::vector<std::string>& argv, double timeout_s) {
   CommandOutput result;
   if (argv.empty()) return result;
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return result;
+  int out_fds[2], err_fds[2];
+  if (pipe2(out_fds, O_CLOEXEC) != 0) return result;
+  if (pipe2(err_fds, O_CLOEXEC) != 0) {
+    close(out_fds[0]);
+    close(out_fds[1]);
+    return result;
+  }
   std::vector<char*> cargv;
   for (const std::string& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
   cargv.push_back(nullptr);
   const pid_t pid = fork();
   if (pid < 0) {
-    close(fds[0]);
-    close(fds[1]);
+    for (int fd : {out_fds[0], out_fds[1], err_fds[0], err_fds[1]}) close(fd);
     return result;
   }
   if (pid == 0) {
-    dup2(fds[1], STDOUT_FILENO);
-    dup2(fds[1], STDERR_FILENO);
+    dup2(out_fds[1], STDOUT_FILENO);
+    dup2(err_fds[1], STDERR_FILENO);
     const int null_fd = open("/dev/null", O_RDONLY);
     if (null_fd >= 0) dup2(null_fd, STDIN_FILENO);
     execvp(cargv[0], cargv.data());
     _exit(127);
   }
-  close(fds[1]);
+  close(out_fds[1]);
+  close(err_fds[1]);
   const auto deadline =
       std::chrono::steady_clock::now() +
       std::chrono::milliseconds(static_cast<int64_t>(std::max(0.0, timeout_s) * 1000));
   bool timed_out = false;
   char buf[4096];
-  for (;;) {
+  pollfd fds[2] = {{out_fds[0], POLLIN, 0}, {err_fds[0], POLLIN, 0}};
+  std::string* sinks[2] = {&result.output, &result.errors};
+  int open_fds = 2;
+  while (open_fds > 0) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
                           deadline - std::chrono::steady_clock::now())
                           .count();
@@ -181,22 +190,31 @@ CommandOutput run_command(const std::vector<std::string>& argv, double timeout_s
       timed_out = true;
       break;
     }
-    pollfd p{fds[0], POLLIN, 0};
-    const int ready = poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 1000)));
+    const int ready = poll(fds, 2, static_cast<int>(std::min<int64_t>(left, 1000)));
     if (ready < 0 && errno == EINTR) continue;
     if (ready <= 0) continue;
-    const ssize_t n = read(fds[0], buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    if (result.output.size() < (1u << 20)) result.output.append(buf, static_cast<size_t>(n));
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || fds[i].revents == 0) continue;
+      const ssize_t n = read(fds[i].fd, buf, sizeof(buf));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        close(fds[i].fd);
+        fds[i].fd = -1;  // poll skips it
+        --open_fds;
+        continue;
+      }
+      if (sinks[i]->size() < (1u << 20)) sinks[i]->append(buf, static_cast<size_t>(n));
+    }
   }
-  close(fds[0]);
+  for (const pollfd& p : fds)
+    if (p.fd >= 0) close(p.fd);
   if (timed_out) kill(pid, SIGKILL);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (!timed_out && WIFEXITED(status)) result.code = WEXITSTATUS(status);
-  if (result.code == 127 && result.output.empty()) result.code = -1;  // not found
+  if (result.code == 127 && result.output.empty() && result.errors.empty())
+    result.code = -1;  // not found
   return result;
 }
 
@@ -276,12 +294,19 @@ SlurmEmit emit_slurm(const Sweep& sweep, const std::vector<PlannedRun>& plan,
     const RunConfig& c = p.resolved.config;
     by_nproc[std::max<int64_t>(1, c.nproc)].push_back(i);
     cuda = cuda || c.device.rfind("cuda", 0) == 0;
+    // Under Slurm a run past run_timeout must record timeout itself, as a local sweep's
+    // does, before Slurm's own limit (run_timeout + 5 minutes) stops it.
+    std::vector<std::string> args = p.spec.args();
+    if (sweep.settings.run_timeout_s > 0 && !p.spec.values.count("timeout")) {
+      args.push_back("--timeout");
+      args.push_back(fmt::format("{}", sweep.settings.run_timeout_s));
+    }
     runs.push_back({{"index", i},
                     {"run_id", p.run_id},
                     {"label", p.label},
                     {"nproc", std::max<int64_t>(1, c.nproc)},
                     {"sets_threads", p.spec.values.count("threads") > 0},
-                    {"args", p.spec.args()}});
+                    {"args", args}});
   }
 
   std::string common = fmt::format("#SBATCH --job-name=gradscope-{}\n", sweep.name);
@@ -309,7 +334,8 @@ SlurmEmit emit_slurm(const Sweep& sweep, const std::vector<PlannedRun>& plan,
   }
   auto directives_of = [&](const SlurmArray& array) {
     std::string d = common + "#SBATCH --array=" + index_ranges(array.tasks) + "\n";
-    if (array.nproc > 1) d += fmt::format("#SBATCH --ntasks={}\n", array.nproc);
+    // A run's ranks on one node: the CPUs and memory asked for are sized for that.
+    if (array.nproc > 1) d += fmt::format("#SBATCH --nodes=1\n#SBATCH --ntasks={}\n", array.nproc);
     if (array.cpus_per_task > 0)
       d += fmt::format("#SBATCH --cpus-per-task={}\n", array.cpus_per_task);
     // --mem is per node: the ranks of a run share it.
@@ -323,6 +349,23 @@ SlurmEmit emit_slurm(const Sweep& sweep, const std::vector<PlannedRun>& plan,
   };
 
   std::error_code ec;
+  // Tasks of an earlier emit still queued would read the new runs.json and run other runs
+  // into the same result files: a folder holds one grid.
+  if (fs::exists(root + "/runs.json", ec)) {
+    bool same = false;
+    try {
+      const RunsFile before = read_runs_file(root);
+      same = before.runs.size() == plan.size();
+      for (size_t i = 0; same && i < plan.size(); ++i)
+        same = before.runs[i].run_id == plan[i].run_id;
+    } catch (const Error&) {
+    }
+    check_usage(
+        same,
+        fmt::format("{} holds the job of another grid (its runs.json lists other runs)", root),
+        "choose a new --out folder; remove that one only once its jobs have ended and "
+        "its results are collected");
+  }
   for (const char* sub : {"results", "logs", "state"})
     fs::create_directories(fs::path(root) / sub, ec);
   check_usage(!ec && fs::is_directory(fs::path(root) / "state"),
@@ -358,47 +401,67 @@ std::vector<std::string> submit_slurm(const SlurmEmit& emitted, const std::strin
   const std::string hint =
       "change the resources ([slurm] in the sweep file, or --partition, --time, --mem, "
       "--cpus-per-task, --gpus-per-task) to what the cluster has";
+  auto said = [](const CommandOutput& r) {
+    return terminal_text(output_line(r.errors.empty() ? r.output : r.errors));
+  };
   for (const SlurmArray& array : emitted.arrays) {
     const CommandOutput test = run_command({"sbatch", "--test-only", array.script}, 60);
-    check_usage(test.code != -1 || !test.output.empty(), "sbatch did not run",
+    check_usage(test.code != -1, "sbatch did not run (or did not answer in 60 s)",
                 "submit on a machine of the cluster (where sbatch is), or drop --submit");
-    check_usage(
-        test.code == 0,
-        fmt::format("Slurm refuses {}: {}", array.script, terminal_text(output_line(test.output))),
-        hint);
+    check_usage(test.code == 0, fmt::format("Slurm refuses {}: {}", array.script, said(test)),
+                hint);
   }
+  // Each id is appended to jobs.txt as soon as sbatch gives it (O_APPEND: lines of two
+  // submissions at once do not mix), so no queued job goes unrecorded.
+  const std::string jobs_path = (fs::path(dir) / "jobs.txt").string();
+  auto record_job = [&](const std::string& id) {
+    const int fd = open(jobs_path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    const std::string line = id + "\n";
+    const bool ok =
+        fd >= 0 && write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
+    if (fd >= 0) close(fd);
+    if (!ok)
+      log_warn("job {} is queued but could not be added to {}: {}", id, jobs_path,
+               std::strerror(errno));
+  };
   std::vector<std::string> ids;
-  auto cancel_all = [&] {
-    if (!ids.empty()) {
-      std::vector<std::string> argv = {"scancel"};
-      argv.insert(argv.end(), ids.begin(), ids.end());
-      run_command(argv, 30);
-    }
+  auto cancel = [&](const std::vector<std::string>& which) {
+    if (which.empty()) return;
+    std::vector<std::string> argv = {"scancel"};
+    argv.insert(argv.end(), which.begin(), which.end());
+    run_command(argv, 30);
   };
   for (const SlurmArray& array : emitted.arrays) {
     const CommandOutput r = run_command({"sbatch", "--parsable", array.script}, 60);
-    std::string id = output_line(r.output);
-    id = id.substr(0, id.find(';'));  // "ID;CLUSTER" on a federation
-    const bool numeric = !id.empty() && std::all_of(id.begin(), id.end(),
-                                                    [](char c) { return c >= '0' && c <= '9'; });
-    if (r.code != 0 || !numeric) {
-      cancel_all();
+    // --parsable prints "ID" or "ID;CLUSTER" on stdout, the last line; warnings go to stderr.
+    std::string id;
+    size_t start = 0;
+    while (start < r.output.size()) {
+      size_t end = r.output.find('\n', start);
+      if (end == std::string::npos) end = r.output.size();
+      std::string line = r.output.substr(start, end - start);
+      start = end + 1;
+      line = line.substr(0, line.find(';'));
+      while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back())))
+        line.pop_back();
+      if (!line.empty() && line.size() <= 20 &&
+          std::all_of(line.begin(), line.end(), [](char c) { return c >= '0' && c <= '9'; }))
+        id = line;
+    }
+    if (r.code != 0 || id.empty()) {
+      cancel(ids);
       fail_usage(
-          fmt::format("sbatch {} failed: {}", array.script, terminal_text(output_line(r.output))),
-          hint);
+          fmt::format("sbatch {} {}: {}{}", array.script,
+                      r.code == -1 ? "did not answer in 60 s" : "failed", said(r),
+                      ids.empty() ? "" : fmt::format(" (cancelled the jobs submitted before it)")),
+          r.code == 0 || r.code == -1
+              ? "the job may be queued all the same: see squeue --name gradscope-<sweep name>"
+              : hint);
     }
     ids.push_back(id);
+    record_job(id);
     fmt::print(out, "submitted job {}: {} ({} task{})\n", id, array.script, array.tasks.size(),
                array.tasks.size() == 1 ? "" : "s");
-  }
-  {
-    std::string text;
-    for (const std::string& id : ids) text += id + "\n";
-    const std::string path = (fs::path(dir) / "jobs.txt").string();
-    std::string before;
-    std::error_code ec;
-    if (fs::exists(path, ec)) before = read_input_file(path, "job list", 16 << 20);
-    write_file_atomically(path, before + text);
   }
   std::string list;
   for (const std::string& id : ids) list += (list.empty() ? "" : ",") + id;
@@ -410,8 +473,9 @@ std::vector<std::string> submit_slurm(const SlurmEmit& emitted, const std::strin
                      std::chrono::milliseconds(static_cast<int64_t>(watch_s * 1000));
   std::map<std::string, int64_t> counts;
   for (;;) {
-    const CommandOutput q =
-        run_command({"squeue", "--noheader", "--array", "--jobs=" + list, "--format=%i|%T|%r"}, 30);
+    // %F: the array's job id (the one sbatch gave), %i: the task's.
+    const CommandOutput q = run_command(
+        {"squeue", "--noheader", "--array", "--jobs=" + list, "--format=%F|%i|%T|%r"}, 30);
     counts.clear();
     size_t start = 0;
     while (q.code == 0 && start < q.output.size()) {
@@ -419,17 +483,19 @@ std::vector<std::string> submit_slurm(const SlurmEmit& emitted, const std::strin
       if (end == std::string::npos) end = q.output.size();
       const std::string line = q.output.substr(start, end - start);
       start = end + 1;
-      const size_t a = line.find('|'), b = line.rfind('|');
-      if (a == std::string::npos || b == a) continue;
-      const std::string task = line.substr(0, a), state = line.substr(a + 1, b - a - 1),
-                        reason = line.substr(b + 1);
+      const size_t a = line.find('|'), b = line.find('|', a + 1), c = line.rfind('|');
+      if (a == std::string::npos || b == std::string::npos || c <= b) continue;
+      const std::string job = line.substr(0, a), task = line.substr(a + 1, b - a - 1),
+                        state = line.substr(b + 1, c - b - 1), reason = line.substr(c + 1);
       if (state == "PENDING")
         for (const char* n : never)
           if (reason == n) {
-            cancel_all();
-            fail_usage(fmt::format("task {} cannot start: Slurm says {} (cancelled job{} {})",
-                                   terminal_text(task), terminal_text(reason),
-                                   ids.size() == 1 ? "" : "s", list),
+            // That array alone: the others' tasks may be running and are left alone.
+            const bool ours = std::find(ids.begin(), ids.end(), job) != ids.end();
+            if (ours) cancel({job});
+            fail_usage(fmt::format("task {} cannot start: Slurm says {}{}", terminal_text(task),
+                                   terminal_text(reason),
+                                   ours ? fmt::format(" (cancelled job {})", job) : ""),
                        hint);
           }
       ++counts[state == "PENDING" ? "pending (" + reason + ")" : lower_text(state)];
@@ -513,45 +579,39 @@ TaskLaunch plan_task(const std::string& dir, int64_t index) {
   const fs::path root = fs::absolute(dir);
   TaskLaunch launch;
   launch.state = (root / "state" / fmt::format("task-{}", index)).string();
+  // One file per attempt, never overwritten: the Slurm job's id (a new submission of the same
+  // index is another job) and its requeue count.
   const int64_t restart = env_count("SLURM_RESTART_COUNT").value_or(0);
-  launch.result = (root / "results" /
-                   (restart > 0 ? fmt::format("task-{}.r{}.json", index, restart)
-                                : fmt::format("task-{}.json", index)))
-                      .string();
+  const std::optional<int64_t> job = env_count("SLURM_JOB_ID");
+  launch.result =
+      (root / "results" /
+       fmt::format("task-{}{}{}.json", index, job ? fmt::format(".j{}", *job) : std::string(),
+                   restart > 0 ? fmt::format(".r{}", restart) : std::string()))
+          .string();
   // With ranks each keeps its own part (state/task-I/rank-R). Every rank looks at every
-  // part, so all decide alike: resume when each part is a state of this build at one step;
-  // else each rank clears its own part and the run starts afresh.
-  const int64_t rank = run.nproc > 1 ? env_count("SLURM_PROCID").value_or(0) : 0;
-  std::optional<int64_t> step;
-  bool every_part = true;
-  for (int64_t r = 0; r < run.nproc && every_part; ++r) {
-    const std::string part = rank_state_folder(launch.state, run.nproc, r);
-    if (find_train_state(part).empty()) {
-      every_part = false;
-      if (r > 0 || step) launch.why = fmt::format("rank {} has no state", r);
-      break;
-    }
-    try {
-      const TrainStateInfo info = read_train_state_info(part);
-      check_state_build(info);
-      if (step && *step != info.step) {
-        every_part = false;
-        launch.why = fmt::format("rank {} is at step {}, rank 0 at step {}", r, info.step, *step);
-      }
-      step = info.step;
-    } catch (const Error& e) {
-      every_part = false;
-      launch.why = e.what();
-    }
-  }
-  launch.resume = every_part;
-  launch.own_state = rank_state_folder(launch.state, run.nproc, rank);
+  // part, so all decide alike: resume when each part is a state of this build and this run at
+  // one step; else each rank clears its own part and the run starts afresh. Outside srun
+  // (no SLURM_PROCID) `gradscope run --nproc N` starts every rank here: all parts are ours.
+  const std::optional<int64_t> procid = run.nproc > 1 ? env_count("SLURM_PROCID") : std::nullopt;
+  launch.own_state = procid ? rank_state_folder(launch.state, run.nproc, *procid) : launch.state;
+  const std::optional<TrainStateInfo> info =
+      resumable_state(launch.state, run.nproc, run.run_id, &launch.why);
+  launch.resume = info.has_value();
   if (!launch.resume) remove_train_state(launch.own_state);
 
   launch.args = {"run"};
   if (!run.sets_threads) {
-    const int64_t threads =
-        env_count("SLURM_CPUS_PER_TASK").value_or(std::max<int64_t>(1, usable_cores() / run.nproc));
+    // A resume keeps the threads its state was saved with (how the run is measured); else the
+    // CPUs Slurm gave each task: --cpus-per-task, or one (Slurm's default) in a job without
+    // it; outside Slurm, this machine's cores shared by the ranks.
+    int64_t threads = 0;
+    if (info) {
+      const nlohmann::json saved = info->config.value("threads", nlohmann::json(nullptr));
+      if (saved.is_number_integer() && saved.get<int64_t>() > 0) threads = saved.get<int64_t>();
+    }
+    if (threads == 0)
+      threads = env_count("SLURM_CPUS_PER_TASK")
+                    .value_or(job ? 1 : std::max<int64_t>(1, usable_cores() / run.nproc));
     launch.args.push_back("--threads");
     launch.args.push_back(std::to_string(std::max<int64_t>(1, threads)));
   }
@@ -568,13 +628,20 @@ TaskLaunch plan_task(const std::string& dir, int64_t index) {
 }
 
 bool is_task_result(const std::string& name, int64_t index) {
+  // task-I.json, task-I.jJOB.json, task-I.rK.json, task-I.jJOB.rK.json
   const std::string stem = fmt::format("task-{}", index);
-  if (name == stem + ".json") return true;
-  if (name.rfind(stem + ".r", 0) != 0 || name.size() <= stem.size() + 7) return false;
-  if (name.compare(name.size() - 5, 5, ".json") != 0) return false;
-  const std::string digits = name.substr(stem.size() + 2, name.size() - stem.size() - 7);
-  return !digits.empty() &&
-         std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (name.size() < stem.size() + 5 || name.compare(0, stem.size(), stem) != 0 ||
+      name.compare(name.size() - 5, 5, ".json") != 0)
+    return false;
+  std::string rest = name.substr(stem.size(), name.size() - stem.size() - 5);
+  for (const char tag : {'j', 'r'}) {
+    if (rest.size() < 3 || rest[0] != '.' || rest[1] != tag) continue;
+    size_t n = 2;
+    while (n < rest.size() && rest[n] >= '0' && rest[n] <= '9') ++n;
+    if (n == 2) return false;
+    rest = rest.substr(n);
+  }
+  return rest.empty();
 }
 
 }  // namespace gradscope

@@ -30,10 +30,11 @@
 
 namespace gradscope {
 
-// A command's exit code and output (stdout and stderr together), run without a shell.
+// A command's exit code and output, run without a shell (each stream's first MiB).
 struct CommandOutput {
-  int code = -1;  // -1 when it could not start, was killed or ran past its time
-  std::string output;
+  int code = -1;       // -1 when it could not start, was killed or ran past its time
+  std::string output;  // stdout
+  std::string errors;  // stderr
 };
 CommandOutput run_command(const std::vector<std::string>& argv, double timeout_s);
 

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cmath>
@@ -346,6 +347,36 @@ std::string find_train_state(const std::string& dir) {
 std::string rank_state_folder(const std::string& dir, int64_t nproc, int64_t rank) {
   if (nproc <= 1) return dir;
   return (fs::path(dir) / ("rank-" + std::to_string(rank))).string();
+}
+
+std::optional<TrainStateInfo> resumable_state(const std::string& dir, int64_t nproc,
+                                              const std::string& run_id, std::string* why) {
+  std::optional<TrainStateInfo> first;
+  why->clear();
+  for (int64_t r = 0; r < std::max<int64_t>(1, nproc); ++r) {
+    const std::string part = rank_state_folder(dir, nproc, r);
+    if (find_train_state(part).empty()) {
+      if (r > 0) *why = fmt::format("rank {} has no state", r);
+      return std::nullopt;
+    }
+    try {
+      TrainStateInfo info = read_train_state_info(part);
+      check_state_build(info);
+      if (!run_id.empty() && info.run_id != run_id) {
+        *why = fmt::format("the state is of run {}, not {}", info.run_id, run_id);
+        return std::nullopt;
+      }
+      if (first && first->step != info.step) {
+        *why = fmt::format("rank {} is at step {}, rank 0 at step {}", r, info.step, first->step);
+        return std::nullopt;
+      }
+      if (!first) first = std::move(info);
+    } catch (const Error& e) {
+      *why = e.what();
+      return std::nullopt;
+    }
+  }
+  return first;
 }
 
 bool remove_train_state(const std::string& dir) {

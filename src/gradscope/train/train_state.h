@@ -81,6 +81,13 @@ void check_state_folder(const std::string& dir, const std::string& resume = "");
 // DIR/rank-R with several ranks (each saves its own), DIR itself with one.
 std::string rank_state_folder(const std::string& dir, int64_t nproc, int64_t rank);
 
+// Whether the state `dir` holds can resume a run of `nproc` ranks whose id is `run_id`:
+// every rank's part (rank_state_folder) a state of this build and of that run, all at one
+// step. Returns rank 0's part's information, or nullopt with the reason in *why ("" when
+// there is no state at all). Never throws for a damaged state: that is a reason.
+std::optional<TrainStateInfo> resumable_state(const std::string& dir, int64_t nproc,
+                                              const std::string& run_id, std::string* why);
+
 // The folder that holds the state `dir` names: `dir` itself when it holds state.json, else
 // the previous state a save left aside beside it (.DIR.old-XXXXXX, the one of the highest
 // step); "" when there is none.
