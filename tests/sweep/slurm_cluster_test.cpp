@@ -18,6 +18,7 @@
 #include "gradscope/core/record.h"
 #include "gradscope/store/db.h"
 #include "gradscope/sweep/slurm.h"
+#include "gradscope/train/train_state.h"
 #include "test_util.h"
 
 namespace gradscope {
@@ -259,6 +260,13 @@ TEST_F(SlurmCluster, AJobThatCannotStartIsReportedAndCancelled) {
                               " --cpus-per-task 4096");
   EXPECT_EQ(greedy.code, 2);
   EXPECT_TRUE(contains(greedy.err, "no node of")) << greedy.err;
+  // So is a run of more ranks than the largest node has CPUs (its ranks share one node).
+  const std::string wide =
+      slurm_sweep(dir, "wide", "steps = 2\nnproc = 1024\nshard = \"ddp\"", "optimizer = [\"sgd\"]");
+  auto ranks = run_gradscope("sweep " + wide + " --emit slurm --out " + dir.file("d"));
+  EXPECT_EQ(ranks.code, 2) << ranks.out;
+  EXPECT_TRUE(contains(ranks.err, "has 1024 ranks")) << ranks.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("d")));
   EXPECT_FALSE(std::filesystem::exists(dir.file("c")));
 }
 
@@ -401,6 +409,41 @@ TEST(SlurmEmit, RanksMakeArraysOfTheirOwnAndTheFileSetsResources) {
   auto b = run_gradscope("sweep " + path + " --emit slurm --out " + dir.file("x"));
   EXPECT_EQ(b.code, 2);
   EXPECT_TRUE(contains(b.err, "g.toml:2")) << b.err;
+}
+
+TEST(SlurmEmit, ATaskResumesOnlyAStateEveryRankHas) {
+  testing::TempDir dir("gradscope-slurm-state");
+  const std::string path = dir.file("s.toml");
+  std::ofstream(path) << "name = \"s\"\n[fixed]\nmodel = \"llama\"\npreset = \"tiny\"\n"
+                      << "seq = 32\nbatch = 2\nsteps = 3\nwarmup_steps = 0\neval_batches = 1\n"
+                      << "threads = 1\nsample_period = 0\nnproc = 2\nshard = \"ddp\"\n"
+                      << "dataset = \"" << testing::fixture("text/sotu-excerpt.txt") << "\"\n";
+  const std::string out = dir.file("job");
+  ASSERT_EQ(run_gradscope("sweep " + path + " --emit slurm --out " + out).code, 0);
+  const RunsFile runs = read_runs_file(out);
+  ASSERT_EQ(runs.runs.size(), 1u);
+  // A state of run 0 as a stopped attempt leaves it: each rank's part in state/task-0/rank-R.
+  const std::string state = out + "/state/task-0";
+  std::string args;
+  for (const std::string& a : runs.runs[0].args) args += " '" + a + "'";
+  auto r = run_gradscope("run" + args + " --save-state " + state +
+                         " --state-every 1 --no-db --json " + dir.file("r.json") + " --quiet");
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::string why;
+  EXPECT_FALSE(resumable_state(state, 2, "another-run", &why));
+  EXPECT_TRUE(contains(why, "not another-run")) << why;
+  // Run by hand (no SLURM_PROCID): the task resumes, and every part is its own.
+  TaskLaunch launch = plan_task(out, 0);
+  EXPECT_TRUE(launch.resume) << launch.why;
+  EXPECT_EQ(launch.own_state, state);
+  EXPECT_EQ(launch.args[launch.args.size() - 2], "--resume");
+  // Rank 1's part gone: no rank resumes, and the rest is cleared for a fresh start.
+  std::filesystem::remove_all(state + "/rank-1");
+  launch = plan_task(out, 0);
+  EXPECT_FALSE(launch.resume);
+  EXPECT_EQ(launch.why, "rank 1 has no state");
+  EXPECT_FALSE(std::filesystem::exists(state + "/rank-0"));
+  EXPECT_EQ(std::count(launch.args.begin(), launch.args.end(), std::string("--resume")), 0);
 }
 
 }  // namespace

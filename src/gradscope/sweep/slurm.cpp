@@ -285,6 +285,19 @@ SlurmEmit emit_slurm(const Sweep& sweep, const std::vector<PlannedRun>& plan,
                         "node{} here; pass --cpus-per-task N",
                         slurm.partition.empty() ? "" : " of partition " + slurm.partition);
 
+  // A run's ranks share one node (--nodes=1), a CPU each at least.
+  for (size_t i = 0; node_cpus && i < plan.size(); ++i) {
+    const int64_t nproc = std::max<int64_t>(1, plan[i].resolved.config.nproc);
+    check_usage(nproc <= *node_cpus,
+                fmt::format("run {} ({}) has {} ranks, but the largest node of {} has {} CPUs; "
+                            "its ranks share one node, so the job could never start",
+                            i, terminal_text(plan[i].label), nproc,
+                            slurm.partition.empty() ? "the default partition"
+                                                    : "partition " + slurm.partition,
+                            *node_cpus),
+                "use fewer ranks (nproc), or a partition of larger nodes");
+  }
+
   // Group the runs by their ranks: an array's tasks all ask for the same resources.
   std::map<int64_t, std::vector<size_t>> by_nproc;
   bool cuda = false;
