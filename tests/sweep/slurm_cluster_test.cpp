@@ -75,6 +75,15 @@ std::vector<std::string> submitted_jobs(const std::string& out) {
   return ids;
 }
 
+// Emits the sweep `file` into `out` and submits it; the ids of the jobs queued (none, with a
+// failure, when the command failed).
+std::vector<std::string> emit_and_submit(const std::string& file, const std::string& out) {
+  const auto emit = run_gradscope("sweep " + file + " --emit slurm --out " + out + " --submit");
+  EXPECT_EQ(emit.code, 0) << emit.out << emit.err;
+  EXPECT_TRUE(contains(emit.out, "submitted job")) << emit.out;
+  return emit.code == 0 ? submitted_jobs(out) : std::vector<std::string>{};
+}
+
 // Waits until none of `ids` is queued or running, up to `seconds`.
 bool slurm_jobs_done(const std::vector<std::string>& ids, double seconds) {
   std::string list;
@@ -118,10 +127,7 @@ TEST_F(SlurmCluster, AnArrayRunsEveryRunOnceAndCollectMergesOnce) {
   const std::string file =
       slurm_sweep(dir, "array", "steps = 4", "optimizer = [\"sgd\", \"adam\", \"adagrad\"]");
   const std::string out = dir.file("job");
-  auto emit = run_gradscope("sweep " + file + " --emit slurm --out " + out + " --submit");
-  ASSERT_EQ(emit.code, 0) << emit.out << emit.err;
-  EXPECT_TRUE(contains(emit.out, "submitted job")) << emit.out;
-  const auto ids = submitted_jobs(out);
+  const auto ids = emit_and_submit(file, out);
   ASSERT_EQ(ids.size(), 1u);
   ASSERT_TRUE(slurm_jobs_done(ids, 300)) << "the array did not finish in 5 minutes";
 
@@ -146,9 +152,7 @@ TEST_F(SlurmCluster, ARequeuedTaskResumesFromItsState) {
   testing::TempDir dir("gradscope-slurm-requeue");
   const std::string file = slurm_sweep(dir, "requeue", "steps = 1500", "optimizer = [\"adam\"]");
   const std::string out = dir.file("job");
-  auto emit = run_gradscope("sweep " + file + " --emit slurm --out " + out + " --submit");
-  ASSERT_EQ(emit.code, 0) << emit.out << emit.err;
-  const auto ids = submitted_jobs(out);
+  const auto ids = emit_and_submit(file, out);
   ASSERT_EQ(ids.size(), 1u);
   const std::string log = out + "/logs/task-0.log";
   // Requeued once it trains (Slurm sends SIGTERM: the run saves its state and stops).
@@ -206,11 +210,11 @@ TEST_F(SlurmCluster, TwoRanksThroughSrunMatchTheLocalLauncher) {
   const std::string file =
       slurm_sweep(dir, "ranks", "steps = 6\nnproc = 2\nshard = \"ddp\"", "optimizer = [\"adam\"]");
   const std::string out = dir.file("job");
-  auto emit = run_gradscope("sweep " + file + " --emit slurm --out " + out + " --submit");
-  ASSERT_EQ(emit.code, 0) << emit.out << emit.err;
+  const auto ids = emit_and_submit(file, out);
+  ASSERT_EQ(ids.size(), 1u);
   EXPECT_TRUE(contains(slurp(out + "/sweep-n2.sbatch"), "#SBATCH --ntasks=2"));
   EXPECT_FALSE(std::filesystem::exists(out + "/sweep.sbatch"));
-  ASSERT_TRUE(slurm_jobs_done(submitted_jobs(out), 300));
+  ASSERT_TRUE(slurm_jobs_done(ids, 300));
   const auto files = task_results(out, 0);
   ASSERT_EQ(files.size(), 1u) << slurp(out + "/logs/task-0.log");
   const std::string slurm_record = files[0];

@@ -103,8 +103,6 @@ int execute_sweep(SweepCliOptions& o) {
                               {&o.slurm.gpus_per_task, &slurm.gpus_per_task}})
       if (!flag->empty()) *file = *flag;
     if (o.slurm.cpus_per_task != 0) slurm.cpus_per_task = o.slurm.cpus_per_task;
-    check_usage(slurm.cpus_per_task >= 0,
-                fmt::format("--cpus-per-task {} must be at least 1", slurm.cpus_per_task));
     // Every run resolved (a bad one named) before anything is written.
     const std::vector<PlannedRun> plan = resolve_sweep(sweep, parse_run_arguments);
     const SlurmEmit emitted =

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <ctime>
@@ -70,6 +71,20 @@ void set_blas_threads(int threads) {
   using SetThreads = void (*)(int);
   if (auto fn = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads")))
     fn(threads);
+}
+
+std::optional<int64_t> env_integer(const char* name, int64_t min, int64_t max,
+                                   const std::string& hint) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  const long long x = std::strtoll(v, &end, 10);
+  check_usage(errno == 0 && end != v && *end == '\0' && x >= min && x <= max,
+              fmt::format("environment variable {}='{}' is not a whole number in [{}, {}]", name,
+                          std::string(v).substr(0, 40), min, max),
+              hint);
+  return x;
 }
 
 std::string data_dir() {

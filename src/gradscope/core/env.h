@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace gradscope {
@@ -27,6 +28,12 @@ void set_blas_threads(int threads);
 
 // $GRADSCOPE_DATA, else ~/.cache/gradscope.
 std::string data_dir();
+
+// The whole number in environment variable `name`; nullopt when it is unset or empty. A usage
+// error naming the variable and its value (with `hint`) when it is not a whole number in
+// [min, max]: what a launcher or scheduler sets is input like any other.
+std::optional<int64_t> env_integer(const char* name, int64_t min, int64_t max,
+                                   const std::string& hint);
 
 // "512MiB", "8GiB", "1.5GB", "1000000" -> bytes. Throws a usage error naming the text.
 int64_t parse_bytes(const std::string& text);

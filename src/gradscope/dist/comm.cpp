@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "gradscope/core/env.h"
 #include "gradscope/core/error.h"
 
 #ifdef GRADSCOPE_HAVE_C10D
@@ -26,16 +27,12 @@ const char* env_text(const char* name) {
 }
 
 int env_int(const char* name, int min, int max) {
-  const char* v = env_text(name);
-  char* end = nullptr;
-  errno = 0;
-  const long long x = std::strtoll(v, &end, 10);
-  check_usage(errno == 0 && end != v && *end == '\0' && x >= min && x <= max,
-              fmt::format("environment variable {}='{}' is not a whole number in [{}, {}]", name,
-                          std::string(v).substr(0, 40), min, max),
-              "the launcher (gradscope run --nproc, torchrun or srun) sets it; unset it to run "
-              "one process");
-  return static_cast<int>(x);
+  const std::string hint =
+      "the launcher (gradscope run --nproc, torchrun or srun) sets it; unset it to run one "
+      "process";
+  const std::optional<int64_t> x = env_integer(name, min, max, hint);
+  check_usage(x.has_value(), fmt::format("environment variable {} is not set", name), hint);
+  return static_cast<int>(*x);
 }
 
 // A rank's error from a collective or the meeting, with what usually causes it.

@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "gradscope/core/env.h"
 #include "gradscope/core/error.h"
 #include "gradscope/core/files.h"
 #include "gradscope/core/json_input.h"
@@ -71,28 +72,31 @@ std::string index_ranges(const std::vector<size_t>& indices) {
   return out;
 }
 
+// A count Slurm sets (a job id, a rank, a requeue count, CPUs); nullopt outside a job.
 std::optional<int64_t> env_count(const char* name) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return std::nullopt;
-  char* end = nullptr;
-  const long long n = std::strtoll(v, &end, 10);
-  check_usage(*end == '\0' && n >= 0 && n < (1LL << 31),
-              fmt::format("{}={} is not a count", name, terminal_text(v)),
-              "Slurm sets it to a non-negative integer; unset it outside a job");
-  return n;
+  return env_integer(name, 0, (1LL << 31) - 1,
+                     "Slurm sets it to a non-negative integer; unset it outside a job");
 }
 
-// The first line of a command's output that says something.
-std::string output_line(const std::string& text) {
+// A command's output as lines, trailing white space (and carriage returns) removed.
+std::vector<std::string> text_lines(const std::string& text) {
+  std::vector<std::string> lines;
   size_t start = 0;
   while (start < text.size()) {
     size_t end = text.find('\n', start);
     if (end == std::string::npos) end = text.size();
     std::string line = text.substr(start, end - start);
     while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
-    if (!line.empty()) return line.substr(0, 500);
+    lines.push_back(std::move(line));
     start = end + 1;
   }
+  return lines;
+}
+
+// The first line of a command's output that says something.
+std::string output_line(const std::string& text) {
+  for (const std::string& line : text_lines(text))
+    if (!line.empty()) return line.substr(0, 500);
   return "(no output)";
 }
 
@@ -224,12 +228,7 @@ std::optional<int64_t> slurm_node_cpus(const std::string& partition) {
   const CommandOutput r = run_command(argv, 15);
   if (r.code != 0) return std::nullopt;
   std::optional<int64_t> most;
-  size_t start = 0;
-  while (start < r.output.size()) {
-    size_t end = r.output.find('\n', start);
-    if (end == std::string::npos) end = r.output.size();
-    const std::string line = r.output.substr(start, end - start);
-    start = end + 1;
+  for (const std::string& line : text_lines(r.output)) {
     char* stop = nullptr;
     const long long n = std::strtoll(line.c_str(), &stop, 10);
     if (stop != line.c_str() && n > 0) most = std::max<int64_t>(most.value_or(0), n);
@@ -448,15 +447,8 @@ std::vector<std::string> submit_slurm(const SlurmEmit& emitted, const std::strin
     const CommandOutput r = run_command({"sbatch", "--parsable", array.script}, 60);
     // --parsable prints "ID" or "ID;CLUSTER" on stdout, the last line; warnings go to stderr.
     std::string id;
-    size_t start = 0;
-    while (start < r.output.size()) {
-      size_t end = r.output.find('\n', start);
-      if (end == std::string::npos) end = r.output.size();
-      std::string line = r.output.substr(start, end - start);
-      start = end + 1;
+    for (std::string line : text_lines(r.output)) {
       line = line.substr(0, line.find(';'));
-      while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back())))
-        line.pop_back();
       if (!line.empty() && line.size() <= 20 &&
           std::all_of(line.begin(), line.end(), [](char c) { return c >= '0' && c <= '9'; }))
         id = line;
@@ -490,12 +482,8 @@ std::vector<std::string> submit_slurm(const SlurmEmit& emitted, const std::strin
     const CommandOutput q = run_command(
         {"squeue", "--noheader", "--array", "--jobs=" + list, "--format=%F|%i|%T|%r"}, 30);
     counts.clear();
-    size_t start = 0;
-    while (q.code == 0 && start < q.output.size()) {
-      size_t end = q.output.find('\n', start);
-      if (end == std::string::npos) end = q.output.size();
-      const std::string line = q.output.substr(start, end - start);
-      start = end + 1;
+    for (const std::string& line :
+         q.code == 0 ? text_lines(q.output) : std::vector<std::string>{}) {
       const size_t a = line.find('|'), b = line.find('|', a + 1), c = line.rfind('|');
       if (a == std::string::npos || b == std::string::npos || c <= b) continue;
       const std::string job = line.substr(0, a), task = line.substr(a + 1, b - a - 1),
