@@ -357,7 +357,8 @@ TEST(SlurmEmit, HostileTextIsRefusedOrInert) {
 TEST(SlurmEmit, RanksMakeArraysOfTheirOwnAndTheFileSetsResources) {
   testing::TempDir dir("gradscope-slurm-arrays");
   const std::string path = dir.file("g.toml");
-  std::ofstream(path) << "name = \"g\"\n[slurm]\npartition = \"gpu\"\naccount = \"proj-1\"\n"
+  std::ofstream(path) << "name = \"g\"\n[sweep]\nrun_timeout = 600\n"
+                      << "[slurm]\npartition = \"gpu\"\naccount = \"proj-1\"\n"
                       << "time = \"01:30:00\"\nmem = \"8G\"\ncpus_per_task = 3\n"
                       << "[fixed]\nmodel = \"llama\"\npreset = \"tiny\"\nsteps = 1\n"
                       << "[axes]\noptimizer = [\"sgd\", \"adam\"]\nnproc = [1, 2]\n"
@@ -381,6 +382,13 @@ TEST(SlurmEmit, RanksMakeArraysOfTheirOwnAndTheFileSetsResources) {
   const RunsFile runs = read_runs_file(out);
   ASSERT_EQ(runs.runs.size(), 4u);
   EXPECT_EQ(runs.runs[1].nproc, 2);
+  // run_timeout reaches each run as --timeout, so a run past it records timeout itself.
+  for (const TaskRun& run : runs.runs) {
+    const auto& a = run.args;
+    const auto at = std::find(a.begin(), a.end(), std::string("--timeout"));
+    ASSERT_NE(at, a.end());
+    EXPECT_EQ(*std::next(at), "600");
+  }
   EXPECT_TRUE(is_task_result("task-3.json", 3));
   EXPECT_TRUE(is_task_result("task-3.r12.json", 3));
   EXPECT_TRUE(is_task_result("task-3.j4071.json", 3));
