@@ -261,12 +261,25 @@ class Bench:
         ("packed + chunked", ["--projections", "packed", "--loss", "chunked"]),
     ]
 
+    # Warm-up steps before the limit's timed ones. On the CPU the full loss's first steps are
+    # slow while the heap still grows (measured on the 2-core machine: 3.8 s, 2.3 s and, in
+    # some runs, 2.2 s for the third step, with 50,000 more page faults, then 1.3 s a step).
+    # The record's FLOP/s is the timed steps' mean, so two warm-up steps now and then let that
+    # growth into the measured window. The table's last column shows whether it was steady.
+    LIMIT_WARMUP = 3
+
+    @staticmethod
+    def slowest_over_median(record):
+        times = [s["time_s"] for s in record.get("steps", []) if not s.get("warmup")]
+        return max(times) / statistics.median(times) if times else float("nan")
+
     def limit(self):
         # The probe before and after the training runs; the higher is the peak.
         peak_before = self.probe()
         steps = str(self.args.steps)
+        warmup = str(self.LIMIT_WARMUP)
         sides = {label: (lambda extra=extra: self.try_gradscope(
-                     *self.LLAMA_SMALL, *extra, "--steps", steps, "--warmup-steps", "2"))
+                     *self.LLAMA_SMALL, *extra, "--steps", steps, "--warmup-steps", warmup))
                  for label, extra in self.LIMIT_VARIANTS}
         runs = self.rounds("limit", sides)
         peak = max(peak_before, self.probe())
@@ -327,18 +340,22 @@ class Bench:
             lines.append("")
             raw["phases"] = {name: s / n for name, s, _ in phases}
         # The variants side by side, medians over the rounds. FLOP/s counts the model's FLOPs
-        # (3 x the forward's), the same for every variant: work a variant does again (the
-        # chunked loss computes the head's logits once more in backward) is not counted.
-        lines += [f"The step's variants, run interleaved ({self.args.pairs} rounds; medians). "
+        # (3 x the forward's), the same for every variant, which all compute the same matrix
+        # products (the chunked loss takes the head's gradients in forward, so its forward is
+        # longer and its backward shorter).
+        lines += [f"The step's variants, run interleaved ({self.args.pairs} rounds; medians), "
+                  f"{self.args.steps} timed steps after {self.LIMIT_WARMUP} warm-up steps. "
                   "FLOP/s counts model FLOPs, 3 x the forward's, the same for every variant; "
-                  "the chunked loss's second computation of the head's logits in backward is "
-                  "not counted.", "",
-                  "| variant | step | forward | backward | model FLOP/s | of peak | peak memory |",
-                  "|---|---|---|---|---|---|---|"]
+                  "the chunked loss takes the head's gradients in forward (its forward is longer, "
+                  "its backward shorter). Slowest / median: the slowest timed step over the "
+                  "median one, near 1 when the timed window was steady.", "",
+                  "| variant | step | forward | backward | model FLOP/s | of peak | peak memory "
+                  "| slowest / median step |",
+                  "|---|---|---|---|---|---|---|---|"]
         raw_variants = {}
         for label, records, failures in summary:
             if not records:
-                lines.append(f"| {label} | failed: {failures[0].reason} | | | | | |")
+                lines.append(f"| {label} | failed: {failures[0].reason} | | | | | | |")
                 raw_variants[label] = {"failed": [f.reason for f in failures]}
                 continue
             med = lambda key: statistics.median(key(r) for r in records)  # noqa: E731
@@ -347,14 +364,16 @@ class Bench:
             bwd = med(lambda r: r["time"]["backward_s"] / r["time"]["timed_steps"])
             rate = med(lambda r: r["flops"]["achieved_per_s"])
             mem = med(lambda r: r["memory"]["peak_bytes"])
+            steadiness = med(self.slowest_over_median)
             lines.append(f"| {label} | {1e3 * step:.0f} ms | {1e3 * fwd:.0f} ms | "
                          f"{1e3 * bwd:.0f} ms | {rate / 1e9:.1f} G | {100 * rate / peak:.0f}% | "
-                         f"{mem / 2**20:.0f} MiB |")
+                         f"{mem / 2**20:.0f} MiB | {steadiness:.2f} |")
             raw_variants[label] = [
                 {"step_median_s": r["time"]["step_median_s"],
                  "forward_s": r["time"]["forward_s"], "backward_s": r["time"]["backward_s"],
                  "timed_steps": r["time"]["timed_steps"],
                  "achieved_per_s": r["flops"]["achieved_per_s"],
+                 "slowest_over_median_step": self.slowest_over_median(r),
                  "peak_bytes": r["memory"]["peak_bytes"]} for r in records]
         self.details["limit"] = "\n".join(lines)
         self.raw["limit"] = {**raw, "variants": raw_variants}

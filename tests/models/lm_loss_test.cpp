@@ -58,9 +58,9 @@ struct ChunkedHeadProblem {
     torch::Tensor loss, grad_hidden, grad_weight, grad_bias;
   };
 
-  // chunk_rows 0: the full path. The loss is backpropagated with gradient 1.5 (not 1), so a
-  // backward that dropped the incoming gradient would show.
-  Result run(int64_t chunk_rows, bool with_bias) {
+  // chunk_rows 0: the full path. The loss is backpropagated with gradient `scale` (not 1),
+  // so a backward that dropped the incoming gradient would show.
+  Result run(int64_t chunk_rows, bool with_bias, double scale = 1.5) {
     for (auto* t : {&hidden, &weight, &bias}) t->mutable_grad() = torch::Tensor();
     const torch::Tensor b = with_bias ? bias : torch::Tensor();
     torch::Tensor loss;
@@ -71,7 +71,7 @@ struct ChunkedHeadProblem {
     } else {
       loss = chunked_cross_entropy(hidden, weight, b, targets, chunk_rows, kIgnoreIndex);
     }
-    (loss * 1.5).backward();
+    (loss * scale).backward();
     return {loss.detach(), hidden.grad().clone(), weight.grad().clone(),
             with_bias ? bias.grad().clone() : torch::Tensor()};
   }
@@ -101,17 +101,20 @@ TEST(ChunkedCrossEntropy, MatchesTheFullPathInFp32) {
 
 // Under bfloat16 autocast the chunked path multiplies in bfloat16 and takes the softmax in
 // float32, as autocast runs the full path: it agrees with the full bf16 path far more closely
-// than either agrees with float32.
+// than either agrees with float32. The incoming gradient here is 2, which scales a bfloat16
+// exactly, so that taking the gradients for 1 and scaling them after rounds as the full path
+// does; with 1.5 each element of grad_logits is rounded once more (before the scaling rather
+// than after), at most two units of bfloat16's rounding, 2 x 2^-8, apart.
 TEST(ChunkedCrossEntropy, MatchesTheFullPathUnderBf16Autocast) {
   ChunkedHeadProblem p(/*n=*/103, /*c=*/64, /*v=*/300, torch::kFloat, 2);
-  const auto fp32 = p.run(0, true);
+  const auto fp32 = p.run(0, true, 2.0);
   AutocastScope autocast(torch::Device(torch::kCPU), /*enabled=*/true);
-  const auto full = p.run(0, true);
+  const auto full = p.run(0, true, 2.0);
   // The rounding bfloat16 brings, which the chunked path must share.
   const double bf16_effect = chunked_rel(full.grad_weight, fp32.grad_weight);
   ASSERT_GT(bf16_effect, 5e-4);
   for (const int64_t chunk : kChunkSizes) {
-    const auto got = p.run(chunk, true);
+    const auto got = p.run(chunk, true, 2.0);
     SCOPED_TRACE("chunk " + std::to_string(chunk));
     EXPECT_EQ(got.loss.scalar_type(), torch::kFloat);
     EXPECT_EQ(got.grad_weight.scalar_type(), torch::kFloat);
@@ -127,6 +130,13 @@ TEST(ChunkedCrossEntropy, MatchesTheFullPathUnderBf16Autocast) {
     }
     // Each row's gradient is the full path's: the same bfloat16 grad_logits times W.
     EXPECT_LE(chunked_rel(got.grad_hidden, full.grad_hidden), 1e-3);
+  }
+  const auto full_15 = p.run(0, true, 1.5);
+  for (const int64_t chunk : {int64_t{7}, int64_t{103}}) {
+    const auto got = p.run(chunk, true, 1.5);
+    SCOPED_TRACE("chunk " + std::to_string(chunk) + ", gradient 1.5");
+    EXPECT_LE(chunked_rel(got.grad_hidden, full_15.grad_hidden), 2 * std::ldexp(1.0, -8));
+    EXPECT_LE(chunked_rel(got.grad_weight, full_15.grad_weight), kChunkedBf16Tolerance);
   }
 }
 
@@ -204,6 +214,58 @@ TEST(ChunkedCrossEntropy, BadArgumentsAreRefused) {
   EXPECT_THROW(
       chunked_cross_entropy(p.hidden, p.weight, p.bias.narrow(0, 0, 4), p.targets, 2, kIgnoreIndex),
       c10::Error);
+}
+
+// The gradients are taken in forward and handed on by the one backward: a second backward
+// through the same loss is refused by name rather than given nothing.
+TEST(ChunkedCrossEntropy, ASecondBackwardIsRefused) {
+  ChunkedHeadProblem p(9, 4, 6, torch::kFloat, 6);
+  torch::Tensor loss =
+      chunked_cross_entropy(p.hidden, p.weight, p.bias, p.targets, 4, kIgnoreIndex);
+  loss.backward({}, /*retain_graph=*/true);
+  try {
+    loss.backward();
+    FAIL() << "a second backward ran";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("backward ran twice"), std::string::npos) << e.what();
+  }
+}
+
+// Only the inputs that require a gradient get one, and the others' are not computed at all:
+// with the weight and bias frozen, or asked for hidden's gradient alone, hidden's is the full
+// path's; under no_grad the call holds no more than one chunk's logits and its own scalars,
+// nothing of the gradients' size.
+TEST(ChunkedCrossEntropy, GradientsOnlyWhereAutogradAsks) {
+  ChunkedHeadProblem p(103, 16, 50, torch::kFloat, 7);
+  const auto full = p.run(0, true);
+  p.weight.requires_grad_(false);
+  p.bias.requires_grad_(false);
+  for (auto* t : {&p.hidden, &p.weight, &p.bias}) t->mutable_grad() = torch::Tensor();
+  chunked_cross_entropy(p.hidden, p.weight, p.bias, p.targets, 10, kIgnoreIndex)
+      .mul(1.5)
+      .backward();
+  EXPECT_FALSE(p.weight.grad().defined());
+  EXPECT_LE(chunked_rel(p.hidden.grad(), full.grad_hidden), kChunkedFp32Tolerance);
+  p.weight.requires_grad_(true);
+  p.bias.requires_grad_(true);
+  const torch::Tensor loss =
+      chunked_cross_entropy(p.hidden, p.weight, p.bias, p.targets, 10, kIgnoreIndex) * 1.5;
+  const auto only_hidden = torch::autograd::grad({loss}, {p.hidden});
+  EXPECT_LE(chunked_rel(only_hidden[0], full.grad_hidden), kChunkedFp32Tolerance);
+
+  CpuMemoryTracker& tracker = CpuMemoryTracker::install();
+  ChunkedHeadProblem big(256, 32, 4096, torch::kFloat, 8);
+  const int64_t weight_bytes = big.weight.numel() * static_cast<int64_t>(sizeof(float));
+  const int64_t before = tracker.current_bytes();
+  tracker.reset_peak();
+  {
+    torch::NoGradGuard no_grad;
+    const torch::Tensor value =
+        chunked_cross_entropy(big.hidden, big.weight, big.bias, big.targets, 16, kIgnoreIndex);
+    EXPECT_FALSE(value.requires_grad());
+  }
+  // One chunk's logits are 256 KiB, the weight's gradient would be 512 KiB.
+  EXPECT_LT(tracker.peak_bytes() - before, weight_bytes);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -42,7 +42,7 @@ enum class OptimizerStep {
 enum class LossKind {
   kLossFull,     // the logits of every position at once, then their cross-entropy
   kLossChunked,  // --loss-chunk positions at a time; the logits are never held for the whole
-                 // batch, and each chunk's are computed again in backward
+                 // batch, and each chunk's gradients are taken in forward while they exist
 };
 
 // --projections: how the projections that read the same input are multiplied.

@@ -456,8 +456,8 @@ std::vector<Setting> build_settings_table() {
     Setting s = choice_row<LossKind>(
         "loss", "loss", &RunConfig::loss, S::kSectionStep,
         "Cross-entropy of a language-model head: full (the logits of every position at once) or "
-        "chunked (--loss-chunk positions at a time, their logits computed again in backward; "
-        "llama, nanovlm, modernbert)",
+        "chunked (--loss-chunk positions at a time, their gradients taken in forward; llama, "
+        "nanovlm, modernbert)",
         parse_loss_kind, loss_kind_name, {"full", "chunked"});
     // In the id only when chunked: the key is newer than the first records, whose ids hold.
     s.write = [](const RunConfig& c, json& out, JsonPurpose purpose) {

@@ -24,7 +24,8 @@ struct MemoryEstimate {
   int64_t optimizer_scratch_bytes = 0;  // temporaries of the update, largest parameter's
   int64_t activations_bytes = 0;        // saved for backward when one micro-batch's forward ends
   // Of activations_bytes, what the loss head of a language model keeps for backward: the
-  // log-softmax of every position's logits with --loss full, two floats per position chunked.
+  // log-softmax of every position's logits with --loss full; chunked, the gradients of its
+  // input and of its weight (and bias), which it takes in forward.
   int64_t logits_bytes = 0;
   int64_t batch_bytes = 0;  // the batch and the model's cached tables
   int64_t data_bytes = 0;   // the data set held in memory (measured when loaded)

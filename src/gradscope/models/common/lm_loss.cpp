@@ -53,82 +53,33 @@ at::ScalarType lm_loss_matmul_dtype(const torch::Tensor& hidden) {
 // The Function
 
 // Positions of forward's arguments (hidden, weight, bias, targets, chunk_rows, ignore_index,
-// has_bias), for needs_input_grad and backward's result.
-constexpr size_t kLmLossArgHidden = 0, kLmLossArgWeight = 1, kLmLossArgBias = 2, kLmLossArgs = 7;
+// has_bias, with_grad), for backward's result.
+constexpr size_t kLmLossArgHidden = 0, kLmLossArgWeight = 1, kLmLossArgBias = 2, kLmLossArgs = 8;
+
+// The keys under which forward leaves the gradients it computed for backward.
+constexpr const char* kLmLossGradKeys[] = {"grad_hidden", "grad_weight", "grad_bias"};
 
 class ChunkedCrossEntropyFunction : public torch::autograd::Function<ChunkedCrossEntropyFunction> {
  public:
   // hidden (N, C), weight (V, C), bias (V) (an empty tensor when has_bias is false),
-  // targets (N) -> () summed loss. Autograd is off here (Function::apply).
+  // targets (N) -> () summed loss. Autograd is off here (Function::apply); with_grad says
+  // whether it was on at the call, when the gradients of the inputs that require one are
+  // computed here, per chunk, while the chunk's logits exist, and kept for backward.
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& hidden,
                                const torch::Tensor& weight, const torch::Tensor& bias,
                                const torch::Tensor& targets, int64_t chunk_rows,
-                               int64_t ignore_index, bool has_bias) {
+                               int64_t ignore_index, bool has_bias, bool with_grad) {
     const at::ScalarType mm = lm_loss_matmul_dtype(hidden);
     const at::ScalarType sm = mm == at::kDouble ? at::kDouble : at::kFloat;  // softmax dtype
+    const bool need_hidden = with_grad && hidden.requires_grad();
+    const bool need_weight = with_grad && weight.requires_grad();
+    const bool need_bias = with_grad && has_bias && bias.requires_grad();
     const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     const int64_t N = hidden.size(0);
     const torch::Tensor w = weight.to(mm);                             // (V, C)
     const torch::Tensor b = has_bias ? bias.to(mm) : torch::Tensor();  // (V)
     const auto options = hidden.options().dtype(sm);
-    torch::Tensor row_max = torch::empty({N}, options);     // (N) max_v logits
-    torch::Tensor row_logsum = torch::empty({N}, options);  // (N) log sum_v exp(logits - max)
     torch::Tensor loss = torch::zeros({}, options);
-    for (int64_t start = 0; start < N; start += chunk_rows) {
-      const int64_t n = std::min(chunk_rows, N - start);
-      const torch::Tensor t = targets.narrow(0, start, n);  // (n)
-      const torch::Tensor valid = t.ne(ignore_index);
-      const torch::Tensor safe = t.masked_fill(valid.logical_not(), 0);
-      // The logits in the matmul dtype, then in the softmax dtype, as autocast runs F::linear
-      // and then cross_entropy. log_softmax's own arithmetic: x - max, then minus the log of
-      // the sum of exponentials.
-      torch::Tensor x = at::linear(hidden.narrow(0, start, n).to(mm), w, b).to(sm);  // (n, V)
-      const torch::Tensor m = std::get<0>(x.max(1, /*keepdim=*/true));               // (n, 1)
-      x.sub_(m);
-      const torch::Tensor target_shifted = x.gather(1, safe.unsqueeze(1)).squeeze(1);  // (n)
-      const torch::Tensor logsum = x.exp_().sum(1).log_();                             // (n)
-      x = torch::Tensor();
-      row_max.narrow(0, start, n).copy_(m.squeeze(1));
-      row_logsum.narrow(0, start, n).copy_(logsum);
-      // -log_softmax at the target: logsum - (x_t - max); 0 where the target is ignored.
-      loss.add_((logsum - target_shifted).masked_fill_(valid.logical_not(), 0).sum());
-    }
-    ctx->save_for_backward({hidden, weight, bias, targets, row_max, row_logsum});
-    ctx->saved_data["chunk_rows"] = chunk_rows;
-    ctx->saved_data["ignore_index"] = ignore_index;
-    ctx->saved_data["has_bias"] = has_bias;
-    ctx->saved_data["matmul_dtype"] = static_cast<int64_t>(mm);
-    return loss;
-  }
-
-  // Per chunk: the logits again, grad_logits = g (softmax - one-hot) in the softmax dtype,
-  // cast to the matmul dtype as autograd casts it for the full path's matmul backward, then
-  // the chunk's rows of grad_hidden and its parts of grad_weight and grad_bias.
-  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
-    const variable_list saved = ctx->get_saved_variables();
-    const torch::Tensor& hidden = saved[0];
-    const torch::Tensor& weight = saved[1];
-    const torch::Tensor& bias = saved[2];
-    const torch::Tensor& targets = saved[3];
-    const torch::Tensor& row_max = saved[4];
-    const torch::Tensor& row_logsum = saved[5];
-    const int64_t chunk_rows = ctx->saved_data["chunk_rows"].toInt();
-    const int64_t ignore_index = ctx->saved_data["ignore_index"].toInt();
-    const bool has_bias = ctx->saved_data["has_bias"].toBool();
-    const auto mm = static_cast<at::ScalarType>(ctx->saved_data["matmul_dtype"].toInt());
-    const at::ScalarType sm = row_max.scalar_type();
-    const bool need_hidden = ctx->needs_input_grad(kLmLossArgHidden);
-    const bool need_weight = ctx->needs_input_grad(kLmLossArgWeight);
-    const bool need_bias = has_bias && ctx->needs_input_grad(kLmLossArgBias);
-
-    const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
-    const int64_t N = hidden.size(0);
-    const torch::Tensor w = weight.to(mm);                             // (V, C)
-    const torch::Tensor b = has_bias ? bias.to(mm) : torch::Tensor();  // (V)
-    // Per row: g where the target counts, 0 where it is ignored.
-    const torch::Tensor valid = targets.ne(ignore_index);  // (N)
-    const torch::Tensor scale = valid.to(sm) * grad_outputs[0].to(sm);
-    const torch::Tensor safe = targets.masked_fill(valid.logical_not(), 0);
     torch::Tensor grad_hidden = need_hidden
                                     ? torch::empty_like(hidden, at::MemoryFormat::Contiguous)
                                     : torch::Tensor();  // (N, C)
@@ -138,16 +89,29 @@ class ChunkedCrossEntropyFunction : public torch::autograd::Function<ChunkedCros
     torch::Tensor grad_bias = need_bias ? torch::zeros_like(bias) : torch::Tensor();  // (V)
     for (int64_t start = 0; start < N; start += chunk_rows) {
       const int64_t n = std::min(chunk_rows, N - start);
-      const torch::Tensor h = hidden.narrow(0, start, n).to(mm);  // (n, C)
-      const torch::Tensor s = scale.narrow(0, start, n).unsqueeze(1);
-      torch::Tensor p = at::linear(h, w, b).to(sm);  // (n, V)
-      p.sub_(row_max.narrow(0, start, n).unsqueeze(1))
-          .sub_(row_logsum.narrow(0, start, n).unsqueeze(1))
-          .exp_();
-      // log_softmax's backward after nll_loss's: g p everywhere, g p - g at the target.
-      p.mul_(s).scatter_add_(1, safe.narrow(0, start, n).unsqueeze(1), s.neg());
-      const torch::Tensor grad_logits = p.to(mm);  // (n, V)
-      p = torch::Tensor();
+      const torch::Tensor t = targets.narrow(0, start, n);                            // (n)
+      const torch::Tensor valid = t.ne(ignore_index);                                 // (n)
+      const torch::Tensor safe = t.masked_fill(valid.logical_not(), 0).unsqueeze(1);  // (n, 1)
+      const torch::Tensor h = hidden.narrow(0, start, n).to(mm);                      // (n, C)
+      // The logits in the matmul dtype, then in the softmax dtype, as autocast runs F::linear
+      // and then cross_entropy. log_softmax's own arithmetic: x - max, then minus the log of
+      // the sum of exponentials.
+      torch::Tensor x = at::linear(h, w, b).to(sm);                     // (n, V)
+      const torch::Tensor m = std::get<0>(x.max(1, /*keepdim=*/true));  // (n, 1)
+      x.sub_(m);
+      const torch::Tensor target_shifted = x.gather(1, safe).squeeze(1);  // (n)
+      const torch::Tensor sum = x.exp_().sum(1);                          // (n)
+      const torch::Tensor logsum = sum.log();                             // (n)
+      // -log_softmax at the target: logsum - (x_t - max); 0 where the target is ignored.
+      loss.add_((logsum - target_shifted).masked_fill_(valid.logical_not(), 0).sum());
+      if (!need_hidden && !need_weight && !need_bias) continue;
+      // log_softmax's backward after nll_loss's, for an incoming gradient of 1: softmax
+      // everywhere, softmax - 1 at the target, 0 on a row whose target is ignored.
+      const torch::Tensor keep = valid.to(sm);           // (n)
+      x.mul_((keep / sum).unsqueeze(1));                 // (n, V)
+      x.scatter_add_(1, safe, keep.neg().unsqueeze(1));  // (n, V)
+      const torch::Tensor grad_logits = x.to(mm);        // (n, V)
+      x = torch::Tensor();
       if (need_hidden) grad_hidden.narrow(0, start, n).copy_(grad_logits.mm(w));  // (n, C)
       if (need_weight) {
         if (mm == grad_weight.scalar_type())
@@ -157,11 +121,29 @@ class ChunkedCrossEntropyFunction : public torch::autograd::Function<ChunkedCros
       }
       if (need_bias) grad_bias.add_(grad_logits.sum(0));
     }
-    // One entry per forward argument; targets and the settings have none.
+    // Kept as plain values rather than saved variables: backward takes them out, so that the
+    // engine hands them on without a copy and nothing of them stays with the graph.
+    ctx->saved_data[kLmLossGradKeys[0]] = grad_hidden;
+    ctx->saved_data[kLmLossGradKeys[1]] = grad_weight;
+    ctx->saved_data[kLmLossGradKeys[2]] = grad_bias;
+    return loss;
+  }
+
+  // The gradients forward computed for an incoming gradient of 1, scaled by the incoming g.
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    TORCH_CHECK(ctx->saved_data.count(kLmLossGradKeys[0]) == 1,
+                "chunked_cross_entropy: backward ran twice through one loss (retain_graph); its "
+                "gradients were computed in forward and handed on the first time");
+    const torch::Tensor& g = grad_outputs[0];  // ()
     variable_list grads(kLmLossArgs);
-    grads[kLmLossArgHidden] = grad_hidden;
-    grads[kLmLossArgWeight] = grad_weight;
-    grads[kLmLossArgBias] = grad_bias;
+    const size_t args[] = {kLmLossArgHidden, kLmLossArgWeight, kLmLossArgBias};
+    for (size_t i = 0; i < 3; ++i) {
+      torch::Tensor grad;
+      if (ctx->saved_data[kLmLossGradKeys[i]].isTensor())
+        grad = ctx->saved_data[kLmLossGradKeys[i]].toTensor();
+      ctx->saved_data.erase(kLmLossGradKeys[i]);
+      if (grad.defined() && ctx->needs_input_grad(args[i])) grads[args[i]] = grad.mul_(g);
+    }
     return grads;
   }
 };
@@ -185,8 +167,11 @@ torch::Tensor chunked_cross_entropy(const torch::Tensor& hidden, const torch::Te
   const bool has_bias = bias.defined();
   // Function::apply takes only defined tensors: an absent bias travels as an empty one.
   const torch::Tensor b = has_bias ? bias : torch::empty({0}, weight.options());
+  // Gradients are computed in forward only where autograd will ask for them.
+  const bool with_grad = torch::GradMode::is_enabled() &&
+                         (hidden.requires_grad() || weight.requires_grad() || b.requires_grad());
   return ChunkedCrossEntropyFunction::apply(hidden, weight, b, targets, chunk_rows, ignore_index,
-                                            has_bias);
+                                            has_bias, with_grad);
 }
 
 }  // namespace gradscope

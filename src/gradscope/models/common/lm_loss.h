@@ -5,25 +5,33 @@
 //          logsumexp(hidden[i] W^T + b) - (hidden[i] W^T + b)[targets[i]]
 //
 // the same sum F::cross_entropy(F::linear(hidden, W, b), targets, reduction sum) computes.
-// Forward: per chunk of chunk_rows rows the chunk's logits (chunk, V), from which only two
-// float32 scalars per row are kept (the row's maximum logit and the log of its sum of
-// exponentials), and the chunk's summed loss. Backward: per chunk the logits again (one more
-// head matmul per chunk than the full path), softmax - one-hot scaled by the incoming
-// gradient, and then grad_hidden = grad_logits W for the chunk's rows, grad_W +=
-// grad_logits^T hidden_chunk, grad_b += the column sums of grad_logits.
+// Per chunk of chunk_rows rows: the chunk's logits (chunk, V), the row's maximum and log-sum
+// of exponentials (log-softmax's own arithmetic) and the chunk's summed loss; then, when
+// autograd is recording and an input requires a gradient, that chunk's softmax - one-hot in
+// place of its logits, the chunk's rows of grad_hidden = grad_logits W, and grad_W +=
+// grad_logits^T hidden_chunk, grad_b += the column sums of grad_logits. The gradients are
+// thus taken in forward, for an incoming gradient of 1, while each chunk's logits exist
+// (the head's three matmuls, as in the full path, none computed twice); forward keeps them
+// (the size of hidden, W and b) in place of the logits, and backward scales them by the
+// incoming gradient and hands them on. Backward can therefore run once per forward
+// (retain_graph is refused). Without a graph (no_grad, or nothing requires a gradient)
+// only the loss is computed and nothing is kept.
 //
 // Dtypes: under autocast (the trainer's bf16 scope) the head matmuls run in autocast's lower
 // precision and the softmax, logsumexp and loss in float32, as autocast runs the full path
 // (F::linear in bfloat16, cross_entropy in float32); without autocast everything runs in
-// hidden's dtype (float32 or float64), the softmax in at least float32. The backward's matmuls
-// use the matmul dtype too, as autograd would for the full path; grad_W and grad_b are
-// summed over chunks in the weight's dtype.
+// hidden's dtype (float32 or float64), the softmax in at least float32. The gradient's
+// matmuls use the matmul dtype too, as autograd would for the full path; grad_W and grad_b
+// are summed over chunks in the weight's dtype.
 //
 // Exactness: per row the values are the full path's up to the rounding of its logsumexp (a
 // few units of float32's last place). What differs is the order of three sums over rows: the
 // loss (chunk sums, then their sum), grad_W and grad_b (one product per chunk, added up,
 // instead of one product over all rows; under bfloat16 each chunk's product is rounded to
-// bfloat16 before the sum, as the micro-batches of accumulation are). docs/strategies.md, "The
+// bfloat16 before the sum, as the micro-batches of accumulation are). And the incoming
+// gradient g multiplies the finished gradients, where the full path multiplies grad_logits:
+// in float32 a rounding apart; under bfloat16 grad_logits is rounded before the scaling
+// rather than after. docs/strategies.md, "The
 // chunked loss", derives the tolerance `gradscope verify` holds it to.
 //
 // Dimension legend: N rows (positions), C hidden size, V vocabulary.

@@ -398,23 +398,29 @@ void MemoryTrace::lm_loss(Id x, int64_t n, int64_t in, int64_t vocab, bool bias,
     release(logits);
     return;
   }
-  // Chunked (models/common/lm_loss.h): one chunk's logits exist at a time, with their
-  // exponentials beside them; two floats per position are kept for backward (the row's
-  // largest logit and its log-sum of exponentials), which computes each chunk's logits again
-  // and their gradient beside them, and the input's gradient.
+  // Chunked (models/common/lm_loss.h): one chunk's logits exist at a time and become their
+  // gradient in place; when the forward builds a graph it also computes the gradients of x,
+  // of the weight and of the bias there, chunk by chunk (each chunk's rows of x's gradient a
+  // product before they are copied in), and keeps them until backward hands them on, which
+  // then allocates nothing more.
   const int64_t chunk = std::min(loss_chunk_, n);
-  const int64_t chunk_logits = chunk * vocab * kFloat;
   const int w = weight >= 0 ? weight : param(in * vocab * kFloat, vocab, in);
   std::vector<int> params = {w};
   if (bias) params.push_back(param(vocab * kFloat));
-  const Id logits = alloc(chunk_logits);
-  const Id exps = alloc(chunk_logits);
-  release(exps);
+  int64_t grads_bytes = tensors_[static_cast<size_t>(x)].persistent ? 0 : grad_bytes(x);
+  for (int p : params)
+    if (!param_frozen_[static_cast<size_t>(p)]) grads_bytes += params_[static_cast<size_t>(p)];
+  const Id grads = alloc(grads_bytes);
+  tensors_[static_cast<size_t>(grads)].with_grad_only = true;
+  const Id logits = alloc(chunk * vocab * kFloat);
+  const Id rows = alloc(chunk * in * kFloat);
+  tensors_[static_cast<size_t>(rows)].with_grad_only = true;
+  release(rows);
   release(logits);
-  const Id lse = alloc(2 * n * kFloat);
   const Id loss = alloc(kFloat);
-  node({x, lse}, {x}, {loss}, params, 2 * chunk_logits + chunk * in * kFloat);
-  release(lse);
+  node({}, {x}, {loss}, params);
+  nodes_.back().handed = {grads};
+  release(grads);
   set_loss(loss);
 }
 
@@ -550,6 +556,7 @@ class MemoryTrace::Replayer {
       const Event& e = t_.events_[i];
       switch (e.kind) {
         case Kind::kAlloc:
+          if (!with_grad && t_.tensors_[static_cast<size_t>(e.id)].with_grad_only) break;
           if (!allocated_[e.id]) {
             allocated_[e.id] = true;
             live_ += t_.bytes(e.id);
@@ -564,6 +571,7 @@ class MemoryTrace::Replayer {
         case Kind::kNode:
           if (!with_grad) break;
           for (Id s : t_.nodes_[e.node].saved) ++saved_[s];
+          for (Id s : t_.nodes_[e.node].handed) ++saved_[s];
           tape.push_back({e.node, -1});
           break;
         case Kind::kBegin: {
@@ -599,6 +607,10 @@ class MemoryTrace::Replayer {
       }
       const Node& n = t_.nodes_[it->node];
       reach(n.block);
+      for (Id s : n.handed) {
+        --saved_[s];
+        maybe_free(s);
+      }
       bool any = false;
       int64_t incoming = 0;
       for (Id o : n.outputs) {

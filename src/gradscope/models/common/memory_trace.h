@@ -196,12 +196,16 @@ class MemoryTrace {
     int64_t bytes;
     bool persistent;
     int64_t grad_bytes;
+    bool with_grad_only = false;  // allocated only when the forward builds a graph
   };
   struct Node {
     std::vector<Id> saved, grad_inputs, outputs;
     std::vector<int> params;
     int64_t scratch;
     int64_t block;  // the block being traced when it was made; -1: none
+    // Saved tensors whose memory becomes the gradients this node's backward hands on: freed
+    // as those are made, not after.
+    std::vector<Id> handed = {};
   };
   class Replayer;
 
