@@ -3,7 +3,8 @@
 # (6 layers, hidden 256, gpt2 tokenizer: vocabulary 50304, sequence 128) and prints Markdown
 # tables; the tables of docs/strategies.md, "Memory methods measured", come from it.
 #   scripts/memory-methods-table.sh [STEPS] [OUT_DIR]   (defaults: 4, memory-methods-out)
-# Each configuration runs 1 untimed warm-up step and STEPS timed steps, one thread. Extra
+# Each configuration runs 3 untimed warm-up steps and STEPS timed steps, one thread (the full
+# loss's heap can still grow in its third step, which would slow that step). Extra
 # `gradscope run` flags can be passed in GRADSCOPE_FLAGS; REPORT_ONLY=1 prints the tables from
 # OUT_DIR's records without running anything. About 10 minutes on two cores.
 set -euo pipefail
@@ -19,7 +20,7 @@ run() {  # NAME ARGS...: one run, its record in OUT/NAME.json
   local name="$1"
   shift
   echo "run $name: $*" >&2
-  "$bin" run --model llama --preset small --steps "$steps" --warmup-steps 1 --threads 1 \
+  "$bin" run --model llama --preset small --steps "$steps" --warmup-steps 3 --threads 1 \
     --eval-batches 1 --db "$out/runs.db" --json "$out/$name.json" --quiet "${extra[@]}" "$@"
 }
 
@@ -91,6 +92,7 @@ for opt, label in (("sgd", "SGD, momentum 0.9"), ("adam", "Adam")):
            ("accumulation 4 x 2, no buffer", "accum-nobuffer-" + opt),
            ("one batch of 8", "batch8-" + opt)), "micro2-" + opt)
 env = rec("standard")["env"]
-print("Measured with {} timed steps after 1 warm-up step; {} thread(s), LibTorch {}, {}.".format(
-    rec("standard")["time"]["timed_steps"], env["threads"], env["libtorch"], env["device_name"]))
+print("Measured with {} timed steps after {} warm-up steps; {} thread(s), LibTorch {}, {}.".format(
+    rec("standard")["time"]["timed_steps"], rec("standard")["config"]["warmup_steps"],
+    env["threads"], env["libtorch"], env["device_name"]))
 PY
