@@ -7,7 +7,8 @@ both alike. The table gives min / median / max over the pairs, the target, and w
 median meets it. Benchmarks are not tests: nothing here fails the build.
 
   peers        gradscope's ViT and Llama against PyTorch peers (bench/peers/): step time and
-               peak tensor memory, ours / peer
+               peak tensor memory, ours / peer; the step time also against the peer run with
+               gradscope's heap settings (freed memory kept in the heap)
   limit        achieved FLOP/s of the Llama `small` step against the fp32 GEMM peak that
                `gradscope probe` measures in the same run, and where the rest goes by phase;
                the same with --projections packed, --loss chunked and both, run interleaved
