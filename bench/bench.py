@@ -135,7 +135,9 @@ class Bench:
         out = os.path.join(self.tmp, f"peer-{self.counter}.json")
         cmd = [PYTHON, os.path.join(ROOT, "bench", "peers", script), "--threads",
                str(self.args.threads), "--json", out, *flags]
-        env = {**os.environ, **heap} if heap else None
+        # glibc's defaults unless `heap` says otherwise, whatever the caller's environment sets.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+        env.update(heap or {})
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                        env=env)
         with open(out) as f:
@@ -288,8 +290,9 @@ class Bench:
     # Warm-up steps before the limit's timed ones. On the CPU the full loss's first steps are
     # slow while the heap still grows (measured on the 2-core machine: 3.8 s, 2.3 s and, in
     # some runs, 2.2 s for the third step, with 50,000 more page faults, then 1.3 s a step).
-    # The record's FLOP/s is the timed steps' mean, so two warm-up steps now and then let that
-    # growth into the measured window. The table's last column shows whether it was steady.
+    # The record's FLOP/s is the timed steps' mean. Three warm-up steps keep the first steps'
+    # growth out of the timed window, but the full loss's heap can still grow once in a later
+    # step: the table's last column shows whether the window was steady.
     LIMIT_WARMUP = 3
 
     @staticmethod
@@ -371,15 +374,17 @@ class Bench:
                   f"{self.args.steps} timed steps after {self.LIMIT_WARMUP} warm-up steps. "
                   "FLOP/s counts model FLOPs, 3 x the forward's, the same for every variant; "
                   "the chunked loss takes the head's gradients in forward (its forward is longer, "
-                  "its backward shorter). Slowest / median: the slowest timed step over the "
-                  "median one, near 1 when the timed window was steady.", "",
-                  "| variant | step | forward | backward | model FLOP/s | of peak | peak memory "
-                  "| slowest / median step |",
-                  "|---|---|---|---|---|---|---|---|"]
+                  "its backward shorter). Of peak: the record's model FLOP/s (the mean over "
+                  "the timed steps) over the peak; of peak, median step: the FLOPs of a step "
+                  "over the median step's time, over the peak. Slowest / median: the slowest "
+                  "timed step over the median one, near 1 when the timed window was steady.", "",
+                  "| variant | step | forward | backward | model FLOP/s | of peak | of peak, median "
+                  "step | peak memory | slowest / median step |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         raw_variants = {}
         for label, records, failures in summary:
             if not records:
-                lines.append(f"| {label} | failed: {failures[0].reason} | | | | | | |")
+                lines.append(f"| {label} | failed: {failures[0].reason} | | | | | | | |")
                 raw_variants[label] = {"failed": [f.reason for f in failures]}
                 continue
             med = lambda key: statistics.median(key(r) for r in records)  # noqa: E731
@@ -389,9 +394,13 @@ class Bench:
             rate = med(lambda r: r["flops"]["achieved_per_s"])
             mem = med(lambda r: r["memory"]["peak_bytes"])
             steadiness = med(self.slowest_over_median)
+            # The model FLOP/s of the median timed step: what a step reaches when no step of
+            # the window is slowed by something else (the record's FLOP/s is the mean).
+            median_rate = med(lambda r: r["flops"]["per_step"] / r["time"]["step_median_s"])
             lines.append(f"| {label} | {1e3 * step:.0f} ms | {1e3 * fwd:.0f} ms | "
                          f"{1e3 * bwd:.0f} ms | {rate / 1e9:.1f} G | {100 * rate / peak:.0f}% | "
-                         f"{mem / 2**20:.0f} MiB | {steadiness:.2f} |")
+                         f"{100 * median_rate / peak:.0f}% | {mem / 2**20:.0f} MiB | "
+                         f"{steadiness:.2f} |")
             raw_variants[label] = [
                 {"step_median_s": r["time"]["step_median_s"],
                  "forward_s": r["time"]["forward_s"], "backward_s": r["time"]["backward_s"],

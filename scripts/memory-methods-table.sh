@@ -4,7 +4,8 @@
 # tables; the tables of docs/strategies.md, "Memory methods measured", come from it.
 #   scripts/memory-methods-table.sh [STEPS] [OUT_DIR]   (defaults: 4, memory-methods-out)
 # Each configuration runs 3 untimed warm-up steps and STEPS timed steps, one thread (the full
-# loss's heap can still grow in its third step, which would slow that step). Extra
+# loss's heap grows in its first steps, and can once more in a later one: the step times of a
+# single run are not a comparison; `make bench` makes that side by side). Extra
 # `gradscope run` flags can be passed in GRADSCOPE_FLAGS; REPORT_ONLY=1 prints the tables from
 # OUT_DIR's records without running anything. About 10 minutes on two cores.
 set -euo pipefail

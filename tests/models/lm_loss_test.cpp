@@ -199,7 +199,7 @@ TEST(ChunkedCrossEntropy, NeverHoldsTheWholeBatchsLogits) {
   const int64_t full_peak = peak_of(0);
   const int64_t chunked_peak = peak_of(chunk);
   EXPECT_GE(full_peak, full_logits_bytes);
-  // One chunk's logits are 512 KiB; with the gradients of hidden, weight and bias (384 KiB)
+  // One chunk's logits are 512 KiB; with the gradients of hidden, weight and bias (264 KiB)
   // and a few chunk-sized temporaries the peak stays under 1/4 of the whole batch's logits.
   EXPECT_LT(chunked_peak, full_logits_bytes / 4) << "full path: " << full_peak;
   EXPECT_LT(chunked_peak, 8 * chunk * v * static_cast<int64_t>(sizeof(float)));
@@ -229,6 +229,30 @@ TEST(ChunkedCrossEntropy, ASecondBackwardIsRefused) {
   } catch (const c10::Error& e) {
     EXPECT_NE(std::string(e.what()).find("backward ran twice"), std::string::npos) << e.what();
   }
+}
+
+// Backward hands forward's gradients on rather than copying them: once it has run, with the
+// loss still alive, what stays allocated is the inputs' .grad and nothing more; a second
+// backward through a graph built by backward (create_graph) is refused.
+TEST(ChunkedCrossEntropy, BackwardHandsTheGradientsOn) {
+  CpuMemoryTracker& tracker = CpuMemoryTracker::install();
+  ChunkedHeadProblem p(256, 32, 4096, torch::kFloat, 9);
+  const int64_t grads_bytes =
+      (p.hidden.numel() + p.weight.numel() + p.bias.numel()) * static_cast<int64_t>(sizeof(float));
+  const int64_t before = tracker.current_bytes();
+  {
+    torch::Tensor loss =
+        chunked_cross_entropy(p.hidden, p.weight, p.bias, p.targets, 16, kIgnoreIndex);
+    loss.backward();
+    const int64_t after = tracker.current_bytes() - before;
+    EXPECT_GE(after, grads_bytes);
+    EXPECT_LT(after, grads_bytes + grads_bytes / 2) << "a copy of the gradients stayed behind";
+  }
+  torch::Tensor loss =
+      chunked_cross_entropy(p.hidden, p.weight, p.bias, p.targets, 16, kIgnoreIndex);
+  EXPECT_THROW(torch::autograd::grad({loss}, {p.hidden}, {}, /*retain_graph=*/true,
+                                     /*create_graph=*/true),
+               c10::Error);
 }
 
 // Only the inputs that require a gradient get one, and the others' are not computed at all:

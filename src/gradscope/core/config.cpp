@@ -118,10 +118,11 @@ const std::vector<StrategyDescription>& step_options() {
       {"--loss chunked",
        fmt::format("a language model's loss head computes its logits --loss-chunk positions at a "
                    "time (default {}), never for the whole batch, and takes their gradients in "
-                   "forward while they exist: what it keeps for backward drops from positions x "
+                   "forward while they exist: what it keeps for backward goes from positions x "
                    "vocabulary floats (the log-softmax) to the gradients of its input and of the "
-                   "vocabulary matrix, at the same matrix products; a graph can be backpropagated "
-                   "once (llama, nanovlm, modernbert)",
+                   "vocabulary matrix, (positions + vocabulary) x hidden floats, less when the "
+                   "positions outnumber the hidden size; the same matrix products; a graph can be "
+                   "backpropagated once (llama, nanovlm, modernbert)",
                    RunConfig().loss_chunk)},
       {"--projections packed",
        "q, k and v, and gate and up, as one matrix product each while the parameters stay "

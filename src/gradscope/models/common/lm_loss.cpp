@@ -122,7 +122,8 @@ class ChunkedCrossEntropyFunction : public torch::autograd::Function<ChunkedCros
       if (need_bias) grad_bias.add_(grad_logits.sum(0));
     }
     // Kept as plain values rather than saved variables: backward takes them out, so that the
-    // engine hands them on without a copy and nothing of them stays with the graph.
+    // engine hands them on without a copy and nothing of them stays with the graph. A graph
+    // whose backward never reaches this node frees them when it is destroyed.
     ctx->saved_data[kLmLossGradKeys[0]] = grad_hidden;
     ctx->saved_data[kLmLossGradKeys[1]] = grad_weight;
     ctx->saved_data[kLmLossGradKeys[2]] = grad_bias;
@@ -134,6 +135,11 @@ class ChunkedCrossEntropyFunction : public torch::autograd::Function<ChunkedCros
     TORCH_CHECK(ctx->saved_data.count(kLmLossGradKeys[0]) == 1,
                 "chunked_cross_entropy: backward ran twice through one loss (retain_graph); its "
                 "gradients were computed in forward and handed on the first time");
+    // Scaling precomputed gradients has no graph through hidden and W: refused rather than a
+    // silently wrong second derivative.
+    TORCH_CHECK(!torch::GradMode::is_enabled(),
+                "chunked_cross_entropy: a backward that builds a graph (create_graph) is not "
+                "supported; use --loss full for higher derivatives");
     const torch::Tensor& g = grad_outputs[0];  // ()
     variable_list grads(kLmLossArgs);
     const size_t args[] = {kLmLossArgHidden, kLmLossArgWeight, kLmLossArgBias};
