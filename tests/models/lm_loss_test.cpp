@@ -280,16 +280,31 @@ TEST(ChunkedCrossEntropy, GradientsOnlyWhereAutogradAsks) {
   CpuMemoryTracker& tracker = CpuMemoryTracker::install();
   ChunkedHeadProblem big(256, 32, 4096, torch::kFloat, 8);
   const int64_t weight_bytes = big.weight.numel() * static_cast<int64_t>(sizeof(float));
-  const int64_t before = tracker.current_bytes();
-  tracker.reset_peak();
-  {
-    torch::NoGradGuard no_grad;
-    const torch::Tensor value =
-        chunked_cross_entropy(big.hidden, big.weight, big.bias, big.targets, 16, kIgnoreIndex);
-    EXPECT_FALSE(value.requires_grad());
-  }
+  // The bytes above those before that `run` reaches at its peak.
+  const auto peak_of = [&tracker](const auto& run) {
+    const int64_t before = tracker.current_bytes();
+    tracker.reset_peak();
+    run();
+    return tracker.peak_bytes() - before;
+  };
   // One chunk's logits are 256 KiB, the weight's gradient would be 512 KiB.
-  EXPECT_LT(tracker.peak_bytes() - before, weight_bytes);
+  EXPECT_LT(peak_of([&] {
+              torch::NoGradGuard no_grad;
+              const torch::Tensor value = chunked_cross_entropy(big.hidden, big.weight, big.bias,
+                                                                big.targets, 16, kIgnoreIndex);
+              EXPECT_FALSE(value.requires_grad());
+            }),
+            weight_bytes);
+  // With the weight and bias frozen, forward and backward make hidden's gradient (32 KiB)
+  // and not the weight's.
+  big.weight.requires_grad_(false);
+  big.bias.requires_grad_(false);
+  EXPECT_LT(peak_of([&] {
+              chunked_cross_entropy(big.hidden, big.weight, big.bias, big.targets, 16, kIgnoreIndex)
+                  .backward();
+            }),
+            weight_bytes);
+  EXPECT_FALSE(big.weight.grad().defined());
 }
 
 // ---------------------------------------------------------------------------------------

@@ -31,8 +31,8 @@
 // bfloat16 before the sum, as the micro-batches of accumulation are). And the incoming
 // gradient g multiplies the finished gradients, where the full path multiplies grad_logits:
 // in float32 a rounding apart; under bfloat16 grad_logits is rounded before the scaling
-// rather than after. docs/strategies.md, "The
-// chunked loss", derives the tolerance `gradscope verify` holds it to.
+// rather than after. docs/strategies.md, "The chunked loss", derives the tolerance
+// `gradscope verify` holds it to.
 //
 // Dimension legend: N rows (positions), C hidden size, V vocabulary.
 #pragma once
