@@ -11,17 +11,28 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_TIME ?= 300
 FUZZ_TARGET ?= all
 SANITIZE_BUILD ?= build-sanitize
+CUDA_BUILD ?= build-cuda
+CUDA_VENV ?= .venv-cuda
 # LibTorch is not instrumented: its leaks at exit and its globals are not ours to report.
 SANITIZER_ENV := ASAN_OPTIONS=detect_leaks=0:detect_odr_violation=0 \
   UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 
 .PHONY: all deps data data-all configure build test test-fast test-sanitize fuzz fuzz-run demo \
-  study study-rerun bench clean format
+  study study-rerun bench check-cuda clean format
 
 all: build
 
-deps:
+VENV ?= .venv
+# LibTorch's CMake files inside the environment's PyTorch wheel.
+TORCH_DIR = $$($(VENV)/bin/python -c 'import torch, os; print(os.path.join(torch.utils.cmake_prefix_path, "Torch"))')
+
+deps: $(VENV)/.requirements
 	bash scripts/install-deps.sh
+
+# The project's own Python environment with the pinned PyTorch (requirements.txt): gradscope
+# builds against its LibTorch; the peers and golden-value scripts run on its torch.
+$(VENV)/.requirements: requirements.txt
+	bash scripts/python-env.sh $(VENV) requirements.txt
 
 # The tokenizers and text corpora the tests and the demo use.
 data: deps
@@ -31,8 +42,8 @@ data: deps
 data-all: deps
 	bash scripts/fetch-data.sh all
 
-$(BUILD)/build.ninja:
-	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE)
+$(BUILD)/build.ninja: $(VENV)/.requirements
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DTorch_DIR=$(TORCH_DIR)
 
 configure: deps $(BUILD)/build.ninja
 
@@ -50,8 +61,8 @@ test-fast: data build
 # The fast tier under AddressSanitizer and UBSan, in a build of its own ($(SANITIZE_BUILD));
 # not part of CI (docs/testing.md).
 # -O1 -g1: what the sanitizers advise, with line numbers in their reports.
-$(SANITIZE_BUILD)/build.ninja:
-	cmake -S . -B $(SANITIZE_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+$(SANITIZE_BUILD)/build.ninja: $(VENV)/.requirements
+	cmake -S . -B $(SANITIZE_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTorch_DIR=$(TORCH_DIR) \
 	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DGRADSCOPE_SANITIZE=address,undefined
 
 test-sanitize: data $(SANITIZE_BUILD)/build.ninja
@@ -61,8 +72,8 @@ test-sanitize: data $(SANITIZE_BUILD)/build.ninja
 # The libFuzzer targets of fuzz/ (clang, AddressSanitizer, UBSan) in $(FUZZ_BUILD); `make
 # fuzz-run` runs each for FUZZ_TIME seconds (FUZZ_TARGET=idx: one) and merges what adds
 # coverage into fuzz/corpus (docs/testing.md).
-$(FUZZ_BUILD)/build.ninja:
-	CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+$(FUZZ_BUILD)/build.ninja: $(VENV)/.requirements
+	CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTorch_DIR=$(TORCH_DIR) \
 	  -DGRADSCOPE_FUZZ=ON
 
 fuzz: deps $(FUZZ_BUILD)/build.ninja
@@ -111,10 +122,20 @@ study-rerun: data build
 # the like run less.
 bench: data build
 	bash scripts/install-deps.sh bench
-	/usr/bin/python3 bench/bench.py $(BENCH_FLAGS)
+	$(VENV)/bin/python bench/bench.py $(BENCH_FLAGS)
+
+# The CUDA build, compiled and linked without a GPU: gradscope and its tests against the CUDA
+# PyTorch wheel of requirements-cuda.txt (several GB, in $(CUDA_VENV)) and the machine's CUDA
+# toolkit (nvcc of the wheel's CUDA major), in $(CUDA_BUILD). The _CUDA tests need a GPU to run
+# (scripts/gpu-check.sh runs them there).
+check-cuda: deps $(CUDA_VENV)/.requirements
+	bash scripts/check-cuda.sh $(CUDA_VENV) $(CUDA_BUILD) $(JOBS)
+
+$(CUDA_VENV)/.requirements: requirements-cuda.txt
+	bash scripts/python-env.sh $(CUDA_VENV) requirements-cuda.txt
 
 clean:
-	rm -rf $(BUILD) $(FUZZ_BUILD) $(SANITIZE_BUILD)
+	rm -rf $(BUILD) $(FUZZ_BUILD) $(SANITIZE_BUILD) $(CUDA_BUILD)
 
 format:
 	clang-format -i $$(git ls-files '*.cpp' '*.h')

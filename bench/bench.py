@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """gradscope's benchmarks: `make bench` runs them all and writes bench/results.md.
 
 Every comparison is a ratio measured side by side: the two sides of a pair run one after the
@@ -24,8 +24,8 @@ median meets it. Benchmarks are not tests: nothing here fails the build.
 
   bench/bench.py [--pairs N] [--threads T] [--only peers,limit,...] [--out bench/results.md]
 
-Needs Debian's python3-torch and python3-torchvision for the peers
-(`scripts/install-deps.sh bench`). Run with /usr/bin/python3.
+Run with the project environment's Python (`make bench` does: .venv/bin/python), whose torch
+is the one gradscope is built against.
 """
 
 import argparse
@@ -40,7 +40,7 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PYTHON = "/usr/bin/python3"
+PYTHON = sys.executable  # the project environment's (make bench): the pinned torch
 
 
 def table_text(text, limit=200):

@@ -1,19 +1,17 @@
 #!/usr/bin/env bash
-# Installs every Debian package gradscope needs to build, test, fetch data and draw figures.
+# Installs every Debian package gradscope needs to build, test, fetch data and draw figures,
+# on Debian 12 or 13. LibTorch is not among them: it comes from the PyTorch wheel pinned in
+# requirements.txt, in the project's own environment (scripts/python-env.sh).
 # Idempotent: packages already present are skipped, so a second run costs a few seconds.
 #   scripts/install-deps.sh          what `make test` and `make demo` need
-#   scripts/install-deps.sh bench    also the Python peers of `make bench` and perf
+#   scripts/install-deps.sh bench    also perf, for the benchmarks
 set -euo pipefail
 
 packages=(
   # toolchain
   g++ cmake ninja-build make pkg-config git ca-certificates xz-utils
-  # LibTorch (CPU, 1.13) and a fast BLAS
-  libtorch-dev libopenblas0-pthread
-  # c10d's Gloo process group headers (several ranks: --nproc, --shard)
-  libgloo-dev
-  # command line, configuration, JSON, formatting
-  libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libfmt-dev
+  # command line, configuration, JSON
+  libcli11-dev libtomlplusplus-dev nlohmann-json3-dev
   # results database, tokenizer regexes, gzipped IDX files, emoji images
   libsqlite3-dev sqlite3 libpcre2-dev zlib1g-dev libpng-dev
   # tests and micro-benchmarks
@@ -26,8 +24,8 @@ packages=(
   dataset-fashion-mnist
 )
 if [ "${1:-}" = "bench" ]; then
-  # the benchmarks' peers (PyTorch and torchvision of the same LibTorch) and a profiler
-  packages+=(python3-torch python3-torchvision linux-perf)
+  # a profiler
+  packages+=(linux-perf)
 fi
 
 missing=()

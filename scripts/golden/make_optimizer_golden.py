@@ -1,12 +1,12 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Writes tests/fixtures/golden/optimizers.json: parameter trajectories of torch.optim on a
 fixed float64 problem, which tests/optim/golden_test.cpp replays with gradscope's optimizer
-factory. torch.optim (1.13) has no Lion or Adafactor: those two runs come from the short
-reference implementations below, written from the papers' algorithms (Adafactor with the
+factory. torch.optim has no Lion, and its Adafactor follows other conventions than Hugging
+Face's: those two runs come from the short reference implementations below, written from the papers' algorithms (Adafactor with the
 Hugging Face implementation's conventions, as docs/optimizers.md describes).
 
-Run from the repository root with Debian's Python (it has python3-torch):
-    /usr/bin/python3 scripts/golden/make_optimizer_golden.py
+Run from the repository root with the project environment's Python (its pinned torch):
+    .venv/bin/python scripts/golden/make_optimizer_golden.py
 
 The problem: a 2-layer tanh MLP, y = W2 tanh(W1 x + b1) + b2, fitted by mean squared error
 to fixed data. Data and initial parameters come from a seeded generator and are written into
@@ -188,7 +188,7 @@ def main():
     x, y, init = make_problem()
     out = {
         "generated": "GENERATED FILE, do not edit: "
-                     "/usr/bin/python3 scripts/golden/make_optimizer_golden.py",
+                     ".venv/bin/python scripts/golden/make_optimizer_golden.py",
         "torch_version": torch.__version__,
         "problem": {
             "description": "y ~ W2 tanh(W1 x + b1) + b2, loss mean((out - y)^2), float64",

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <nlohmann/json.hpp>
 

@@ -298,8 +298,8 @@ TEST(Cli, VerifyExitsZeroWhenEveryCheckHolds) {
       std::string(" --seq 32 --dataset ") + GRADSCOPE_FIXTURES + "/text/sotu-excerpt.txt";
   const Result ok = gradscope("verify --model llama" + fixture);
   EXPECT_EQ(ok.code, 0) << ok.out << ok.err;
-  EXPECT_NE(ok.out.find("fp32: 15 of 15 checks hold"), std::string::npos) << ok.out;
-  EXPECT_NE(ok.out.find("bf16: 15 of 15 checks hold"), std::string::npos) << ok.out;
+  EXPECT_NE(ok.out.find("fp32: 23 of 23 checks hold"), std::string::npos) << ok.out;
+  EXPECT_NE(ok.out.find("bf16: 23 of 23 checks hold"), std::string::npos) << ok.out;
   const Result bad = gradscope("verify --model llama --strategy teleport" + fixture);
   EXPECT_EQ(bad.code, 2) << bad.err;
   EXPECT_NE(bad.err.find("checkpoint+accumulation"), std::string::npos) << bad.err;

@@ -89,7 +89,6 @@ pid_t child_of(pid_t parent, int nth) {
 }
 
 TEST(DistributedCli, EveryModeComputesTheStepOfOneProcess) {
-  if (!distributed_built()) GTEST_SKIP() << "built without c10d's Gloo";
   testing::TempDir dir("gradscope-dist");
   const auto one = testing::run_gradscope(args(4, 4, "--json " + dir.file("one.json")));
   ASSERT_EQ(one.code, 0) << one.err;
@@ -135,7 +134,6 @@ TEST(DistributedCli, EveryModeComputesTheStepOfOneProcess) {
 }
 
 TEST(DistributedCli, RanksStartedAsTorchrunStartsThemMeetAndAgree) {
-  if (!distributed_built()) GTEST_SKIP() << "built without c10d's Gloo";
   testing::TempDir dir("gradscope-torchrun");
   // A free port, as a launcher would pick one.
   int port = 0;
@@ -180,7 +178,6 @@ TEST(DistributedCli, RanksStartedAsTorchrunStartsThemMeetAndAgree) {
 }
 
 TEST(DistributedCli, VerifyProvesEveryModeAgainstOneProcess) {
-  if (!distributed_built()) GTEST_SKIP() << "built without c10d's Gloo";
   const auto r = testing::run_gradscope(
       "verify --model llama --preset tiny --seq 32 --nproc 2 --dtype fp32 --dataset " +
       testing::fixture("text/sotu-excerpt.txt"));
@@ -191,7 +188,6 @@ TEST(DistributedCli, VerifyProvesEveryModeAgainstOneProcess) {
 }
 
 TEST(DistributedCli, ARankThatDiesStopsTheOthersAndTheRunIsCrashed) {
-  if (!distributed_built()) GTEST_SKIP() << "built without c10d's Gloo";
   testing::TempDir dir("gradscope-dead-rank");
   const std::string state = dir.file("state");
   const pid_t launcher = testing::start_gradscope(
@@ -219,7 +215,6 @@ TEST(DistributedCli, ARankThatDiesStopsTheOthersAndTheRunIsCrashed) {
 }
 
 TEST(DistributedCli, EveryRanksStateResumesAfterASigkill) {
-  if (!distributed_built()) GTEST_SKIP() << "built without c10d's Gloo";
   testing::TempDir dir("gradscope-dist-resume");
   constexpr int64_t kSteps = 40;
   for (const char* mode : {"zero2", "fsdp"}) {

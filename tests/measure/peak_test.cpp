@@ -30,18 +30,15 @@ void expect_usage_error(F&& f, const std::string& hint_fragment) {
   }
 }
 
-// Restores the intra-op and BLAS thread counts, which run_probe changes, for the next tests.
+// Restores the intra-op thread count (MKL's follows it), which run_probe changes, for the
+// next tests.
 class ThreadCountGuard {
  public:
-  ThreadCountGuard() : threads_(at::get_num_threads()), blas_threads_(blas_threads()) {}
-  ~ThreadCountGuard() {
-    at::set_num_threads(threads_);
-    if (blas_threads_ > 0) set_blas_threads(blas_threads_);
-  }
+  ThreadCountGuard() : threads_(at::get_num_threads()) {}
+  ~ThreadCountGuard() { at::set_num_threads(threads_); }
 
  private:
   int threads_;
-  int blas_threads_;
 };
 
 TEST(PeakTable, NamesAsCudaReportsThem) {

@@ -207,7 +207,7 @@ AttentionInputs attention_inputs(torch::Dtype dtype) {
 }
 
 TEST(Attention, MathPathMatchesNaiveLoopWithGqaAndMasks) {
-  AttentionPathGuard guard(AttentionPath::kAttentionPathMath);
+  AttentionPathGuard guard(Attention::kAttentionMath);
   auto in = attention_inputs(torch::kDouble);
   // Causal only, padding mask only (additive and bool), and both together. In the last case
   // batch 1's early queries still see key 0, so no row is fully masked.
@@ -240,9 +240,6 @@ TEST(Attention, MathPathMatchesNaiveLoopWithGqaAndMasks) {
 }
 
 TEST(Attention, SdpaMatchesMathPath) {
-  if (!sdpa_available()) {
-    GTEST_SKIP() << "LibTorch " << TORCH_VERSION << " has no scaled_dot_product_attention";
-  }
   auto in = attention_inputs(torch::kFloat);
   for (bool causal : {false, true}) {
     for (int mask_kind = 0; mask_kind < 3; ++mask_kind) {
@@ -251,11 +248,11 @@ TEST(Attention, SdpaMatchesMathPath) {
                                                   : in.keep_mask;
       torch::Tensor math, sdpa;
       {
-        AttentionPathGuard guard(AttentionPath::kAttentionPathMath);
+        AttentionPathGuard guard(Attention::kAttentionMath);
         math = attention(in.q, in.k, in.v, mask, causal);
       }
       {
-        AttentionPathGuard guard(AttentionPath::kAttentionPathSdpa);
+        AttentionPathGuard guard(Attention::kAttentionSdpa);
         sdpa = attention(in.q, in.k, in.v, mask, causal);
       }
       const double diff = max_abs_diff(math, sdpa);
@@ -266,10 +263,26 @@ TEST(Attention, SdpaMatchesMathPath) {
   }
 }
 
-TEST(Attention, ForcingSdpaWithoutItIsAnError) {
-  if (sdpa_available()) GTEST_SKIP() << "this LibTorch has SDPA";
-  EXPECT_THROW(set_attention_path(AttentionPath::kAttentionPathSdpa), c10::Error);
-  EXPECT_EQ(attention_path(), AttentionPath::kAttentionPathAuto);
+TEST(Attention, AutoTakesTheFusedKernelWhereItRunsOne) {
+  const torch::Device cpu(torch::kCPU), cuda(torch::kCUDA);
+  EXPECT_EQ(resolved_attention(Attention::kAttentionAuto, cpu, 0.0), Attention::kAttentionSdpa);
+  EXPECT_EQ(resolved_attention(Attention::kAttentionAuto, cpu, 0.1), Attention::kAttentionMath);
+  EXPECT_EQ(resolved_attention(Attention::kAttentionAuto, cuda, 0.1), Attention::kAttentionSdpa);
+  EXPECT_EQ(resolved_attention(Attention::kAttentionSdpa, cpu, 0.1), Attention::kAttentionSdpa);
+  EXPECT_EQ(resolved_attention(Attention::kAttentionMath, cpu, 0.0), Attention::kAttentionMath);
+  // What autograd records says which kernel ran: the CPU's fused one without dropout, with or
+  // without a mask; the written-out path's softmax and products under math.
+  auto in = attention_inputs(torch::kFloat);
+  in.q.requires_grad_(true);
+  for (const torch::Tensor& mask : {torch::Tensor(), in.keep_mask}) {
+    AttentionPathGuard guard(Attention::kAttentionAuto);
+    const auto y = attention(in.q, in.k, in.v, mask, true);
+    EXPECT_NE(std::string(y.grad_fn()->name()).find("FlashAttention"), std::string::npos)
+        << y.grad_fn()->name();
+  }
+  AttentionPathGuard guard(Attention::kAttentionMath);
+  const auto y = attention(in.q, in.k, in.v, torch::Tensor(), true);
+  EXPECT_EQ(std::string(y.grad_fn()->name()).find("FlashAttention"), std::string::npos);
 }
 
 TEST(Attention, RepeatKvMatchesHuggingFaceOrder) {
@@ -413,7 +426,7 @@ TEST(Llama, MathAndDefaultAttentionGiveTheSameLogits) {
   auto ids = random_ids(2, 32, 320, 3);
   torch::Tensor math, automatic;
   {
-    AttentionPathGuard guard(AttentionPath::kAttentionPathMath);
+    AttentionPathGuard guard(Attention::kAttentionMath);
     math = model->logits(ids);
   }
   automatic = model->logits(ids);

@@ -77,7 +77,7 @@ TEST(Verify, Bf16CatchesARecomputeThatLosesAWeightsGradient) {
       return checkpoint_function(
           [b, ctx, broken, name](const torch::Tensor& in) {
             // Only the recompute under autocast: grad mode on, autocast on.
-            const bool recompute = torch::GradMode::is_enabled() && at::autocast::is_cpu_enabled();
+            const bool recompute = torch::GradMode::is_enabled() && at::autocast::is_autocast_enabled(at::kCPU);
             if (!broken || !recompute) return b->forward(in, ctx);
             torch::Tensor w = b->named_parameters()[name];
             w.requires_grad_(false);

@@ -88,12 +88,17 @@ int launch_local_ranks(const RunConfig& c, const std::function<void(const RunRec
   std::vector<char*> argv;
   for (auto& a : arg_text) argv.push_back(a.data());
   argv.push_back(nullptr);
+  // The ranks share this process's threads (LibTorch's default: OMP_NUM_THREADS, else the
+  // cores) unless --threads says each one's: as torchrun does, through OMP_NUM_THREADS, so that
+  // N ranks of the default never run N times the cores' threads.
+  const std::string rank_threads =
+      std::to_string(std::max<int64_t>(1, at::get_num_threads() / c.nproc));
   std::vector<std::vector<std::string>> env_text(static_cast<size_t>(c.nproc));
   std::vector<std::vector<char*>> envp(static_cast<size_t>(c.nproc));
   const char* const launcher_names[] = {
       "RANK=",         "WORLD_SIZE=",   "LOCAL_RANK=",
       "MASTER_ADDR=",  "MASTER_PORT=",  "GRADSCOPE_RANK_LAUNCHER=",
-      "SLURM_NTASKS=", "SLURM_PROCID=", "GRADSCOPE_RECORD_MARKER="};
+      "SLURM_NTASKS=", "SLURM_PROCID=", "GRADSCOPE_RECORD_MARKER=", "OMP_NUM_THREADS="};
   for (int r = 0; r < c.nproc; ++r) {
     auto& e = env_text[static_cast<size_t>(r)];
     for (char** v = environ; *v; ++v) {
@@ -108,6 +113,7 @@ int launch_local_ranks(const RunConfig& c, const std::function<void(const RunRec
     e.push_back("MASTER_ADDR=127.0.0.1");
     e.push_back("MASTER_PORT=" + port);
     e.push_back(std::string(kLauncherVariable) + "=gradscope");
+    e.push_back("OMP_NUM_THREADS=" + rank_threads);
     if (r == 0) e.push_back(std::string(kRecordMarkerVariable) + "=" + marker);
     for (auto& s : e) envp[static_cast<size_t>(r)].push_back(s.data());
     envp[static_cast<size_t>(r)].push_back(nullptr);

@@ -78,6 +78,7 @@ void add_verify_command(CLI::App& root, int& exit_code) {
     VerifyOptions options;
     options.strategies = o->strategies;
     options.chunked_loss = true;
+    options.attention = true;
     for (const auto& name : o->dtypes) {
       const auto dtype = parse_dtype(name);
       check_usage(dtype.has_value(), "--dtype '" + name + "' is not a dtype",

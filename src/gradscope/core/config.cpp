@@ -38,6 +38,10 @@ constexpr std::pair<LossKind, const char*> kLossKinds[] = {{LossKind::kLossFull,
                                                            {LossKind::kLossChunked, "chunked"}};
 constexpr std::pair<Projections, const char*> kProjections[] = {
     {Projections::kProjectionsSeparate, "separate"}, {Projections::kProjectionsPacked, "packed"}};
+constexpr std::pair<Attention, const char*> kAttentions[] = {
+    {Attention::kAttentionAuto, "auto"},
+    {Attention::kAttentionSdpa, "sdpa"},
+    {Attention::kAttentionMath, "math"}};
 constexpr std::pair<Shard, const char*> kShards[] = {{Shard::kShardNone, "none"},
                                                      {Shard::kShardDdp, "ddp"},
                                                      {Shard::kShardZero1, "zero1"},
@@ -52,6 +56,7 @@ const char* recompute_name(Recompute r) { return name_of(r, kRecomputes); }
 const char* optimizer_step_name(OptimizerStep s) { return name_of(s, kOptimizerSteps); }
 const char* loss_kind_name(LossKind k) { return name_of(k, kLossKinds); }
 const char* projections_name(Projections p) { return name_of(p, kProjections); }
+const char* attention_name(Attention a) { return name_of(a, kAttentions); }
 const char* shard_name(Shard s) { return name_of(s, kShards); }
 std::optional<Shard> parse_shard(const std::string& name) { return parse_named(name, kShards); }
 std::optional<Dtype> parse_dtype(const std::string& name) { return parse_named(name, kDtypes); }
@@ -69,6 +74,9 @@ std::optional<LossKind> parse_loss_kind(const std::string& name) {
 }
 std::optional<Projections> parse_projections(const std::string& name) {
   return parse_named(name, kProjections);
+}
+std::optional<Attention> parse_attention(const std::string& name) {
+  return parse_named(name, kAttentions);
 }
 
 std::string strategy_name(const StrategyShorthand& s) {

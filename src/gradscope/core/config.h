@@ -52,6 +52,13 @@ enum class Projections {
                          // and up; the parameters stay separate tensors
 };
 
+// --attention: how attention's softmax(QK^T / sqrt(d) + mask) V is computed.
+enum class Attention {
+  kAttentionAuto,  // sdpa where it runs a fused kernel (CUDA; the CPU without dropout), else math
+  kAttentionSdpa,  // LibTorch's scaled_dot_product_attention, which picks its own kernel
+  kAttentionMath,  // written out: the (B, heads, T, S) scores and weights are materialized
+};
+
 // How the work of a step is spread over --nproc ranks (processes, one per device).
 enum class Shard {
   kShardNone,   // one process
@@ -127,6 +134,7 @@ struct RunConfig {
   LossKind loss = LossKind::kLossFull;
   int64_t loss_chunk = 256;  // positions per chunk of --loss chunked
   Projections projections = Projections::kProjectionsSeparate;
+  Attention attention = Attention::kAttentionAuto;
   // Weights to start from instead of a seeded initialisation: a folder with config.json and
   // model.safetensors (or a sharded set), or one .safetensors file; "" = the seed's.
   std::string init_from;
@@ -204,6 +212,7 @@ const char* recompute_name(Recompute r);
 const char* optimizer_step_name(OptimizerStep s);
 const char* loss_kind_name(LossKind k);
 const char* projections_name(Projections p);
+const char* attention_name(Attention a);
 const char* shard_name(Shard s);
 std::string strategy_name(const StrategyShorthand& s);
 std::optional<Dtype> parse_dtype(const std::string& name);
@@ -212,6 +221,7 @@ std::optional<Recompute> parse_recompute(const std::string& name);
 std::optional<OptimizerStep> parse_optimizer_step(const std::string& name);
 std::optional<LossKind> parse_loss_kind(const std::string& name);
 std::optional<Projections> parse_projections(const std::string& name);
+std::optional<Attention> parse_attention(const std::string& name);
 std::optional<Shard> parse_shard(const std::string& name);
 std::optional<StrategyShorthand> parse_strategy(const std::string& name);
 

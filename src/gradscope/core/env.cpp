@@ -62,15 +62,9 @@ EnvInfo current_env(const std::string& device) {
 
 int blas_threads() {
   using GetThreads = int (*)();
-  if (auto fn = reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads")))
+  if (auto fn = reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "mkl_get_max_threads")))
     return fn();
   return 0;
-}
-
-void set_blas_threads(int threads) {
-  using SetThreads = void (*)(int);
-  if (auto fn = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads")))
-    fn(threads);
 }
 
 std::optional<int64_t> env_integer(const char* name, int64_t min, int64_t max,

@@ -9,11 +9,11 @@ namespace gradscope {
 
 struct EnvInfo {
   std::string gradscope_version;
-  std::string libtorch;     // e.g. "1.13.0"
+  std::string libtorch;     // e.g. "2.13.0+cpu"
   std::string cuda;         // CUDA runtime LibTorch was built with, "" when CPU-only
   std::string device_name;  // CPU model name or GPU name
   int threads = 1;          // LibTorch intra-op threads in use
-  int blas_threads = 0;     // OpenBLAS's own pool; 0 when the BLAS is not OpenBLAS
+  int blas_threads = 0;     // MKL's threads (drawn from the same OpenMP pool); 0 without MKL
   std::string git_commit;
   std::string host;
   std::string build_type;  // warns when not an optimized build
@@ -21,10 +21,10 @@ struct EnvInfo {
 
 EnvInfo current_env(const std::string& device);
 
-// OpenBLAS keeps its own thread pool beside LibTorch's intra-op pool. These reach it through
-// the dynamic linker (no build dependency); 0 / no-op when the BLAS is not OpenBLAS.
+// The threads MKL (the BLAS of PyTorch's x86 wheels) would use, read through the dynamic
+// linker; 0 when the BLAS is not MKL. at::set_num_threads sets them with the intra-op threads,
+// and both draw on one OpenMP pool, so they never add up past it.
 int blas_threads();
-void set_blas_threads(int threads);
 
 // $GRADSCOPE_DATA, else ~/.cache/gradscope.
 std::string data_dir();

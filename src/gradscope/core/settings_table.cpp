@@ -499,6 +499,20 @@ std::vector<Setting> build_settings_table() {
     };
     t.push_back(std::move(s));
   }
+  {
+    Setting s = choice_row<Attention>(
+        "attention", "attention", &RunConfig::attention, S::kSectionStep,
+        "sdpa (LibTorch's scaled_dot_product_attention, which picks a fused kernel where the "
+        "inputs allow one and falls back to its own math otherwise), math (softmax(QK^T / "
+        "sqrt(d) + mask) V written out, the scores kept for backward) or auto (sdpa on CUDA, "
+        "and on the CPU wherever no dropout is applied to the attention weights; math there)",
+        parse_attention, attention_name, {"auto", "sdpa", "math"});
+    s.write = [](const RunConfig& c, json& out, JsonPurpose purpose) {
+      if (purpose == JsonPurpose::kPurposeRecord || c.attention != Attention::kAttentionAuto)
+        out["attention"] = attention_name(c.attention);
+    };
+    t.push_back(std::move(s));
+  }
 
   // --- shape of the work ---
   {

@@ -1,4 +1,5 @@
-// Ranks from a launcher's environment, and collectives on c10d's Gloo process group.
+// Ranks from a launcher's environment, and collectives on c10d's process groups: Gloo on the
+// CPU, NCCL on CUDA (in a build against a CUDA LibTorch).
 #include "gradscope/dist/comm.h"
 
 #include <chrono>
@@ -12,10 +13,11 @@
 #include "gradscope/core/env.h"
 #include "gradscope/core/error.h"
 
-#ifdef GRADSCOPE_HAVE_C10D
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef USE_C10D_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
 namespace gradscope {
@@ -63,16 +65,15 @@ class SingleRank : public Communicator {
   void broadcast(const torch::Tensor&, int) override { ++stats_.collectives; }
 };
 
-#ifdef GRADSCOPE_HAVE_C10D
-
 using Seconds = std::chrono::duration<double>;
 std::chrono::milliseconds millis(double s) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Seconds(s));
 }
 
-class Gloo : public Communicator {
+// A c10d backend (Gloo or NCCL) behind the Communicator: only Backend's virtual collectives.
+class C10dRanks : public Communicator {
  public:
-  Gloo(int rank, int world, c10::intrusive_ptr<c10d::ProcessGroupGloo> group)
+  C10dRanks(int rank, int world, c10::intrusive_ptr<c10d::Backend> group)
       : Communicator(rank, world), group_(std::move(group)) {}
 
   std::unique_ptr<PendingCollective> allreduce_async(const torch::Tensor& t) override {
@@ -107,8 +108,7 @@ class Gloo : public Communicator {
   }
 
  private:
-  using Work = decltype(std::declval<c10d::ProcessGroupGloo&>().allreduce(
-      std::declval<std::vector<at::Tensor>&>()));
+  using Work = c10::intrusive_ptr<c10d::Work>;
   struct Pending : PendingCollective {
     Pending(int r, Work w) : rank(r), work(std::move(w)) {}
     void wait() override {
@@ -122,10 +122,8 @@ class Gloo : public Communicator {
     int rank;
     Work work;
   };
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
+  c10::intrusive_ptr<c10d::Backend> group_;
 };
-
-#endif
 
 }  // namespace
 
@@ -220,14 +218,6 @@ std::string first_slurm_host(const std::string& nodelist) {
   return host;
 }
 
-bool distributed_built() {
-#ifdef GRADSCOPE_HAVE_C10D
-  return true;
-#else
-  return false;
-#endif
-}
-
 int64_t Communicator::sum(int64_t v) {
   torch::Tensor t = torch::tensor({v}, torch::kInt64);
   allreduce(t);
@@ -282,13 +272,14 @@ void Communicator::count_broadcast(int64_t bytes, int root) {
 
 std::shared_ptr<Communicator> single_rank_communicator() { return std::make_shared<SingleRank>(); }
 
-#ifdef GRADSCOPE_HAVE_C10D
-
 std::shared_ptr<Communicator> connect_ranks(const RankEnv& env, const torch::Device& device,
                                             double timeout_s) {
+#ifndef USE_C10D_NCCL
   check_usage(device.is_cpu(),
-              "several ranks on " + device.str() + " need NCCL, which this build does not use",
-              "train with --device cpu, or with one rank");
+              "several ranks on " + device.str() +
+                  " need NCCL, which this build (against a CPU LibTorch) lacks",
+              "train with --device cpu, or build with `make check-cuda` (a CUDA LibTorch)");
+#endif
   c10::intrusive_ptr<c10d::Store> store;
   try {
     c10d::TCPStoreOptions o;
@@ -308,6 +299,20 @@ std::shared_ptr<Communicator> connect_ranks(const RankEnv& env, const torch::Dev
               "free one itself)"
             : "check MASTER_ADDR and MASTER_PORT, and that rank 0 started");
   }
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>("gradscope", store);
+#ifdef USE_C10D_NCCL
+  if (device.is_cuda()) {
+    try {
+      auto options = c10d::ProcessGroupNCCL::Options::create();
+      options->timeout = millis(timeout_s);
+      auto group =
+          c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, env.rank, env.world, options);
+      return std::make_shared<C10dRanks>(env.rank, env.world, std::move(group));
+    } catch (const std::exception& e) {
+      fail_collective(env.rank, "meeting the other ranks (NCCL)", e);
+    }
+  }
+#endif
   auto options = c10d::ProcessGroupGloo::Options::create();
   options->timeout = millis(timeout_s);
   try {
@@ -317,10 +322,9 @@ std::shared_ptr<Communicator> connect_ranks(const RankEnv& env, const torch::Dev
       options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
     else
       options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-    auto prefixed = c10::make_intrusive<c10d::PrefixStore>("gradscope", store);
     auto group =
         c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, env.rank, env.world, options);
-    return std::make_shared<Gloo>(env.rank, env.world, std::move(group));
+    return std::make_shared<C10dRanks>(env.rank, env.world, std::move(group));
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
@@ -349,23 +353,6 @@ HostedStore::HostedStore(int world, double timeout_s) : impl_(std::make_unique<I
   port_ = impl_->store->getPort();
 }
 
-#else
-
-std::shared_ptr<Communicator> connect_ranks(const RankEnv& env, const torch::Device&, double) {
-  fail_usage(fmt::format("rank {} of {}: this gradscope was built without c10d's Gloo process "
-                         "group, so it cannot train with several ranks",
-                         env.rank, env.world),
-             "install libgloo-dev (scripts/install-deps.sh) and build again");
-}
-
-struct HostedStore::Impl {};
-
-HostedStore::HostedStore(int, double) {
-  fail_usage("this gradscope was built without c10d's Gloo process group: --nproc needs it",
-             "install libgloo-dev (scripts/install-deps.sh) and build again");
-}
-
-#endif
 
 HostedStore::~HostedStore() = default;
 

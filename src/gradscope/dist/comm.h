@@ -59,9 +59,6 @@ std::optional<RankEnv> rank_env_from_environment();
 // text that is not a node list.
 std::string first_slurm_host(const std::string& nodelist);
 
-// Whether this build has c10d's Gloo process group.
-bool distributed_built();
-
 // A collective started and not yet waited for.
 class PendingCollective {
  public:

@@ -22,10 +22,10 @@
 #include "gradscope/core/env.h"
 #include "gradscope/core/error.h"
 
-// The CUDA caching allocator's header is installed even by CPU-only LibTorch packages
-// (Debian's), which lack the library behind it. The CUDA macros header is generated only
-// when LibTorch is built with CUDA, and the caching allocator's header cannot compile
-// without it, so its presence is the test.
+// The CUDA caching allocator's header is installed even by the CPU wheel, which lacks the
+// library behind it. The CUDA macros header is generated only when LibTorch is built with
+// CUDA, and the caching allocator's header cannot compile without it, so its presence is the
+// test.
 #if __has_include(<c10/cuda/impl/cuda_cmake_macros.h>)
 #define GRADSCOPE_HAS_CUDA_STATS 1
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -36,13 +36,9 @@
 #endif
 
 #include <torch/version.h>
-// The allocator's history (memory_viz's pickle) is recorded from C++ from LibTorch 2.1 on.
-#if GRADSCOPE_HAS_CUDA_STATS && __has_include(<torch/csrc/cuda/memory_snapshot.h>) && \
-    (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1))
-#define GRADSCOPE_HAS_MEMORY_SNAPSHOT 1
+// The allocator's history (memory_viz's pickle) is recorded from C++.
+#if GRADSCOPE_HAS_CUDA_STATS
 #include <torch/csrc/cuda/memory_snapshot.h>
-#else
-#define GRADSCOPE_HAS_MEMORY_SNAPSHOT 0
 #endif
 
 #include <fstream>
@@ -270,7 +266,7 @@ std::unique_ptr<MemoryMeter> make_memory_meter(const torch::Device& device) {
     fail_usage(fmt::format("device {} was asked for, but this gradscope is built against a "
                            "LibTorch without CUDA ({})",
                            device.str(), TORCH_VERSION),
-               "rebuild with a CUDA LibTorch (-DCMAKE_PREFIX_PATH=...), or use --device cpu");
+               "build with `make build-cuda` (a CUDA PyTorch wheel), or use --device cpu");
 #endif
   }
   fail_usage(fmt::format("memory cannot be measured on device {}", device.str()),
@@ -323,24 +319,24 @@ void clear_cuda_memory_cap(const torch::Device& device) {
 }
 
 bool memory_snapshot_supported(const torch::Device& device) {
-  return GRADSCOPE_HAS_MEMORY_SNAPSHOT && device.is_cuda();
+  return GRADSCOPE_HAS_CUDA_STATS && device.is_cuda();
 }
 
 void start_memory_history() {
-#if GRADSCOPE_HAS_MEMORY_SNAPSHOT
+#if GRADSCOPE_HAS_CUDA_STATS
   // Every allocation and free with its C++ context, up to 100000 entries.
   torch::cuda::_record_memory_history(true, true, int64_t{100000}, true, false);
 #endif
 }
 
 void write_memory_snapshot(const std::string& path) {
-#if GRADSCOPE_HAS_MEMORY_SNAPSHOT
+#if GRADSCOPE_HAS_CUDA_STATS
   const std::string pickled = torch::cuda::_memory_snapshot_pickled();
   std::ofstream out(path, std::ios::binary);
   check_usage(static_cast<bool>(out), "cannot write " + path, "check the directory exists");
   out.write(pickled.data(), static_cast<std::streamsize>(pickled.size()));
 #else
-  fail_usage("--memory-snapshot needs CUDA and LibTorch >= 2.1", "leave --memory-snapshot out");
+  fail_usage("--memory-snapshot needs CUDA (a CUDA build of gradscope)", "leave --memory-snapshot out");
 #endif
 }
 

@@ -81,8 +81,8 @@ std::unique_ptr<MemoryMeter> make_memory_meter(const torch::Device& device);
 void set_cuda_memory_cap(const torch::Device& device, int64_t cap_bytes);
 // Lets the caching allocator use the whole device again (a no-op without CUDA).
 void clear_cuda_memory_cap(const torch::Device& device);
-// --memory-snapshot: whether this build and device can record the allocator's history (CUDA,
-// LibTorch >= 2.1); start_memory_history() starts recording, write_memory_snapshot() writes
+// --memory-snapshot: whether this build and device can record the allocator's history
+// (CUDA); start_memory_history() starts recording, write_memory_snapshot() writes
 // the pickle that PyTorch's memory_viz page reads.
 bool memory_snapshot_supported(const torch::Device& device);
 void start_memory_history();

@@ -290,7 +290,6 @@ json run_probe(const torch::Device& device, const ProbeOptions& options) {
               "pass --threads 0 for LibTorch's default, or the count to measure with");
   if (options.threads > 0) {
     at::set_num_threads(options.threads);
-    set_blas_threads(options.threads);
   }
   std::vector<int64_t> sizes = options.sizes;
   if (sizes.empty()) {

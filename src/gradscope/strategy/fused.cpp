@@ -113,7 +113,7 @@ class InBackward : public PerParameterUpdater {
     for (const auto& p : params) {
       if (!p.requires_grad()) continue;
       optimizers_.push_back(make_optimizer(spec.name, {p}, spec.lr, spec.weight_decay, spec.opt));
-      std::shared_ptr<torch::autograd::Node> node = torch::autograd::impl::grad_accumulator(p);
+      c10::intrusive_ptr<torch::autograd::Node> node = torch::autograd::impl::grad_accumulator(p);
       if (!node)
         fail_runtime("a parameter has no gradient accumulator",
                      "the fused step needs leaf parameters that require grad");
@@ -133,7 +133,7 @@ class InBackward : public PerParameterUpdater {
   }
 
  private:
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // holding the hooks
+  std::vector<c10::intrusive_ptr<torch::autograd::Node>> accumulators_;  // holding the hooks
 };
 
 std::string optimizer_list(const std::vector<std::string>& names = fused_optimizers()) {
@@ -246,7 +246,7 @@ class FoldInBackward : public PerParameterUpdater, public MicroBatchListener {
   std::vector<torch::Tensor> params_;
   std::vector<MicroBatchFold> folds_;
   std::vector<Folded> folded_;
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // holding the hooks
+  std::vector<c10::intrusive_ptr<torch::autograd::Node>> accumulators_;  // holding the hooks
   std::optional<MicroBatchInfo> current_;    // the micro-batch whose backward runs
   double share_ = 0;                         // its share of the step's targets
   double share_sum_ = 0, share_sq_sum_ = 0;  // over the step's micro-batches so far
@@ -290,7 +290,7 @@ FoldInBackward::FoldInBackward(const StepPlan& plan, const std::vector<torch::Te
                       : "use --optimizer-step after-backward to accumulate in a gradient buffer");
     }
     folds_.emplace_back(*optimizers_.back(), p);
-    std::shared_ptr<torch::autograd::Node> node = torch::autograd::impl::grad_accumulator(p);
+    c10::intrusive_ptr<torch::autograd::Node> node = torch::autograd::impl::grad_accumulator(p);
     if (!node)
       fail_runtime("a parameter has no gradient accumulator",
                    "the fused step needs leaf parameters that require grad");

@@ -141,7 +141,7 @@ class GradientReducer : public MicroBatchListener {
       end = begin;
     }
     for (size_t j = 0; j < params_.size(); ++j) {
-      std::shared_ptr<torch::autograd::Node> node =
+      c10::intrusive_ptr<torch::autograd::Node> node =
           torch::autograd::impl::grad_accumulator(params_[j]);
       if (!node)
         fail_runtime("a parameter has no gradient accumulator",
@@ -333,7 +333,7 @@ class GradientReducer : public MicroBatchListener {
   bool armed_ = false;
   torch::Tensor shard_grad_;
   std::deque<Bucket*> in_flight_;  // zero2's launched buckets, oldest first
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // holding the hooks
+  std::vector<c10::intrusive_ptr<torch::autograd::Node>> accumulators_;  // holding the hooks
 };
 
 // ddp: the after-backward updater over gradients reduced in buckets.
@@ -652,7 +652,7 @@ class FsdpUpdater : public Updater, public MicroBatchListener {
       figures_.flat_elements += u.elements;
       figures_.shard_elements += u.shard;
       for (size_t j = 0; j < u.params.size(); ++j) {
-        std::shared_ptr<torch::autograd::Node> node =
+        c10::intrusive_ptr<torch::autograd::Node> node =
             torch::autograd::impl::grad_accumulator(u.params[j]);
         if (!node)
           fail_runtime("a parameter has no gradient accumulator",
@@ -871,7 +871,7 @@ class FsdpUpdater : public Updater, public MicroBatchListener {
   std::unordered_map<const Block*, size_t> unit_of_block_;
   std::unique_ptr<ZeroPart> root_;
   std::unique_ptr<torch::optim::Optimizer> blocks_optimizer_;
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // holding the hooks
+  std::vector<c10::intrusive_ptr<torch::autograd::Node>> accumulators_;  // holding the hooks
   std::optional<int64_t> grads_bytes_;
   bool armed_ = false;
 };

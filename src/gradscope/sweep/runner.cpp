@@ -402,8 +402,9 @@ int64_t run_sweep(const Sweep& sweep, std::vector<PlannedRun>& plan, Database& d
   int64_t jobs = std::max<int64_t>(1, o.jobs);
   const int gpus = cuda ? visible_gpus() : 0;
   if (cuda && gpus > 0) jobs = std::min<int64_t>(jobs, gpus);
-  // CPU threads split between the children, unless a run sets its own.
-  const int64_t cores = std::max<unsigned>(1, std::thread::hardware_concurrency());
+  // CPU threads split between the children, unless a run sets its own: the threads a run here
+  // would take by default (LibTorch's: OMP_NUM_THREADS, else the machine's cores).
+  const int64_t cores = std::max(1, at::get_num_threads());
   const int64_t threads = std::max<int64_t>(1, cores / jobs);
 
   std::deque<size_t> queue;

@@ -3,7 +3,6 @@
 
 #include <ATen/autocast_mode.h>
 #include <torch/torch.h>
-#include <torch/version.h>
 
 namespace gradscope {
 
@@ -31,31 +30,12 @@ class AutocastScope {
   AutocastScope& operator=(const AutocastScope&) = delete;
 
  private:
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
   static bool is_enabled(c10::DeviceType t) { return at::autocast::is_autocast_enabled(t); }
   static at::ScalarType dtype(c10::DeviceType t) { return at::autocast::get_autocast_dtype(t); }
   static void set(c10::DeviceType t, bool on, at::ScalarType type) {
     at::autocast::set_autocast_dtype(t, type);
     at::autocast::set_autocast_enabled(t, on);
   }
-#else  // the per-backend functions, deprecated since 2.4
-  static bool is_enabled(c10::DeviceType t) {
-    return t == c10::DeviceType::CUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
-  }
-  static at::ScalarType dtype(c10::DeviceType t) {
-    return t == c10::DeviceType::CUDA ? at::autocast::get_autocast_gpu_dtype()
-                                      : at::autocast::get_autocast_cpu_dtype();
-  }
-  static void set(c10::DeviceType t, bool on, at::ScalarType type) {
-    if (t == c10::DeviceType::CUDA) {
-      at::autocast::set_autocast_gpu_dtype(type);
-      at::autocast::set_enabled(on);
-    } else {
-      at::autocast::set_autocast_cpu_dtype(type);
-      at::autocast::set_cpu_enabled(on);
-    }
-  }
-#endif
   bool enabled_;
   c10::DeviceType type_;
   bool previous_enabled_ = false;

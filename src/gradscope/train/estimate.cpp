@@ -641,6 +641,7 @@ MemoryEstimate estimate_run(const RunConfig& config, int64_t data_bytes) {
   MemoryTrace trace;
   if (plan.loss == LossKind::kLossChunked) trace.set_loss_chunk(plan.loss_chunk);
   trace.set_packed_projections(config.projections == Projections::kProjectionsPacked);
+  trace.set_attention(config.attention, torch::Device(config.device).is_cuda());
   if (config.lora()) trace.set_lora({config.lora_targets, config.lora_rank, config.lora_dropout});
   family.trace_step(arch, config.batch, trace);
 

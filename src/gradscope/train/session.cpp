@@ -147,10 +147,15 @@ Session::Session(const RunConfig& config, const SessionOptions& options)
   family_ = &model_registry().get(c.model);
   const StepPlan plan = c.step_plan();
   device_ = parse_device(c.device);
+  // Ranks on CUDA take a device each, by their local rank (torchrun's convention).
+  if (device_.is_cuda() && !device_.has_index() && c.nproc > 1 && !options.comm)
+    if (const std::optional<RankEnv> env = rank_env_from_environment())
+      device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env->local_rank));
   check_usage(c.memory_snapshot.empty() || memory_snapshot_supported(device_),
-              "--memory-snapshot needs CUDA and LibTorch >= 2.1",
-              "leave --memory-snapshot out, or run on a GPU with a CUDA LibTorch 2.1 or newer");
+              "--memory-snapshot needs CUDA",
+              "leave --memory-snapshot out, or run on a GPU with a CUDA build of gradscope");
   if (c.threads > 0) process_.set_threads(c.threads);
+  process_.set_attention(c.attention);
   lr_ = c.lr;
   if (!c.save_weights.empty()) {
     check_usage(family_->kind != ModelKind::kModelKindToy,
@@ -272,11 +277,15 @@ Session::Session(const RunConfig& config, const SessionOptions& options)
 void ProcessSettings::set_threads(int threads) {
   if (!threads_set_) {
     threads_before_ = at::get_num_threads();
-    blas_threads_before_ = blas_threads();
     threads_set_ = true;
   }
   at::set_num_threads(threads);
-  set_blas_threads(threads);
+}
+
+void ProcessSettings::set_attention(Attention attention) {
+  if (!attention_set_) attention_before_ = attention_path();
+  attention_set_ = true;
+  set_attention_path(attention);
 }
 
 void ProcessSettings::set_memory_cap(const torch::Device& device, int64_t cap_bytes) {
@@ -292,6 +301,7 @@ void ProcessSettings::set_memory_cap(const torch::Device& device, int64_t cap_by
 }
 
 ProcessSettings::~ProcessSettings() {
+  if (attention_set_) set_attention_path(attention_before_);
   if (cap_set_) {
     if (cap_device_.is_cpu())
       CpuMemoryTracker::install().set_cap(cap_before_);
@@ -300,7 +310,6 @@ ProcessSettings::~ProcessSettings() {
   }
   if (threads_set_) {
     at::set_num_threads(threads_before_);
-    if (blas_threads_before_ > 0) set_blas_threads(blas_threads_before_);
   }
 }
 

@@ -67,7 +67,7 @@ struct SessionOptions {
   std::shared_ptr<Communicator> comm;
 };
 
-// Threads and a memory cap set for one run, and put back as they were when it ends (or when
+// Threads, a memory cap and the attention path set for one run, and put back as they were when it ends (or when
 // building the run fails half-way). A CUDA cap is lifted on restore: the caching allocator
 // cannot say what it was before.
 class ProcessSettings {
@@ -78,10 +78,12 @@ class ProcessSettings {
   ProcessSettings& operator=(const ProcessSettings&) = delete;
   void set_threads(int threads);
   void set_memory_cap(const torch::Device& device, int64_t cap_bytes);
+  void set_attention(Attention attention);
 
  private:
-  bool threads_set_ = false, cap_set_ = false;
-  int threads_before_ = 0, blas_threads_before_ = 0;
+  bool threads_set_ = false, cap_set_ = false, attention_set_ = false;
+  Attention attention_before_ = Attention::kAttentionAuto;
+  int threads_before_ = 0;
   int64_t cap_before_ = 0;
   torch::Device cap_device_ = torch::kCPU;
 };

@@ -145,8 +145,8 @@ RunRecord Trainer::run(ProgressSink* progress) {
   const torch::Device& device = session_->device();
   Updater& updater = *session_->updater();
   const int64_t total_steps = c.warmup_steps + c.steps;
-  // Threads that compute: LibTorch's intra-op pool or OpenBLAS's, whichever is larger.
-  const int threads = std::max(at::get_num_threads(), blas_threads());
+  // Threads that compute: LibTorch's intra-op pool, which MKL's threads come from.
+  const int threads = at::get_num_threads();
 
   RunRecord record;
   record.run_id = session_->resolved().run_id;

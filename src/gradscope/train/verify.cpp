@@ -71,6 +71,18 @@ constexpr double kShardTolerance = kAccumulationTolerance;
 constexpr double kShardToleranceBf16 = kAccumulationToleranceBf16;
 constexpr double kShardMomentum = 0.9;
 
+// --attention sdpa against --attention math (dropout off): the same softmax(QK^T / sqrt(d) +
+// mask) V, with SDPA's fused kernel summing in another order (blocks of keys, a running
+// maximum and a rescaled running sum). In fp32 that is a reordered float32 sum per output
+// element, a few units of 2^-24 relative, carried into gradients that sum over positions and
+// samples: accumulation's 1e-5 norm-wise holds it, while a lost mask, a wrong scale or a
+// wrong head mapping is off by O(1). Under bf16 autocast the math path rounds the scores and
+// the attention weights to bfloat16 (2^-8 relative each) where the fused kernel keeps them in
+// float32 and rounds only its output: differences of a few bfloat16 spacings, accumulation's
+// bf16 tolerance. On top of a strategy the tolerances add.
+constexpr double kAttentionTolerance = kAccumulationTolerance;
+constexpr double kAttentionToleranceBf16 = kAccumulationToleranceBf16;
+
 // Positions per chunk when the configuration names none: a prime, so that the chunks divide no
 // batch of the presets and the last chunk of each forward is a partial one.
 constexpr int64_t kVerifyLossChunk = 37;
@@ -618,6 +630,86 @@ std::vector<VerifyCheck> verify_strategies(const RunConfig& config, const Verify
           checks.push_back(compare(label, dtype, got, *ref_plain, false,
                                    accumulation_tolerance + loss_tolerance));
         }
+      }
+    }
+    if (options.attention && family.kind != ModelKind::kModelKindToy) {
+      // Standard and each strategy with --attention sdpa against standard training with
+      // --attention math, dropout off (SDPA's dropout draws masks of its own): that the fused
+      // kernel computes what the written-out attention does, under every way of taking a step.
+      const double attention_tolerance = bf16 ? kAttentionToleranceBf16 : kAttentionTolerance;
+      const auto with_attention = [](RunConfig c, Attention a) {
+        c.attention = a;
+        return c;
+      };
+      const RunConfig math = with_attention(dropout_off, Attention::kAttentionMath);
+      const RunConfig sdpa = with_attention(dropout_off, Attention::kAttentionSdpa);
+      const StepResult ref = one_step(with_strategy(math, standard, 1, micro * k), data, false,
+                                      options);
+      std::optional<StepResult> ref_sgd_step;
+      std::vector<std::pair<std::string, StrategyShorthand>> twins = {{"standard", standard}};
+      for (size_t i = 0; i < names.size(); ++i) twins.emplace_back(names[i], shorthands[i]);
+      for (const auto& [name, s] : twins) {
+        const std::string label = name + ", attention sdpa vs math";
+        if (s.fused && s.accumulation) {
+          // The fold (SGD with momentum): what one step moved the parameters by.
+          const RunConfig c_math = with_attention(folded, Attention::kAttentionMath);
+          const RunConfig c_sdpa = with_attention(folded, Attention::kAttentionSdpa);
+          const StepResult fold_ref = parameter_updates(
+              with_strategy(c_math, standard, 1, micro * k), data, kFoldSteps, true);
+          const StepResult got =
+              parameter_updates(with_strategy(c_sdpa, s, k, micro), data, kFoldSteps, true);
+          VerifyCheck check = compare(label, dtype, got, fold_ref, false,
+                                      kAccumulationToleranceBf16 + attention_tolerance, true);
+          check.criterion = "updates " + check.criterion.substr(check.criterion.find("relative"));
+          checks.push_back(check);
+        } else if (s.fused) {
+          // The parameters after one step of plain SGD (as the chunked loss's twin does).
+          RunConfig sgd = dropout_off;
+          sgd.optimizer = "sgd";
+          sgd.opt.clear();
+          sgd.lr = 0;
+          sgd.clip_grad_norm = 0;
+          if (!ref_sgd_step)
+            ref_sgd_step = one_step(
+                with_strategy(with_attention(sgd, Attention::kAttentionMath), standard, 1,
+                              micro * k),
+                data, true, options);
+          const StepResult got = one_step(
+              with_strategy(with_attention(sgd, Attention::kAttentionSdpa), s, 1, micro * k),
+              data, true, options);
+          checks.push_back(compare(label, dtype, got, *ref_sgd_step, false,
+                                   kFusedTolerance + attention_tolerance, true));
+        } else {
+          const int64_t n = s.accumulation ? k : 1;
+          const StepResult got =
+              one_step(with_strategy(sdpa, s, n, micro * k / n), data, false, options);
+          const double strategy_tolerance =
+              s.accumulation ? (bf16 ? kAccumulationToleranceBf16 : kAccumulationTolerance)
+              : !s.checkpoint ? 0.0
+              : bf16          ? (cpu ? kRecomputeToleranceCpuBf16 : kRecomputeToleranceCudaBf16)
+                              : (cpu ? 0.0 : kRecomputeToleranceCuda);
+          checks.push_back(compare(label, dtype, got, ref, false,
+                                   strategy_tolerance + attention_tolerance));
+        }
+      }
+      // With dropout on, SDPA on the CPU leaves its fused kernel for a math composition that
+      // draws its own masks: a checkpoint's recompute must draw the same ones, bitwise in fp32
+      // on the CPU, as the math path's recompute does.
+      std::optional<StepResult> ref_sdpa_dropout;
+      for (size_t i = 0; i < names.size(); ++i) {
+        const StrategyShorthand& s = shorthands[i];
+        if (!s.checkpoint || s.accumulation || s.fused) continue;
+        const RunConfig on = with_attention(dropout_on, Attention::kAttentionSdpa);
+        if (!ref_sdpa_dropout)
+          ref_sdpa_dropout = one_step(with_strategy(on, standard, 1, micro * k), data, false,
+                                      options);
+        const StepResult got = one_step(with_strategy(on, s, 1, micro * k), data, false, options);
+        const double tolerance =
+            bf16 ? (cpu ? kRecomputeToleranceCpuBf16 : kRecomputeToleranceCudaBf16)
+                 : kRecomputeToleranceCuda;
+        checks.push_back(compare(
+            fmt::format("{}, attention sdpa, dropout {:g}", names[i], kDropoutForCheckpointCheck),
+            dtype, got, *ref_sdpa_dropout, cpu && !bf16, tolerance));
       }
     }
   }

@@ -30,6 +30,14 @@
 //   chunks reorder sums over positions; under bf16 each chunk's weight-gradient product is
 //   rounded to bfloat16 apart), added to the strategy's own tolerance; never bitwise (fused:
 //   the parameters after the step, as above). accumulation+fused: the full loss only.
+// - with VerifyOptions::attention, on models with attention: standard and each strategy again
+//   with --attention sdpa, dropout off, against standard training with --attention math:
+//   relative <= 1e-5 in fp32 and 2e-2 in bf16 (the fused kernel reorders the softmax's sums;
+//   under bf16 the math path rounds scores and weights to bfloat16 where the kernel keeps them
+//   in float32), added to the strategy's own tolerance (fused: the parameters after one SGD
+//   step; the fold: what its step moved them by). And with dropout 0.1 each checkpointing
+//   strategy with --attention sdpa against standard with it: bitwise in fp32 on the CPU (the
+//   recompute draws SDPA's own dropout masks again).
 // A gradient check also fails when a parameter is left without a gradient (a recompute that
 // lost a weight's graph, say).
 // Every model is built by the session (session.h), as a run builds it.
@@ -73,6 +81,9 @@ struct VerifyOptions {
   // Also check the chunked loss (the `gradscope verify` command does); the checks run anyway
   // when the config says --loss chunked, and never on models without a language-model head.
   bool chunked_loss = false;
+  // Also check --attention sdpa against --attention math (the `gradscope verify` command
+  // does), on every model with attention.
+  bool attention = false;
 };
 
 // Runs the checks of `options`, grouped by dtype. The config gives model, preset, batch,

@@ -146,25 +146,18 @@ const RopeTables& RotaryCache::get(int64_t seq_len, const torch::Device& device)
 // Attention
 
 namespace {
-std::atomic<AttentionPath> g_attention_path{AttentionPath::kAttentionPathAuto};
+std::atomic<Attention> g_attention_path{Attention::kAttentionAuto};
 }  // namespace
 
-void set_attention_path(AttentionPath path) {
-  if (path == AttentionPath::kAttentionPathSdpa) {
-    TORCH_CHECK(sdpa_available(), "fused attention (at::scaled_dot_product_attention) needs ",
-                "LibTorch >= 2.0; this is ", TORCH_VERSION);
-  }
-  g_attention_path.store(path);
-}
+void set_attention_path(Attention path) { g_attention_path.store(path); }
 
-AttentionPath attention_path() { return g_attention_path.load(); }
+Attention attention_path() { return g_attention_path.load(); }
 
-bool sdpa_available() {
-#if TORCH_VERSION_MAJOR >= 2
-  return true;
-#else
-  return false;
-#endif
+Attention resolved_attention(Attention path, const torch::Device& device, double dropout_p) {
+  if (path != Attention::kAttentionAuto) return path;
+  // On the CPU, SDPA with dropout leaves its fused kernel for a math composition of its own
+  // (with masks of its own); gradscope's math path is then the one the trace models.
+  return device.is_cpu() && dropout_p > 0 ? Attention::kAttentionMath : Attention::kAttentionSdpa;
 }
 
 torch::Tensor repeat_kv(const torch::Tensor& x, int64_t n_rep) {
@@ -250,12 +243,7 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const to
   const double p = training ? dropout_p : 0.0;
   const int64_t t = q.size(2), s = k.size(2);
 
-  AttentionPath path = attention_path();
-  if (path == AttentionPath::kAttentionPathAuto) {
-    path = sdpa_available() ? AttentionPath::kAttentionPathSdpa : AttentionPath::kAttentionPathMath;
-  }
-#if TORCH_VERSION_MAJOR >= 2
-  if (path == AttentionPath::kAttentionPathSdpa) {
+  if (resolved_attention(attention_path(), q.device(), p) == Attention::kAttentionSdpa) {
     if (!mask.defined()) {
       // is_causal lets SDPA pick its fused causal kernels instead of reading a mask.
       return at::scaled_dot_product_attention(q, k_full, v_full, c10::nullopt, p, is_causal);
@@ -263,9 +251,6 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const to
     c10::optional<at::Tensor> m = merged_mask(mask, is_causal, t, s, q.options());
     return at::scaled_dot_product_attention(q, k_full, v_full, m, p, /*is_causal=*/false);
   }
-#endif
-  TORCH_CHECK(path == AttentionPath::kAttentionPathMath,
-              "fused attention is not available in LibTorch ", TORCH_VERSION);
   return math_attention(q, k_full, v_full, merged_mask(mask, is_causal, t, s, q.options()), p);
 }
 

@@ -21,6 +21,8 @@
 
 #include <torch/torch.h>
 
+#include "gradscope/core/config.h"
+
 namespace gradscope {
 
 // ---------------------------------------------------------------------------------------
@@ -150,26 +152,18 @@ torch::Tensor key_padding_mask(const torch::Tensor& real_positions);
 // ---------------------------------------------------------------------------------------
 // Scaled dot-product attention.
 
-// Which implementation attention() uses. kAttentionPathAuto picks fused SDPA
-// (at::scaled_dot_product_attention) where LibTorch has it (>= 2.0) and the math path
-// otherwise; kAttentionPathMath forces softmax(QK^T / sqrt(HS) + mask) V written out, which
-// materializes the (B, NH, T, S) score matrix; kAttentionPathSdpa requires SDPA.
-enum class AttentionPath {
-  kAttentionPathAuto,
-  kAttentionPathMath,
-  kAttentionPathSdpa,
-};
-
-// Process-wide setting (default kAttentionPathAuto), read on every attention() call.
-void set_attention_path(AttentionPath path);
-AttentionPath attention_path();
-// Whether this LibTorch has at::scaled_dot_product_attention.
-bool sdpa_available();
+// Which implementation attention() uses (--attention; core/config.h says what each does).
+// Process-wide (default auto), read on every attention() call; a session sets it for its run.
+void set_attention_path(Attention path);
+Attention attention_path();
+// What an attention() call with dropout probability `dropout_p` (as applied: 0 outside
+// training) on `device` runs under `path`: sdpa or math, never auto.
+Attention resolved_attention(Attention path, const torch::Device& device, double dropout_p);
 
 // Sets the attention path for a scope and puts back the previous one.
 class AttentionPathGuard {
  public:
-  explicit AttentionPathGuard(AttentionPath path) : previous_(attention_path()) {
+  explicit AttentionPathGuard(Attention path) : previous_(attention_path()) {
     set_attention_path(path);
   }
   ~AttentionPathGuard() { set_attention_path(previous_); }
@@ -177,7 +171,7 @@ class AttentionPathGuard {
   AttentionPathGuard& operator=(const AttentionPathGuard&) = delete;
 
  private:
-  AttentionPath previous_;
+  Attention previous_;
 };
 
 // softmax(q k^T / sqrt(HS) + mask) v, with grouped-query attention: k and v may have

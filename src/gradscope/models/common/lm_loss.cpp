@@ -23,22 +23,10 @@ using torch::autograd::variable_list;
 // Function reads autocast's state once in forward, casts its inputs itself, and runs every
 // inner op with the autocast keys excluded.
 
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
 bool lm_loss_autocast_on(c10::DeviceType t) { return at::autocast::is_autocast_enabled(t); }
 at::ScalarType lm_loss_autocast_dtype(c10::DeviceType t) {
   return at::autocast::get_autocast_dtype(t);
 }
-#else  // the per-backend functions, deprecated since 2.4
-bool lm_loss_autocast_on(c10::DeviceType t) {
-  if (t == c10::DeviceType::CUDA) return at::autocast::is_enabled();
-  if (t == c10::DeviceType::CPU) return at::autocast::is_cpu_enabled();
-  return false;
-}
-at::ScalarType lm_loss_autocast_dtype(c10::DeviceType t) {
-  return t == c10::DeviceType::CUDA ? at::autocast::get_autocast_gpu_dtype()
-                                    : at::autocast::get_autocast_cpu_dtype();
-}
-#endif
 
 // The dtype of the head's matmuls: what autocast makes of F::linear on a float32 input (it
 // leaves float64 alone), else the input's own.

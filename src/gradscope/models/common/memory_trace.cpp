@@ -295,7 +295,6 @@ Id MemoryTrace::self_attention(Id x, const AttentionShape& s) {
   const int64_t n = s.batch * s.tokens;
   const int64_t q_elems = n * s.heads * s.head_size;
   const int64_t kv_elems = n * s.kv_heads * s.head_size;
-  const int64_t scores = s.batch * s.heads * s.tokens * s.tokens * kFloat;
   Id q, k, v, packed = -1;
   if (packed_projections_) {
     // One product; q, k and v are views of its output, which lives until the forward ends
@@ -332,6 +331,52 @@ Id MemoryTrace::self_attention(Id x, const AttentionShape& s) {
     v_full = alloc(q_elems * kFloat);
     node({}, {v}, {v_full});
   }
+  Id y = -1;
+  if (fused_attention(s.dropout)) {
+    // SDPA's fused kernel reads q, k and v where they lie and saves them, its output and the
+    // rows' logsumexp (B, heads, T); backward allocates the three inputs' gradients. Its output
+    // takes q's layout, (B, T, heads, HS), so the reshape to (B, T, heads * HS) is a view.
+    const Id o = alloc(q_elems * kFloat);
+    const Id lse = alloc(s.batch * s.heads * s.tokens * kFloat);
+    node({q, k_full, v_full, o, lse}, {q, k_full, v_full}, {o});
+    release(lse);
+    if (grouped) {
+      release(k_full);
+      release(v_full);
+    }
+    y = o;
+  } else {
+    y = math_attention(q, k, v, k_full, v_full, s);
+  }
+  const Id out = adapt(y, linear(y, n, s.heads * s.head_size, s.hidden, s.bias), n,
+                       s.heads * s.head_size, s.hidden, "o");
+  release(y);
+  release(q);
+  release(k);
+  release(v);
+  if (packed >= 0) release(packed);
+  return out;
+}
+
+bool MemoryTrace::fused_attention(double dropout) const {
+  switch (attention_) {
+    case Attention::kAttentionSdpa:
+      // On the CPU with dropout SDPA runs a math composition of its own, estimated as
+      // gradscope's math path (docs/strategies.md).
+      return cuda_ || dropout <= 0;
+    case Attention::kAttentionMath:
+      return false;
+    case Attention::kAttentionAuto:
+      break;
+  }
+  return cuda_ || dropout <= 0;
+}
+
+MemoryTrace::Id MemoryTrace::math_attention(Id q, Id k, Id v, Id k_full, Id v_full,
+                                            const AttentionShape& s) {
+  const int64_t q_elems = s.batch * s.tokens * s.heads * s.head_size;
+  const int64_t scores = s.batch * s.heads * s.tokens * s.tokens * kFloat;
+  const bool grouped = s.heads != s.kv_heads;
   // matmul folds (B, heads) into one batch dimension with reshape: q (laid out as the
   // projection's (B, T, heads, HS)) is copied, and so are k and v unless repeat_kv already
   // made them contiguous; the batched products save the copies.
@@ -371,14 +416,7 @@ Id MemoryTrace::self_attention(Id x, const AttentionShape& s) {
   // (B, heads, T, HS) -> (B, T, heads * HS): a transpose, then a copying reshape.
   const Id y = contiguous_copy(o);
   release(o);
-  const Id out = adapt(y, linear(y, n, s.heads * s.head_size, s.hidden, s.bias), n,
-                       s.heads * s.head_size, s.hidden, "o");
-  release(y);
-  release(q);
-  release(k);
-  release(v);
-  if (packed >= 0) release(packed);
-  return out;
+  return y;
 }
 
 Id MemoryTrace::cross_entropy(Id logits, int64_t n, int64_t v) {

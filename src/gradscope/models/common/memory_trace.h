@@ -3,8 +3,7 @@
 // each backward node allocates. `gradscope estimate` replays it to predict peak memory
 // without allocating a tensor, for any preset (the paper sizes included).
 //
-// The rules follow what LibTorch's CPU kernels and autograd formulas do (1.13 and 2.x agree on
-// them for the math attention path): a linear layer saves its input, not its output; softmax
+// The rules follow what LibTorch's CPU kernels and autograd formulas do: a linear layer saves its input, not its output; softmax
 // saves its output; a multiplication saves only the factors whose gradients need them; a
 // reshape of a non-contiguous tensor copies it, and a batched matmul saves its copies. Sizes
 // are bytes; the trace is in float32, the dtype of the CPU study.
@@ -13,6 +12,8 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "gradscope/core/config.h"
 
 namespace gradscope {
 
@@ -86,8 +87,15 @@ class MemoryTrace {
   // weight's gradient becomes the parameters' gradients. Release the output, not the views.
   std::vector<Id> packed_linear(Id x, int64_t n, int64_t in, const std::vector<int64_t>& outs,
                                 bool bias);
-  // Self-attention of SelfAttentionImpl: projections, optional rotary, math attention,
-  // output projection. `mask_bytes` is the bool mask's size (0 without one).
+  // --attention, and whether the step runs on CUDA: which attention path self_attention
+  // follows (resolved_attention in layers.h). Set before the model's trace is written.
+  void set_attention(Attention attention, bool cuda) {
+    attention_ = attention;
+    cuda_ = cuda;
+  }
+  // Self-attention of SelfAttentionImpl: projections, optional rotary, attention (SDPA's fused
+  // kernel or the math path), output projection. `mask_bytes` is the bool mask's size (0
+  // without one).
   struct AttentionShape {
     int64_t batch, tokens, hidden, heads, kv_heads, head_size;
     bool bias = false, rotary = false;
@@ -95,6 +103,8 @@ class MemoryTrace {
     int64_t mask_bytes = 0;
   };
   Id self_attention(Id x, const AttentionShape& s);
+  // Whether an attention with dropout `dropout` takes SDPA's fused kernel.
+  bool fused_attention(double dropout) const;
   // Cross-entropy (log_softmax then nll_loss) over n rows of v classes, summed.
   Id cross_entropy(Id logits, int64_t n, int64_t v);
 
@@ -185,6 +195,9 @@ class MemoryTrace {
   int64_t block_count() const;
 
  private:
+  // The written-out attention of self_attention (layers.cpp's math_attention): its output
+  // laid out as (B, T, heads * HS).
+  Id math_attention(Id q, Id k, Id v, Id k_full, Id v_full, const AttentionShape& s);
   enum class Kind { kAlloc, kRelease, kNode, kBegin, kEnd };
   struct Event {
     Kind kind;
@@ -224,6 +237,8 @@ class MemoryTrace {
   std::vector<Event> events_;
   Id loss_ = -1;
   bool packed_projections_ = false;
+  Attention attention_ = Attention::kAttentionAuto;
+  bool cuda_ = false;
   Id head_first_ = -1;
   int64_t loss_chunk_ = 0;
 };
