@@ -12,7 +12,18 @@ namespace gradscope {
 template <typename ParamState, typename Options>
 class SerializingOptimizer : public torch::optim::Optimizer {
  public:
-  using torch::optim::Optimizer::Optimizer;
+  // LibTorch 2.x merges each group's options with the defaults field by field, for the fields
+  // torch's own optimizers have (lr, betas, ...), and drops the rest: a group keeps its own
+  // options whole here (Adam-mini's partition, Muon's use_muon, GaLore's projection).
+  SerializingOptimizer(const std::vector<torch::optim::OptimizerParamGroup>& groups,
+                       std::unique_ptr<torch::optim::OptimizerOptions> defaults)
+      : torch::optim::Optimizer(groups, std::move(defaults)) {
+    for (size_t i = 0; i < groups.size() && i < param_groups_.size(); ++i)
+      if (groups[i].has_options()) param_groups_[i].set_options(groups[i].options().clone());
+  }
+  SerializingOptimizer(std::vector<torch::Tensor> params,
+                       std::unique_ptr<torch::optim::OptimizerOptions> defaults)
+      : torch::optim::Optimizer(std::move(params), std::move(defaults)) {}
 
   void save(torch::serialize::OutputArchive& archive) const override {
     torch::optim::serialize<ParamState, Options>(archive, *this);
