@@ -341,6 +341,11 @@ TEST(Adam8bitSerialization, StateOfAnotherBlockSizeIsRefused) {
   auto w2 = w.detach().clone().requires_grad_(true);
   Adam8bit loaded({w2}, Adam8bitOptions().block_size(2048));  // 3 blocks instead of 5
   torch::load(loaded, buffer);
+  // Loading restores the group's saved options with its state; a block size changed after
+  // that (as a caller that set its own options again would) must not read the state.
+  auto& options = static_cast<Adam8bitOptions&>(loaded.param_groups().at(0).options());
+  EXPECT_EQ(options.block_size(), 1024);
+  options.block_size(2048);
   w2.mutable_grad() = torch::randn_like(w2);
   try {
     loaded.step();

@@ -405,7 +405,7 @@ TEST(SweepRunKeys, MatchTheRunCommandsOptions) {
   const auto& keys = run_keys();
   // Every run setting but the outputs (db, json, quiet, memory_snapshot, sweep) and the
   // tables opt and arch.
-  EXPECT_EQ(keys.size(), 49u);
+  EXPECT_EQ(keys.size(), 50u);
   EXPECT_EQ(keys.front(), "model");
   for (const char* key : {"accum_steps",
                           "checkpoint_policy",
@@ -421,6 +421,7 @@ TEST(SweepRunKeys, MatchTheRunCommandsOptions) {
                           "loss",
                           "loss_chunk",
                           "projections",
+                          "attention",
                           "init_from",
                           "lora_targets",
                           "lora_rank",

@@ -1,6 +1,7 @@
 #include "gradscope/models/common/memory_trace.h"
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <stdexcept>
 
@@ -296,6 +297,7 @@ Id MemoryTrace::self_attention(Id x, const AttentionShape& s) {
   const int64_t q_elems = n * s.heads * s.head_size;
   const int64_t kv_elems = n * s.kv_heads * s.head_size;
   Id q, k, v, packed = -1;
+  std::array<Id, 3> views = {-1, -1, -1};  // q, k, v as views of the packed output
   if (packed_projections_) {
     // One product; q, k and v are views of its output, which lives until the forward ends
     // (v, or un-rotated q and k, still point into it).
@@ -306,6 +308,7 @@ Id MemoryTrace::self_attention(Id x, const AttentionShape& s) {
     q = parts[1];
     k = parts[2];
     v = parts[3];
+    views = {q, k, v};
   } else {
     q = linear(x, n, s.hidden, s.heads * s.head_size, s.bias);
     k = linear(x, n, s.hidden, s.kv_heads * s.head_size, s.bias);
@@ -338,7 +341,11 @@ Id MemoryTrace::self_attention(Id x, const AttentionShape& s) {
     // takes q's layout, (B, T, heads, HS), so the reshape to (B, T, heads * HS) is a view.
     const Id o = alloc(q_elems * kFloat);
     const Id lse = alloc(s.batch * s.heads * s.tokens * kFloat);
-    node({q, k_full, v_full, o, lse}, {q, k_full, v_full}, {o});
+    std::vector<Id> saved = {q, k_full, v_full, o, lse};
+    // A view of the packed projections' output owns no bytes: saving it keeps the output.
+    if (packed >= 0 && (q == views[0] || k_full == views[1] || v_full == views[2]))
+      saved.push_back(packed);
+    node(saved, {q, k_full, v_full}, {o});
     release(lse);
     if (grouped) {
       release(k_full);
