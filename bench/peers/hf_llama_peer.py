@@ -26,7 +26,7 @@ window dropped) of the file's tokens, for a model with gradscope's byte tokenize
 preset: each UTF-8 byte is its token id). With --gradscope-eval, compares with that eval's
 loss_nats and exits 1 when they differ by more than --tolerance.
 
-Needs torch and transformers (the GPU machine's python3 has both); not Debian's python3.
+Needs torch and transformers (the GPU machine's python3 has both).
 """
 
 import argparse
@@ -68,8 +68,8 @@ def train(args):
     config, preset_seq = llama_config(args.preset)
     seq = args.seq or preset_seq
     device = torch.device(args.device)
-    # gradscope calls scaled_dot_product_attention on LibTorch 2.x; transformers' "sdpa"
-    # implementation does the same ("eager" writes it out, as gradscope does on 1.13).
+    # transformers' "sdpa" calls scaled_dot_product_attention, as gradscope's --attention sdpa;
+    # "eager" writes it out, as gradscope's --attention math.
     config._attn_implementation = args.attention
     model = LlamaForCausalLM(config).to(device=device, dtype=torch.float32)
     attention = getattr(model.config, "_attn_implementation", args.attention)

@@ -1,24 +1,24 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Peer benchmark: a plain, readable PyTorch Llama 3 decoder with the same math as
 gradscope's (src/gradscope/models/llama.cpp and models/common/layers.cpp), at its tiny and
 small presets, trained in a plain PyTorch loop on next-token cross-entropy.
 
-Run with Debian's Python (the one with python3-torch):
+Run with the project environment's Python (its pinned torch, gradscope's LibTorch):
 
-    /usr/bin/python3 bench/peers/llama_peer.py --preset small --batch 8 --seq 128 \
+    .venv/bin/python bench/peers/llama_peer.py --preset small --batch 8 --seq 128 \
         --threads 1 --steps 10 --json llama-peer.json
 
-The model, as gradscope computes it on LibTorch 1.13:
+The model, as gradscope computes it:
 - token embedding; L pre-norm blocks h = x + attn(rmsnorm(x)), y = h + swiglu(rmsnorm(h));
   a final RMSNorm; the LM head tied to the embedding (one weight used twice); no biases.
 - RMSNorm in float32: x * rsqrt(mean(x^2) + eps) * weight, eps 1e-5.
 - RoPE in Hugging Face's layout (rotate_half, pairs (j, j + HS/2)), theta 500000, with
   Llama 3 frequency scaling (factor 32, low 1, high 4, original 8192); the tables are
   computed once and reused, as gradscope caches them.
-- Grouped-query attention: k and v heads repeated (repeat_kv), then attention written out
-  as matmul, scale, causal mask, softmax, matmul. gradscope uses fused
-  scaled_dot_product_attention only on LibTorch >= 2.0; on 1.13 it takes this math path,
-  building the causal mask on each call, and so does this peer.
+- Grouped-query attention: k and v heads repeated (repeat_kv), then
+  scaled_dot_product_attention with is_causal (--attention sdpa, the default, as gradscope's
+  default), or attention written out as matmul, scale, causal mask (built on each call),
+  softmax, matmul (--attention math, as gradscope's --attention math).
 - SwiGLU MLP: down(silu(gate(x)) * up(x)).
 - Initialisation as gradscope's: normal(0, 0.02) for the embedding and every linear weight,
   ones for the norms, drawn in module order from a generator seeded with --seed.
@@ -129,13 +129,19 @@ def repeat_kv(x, n_rep):
     return x.unsqueeze(2).expand(b, nkv, n_rep, t, hs).reshape(b, nkv * n_rep, t, hs)
 
 
+# --attention: "sdpa" or "math" (set by build()).
+ATTENTION = "sdpa"
+
+
 def causal_attention(q, k, v):
-    """softmax(q k^T / sqrt(HS) + causal mask) v, written out (LibTorch 1.13 has no fused
-    scaled_dot_product_attention; gradscope computes exactly this there).
+    """softmax(q k^T / sqrt(HS) + causal mask) v, by scaled_dot_product_attention or written
+    out, as gradscope's --attention says.
     q (B, NH, T, HS), k/v (B, NKV, T, HS) -> (B, NH, T, HS)"""
     nh, nkv, t = q.shape[1], k.shape[1], q.shape[2]
     k = repeat_kv(k, nh // nkv)  # (B, NH, T, HS)
     v = repeat_kv(v, nh // nkv)
+    if ATTENTION == "sdpa":
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scores = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))  # (B,NH,T,T)
     keep = torch.ones(t, t, dtype=torch.bool).tril()  # query t sees keys 0..t
     scores = scores.masked_fill(keep.logical_not(), float("-inf"))
@@ -251,6 +257,8 @@ def forward_flops_per_token(a, seq_len):
 
 
 def build(args):
+    global ATTENTION
+    ATTENTION = args.attention
     arch = dict(SHARED, **PRESETS[args.preset])
     if args.seq is not None:
         arch["seq_len"] = args.seq
@@ -297,6 +305,8 @@ def main():
         {"batch": 8})
     parser.add_argument("--seq", type=int, default=None,
                         help="sequence length (default: the preset's, 64 tiny, 128 small)")
+    parser.add_argument("--attention", choices=["sdpa", "math"], default="sdpa",
+                        help="scaled_dot_product_attention or written out (default: sdpa)")
     args = parser.parse_args()
     peer_common.run(args, "pytorch-llama", build)
 

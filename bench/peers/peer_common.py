@@ -17,7 +17,6 @@ else lives here.
 """
 
 import argparse
-import ctypes
 import json
 import math
 import os
@@ -44,7 +43,7 @@ def make_parser(description, peer_defaults):
     p.add_argument("--warmup", type=int, default=2,
                    help="untimed optimizer steps before the timed ones (default: 2)")
     p.add_argument("--threads", type=int, default=1,
-                   help="intra-op, inter-op and OpenBLAS threads (default: 1)")
+                   help="intra-op and inter-op threads; MKL's follow (default: 1)")
     p.add_argument("--optimizer", choices=["adam", "sgd"], default="adam",
                    help="torch.optim.Adam or torch.optim.SGD (default: adam)")
     p.add_argument("--lr", type=float, default=None,
@@ -68,22 +67,19 @@ def default_lr(optimizer):
 
 
 def set_threads(threads):
-    """Sets intra-op, inter-op and OpenBLAS threads, as gradscope's --threads does for the
-    first and the last. Must run before any parallel work (inter-op threads can only be set
-    once, before first use). Returns the OpenBLAS thread count now in force, or None."""
+    """Sets intra-op and inter-op threads, as gradscope's --threads does for the first; MKL,
+    the wheel's BLAS, takes its threads from the same OpenMP pool. Must run before any
+    parallel work (inter-op threads can only be set once, before first use). Returns MKL's
+    thread count now in force, or None without MKL."""
     torch.set_num_threads(threads)
     try:
         torch.set_num_interop_threads(threads)
     except RuntimeError:
         pass  # already set or already used; the record echoes what is in force
-    # Debian's PyTorch calls BLAS through libblas.so.3, OpenBLAS here, which keeps its own
-    # thread pool: torch.set_num_threads does not reach it.
-    try:
-        blas = ctypes.CDLL("libopenblas.so.0")
-        blas.openblas_set_num_threads(ctypes.c_int(threads))
-        return int(blas.openblas_get_num_threads())
-    except (OSError, AttributeError):
-        return None
+    for line in torch.__config__.parallel_info().splitlines():
+        if line.strip().startswith("mkl_get_max_threads()"):
+            return int(line.split(":")[1])
+    return None
 
 
 # ---------------------------------------------------------------------------------------
@@ -125,7 +121,7 @@ def optimizer_state_tensors(optimizer):
 def measure_peak_tensor_bytes(step_fn, live_before):
     """Peak bytes of live CPU tensor storage during one call of step_fn.
 
-    PyTorch 1.13 has no CPU allocator statistics, but its profiler with profile_memory=True
+    PyTorch has no CPU allocator statistics, but its profiler with profile_memory=True
     records every allocation and free of the CPU allocator (the allocator gradscope replaces
     with its tracking one, so both count the same thing) as "[memory]" events carrying
     signed byte counts. The running sum of these events in time order is the change of live
@@ -140,7 +136,7 @@ def measure_peak_tensor_bytes(step_fn, live_before):
     # The raw (Kineto) events keep every allocation as its own event; the aggregated
     # function events fold allocations into the op that made them and lose their order.
     raw = prof.profiler.kineto_results.events()
-    memory = [(e.start_us(), i, e.nbytes()) for i, e in enumerate(raw) if e.name() == "[memory]"]
+    memory = [(e.start_ns(), i, e.nbytes()) for i, e in enumerate(raw) if e.name() == "[memory]"]
     memory.sort()  # by time, ties in recording order
     running, highest = 0, 0
     for _, _, nbytes in memory:
@@ -186,8 +182,8 @@ def run(args, peer, build):
     n_params = sum(p.numel() for p in params)
 
     if args.optimizer == "adam":
-        # 1.13's default for CPU tensors is the single-tensor (for-loop) implementation,
-        # which is also what LibTorch's C++ torch::optim::Adam does.
+        # The default for CPU tensors is the single-tensor (for-loop) implementation, which
+        # is also what LibTorch's C++ torch::optim::Adam does.
         optimizer = torch.optim.Adam(params, lr=lr)
     else:
         optimizer = torch.optim.SGD(params, lr=lr, momentum=args.momentum)
@@ -243,12 +239,13 @@ def run(args, peer, build):
         "threads": args.threads,
         "threads_in_force": {"intra_op": torch.get_num_threads(),
                              "inter_op": torch.get_num_interop_threads(),
-                             "openblas": blas_threads},
+                             "mkl": blas_threads},
         "torch": torch.__version__,
         "config": {
             "preset": args.preset,
             "batch": args.batch,
             "seq_len": built.get("seq_len"),
+            "attention": getattr(args, "attention", None),
             "steps": args.steps,
             "warmup_steps": args.warmup,
             "optimizer": args.optimizer,
