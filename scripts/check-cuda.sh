@@ -16,9 +16,9 @@ for candidate in "${CUDA_HOME:-}/bin/nvcc" /usr/local/cuda/bin/nvcc "$(command -
 done
 [ -n "$nvcc" ] || { echo "check-cuda: no nvcc (set CUDA_HOME to a CUDA toolkit)" >&2; exit 2; }
 toolkit=$("$nvcc" --version | sed -n 's/.*release \([0-9][0-9]*\)\.\([0-9]*\).*/\1.\2/p')
-wheel=$("$venv/bin/python" -c 'import torch; print(torch.version.cuda or "")')
+wheel=$("$venv/bin/python" -c 'import torch; print(torch.version.cuda or "")' 2>/dev/null)
 [ -n "$wheel" ] || { echo "check-cuda: $venv's torch is not a CUDA build" >&2; exit 2; }
-echo "check-cuda: torch $("$venv/bin/python" -c 'import torch; print(torch.__version__)') (CUDA $wheel), nvcc $toolkit ($nvcc)"
+echo "check-cuda: torch $("$venv/bin/python" -c 'import torch; print(torch.__version__)' 2>/dev/null) (CUDA $wheel), nvcc $toolkit ($nvcc)"
 if [ "${wheel%%.*}" != "${toolkit%%.*}" ]; then
   echo "check-cuda: the wheel's CUDA major ($wheel) is not nvcc's ($toolkit): install a toolkit of CUDA ${wheel%%.*}" >&2
   exit 2
@@ -37,9 +37,11 @@ cmake --build "$build" -j "$jobs"
 
 echo "check-cuda: what the CUDA build links:"
 readelf -d "$build/gradscope" | grep -E 'NEEDED.*(torch|c10)' | sed 's/^ */  /'
-nm -C "$build/gradscope" | grep -q 'c10d::ProcessGroupNCCL::ProcessGroupNCCL' &&
-  echo "  c10d::ProcessGroupNCCL: called (ranks on CUDA)"
-"$build/gradscope_tests" --gtest_list_tests | grep -c '_CUDA' | sed 's/^/  tests ending in _CUDA: /'
-echo "check-cuda: the CUDA build runs here (no GPU: --device cuda is refused by name):"
-"$build/gradscope" run --model llama --preset tiny --steps 1 --device cuda --no-db 2>&1 | head -2 | sed 's/^/  /' || true
+nccl=$(nm -C "$build/gradscope" | grep -c 'c10d::ProcessGroupNCCL::ProcessGroupNCCL(' || true)
+echo "  c10d::ProcessGroupNCCL constructed by gradscope (ranks on CUDA): $nccl call site(s)"
+echo "  tests ending in _CUDA: $("$build/gradscope_tests" --gtest_list_tests | grep -c '_CUDA' || true)"
+echo "check-cuda: the CUDA build runs here: $("$build/gradscope" --version); without a GPU a run on"
+echo "  CUDA is refused by name:"
+"$build/gradscope" run --model llama --preset tiny --steps 1 --device cuda --no-db \
+  --json "$build/check-cuda-run.json" 2>&1 | head -2 | sed 's/^/  /' || true
 echo "check-cuda: done in $(( $(date +%s) - start )) s"

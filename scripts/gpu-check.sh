@@ -21,13 +21,13 @@
 #                                  `make data-all`: packs into .gpu-deps.tar.xz (ignored by
 #                                  git; the repository and it must stay under 64 MiB together)
 #                                  the headers and static libraries the build needs beyond
-#                                  LibTorch (fmt, nlohmann-json, CLI11, toml++, SQLite, PCRE2,
+#                                  LibTorch and its fmt (nlohmann-json, CLI11, toml++, SQLite, PCRE2,
 #                                  libpng, zlib, GoogleTest's sources) and the data the steps
 #                                  read (tokenizers, the text corpus, part of the emoji set,
 #                                  Fashion-MNIST's format from the test fixture)
 #   scripts/gpu-check.sh           there, with .gpu-deps.tar.xz (or .gpu-deps/) beside the
 #                                  sources
-# Needs CMake, Ninja, a C++17 compiler and CUDA's toolkit there (PyTorch's CMake files look
+# Needs CMake, Ninja, a C++20 compiler and CUDA's toolkit there (PyTorch's CMake files look
 # for nvcc), and python3 with torch and transformers for step 2. The exit code is the number
 # of failed steps.
 set -uo pipefail
@@ -46,7 +46,7 @@ if [ "${1:-}" = "prepare" ]; then
   done
   rm -rf "$deps" "$pack"
   mkdir -p "$deps/include" "$deps/lib" "$deps/data/text" "$deps/data/images" "$deps/data/emoji/img"
-  for d in fmt nlohmann CLI toml++; do cp -rL "/usr/include/$d" "$deps/include/"; done
+  for d in nlohmann CLI toml++; do cp -rL "/usr/include/$d" "$deps/include/"; done
   for h in sqlite3.h sqlite3ext.h pcre2.h png.h pngconf.h pnglibconf.h zlib.h zconf.h; do
     cp -L "/usr/include/$h" "$deps/include/"
   done
@@ -136,7 +136,7 @@ export out gs
 
 # 1. Build, the GPU tests, verify.
 step configure 120 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  "-DCMAKE_PREFIX_PATH=$torch_prefix;$PWD/$deps" "-DGRADSCOPE_GTEST_SOURCE=$PWD/$deps/googletest" \
+  "-DTorch_DIR=$torch_prefix/Torch" "-DCMAKE_PREFIX_PATH=$PWD/$deps" "-DGRADSCOPE_GTEST_SOURCE=$PWD/$deps/googletest" \
   "-DTORCH_CUDA_ARCH_LIST=$capability" -DCMAKE_CUDA_ARCHITECTURES=native
 step build 420 cmake --build build-gpu -j "$(nproc)"
 if [ ! -x "$gs" ]; then

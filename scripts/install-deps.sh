@@ -8,8 +8,9 @@
 set -euo pipefail
 
 packages=(
-  # toolchain
-  g++ cmake ninja-build make pkg-config git ca-certificates xz-utils
+  # toolchain; venv for the project's Python environment (scripts/python-env.sh) where the
+  # Python 3.11 on PATH is Debian's own
+  g++ cmake ninja-build make pkg-config git ca-certificates xz-utils python3-venv
   # command line, configuration, JSON
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev
   # results database, tokenizer regexes, gzipped IDX files, emoji images

@@ -12,12 +12,13 @@ req=${2:?usage: python-env.sh DIR REQUIREMENTS}
 
 stamp="$dir/.requirements"
 if [ -x "$dir/bin/python" ] && [ -f "$stamp" ] && cmp -s "$req" "$stamp"; then
-  touch "$stamp"
-  exit 0
+  exit 0  # (not touched: a build configured after it stays configured)
 fi
 
 python=""
-for candidate in ${PYTHON:-} python3.11 python3; do
+candidates=(python3.11 python3)
+[ -n "${PYTHON:-}" ] && candidates=("$PYTHON" "${candidates[@]}")
+for candidate in "${candidates[@]}"; do
   if command -v "$candidate" >/dev/null 2>&1 &&
      [ "$("$candidate" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)" = 3.11 ]; then
     python=$(command -v "$candidate")

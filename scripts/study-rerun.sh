@@ -7,7 +7,9 @@
 # RUN_ID: a run of configs/sweeps/study-cpu.toml (the first column of runs.csv, or
 # `gradscope sweep configs/sweeps/study-cpu.toml --dry-run`); the sweep file gives its
 # settings, overrides included. Exit 0 when every value is the same, 1 when one differs, 2 for
-# bad input. Times differ between runs and machines and are not compared.
+# bad input. Times differ between runs and machines and are not compared. A report made on
+# another LibTorch than the binary's is not compared: the script says so and exits 0 without
+# running anything (made.md names the LibTorch; reports without the line were made on 1.13).
 set -euo pipefail
 
 if [[ $# -ne 3 ]]; then
@@ -27,6 +29,19 @@ for f in steps.csv.gz runs.csv; do
     exit 2
   fi
 done
+
+# The same LibTorch, or no bit-for-bit comparison: kernels, BLAS and fused attention differ
+# between versions, so a run's losses do too. made.md names the one the report was made on
+# (reports made before it did were made on Debian's LibTorch 1.13).
+made_on=$(sed -n 's/^- LibTorch: `\([^`]*\)`.*/\1/p' "$report/made.md" 2>/dev/null | head -1)
+made_on=${made_on:-1.13.0}
+running=$("$gs" --version | sed -n 's/.* on LibTorch //p')
+if [[ $made_on != "$running" ]]; then
+  echo "study-rerun: $report was made on LibTorch $made_on and this gradscope runs on LibTorch" \
+    "$running: a bit-for-bit comparison needs the same LibTorch; run \`make study\` to make" \
+    "the report again on this one"
+  exit 0
+fi
 
 work=$(mktemp -d)
 trap 'rm -rf -- "$work"' EXIT

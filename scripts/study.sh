@@ -34,6 +34,22 @@ if [[ -e $out && ! -f $out/made.md ]]; then
   exit 2
 fi
 
+# The LibTorch a binary runs on, from its --version ("gradscope X on LibTorch Y").
+libtorch_of() { "$1" --version | sed -n 's/.* on LibTorch //p'; }
+# A resumed study keeps the runs it has: they must have run on this binary's LibTorch, or the
+# report would mix runs of two (their losses differ in the last bits, their times more).
+running=$(libtorch_of "$gs")
+if [[ -f $work/study.db ]]; then
+  others=$(sqlite3 -readonly "$work/study.db" \
+    "SELECT DISTINCT json_extract(record_json, '$.env.libtorch') FROM runs" 2>/dev/null |
+    grep -vxF -- "$running" || true)
+  if [[ -n $others ]]; then
+    echo "study: $work/study.db holds runs made on LibTorch $(echo "$others" | tr '\n' ' ')and" \
+      "this gradscope runs on LibTorch $running: remove $work to start the study over" >&2
+    exit 2
+  fi
+fi
+
 # The source as the sweep starts (the tree may move on while it runs).
 commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 dirty=""
@@ -74,6 +90,7 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ 
   echo
   echo "- command: \`scripts/study.sh $gs $out $work\` (what \`make study\` runs), sweep file \`configs/sweeps/study-cpu.toml\`"
   echo "- source tree at commit \`$commit\`$dirty when the last invocation started; \`$("$gs" --version)\`"
+  echo "- LibTorch: \`$(libtorch_of "$gs")\` (\`make study-rerun\` compares bit for bit only on the same one)"
   echo "- machine: ${cpu:-unknown CPU}, $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)"
   echo "- \`steps.csv.gz\` is the report's \`steps.csv\`, compressed (the page's link to \`steps.csv\` means this file)"
   echo "- the report's first line gives the commits the runs were built from, when the first"

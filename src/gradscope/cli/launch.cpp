@@ -89,8 +89,8 @@ int launch_local_ranks(const RunConfig& c, const std::function<void(const RunRec
   for (auto& a : arg_text) argv.push_back(a.data());
   argv.push_back(nullptr);
   // The ranks share this process's threads (LibTorch's default: OMP_NUM_THREADS, else the
-  // cores) unless --threads says each one's: as torchrun does, through OMP_NUM_THREADS, so that
-  // N ranks of the default never run N times the cores' threads.
+  // cores) unless --threads says each one's. Through OMP_NUM_THREADS, as torchrun does
+  // (which sets 1), so that N ranks of the default never run N times the cores' threads.
   const std::string rank_threads =
       std::to_string(std::max<int64_t>(1, at::get_num_threads() / c.nproc));
   std::vector<std::vector<std::string>> env_text(static_cast<size_t>(c.nproc));

@@ -28,7 +28,8 @@ int main(int argc, char** argv) {
       "loss, time per phase, memory, utilization and FLOP/s. Start with `gradscope list`,\n"
       "then `gradscope run --model llama --preset tiny --steps 200`."};
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::string("gradscope ") + GRADSCOPE_VERSION);
+  app.set_version_flag("--version", std::string("gradscope ") + GRADSCOPE_VERSION +
+                                        " on LibTorch " + TORCH_VERSION);
   int exit_code = 0;
   gradscope::add_run_command(app, exit_code);
   gradscope::add_verify_command(app, exit_code);

@@ -42,8 +42,10 @@ void tokenize_stream(const Tokenizer& tok, std::istream& in, bool decode) {
       fmt::format_to(std::back_inserter(out), "{}\n", tok.decode(ids));
     } else {
       const auto ids = tok.encode(line);
-      for (size_t i = 0; i < ids.size(); ++i)
-        fmt::format_to(std::back_inserter(out), i ? " {}" : "{}", ids[i]);
+      for (size_t i = 0; i < ids.size(); ++i) {
+        if (i > 0) out.push_back(' ');
+        fmt::format_to(std::back_inserter(out), "{}", ids[i]);
+      }
       out.push_back('\n');
     }
     if (out.size() > (1 << 16)) {

@@ -73,14 +73,15 @@ std::chrono::milliseconds millis(double s) {
 // A c10d backend (Gloo or NCCL) behind the Communicator: only Backend's virtual collectives.
 class C10dRanks : public Communicator {
  public:
-  C10dRanks(int rank, int world, c10::intrusive_ptr<c10d::Backend> group)
-      : Communicator(rank, world), group_(std::move(group)) {}
+  C10dRanks(int rank, int world, const torch::Device& device,
+            c10::intrusive_ptr<c10d::Backend> group)
+      : Communicator(rank, world, device), group_(std::move(group)) {}
 
   std::unique_ptr<PendingCollective> allreduce_async(const torch::Tensor& t) override {
     count_allreduce(static_cast<int64_t>(t.numel() * t.element_size()));
     std::vector<at::Tensor> tensors{t};
     try {
-      return std::make_unique<Pending>(rank_, group_->allreduce(tensors));
+      return std::make_unique<Pending>(rank_, device_, group_->allreduce(tensors));
     } catch (const std::exception& e) {
       fail_collective(rank_, "all-reduce", e);
     }
@@ -90,7 +91,7 @@ class C10dRanks : public Communicator {
     std::vector<std::vector<at::Tensor>> outputs{out};
     std::vector<at::Tensor> inputs{in};
     try {
-      group_->allgather(outputs, inputs)->wait();
+      finish(group_->allgather(outputs, inputs), device_);
     } catch (const std::exception& e) {
       fail_collective(rank_, "all-gather", e);
     }
@@ -101,7 +102,7 @@ class C10dRanks : public Communicator {
     c10d::BroadcastOptions o;
     o.rootRank = root;
     try {
-      group_->broadcast(tensors, o)->wait();
+      finish(group_->broadcast(tensors, o), device_);
     } catch (const std::exception& e) {
       fail_collective(rank_, "broadcast", e);
     }
@@ -109,17 +110,24 @@ class C10dRanks : public Communicator {
 
  private:
   using Work = c10::intrusive_ptr<c10d::Work>;
+  // NCCL's wait only orders the current CUDA stream after the collective: the device is
+  // synchronized too, so that the host's clock sees the collective's end.
+  static void finish(const Work& work, const torch::Device& device) {
+    work->wait();
+    if (device.is_cuda()) torch::cuda::synchronize(device.index());
+  }
   struct Pending : PendingCollective {
-    Pending(int r, Work w) : rank(r), work(std::move(w)) {}
+    Pending(int r, const torch::Device& d, Work w) : rank(r), device(d), work(std::move(w)) {}
     void wait() override {
       try {
-        work->wait();
+        finish(work, device);
       } catch (const std::exception& e) {
         fail_collective(rank, "all-reduce", e);
       }
     }
     bool done() override { return work->isCompleted(); }
     int rank;
+    torch::Device device;
     Work work;
   };
   c10::intrusive_ptr<c10d::Backend> group_;
@@ -219,13 +227,13 @@ std::string first_slurm_host(const std::string& nodelist) {
 }
 
 int64_t Communicator::sum(int64_t v) {
-  torch::Tensor t = torch::tensor({v}, torch::kInt64);
+  torch::Tensor t = torch::tensor({v}, torch::kInt64).to(device_);
   allreduce(t);
   return t.item<int64_t>();
 }
 
 double Communicator::sum(double v) {
-  torch::Tensor t = torch::tensor({v}, torch::kFloat64);
+  torch::Tensor t = torch::tensor({v}, torch::kFloat64).to(device_);
   allreduce(t);
   return t.item<double>();
 }
@@ -235,6 +243,7 @@ std::vector<std::string> Communicator::gather_text(const std::string& text) {
       [&] {
         torch::Tensor n = torch::zeros({world_}, torch::kInt64);
         n[rank_] = static_cast<int64_t>(text.size());
+        n = n.to(device_);
         allreduce(n);
         return n;
       }()
@@ -244,11 +253,13 @@ std::vector<std::string> Communicator::gather_text(const std::string& text) {
   const int64_t size = static_cast<int64_t>(text.size());
   std::memcpy(mine.data_ptr<uint8_t>(), &size, 8);
   if (size > 0) std::memcpy(mine.data_ptr<uint8_t>() + 8, text.data(), text.size());
+  mine = mine.to(device_);
   std::vector<torch::Tensor> all;
   for (int r = 0; r < world_; ++r) all.push_back(torch::empty_like(mine));
   allgather(all, mine);
   std::vector<std::string> out;
-  for (const auto& t : all) {
+  for (torch::Tensor t : all) {
+    t = t.cpu();
     int64_t n = 0;
     std::memcpy(&n, t.data_ptr<uint8_t>(), 8);
     out.emplace_back(reinterpret_cast<const char*>(t.data_ptr<uint8_t>()) + 8,
@@ -307,7 +318,7 @@ std::shared_ptr<Communicator> connect_ranks(const RankEnv& env, const torch::Dev
       options->timeout = millis(timeout_s);
       auto group =
           c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, env.rank, env.world, options);
-      return std::make_shared<C10dRanks>(env.rank, env.world, std::move(group));
+      return std::make_shared<C10dRanks>(env.rank, env.world, device, std::move(group));
     } catch (const std::exception& e) {
       fail_collective(env.rank, "meeting the other ranks (NCCL)", e);
     }
@@ -324,7 +335,8 @@ std::shared_ptr<Communicator> connect_ranks(const RankEnv& env, const torch::Dev
       options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
     auto group =
         c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, env.rank, env.world, options);
-    return std::make_shared<C10dRanks>(env.rank, env.world, std::move(group));
+    return std::make_shared<C10dRanks>(env.rank, env.world, torch::Device(torch::kCPU),
+                                       std::move(group));
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {

@@ -9,8 +9,8 @@
 // its own (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NODELIST). Ranks meet through a
 // TCPStore at MASTER_ADDR:MASTER_PORT (the first host of the node list under Slurm).
 //
-// Built only where c10d's Gloo headers are found (libgloo-dev); elsewhere connect_ranks is a
-// usage error that says so, and a single process runs as before.
+// On the CPU the ranks use c10d's Gloo process group (the one linked into LibTorch); on CUDA,
+// in a build against a CUDA LibTorch, its NCCL process group.
 #pragma once
 
 #include <cstdint>
@@ -98,13 +98,19 @@ class Communicator {
 
   const CommStats& stats() const { return stats_; }
 
+  // Where the collectives' tensors live (NCCL takes CUDA tensors only): sum and gather_text
+  // make theirs there.
+  const torch::Device& device() const { return device_; }
+
  protected:
-  Communicator(int rank, int world) : rank_(rank), world_(world) {}
+  Communicator(int rank, int world, torch::Device device = torch::kCPU)
+      : rank_(rank), world_(world), device_(device) {}
   void count_allreduce(int64_t bytes);
   void count_allgather(int64_t bytes);
   void count_broadcast(int64_t bytes, int root);
 
   int rank_, world_;
+  torch::Device device_;
   CommStats stats_;
 };
 
@@ -113,10 +119,10 @@ class Communicator {
 std::shared_ptr<Communicator> single_rank_communicator();
 
 // Meets the other ranks (TCPStore at env.master_addr:master_port, rank 0 hosting it unless the
-// launcher does) and builds the process group: Gloo on the CPU. A collective or the meeting
-// that waits longer than timeout_s fails with a runtime error, as does one whose peer died
-// (its connection closes). A usage error when this build has no c10d or the device is not
-// the CPU.
+// launcher does) and builds the process group: Gloo on the CPU, NCCL on CUDA (a usage error in
+// a build without CUDA). A collective or the meeting that waits longer than timeout_s fails
+// with a runtime error, as does one whose peer died (its connection closes). On CUDA, waiting
+// for a collective waits for the device to finish it, so that its time is what it took.
 std::shared_ptr<Communicator> connect_ranks(const RankEnv& env, const torch::Device& device,
                                             double timeout_s);
 

@@ -15,8 +15,6 @@
 #include <mutex>
 #include <sstream>
 #include <string>
-#include <type_traits>
-#include <typeinfo>
 #include <unordered_set>
 
 #include "gradscope/core/env.h"
@@ -88,42 +86,11 @@ c10::DataPtr tracked_allocate(size_t nbytes) {
   return {data, data, &tracked_free, cpu};
 }
 
-// c10::Allocator changed shape between versions: 1.13 has `DataPtr allocate(size_t) const`
-// and nothing else pure virtual; 2.x made allocate non-const and added a pure virtual
-// `copy_data`. Both are detected from the header rather than keyed on version numbers, so
-// the class below compiles against whichever LibTorch the build finds.
-constexpr bool kAllocateIsConst = std::is_same_v<decltype(&c10::Allocator::allocate),
-                                                 c10::DataPtr (c10::Allocator::*)(size_t) const>;
-
-template <class T, class = void>
-struct HasCopyData : std::false_type {};
-template <class T>
-struct HasCopyData<T, std::void_t<decltype(&T::copy_data)>> : std::true_type {};
-
-// Only the chosen specialization is instantiated, so only its `override` is checked.
-template <bool kConst, class Base>
-struct AllocateAdapter;
-template <class Base>
-struct AllocateAdapter<true, Base> : Base {
-  c10::DataPtr allocate(size_t nbytes) const override { return tracked_allocate(nbytes); }
-};
-template <class Base>
-struct AllocateAdapter<false, Base> : Base {
+struct TrackingAllocator final : c10::Allocator {
   c10::DataPtr allocate(size_t nbytes) override { return tracked_allocate(nbytes); }
-};
-
-template <bool kHasCopyData, class Base>
-struct CopyDataAdapter : Base {};
-template <class Base>
-struct CopyDataAdapter<true, Base> : Base {
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     std::memcpy(dest, src, count);
   }
-};
-
-struct TrackingAllocator final
-    : CopyDataAdapter<HasCopyData<c10::Allocator>::value,
-                      AllocateAdapter<kAllocateIsConst, c10::Allocator>> {
   c10::DeleterFnPtr raw_deleter() const override { return &tracked_free; }
 };
 
@@ -266,7 +233,7 @@ std::unique_ptr<MemoryMeter> make_memory_meter(const torch::Device& device) {
     fail_usage(fmt::format("device {} was asked for, but this gradscope is built against a "
                            "LibTorch without CUDA ({})",
                            device.str(), TORCH_VERSION),
-               "build with `make build-cuda` (a CUDA PyTorch wheel), or use --device cpu");
+               "build against a CUDA LibTorch (README, 'Running on a GPU'), or use --device cpu");
 #endif
   }
   fail_usage(fmt::format("memory cannot be measured on device {}", device.str()),

@@ -328,6 +328,8 @@ MemoryTrace::Id trace_llama_blocks(const LlamaConfig& c, int64_t batch, int64_t 
   shape.dropout = c.attention_dropout;
   // Without a mask of the batch's, the math path builds the causal one on each call.
   shape.mask_bytes = mask_bytes > 0 ? mask_bytes : tokens * tokens;
+  shape.batch_mask = mask_bytes > 0;
+  shape.causal = true;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     trace.begin(Unit::kUnitBlock, x);
     trace.begin(Unit::kUnitAttention, x);

@@ -308,6 +308,7 @@ void modernbert_trace_step(const json& arch, int64_t batch, MemoryTrace& trace) 
     shape.rotary = true;
     shape.dropout = c.attention_dropout;
     shape.mask_bytes = global ? 0 : T * T;  // unpadded windows: only local layers mask
+    shape.batch_mask = !global;
     trace.begin(Unit::kUnitBlock, x);
     trace.begin(Unit::kUnitAttention, x);
     const auto normed = l > 0 ? trace.layer_norm(x, n, C, c.norm_bias) : x;

@@ -12,9 +12,10 @@ namespace gradscope {
 template <typename ParamState, typename Options>
 class SerializingOptimizer : public torch::optim::Optimizer {
  public:
-  // LibTorch 2.x merges each group's options with the defaults field by field, for the fields
-  // torch's own optimizers have (lr, betas, ...), and drops the rest: a group keeps its own
-  // options whole here (Adam-mini's partition, Muon's use_muon, GaLore's projection).
+  // LibTorch 2.x starts each group's options from the optimizer's defaults and merges the
+  // group's own in only when they are of one of torch's option types (SGDOptions, ...): a
+  // group of any other type gets the defaults. Here a group keeps its own options whole
+  // (Adam-mini's partition, Muon's use_muon, GaLore's projection, a per-group rate).
   SerializingOptimizer(const std::vector<torch::optim::OptimizerParamGroup>& groups,
                        std::unique_ptr<torch::optim::OptimizerOptions> defaults)
       : torch::optim::Optimizer(groups, std::move(defaults)) {

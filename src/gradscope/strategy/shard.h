@@ -16,8 +16,8 @@
 //     when backward reaches it); the block's gradients are all-reduced as soon as its backward
 //     ends, the shard kept, and the gathered parameters freed. Parameters outside the blocks
 //     stay whole and are stepped as under zero2.
-// Gloo has no reduce-scatter in LibTorch 1.13, so a bucket is all-reduced whole and the shard
-// taken from it: the bucket's buffer is the transient memory of the collective, reported as
+// A bucket is all-reduced whole and the shard taken from it (Gloo's reduce-scatter is an
+// all-reduce and a chunk itself, and slower: `bench.py --only collectives`): the bucket's buffer is the transient memory of the collective, reported as
 // its own component (ShardFigures::buffer_peak_bytes).
 //
 // With micro-batches, only the last one's backward reduces (the others accumulate locally),

@@ -106,9 +106,11 @@ StepOutput Strategy::compute_gradients(Model& model, const MicroBatchSource& nex
     torch::Tensor sums =
         torch::stack({step.loss_sum.to(torch::kCPU, torch::kFloat64),
                       torch::tensor(static_cast<double>(step.samples), torch::kFloat64),
-                      torch::tensor(static_cast<double>(step.tokens), torch::kFloat64)});
+                      torch::tensor(static_cast<double>(step.tokens), torch::kFloat64)})
+            .to(comm_->device());
     comm_->allreduce(sums);
-    step.loss_sum = sums[0].to(step.loss_sum.dtype());
+    sums = sums.cpu();
+    step.loss_sum = sums[0].to(step.loss_sum.device(), step.loss_sum.scalar_type());
     step.samples = static_cast<int64_t>(sums[1].item<double>());
     step.tokens = static_cast<int64_t>(sums[2].item<double>());
   }

@@ -656,7 +656,8 @@ std::string sweep_summary(const std::vector<PlannedRun>& plan, Database& db) {
   for (const auto& row : rows) {
     std::string line;
     for (size_t c = 0; c < row.size(); ++c)
-      line += fmt::format(c == 0 ? "{:<{}}" : "  {:>{}}", row[c], width[c]);
+      line += c == 0 ? fmt::format("{:<{}}", row[c], width[c])
+                     : fmt::format("  {:>{}}", row[c], width[c]);
     text += line + "\n";
   }
   return text;

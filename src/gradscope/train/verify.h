@@ -34,8 +34,11 @@
 //   with --attention sdpa, dropout off, against standard training with --attention math:
 //   relative <= 1e-5 in fp32 and 2e-2 in bf16 (the fused kernel reorders the softmax's sums;
 //   under bf16 the math path rounds scores and weights to bfloat16 where the kernel keeps them
-//   in float32), added to the strategy's own tolerance (fused: the parameters after one SGD
-//   step; the fold: what its step moved them by). And with dropout 0.1 each checkpointing
+//   in float32), added to the strategy's own tolerance. The fused strategies are compared as
+//   their own checks are: the parameters after one SGD step (within 1e-6 plus the attention
+//   tolerance), the fold's updates (within 2e-2 plus it); these check that the fused step takes
+//   the kernel's gradients, which the standard twin checks themselves. And with dropout 0.1
+//   each checkpointing
 //   strategy with --attention sdpa against standard with it: bitwise in fp32 on the CPU (the
 //   recompute draws SDPA's own dropout masks again).
 // A gradient check also fails when a parameter is left without a gradient (a recompute that

@@ -26,8 +26,8 @@
 namespace gradscope {
 
 // ---------------------------------------------------------------------------------------
-// LayerNorm (Ba et al. 2016): (x - mean) / sqrt(var + eps) * weight (+ bias). torch::nn's
-// LayerNorm always has a bias in LibTorch 1.13; ModernBERT has none, so this one is optional.
+// LayerNorm (Ba et al. 2016): (x - mean) / sqrt(var + eps) * weight (+ bias), the bias
+// optional (ModernBERT has none), under Hugging Face's parameter names.
 
 struct LayerNormOptions {
   /* implicit */ LayerNormOptions(int64_t dim) : dim_(dim) {}

@@ -339,14 +339,24 @@ Id MemoryTrace::self_attention(Id x, const AttentionShape& s) {
     // SDPA's fused kernel reads q, k and v where they lie and saves them, its output and the
     // rows' logsumexp (B, heads, T); backward allocates the three inputs' gradients. Its output
     // takes q's layout, (B, T, heads, HS), so the reshape to (B, T, heads * HS) is a view.
+    // A bool mask of the batch's (merged with the causal one when both apply: a new bool
+    // tensor) is turned into an additive float mask on each call, which the kernel saves.
+    Id float_mask = -1;
+    if (s.batch_mask && s.mask_bytes > 0) {
+      const Id merged = s.causal ? alloc(s.mask_bytes) : -1;
+      float_mask = alloc(s.mask_bytes * kFloat);
+      if (merged >= 0) release(merged);
+    }
     const Id o = alloc(q_elems * kFloat);
     const Id lse = alloc(s.batch * s.heads * s.tokens * kFloat);
     std::vector<Id> saved = {q, k_full, v_full, o, lse};
+    if (float_mask >= 0) saved.push_back(float_mask);
     // A view of the packed projections' output owns no bytes: saving it keeps the output.
     if (packed >= 0 && (q == views[0] || k_full == views[1] || v_full == views[2]))
       saved.push_back(packed);
     node(saved, {q, k_full, v_full}, {o});
     release(lse);
+    if (float_mask >= 0) release(float_mask);
     if (grouped) {
       release(k_full);
       release(v_full);

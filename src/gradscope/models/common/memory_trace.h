@@ -101,6 +101,10 @@ class MemoryTrace {
     bool bias = false, rotary = false;
     double dropout = 0;
     int64_t mask_bytes = 0;
+    // Whether the mask is the batch's own (padding, windows) rather than only the causal one,
+    // which the fused kernel takes as a flag and never materializes.
+    bool batch_mask = false;
+    bool causal = false;
   };
   Id self_attention(Id x, const AttentionShape& s);
   // Whether an attention with dropout `dropout` takes SDPA's fused kernel.
