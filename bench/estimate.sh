@@ -16,7 +16,7 @@ for model in llama modernbert nanovlm vit; do
       [ "$strategy" = accumulation ] && accum=4
       "$bin" run --model "$model" --preset "$preset" --strategy "$strategy" --accum-steps "$accum" \
         --steps 2 --warmup-steps 1 --eval-batches 1 --quiet --no-db --json "$out/r.json" >/dev/null
-      /usr/bin/python3 - "$out/r.json" "$model" "$preset" "$strategy" <<'PY'
+      python3 - "$out/r.json" "$model" "$preset" "$strategy" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 m, e = r["memory"]["peak_bytes"], r["estimate"]["peak_bytes"]
