@@ -12,13 +12,14 @@ FUZZ_TIME ?= 300
 FUZZ_TARGET ?= all
 SANITIZE_BUILD ?= build-sanitize
 CUDA_BUILD ?= build-cuda
+CUDA_PATHS_BUILD ?= build-cuda-paths
 CUDA_VENV ?= .venv-cuda
 # LibTorch is not instrumented: its leaks at exit and its globals are not ours to report.
 SANITIZER_ENV := ASAN_OPTIONS=detect_leaks=0:detect_odr_violation=0 \
   UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 
 .PHONY: all deps data data-all configure build build-binary test test-fast test-sanitize fuzz fuzz-run demo \
-  study study-rerun bench check-cuda clean format
+  study study-rerun bench check-cuda check-cuda-paths clean format
 
 all: build
 
@@ -138,11 +139,16 @@ bench: data build
 check-cuda: deps $(CUDA_VENV)/.requirements
 	bash scripts/check-cuda.sh $(CUDA_VENV) $(CUDA_BUILD) $(JOBS)
 
+# What the CPU build never compiles, compiled against the CUDA wheel: the sources with CUDA or
+# NCCL code paths (found by their guards), in $(CUDA_PATHS_BUILD). A few minutes; CI runs it.
+check-cuda-paths: deps $(CUDA_VENV)/.requirements
+	bash scripts/check-cuda.sh $(CUDA_VENV) $(CUDA_PATHS_BUILD) $(JOBS) paths
+
 $(CUDA_VENV)/.requirements: requirements-cuda.txt
 	bash scripts/python-env.sh $(CUDA_VENV) requirements-cuda.txt
 
 clean:
-	rm -rf $(BUILD) $(FUZZ_BUILD) $(SANITIZE_BUILD) $(CUDA_BUILD)
+	rm -rf $(BUILD) $(FUZZ_BUILD) $(SANITIZE_BUILD) $(CUDA_BUILD) $(CUDA_PATHS_BUILD)
 
 format:
 	clang-format -i $$(git ls-files '*.cpp' '*.h')
