@@ -124,10 +124,11 @@ study-rerun: data build
 	bash scripts/study-rerun.sh $(GS) $(STUDY_OUT) $(STUDY_RERUN)
 
 # The benchmarks (not tests: nothing fails on a slow machine): gradscope against PyTorch
-# peers, the FLOP/s limit, the strategies' costs, the sampler's overhead, the tiny study grid
-# and the step of 2 ranks against 1 (ddp, zero2, fsdp), as ratios over interleaved pairs in
-# bench/results.md. About 35 minutes on two cores; BENCH_FLAGS="--pairs 3 --only peers" and
-# the like run less.
+# peers, the FLOP/s limit, fused against written-out attention, the strategies' costs, the
+# sampler's overhead, the step of 2 ranks against 1 (ddp, zero2, fsdp), Gloo's collectives
+# and the tiny study grid, as ratios over interleaved pairs in bench/results.md. 20 minutes
+# on two cores with BENCH_FLAGS="--pairs 3" (the default is 5 pairs); "--only peers" and the
+# like run less.
 bench: data build
 	bash scripts/install-deps.sh bench
 	$(VENV)/bin/python bench/bench.py $(BENCH_FLAGS)

@@ -332,7 +332,7 @@ ChunkedModelStep chunked_model_step(Model& model, const Batch& batch, bool chunk
     r.loss = out.loss_sum.item<double>();
     out.loss_sum.backward();
   }
-  // Copies: the next zero_grad zeroes the gradients in place (LibTorch 1.13).
+  // Copies: a zero_grad may zero the gradients in place.
   for (const auto& p : model.named_parameters()) {
     const torch::Tensor g = p.value().grad();
     r.grads.emplace_back(p.key(), g.defined() ? g.clone() : g);

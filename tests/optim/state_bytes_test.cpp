@@ -3,13 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <memory>
-#include <sstream>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "gradscope/core/error.h"
 #include "gradscope/core/tensors.h"
+#include "gradscope/optim/state_key.h"
 
 namespace gradscope {
 namespace {
@@ -84,17 +83,6 @@ struct UncountedState : public torch::optim::OptimizerCloneableParamState<Uncoun
   torch::Tensor buffer;
 };
 
-// The state map's key is a string in LibTorch 1.13 and the TensorImpl pointer in 2.x.
-template <class Key>
-Key state_key(const torch::Tensor& p) {
-  if constexpr (std::is_same_v<Key, std::string>) {
-    std::ostringstream key;
-    key << p.unsafeGetTensorImpl();
-    return key.str();
-  } else {
-    return p.unsafeGetTensorImpl();
-  }
-}
 
 class StatefulOptimizer : public torch::optim::Optimizer {
  public:
@@ -102,7 +90,7 @@ class StatefulOptimizer : public torch::optim::Optimizer {
       : torch::optim::Optimizer({torch::optim::OptimizerParamGroup(std::move(params))},
                                 std::make_unique<torch::optim::SGDOptions>(0.1)) {
     for (const auto& p : param_groups_[0].params()) {
-      const auto key = state_key<std::decay_t<decltype(state_)>::key_type>(p);
+      const auto key = param_state_key(p);
       if (counted) {
         auto s = std::make_unique<CountedState>();
         s->buffer = torch::zeros_like(p);

@@ -10,8 +10,8 @@ double SteadyClock::now_s() const {
 }
 
 void sync(const torch::Device& device) {
-  // torch::cuda::synchronize is in every LibTorch from 1.13 on, CPU-only builds included
-  // (where it throws), so no build guard is needed; CUDA devices are refused earlier on a
+  // torch::cuda::synchronize is in every LibTorch, CPU-only builds included (where it throws),
+  // so no build guard is needed; CUDA devices are refused earlier on a
   // build without CUDA.
   if (device.is_cuda()) torch::cuda::synchronize(device.has_index() ? device.index() : -1);
 }

@@ -124,7 +124,7 @@ class CpuMemoryMeter final : public MemoryMeter {
 
 #if GRADSCOPE_HAS_CUDA_STATS
 // Index 0 of each stat array is the aggregate over the small and large pools
-// (StatType::AGGREGATE), in 1.13 and 2.x alike; the enum itself moved namespaces in 2.x.
+// (StatType::AGGREGATE).
 constexpr size_t kAggregate = 0;
 
 class CudaMemoryMeter final : public MemoryMeter {

@@ -24,9 +24,8 @@ using torch::autograd::variable_list;
 // scope its recompute in backward runs in: a weight first cast there would be cached with no
 // autograd history, the recompute would reuse that copy, and the weight would get no
 // gradient. With the cache off the forward's casts are its own and the recompute casts (and
-// caches) with the graph recorded. (With LibTorch 1.13 on the CPU a weight first cast to
-// bfloat16 without a graph still got its gradient, probed: the copy was not reused there; the
-// cache's rules differ by version and device, so nothing here rests on them.) A nested
+// caches) with the graph recorded. (The cache's rules differ by version and device, so nothing
+// here rests on them.) A nested
 // autocast scope would not do: only the outermost one clears the cache, and backward runs
 // inside the trainer's.
 class AutocastCacheOff {

@@ -16,9 +16,8 @@
 // norm of all gradients before any update and cannot combine with it.
 //
 // The hook: `Tensor::register_hook` runs before the gradient is accumulated and cannot free
-// it. The post hook of the parameter's AccumulateGrad node runs after it. This node API
-// (grad_accumulator, add_post_hook, FunctionPostHook) is the same in LibTorch 1.13 and 2.x,
-// so one code path serves both versions. The tensor holds its AccumulateGrad node weakly: the
+// it. The post hook of the parameter's AccumulateGrad node (grad_accumulator, add_post_hook,
+// FunctionPostHook) runs after it. The tensor holds its AccumulateGrad node weakly: the
 // updater keeps the nodes alive, or a later graph would get a fresh node without the hook.
 #include <algorithm>
 #include <memory>

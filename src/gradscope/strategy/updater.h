@@ -9,8 +9,8 @@
 //     its own as soon as its gradient is complete, and the gradient freed at once; with
 //     micro-batches, each micro-batch's gradient is folded into the optimizer state and freed,
 //     and the parameter updated after the last one (accumulation without a gradient buffer).
-// Either way no gradient is left behind when step() returns, so memory figures agree across
-// LibTorch versions (zero_grad zeroes in place on 1.13 and frees on 2.x).
+// Either way no gradient is left behind when step() returns, so memory figures do not depend
+// on whether an optimizer's zero_grad zeroes the gradients in place or frees them.
 #pragma once
 
 #include <cstdint>

@@ -58,8 +58,8 @@ void LayerNormImpl::reset_parameters() {
 
 torch::Tensor LayerNormImpl::forward(const torch::Tensor& x) {
   // A norm runs in its weight's precision, as CUDA's autocast runs it in float32: a bfloat16
-  // input (a linear layer's output under autocast) is widened first. CPU autocast in LibTorch
-  // 1.13 leaves layer_norm off its lists, and the kernel refuses mixed dtypes.
+  // input (a linear layer's output under autocast) is widened first, whatever autocast's
+  // lists say of layer_norm on this device and version: the kernel refuses mixed dtypes.
   const bool widen = weight.defined() && x.scalar_type() != weight.scalar_type();
   return torch::layer_norm(widen ? x.to(weight.scalar_type()) : x, {options.dim()}, weight, bias,
                            options.eps());

@@ -15,9 +15,9 @@ using torch::autograd::variable_list;
 // ---------------------------------------------------------------------------------------
 // Autocast
 //
-// Autocast is a thread-local dispatch key, and a custom Function does not leave it: in
-// LibTorch 1.13 (probed on the CPU under the trainer's bf16 scope) Function::apply runs
-// forward with grad mode off and autocast on, so an mm there returns bfloat16, and the
+// Autocast is a thread-local dispatch key, and a custom Function does not leave it (probed on
+// the CPU under the trainer's bf16 scope): Function::apply runs forward with grad mode off and
+// autocast on, so an mm there returns bfloat16, and the
 // engine runs backward with the same thread-local state, autocast on again. Rather than rely
 // on which ops autocast would cast there (its lists differ by device and version), the
 // Function reads autocast's state once in forward, casts its inputs itself, and runs every
