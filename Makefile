@@ -12,14 +12,13 @@ FUZZ_TIME ?= 300
 FUZZ_TARGET ?= all
 SANITIZE_BUILD ?= build-sanitize
 CUDA_BUILD ?= build-cuda
-CUDA_PATHS_BUILD ?= build-cuda-paths
 CUDA_VENV ?= .venv-cuda
 # LibTorch is not instrumented: its leaks at exit and its globals are not ours to report.
 SANITIZER_ENV := ASAN_OPTIONS=detect_leaks=0:detect_odr_violation=0 \
   UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 
 .PHONY: all deps data data-all configure build build-binary test test-fast test-sanitize fuzz fuzz-run demo \
-  study study-rerun bench check-cuda check-cuda-paths clean format
+  study study-rerun bench check-cuda clean format
 
 all: build
 
@@ -44,7 +43,8 @@ data-all: deps
 	bash scripts/fetch-data.sh all
 
 # Configured afresh whenever the environment changes (--fresh: no cached path of an earlier
-# LibTorch survives into the new build).
+# LibTorch survives into the new build, nor a cache option set by hand). Paths here (VENV,
+# BUILD) must not hold spaces.
 $(BUILD)/build.ninja: $(VENV)/.requirements
 	cmake --fresh -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DTorch_DIR="$(TORCH_DIR)"
 
@@ -61,7 +61,7 @@ test: data build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 # The fast tier: every suite but those that train for seconds or start gradscope processes
-# (CTest label "fast"); a few minutes on two cores, for a quick check while working.
+# (CTest label "fast"); about a minute of tests on two cores, for a quick check while working.
 test-fast: data build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L fast
 
@@ -135,21 +135,17 @@ bench: data build
 
 # The CUDA build, compiled and linked without a GPU: gradscope and its tests against the CUDA
 # PyTorch wheel of requirements-cuda.txt (several GB, in $(CUDA_VENV)) and the machine's CUDA
-# toolkit (nvcc of the wheel's CUDA major), in $(CUDA_BUILD). The _CUDA tests need a GPU to run
-# (scripts/gpu-check.sh runs them there).
+# toolkit (nvcc of the wheel's CUDA major), in $(CUDA_BUILD): 7 minutes on two cores, after the
+# environment's 80 s. CI runs it. The _CUDA tests need a GPU to run (scripts/gpu-check.sh
+# runs them there).
 check-cuda: deps $(CUDA_VENV)/.requirements
 	bash scripts/check-cuda.sh $(CUDA_VENV) $(CUDA_BUILD) $(JOBS)
-
-# What the CPU build never compiles, compiled against the CUDA wheel: the sources with CUDA or
-# NCCL code paths (found by their guards), in $(CUDA_PATHS_BUILD). A few minutes; CI runs it.
-check-cuda-paths: deps $(CUDA_VENV)/.requirements
-	bash scripts/check-cuda.sh $(CUDA_VENV) $(CUDA_PATHS_BUILD) $(JOBS) paths
 
 $(CUDA_VENV)/.requirements: requirements-cuda.txt
 	bash scripts/python-env.sh $(CUDA_VENV) requirements-cuda.txt
 
 clean:
-	rm -rf $(BUILD) $(FUZZ_BUILD) $(SANITIZE_BUILD) $(CUDA_BUILD) $(CUDA_PATHS_BUILD)
+	rm -rf $(BUILD) $(FUZZ_BUILD) $(SANITIZE_BUILD) $(CUDA_BUILD)
 
 format:
 	clang-format -i $$(git ls-files '*.cpp' '*.h')

@@ -1,8 +1,6 @@
 #!/usr/bin/env bash
 # Compiles and links gradscope and its tests against a CUDA LibTorch, with no GPU needed:
-#   scripts/check-cuda.sh VENV BUILD JOBS           (`make check-cuda`)
-#   scripts/check-cuda.sh VENV BUILD JOBS paths     (`make check-cuda-paths`: only the sources
-#                                                   with CUDA code paths, compiled, not linked)
+#   scripts/check-cuda.sh VENV BUILD JOBS      (`make check-cuda`; CI runs it)
 # VENV holds the CUDA PyTorch wheel (requirements-cuda.txt). nvcc must be of the wheel's CUDA
 # major (CUDA_HOME, else /usr/local/cuda, else the one on PATH). Ends by showing that the
 # binary links LibTorch's CUDA library and NCCL's process group, and runs here.
@@ -10,8 +8,6 @@ set -euo pipefail
 venv=${1:?usage: check-cuda.sh VENV BUILD JOBS}
 build=${2:?usage: check-cuda.sh VENV BUILD JOBS}
 jobs=${3:-$(nproc)}
-mode=${4:-all}
-[[ $mode == all || $mode == paths ]] || { echo "check-cuda: unknown mode '$mode' (all or paths)" >&2; exit 2; }
 start=$(date +%s)
 
 nvcc=""
@@ -34,24 +30,19 @@ toolkit_root=$(dirname "$(dirname "$(readlink -f "$nvcc")")")
 # wheel's own, from its nvidia-cuda-nvrtc package.
 nvrtc=$(find "$toolkit_root/lib64" "$venv" -name 'libnvrtc.so*' 2>/dev/null | head -1)
 [ -n "$nvrtc" ] || { echo "check-cuda: no libnvrtc in $toolkit_root or $venv" >&2; exit 2; }
-paths_only=OFF
-[[ $mode == paths ]] && paths_only=ON
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTorch_DIR="$torch_dir" \
   -DCMAKE_CUDA_COMPILER="$nvcc" -DCUDA_TOOLKIT_ROOT_DIR="$toolkit_root" \
-  -DCUDAToolkit_ROOT="$toolkit_root" -DCUDA_nvrtc_LIBRARY="$nvrtc" \
-  -DGRADSCOPE_CUDA_PATHS_ONLY="$paths_only" -DGRADSCOPE_UNITY_BUILD="$([[ $mode == paths ]] && echo OFF || echo ON)"
+  -DCUDAToolkit_ROOT="$toolkit_root" -DCUDA_nvrtc_LIBRARY="$nvrtc"
 cmake --build "$build" -j "$jobs"
-if [[ $mode == paths ]]; then
-  echo "check-cuda: compiled against the CUDA LibTorch, with the CUDA and NCCL paths:"
-  find "$build" -name '*.o' -path '*gradscope_core*' | sed 's|.*/src/gradscope/|  src/gradscope/|; s|\.o$||'
-  echo "check-cuda: done in $(( $(date +%s) - start )) s"
-  exit 0
-fi
 
 echo "check-cuda: what the CUDA build links:"
 readelf -d "$build/gradscope" | grep -E 'NEEDED.*(torch|c10)' | sed 's/^ */  /'
 nccl=$(nm -C "$build/gradscope" | grep -c 'c10d::ProcessGroupNCCL::ProcessGroupNCCL(' || true)
 echo "  c10d::ProcessGroupNCCL constructed by gradscope (ranks on CUDA): $nccl call site(s)"
+if [ "$nccl" -eq 0 ]; then
+  echo "check-cuda: the build has no NCCL path (no nccl.h beside the wheel?): see CMake's output" >&2
+  exit 1
+fi
 echo "  tests ending in _CUDA: $("$build/gradscope_tests" --gtest_list_tests | grep -c '_CUDA' || true)"
 echo "check-cuda: the CUDA build runs here: $("$build/gradscope" --version); without a GPU a run on"
 echo "  CUDA is refused by name:"

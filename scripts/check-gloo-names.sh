@@ -8,8 +8,10 @@
 set -euo pipefail
 bin=${1:?usage: check-gloo-names.sh BINARY}
 [ -f "$bin" ] || { echo "check-gloo-names: no file $bin" >&2; exit 2; }
-found=$(nm -C --defined-only "$bin" | cut -d' ' -f3- |
-  grep -E '^(gloo::|(vtable|typeinfo|typeinfo name|VTT|construction vtable) for [^ ]*gloo::)|GlooStore' || true)
+symbols=$(nm -C --defined-only "$bin") || { echo "check-gloo-names: nm cannot read $bin" >&2; exit 2; }
+[ -n "$symbols" ] || { echo "check-gloo-names: $bin has no symbols (stripped?)" >&2; exit 2; }
+found=$(echo "$symbols" | cut -d' ' -f3- |
+  grep -E '^((non-virtual |virtual )?thunk to |guard variable for )?(gloo::|(vtable|typeinfo|typeinfo name|VTT|construction vtable) for [^ ]*gloo::)|GlooStore' || true)
 if [ -n "$found" ]; then
   echo "check-gloo-names: $bin defines Gloo's own code, which the stand-in names must never produce:" >&2
   echo "$found" | head -20 >&2

@@ -36,6 +36,10 @@ done
 made_on=$(sed -n 's/^- LibTorch: `\([^`]*\)`.*/\1/p' "$report/made.md" 2>/dev/null | head -1)
 made_on=${made_on:-1.13.0}
 running=$("$gs" --version | sed -n 's/.* on LibTorch //p')
+if [[ -z $running ]]; then
+  echo "study-rerun: $gs --version does not name its LibTorch (not a gradscope binary?)" >&2
+  exit 2
+fi
 if [[ $made_on != "$running" ]]; then
   echo "study-rerun: $report was made on LibTorch $made_on and this gradscope runs on LibTorch" \
     "$running: a bit-for-bit comparison needs the same LibTorch; run \`make study\` to make" \

@@ -41,7 +41,7 @@ libtorch_of() { "$1" --version | sed -n 's/.* on LibTorch //p'; }
 running=$(libtorch_of "$gs")
 if [[ -f $work/study.db ]]; then
   others=$(sqlite3 -readonly "$work/study.db" \
-    "SELECT DISTINCT json_extract(record_json, '$.env.libtorch') FROM runs" 2>/dev/null |
+    "SELECT DISTINCT coalesce(json_extract(record_json, '$.env.libtorch'), 'unknown') FROM runs" |
     grep -vxF -- "$running" || true)
   if [[ -n $others ]]; then
     echo "study: $work/study.db holds runs made on LibTorch $(echo "$others" | tr '\n' ' ')and" \

@@ -16,6 +16,7 @@ bytes column shows which of the two the library actually does.
 """
 
 import argparse
+import datetime
 import json
 import multiprocessing
 import os
@@ -44,7 +45,8 @@ def rank_main(rank, port, rounds, queue):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=2)
+    dist.init_process_group("gloo", rank=rank, world_size=2,
+                            timeout=datetime.timedelta(seconds=120))
     cases = []
     for size in SIZES:
         n = size // 4
@@ -90,11 +92,16 @@ def main():
         p.error("--rounds must be at least 1")
     queue = multiprocessing.Queue()
     port = free_port()
-    procs = [multiprocessing.Process(target=rank_main, args=(r, port, args.rounds, queue))
-             for r in range(2)]
+    procs = [multiprocessing.Process(target=rank_main, args=(r, port, args.rounds, queue),
+                                     daemon=True) for r in range(2)]
     for proc in procs:
         proc.start()
-    cases = queue.get(timeout=600)
+    try:
+        cases = queue.get(timeout=600)
+    except Exception:
+        for proc in procs:
+            proc.terminate()
+        raise SystemExit("the ranks did not finish (a rank died or hung)")
     for proc in procs:
         proc.join(timeout=60)
         if proc.exitcode != 0:

@@ -97,7 +97,10 @@ void add_verify_command(CLI::App& root, int& exit_code) {
           env->world == c.nproc,
           fmt::format("--nproc {} but {} started {} ranks", c.nproc, env->launcher, env->world),
           "pass --nproc equal to the launcher's number of ranks");
-      const auto comm = connect_ranks(*env, parse_device(c.device), c.dist_timeout_s);
+      torch::Device device = parse_device(c.device);
+      if (device.is_cuda() && !device.has_index())  // a GPU per rank, as a run's session does
+        device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env->local_rank));
+      const auto comm = connect_ranks(*env, device, c.dist_timeout_s);
       checks = verify_sharding(c, comm, options);
       // A check that failed on any rank fails on all: each rank compares its own copy.
       torch::Tensor failed = torch::zeros({static_cast<int64_t>(checks.size())}, torch::kFloat64);

@@ -47,14 +47,16 @@ int env_int(const char* name, int min, int max) {
                  "within --dist-timeout");
 }
 
+// A collective that finished before it was handed back.
+struct Done : PendingCollective {
+  void wait() override {}
+  bool done() override { return true; }
+};
+
 class SingleRank : public Communicator {
  public:
   SingleRank() : Communicator(0, 1) {}
   std::unique_ptr<PendingCollective> allreduce_async(const torch::Tensor&) override {
-    struct Done : PendingCollective {
-      void wait() override {}
-      bool done() override { return true; }
-    };
     ++stats_.collectives;
     return std::make_unique<Done>();
   }
@@ -79,9 +81,18 @@ class C10dRanks : public Communicator {
 
   std::unique_ptr<PendingCollective> allreduce_async(const torch::Tensor& t) override {
     count_allreduce(static_cast<int64_t>(t.numel() * t.element_size()));
-    std::vector<at::Tensor> tensors{t};
+    // NCCL reduces device tensors only: a CPU tensor (the trainer's stop flags, an
+    // evaluation's sums) goes there and back, synchronously.
+    const bool staged = t.device() != device_;
+    std::vector<at::Tensor> tensors{staged ? t.to(device_) : t};
     try {
-      return std::make_unique<Pending>(rank_, device_, group_->allreduce(tensors));
+      auto pending = std::make_unique<Pending>(rank_, device_, group_->allreduce(tensors));
+      if (!staged) return pending;
+      pending->wait();
+      t.copy_(tensors[0]);
+      return std::make_unique<Done>();
+    } catch (const Error&) {
+      throw;
     } catch (const std::exception& e) {
       fail_collective(rank_, "all-reduce", e);
     }
@@ -111,7 +122,8 @@ class C10dRanks : public Communicator {
  private:
   using Work = c10::intrusive_ptr<c10d::Work>;
   // NCCL's wait only orders the current CUDA stream after the collective: the device is
-  // synchronized too, so that the host's clock sees the collective's end.
+  // synchronized too, so that the host's clock sees the collective's end (and the kernels
+  // queued before the wait, which a CUDA step's phase boundaries synchronize anyway).
   static void finish(const Work& work, const torch::Device& device) {
     work->wait();
     if (device.is_cuda()) torch::cuda::synchronize(device.index());

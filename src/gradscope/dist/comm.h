@@ -122,7 +122,8 @@ std::shared_ptr<Communicator> single_rank_communicator();
 // launcher does) and builds the process group: Gloo on the CPU, NCCL on CUDA (a usage error in
 // a build without CUDA). A collective or the meeting that waits longer than timeout_s fails
 // with a runtime error, as does one whose peer died (its connection closes). On CUDA, waiting
-// for a collective waits for the device to finish it, so that its time is what it took.
+// for a collective waits for the device to finish it and whatever was queued before it; a
+// CPU tensor handed to a CUDA communicator is reduced on the device and copied back.
 std::shared_ptr<Communicator> connect_ranks(const RankEnv& env, const torch::Device& device,
                                             double timeout_s);
 
