@@ -80,6 +80,7 @@ test-sanitize: data $(SANITIZE_BUILD)/build.ninja
 # fuzz-run` runs each for FUZZ_TIME seconds (FUZZ_TARGET=idx: one) and merges what adds
 # coverage into fuzz/corpus (docs/testing.md).
 $(FUZZ_BUILD)/build.ninja: $(VENV)/.requirements
+	bash scripts/install-deps.sh fuzz
 	CXX=clang++ cmake --fresh -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTorch_DIR="$(TORCH_DIR)" \
 	  -DGRADSCOPE_FUZZ=ON
 

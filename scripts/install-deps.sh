@@ -5,6 +5,7 @@
 # Idempotent: packages already present are skipped, so a second run costs a few seconds.
 #   scripts/install-deps.sh          what `make test` and `make demo` need
 #   scripts/install-deps.sh bench    also perf, for the benchmarks
+#   scripts/install-deps.sh fuzz     also clang and its libFuzzer runtime, for `make fuzz`
 set -euo pipefail
 
 packages=(
@@ -27,6 +28,10 @@ packages=(
 if [ "${1:-}" = "bench" ]; then
   # a profiler
   packages+=(linux-perf)
+fi
+if [ "${1:-}" = "fuzz" ]; then
+  # libFuzzer and the sanitizers come with clang's runtime (Debian 12: clang 14; 13: clang 19)
+  packages+=(clang libclang-rt-dev)
 fi
 
 missing=()
