@@ -788,6 +788,8 @@ AdapterExport hf_adapters(const std::string& model, Model& m, const LoraOptions&
   const hf_weights_detail::Layout layout = hf_weights_detail::layout_of_model(model, m);
   std::map<std::string, LoraAdapterImpl*> adapters;  // by the adapted layer's weight name
   for (const auto& [name, adapter] : lora_adapters(m)) adapters[name + ".weight"] = adapter;
+  // Held for the whole export: find() points into this dictionary.
+  const torch::OrderedDict<std::string, torch::Tensor> params = m.named_parameters();
   torch::NoGradGuard no_grad;
   AdapterExport out;
   nlohmann::json targets = nlohmann::json::array();
@@ -821,7 +823,7 @@ AdapterExport hf_adapters(const std::string& model, Model& m, const LoraOptions&
       int64_t row = 0, column = 0;
       size_t next = 0;
       for (size_t i = 0; i < t.parts.size(); ++i) {
-        const torch::Tensor* weight = m.named_parameters().find(t.parts[i]);
+        const torch::Tensor* weight = params.find(t.parts[i]);
         if (!weight) fail_runtime(fmt::format("{} has no parameter '{}'", model, t.parts[i]));
         const int64_t rows = weight->size(0);
         if (next < parts.size() && parts[next].first == i) {
@@ -850,7 +852,7 @@ AdapterExport hf_adapters(const std::string& model, Model& m, const LoraOptions&
     bool found = false;
     for (const hf_weights_detail::HfTensor& t : layout.tensors) {
       if (t.parts.size() != 1 || t.parts[0].compare(0, head.size() + 1, head + ".") != 0) continue;
-      const torch::Tensor* p = m.named_parameters().find(t.parts[0]);
+      const torch::Tensor* p = params.find(t.parts[0]);
       if (!p) fail_runtime(fmt::format("{} has no parameter '{}'", model, t.parts[0]));
       out.tensors.emplace_back("base_model.model." + t.name, p->detach());
       if (!found) to_save.push_back(t.name.substr(0, t.name.rfind('.')));
