@@ -115,12 +115,14 @@ inline CommandResult run_gradscope(const std::string& args, const std::string& e
 }
 
 // Starts `gradscope ARGS` (shell words) in the background, its output going to `out`; returns
-// its pid (the shell execs gradscope, so the pid is gradscope's own, for signals).
-inline pid_t start_gradscope(const std::string& args, const std::string& out) {
+// its pid (the shell execs gradscope, so the pid is gradscope's own, for signals). `setup`, shell
+// commands run first (a ulimit, a trap), ends in ';'.
+inline pid_t start_gradscope(const std::string& args, const std::string& out,
+                             const std::string& setup = "") {
   const pid_t pid = fork();
   if (pid == 0) {
-    const std::string cmd =
-        std::string("exec ") + GRADSCOPE_BINARY + " " + args + " >" + out + " 2>&1 </dev/null";
+    const std::string cmd = setup + " exec " + GRADSCOPE_BINARY + " " + args + " >" + out +
+                            " 2>&1 </dev/null";
     execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }

@@ -162,23 +162,23 @@ TEST(Cli, RunWritesDatabaseJsonAndSummary) {
   EXPECT_TRUE(q.out.empty()) << q.out;
 }
 
-// A database that refuses the run (here a trigger aborts every insert into runs): the record
-// file is written first, so the run is not lost, and the error says where it is.
+// A database that refuses the run (here a unique index of the user's on run_id refuses a
+// second attempt of the run): the record file is written first, so the run is not lost, and
+// the error says where it is. (A trigger would be refused when the database is opened.)
 TEST(Cli, ADatabaseThatRefusesTheRunLeavesTheRecordFile) {
   testing::TempDir tmp("gradscope-db-refuses");
   const std::string db = tmp.file("runs.db");
-  { Database create(db); }
+  const Result first = gradscope(kFixtureRun + " --db " + db);
+  ASSERT_EQ(first.code, 0) << first.err;
   sqlite3* handle = nullptr;
   ASSERT_EQ(sqlite3_open(db.c_str(), &handle), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(handle,
-                         "CREATE TRIGGER refuse BEFORE INSERT ON runs "
-                         "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END",
-                         nullptr, nullptr, nullptr),
+  ASSERT_EQ(sqlite3_exec(handle, "CREATE UNIQUE INDEX one_attempt ON runs(run_id)", nullptr,
+                         nullptr, nullptr),
             SQLITE_OK);
   sqlite3_close(handle);
   const Result r = gradscope(kFixtureRun + " --db " + db + " --json " + tmp.file("run.json"));
   EXPECT_EQ(r.code, 1) << r.err;
-  EXPECT_NE(r.err.find("refused by the test"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("UNIQUE constraint failed"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("gradscope collect"), std::string::npos) << r.err;
   ASSERT_TRUE(std::filesystem::exists(tmp.file("run.json"))) << r.err;
   const RunRecord record = record_from_json(nlohmann::json::parse(slurp(tmp.file("run.json"))));

@@ -6,6 +6,7 @@
 #include "gradscope/cli/settings_options.h"
 #include "gradscope/core/env.h"
 #include "gradscope/core/error.h"
+#include "gradscope/core/files.h"
 #include "gradscope/core/settings.h"
 #include "gradscope/optim/factory.h"
 
@@ -107,7 +108,10 @@ void add_estimate_command(CLI::App& root, int& exit_code) {
     RunConfig c;
     o->settings.apply(c);
     check_config(c);
-    if (!o->json.empty()) check_output_path(o->json);
+    if (!o->json.empty()) {
+      check_output_path(o->json);
+      check_output_file("--json", o->json, OutputKind::kEstimate);
+    }
     const int64_t budget = o->budget.empty() ? 0 : parse_bytes(o->budget);
     check_usage(!o->max_batch || budget > 0, "--max-batch needs --memory-budget",
                 "add e.g. --memory-budget 8GiB");

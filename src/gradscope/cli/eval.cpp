@@ -8,6 +8,7 @@
 #include "gradscope/cli/commands.h"
 #include "gradscope/cli/settings_options.h"
 #include "gradscope/core/error.h"
+#include "gradscope/core/files.h"
 #include "gradscope/core/settings.h"
 #include "gradscope/train/data_source.h"
 #include "gradscope/train/eval.h"
@@ -72,7 +73,10 @@ void add_eval_command(CLI::App& root, int& exit_code) {
       c.dataset = o->text;
       split = "all";
     }
-    if (!o->json.empty()) check_output_path(o->json);
+    if (!o->json.empty()) {
+      check_output_path(o->json);
+      check_output_file("--json", o->json, OutputKind::kEvalResult);
+    }
     const bool as_training = o->settings.given("eval-batches");
     check_usage(!(as_training && split == "all"),
                 "--eval-batches reads training's validation windows, and --split all has none",

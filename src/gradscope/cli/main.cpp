@@ -11,6 +11,7 @@
 #include "gradscope/core/error.h"
 #include "gradscope/core/log.h"
 #include "gradscope/measure/memory.h"
+#include "gradscope/train/train_state.h"
 
 namespace {
 
@@ -19,6 +20,9 @@ std::string first_line(const std::string& text) { return text.substr(0, text.fin
 }  // namespace
 
 int main(int argc, char** argv) {
+  // `gradscope run` stops between steps on SIGTERM or SIGINT and records itself; until its
+  // handlers are installed (StopSignals), a stop waits instead of ending it unrecorded.
+  if (argc > 1 && std::string(argv[1]) == "run") gradscope::block_stop_signals();
   // Before any tensor exists, so that every CPU allocation is counted.
   gradscope::CpuMemoryTracker::install();
 

@@ -13,6 +13,7 @@
 #include "gradscope/cli/commands.h"
 #include "gradscope/core/error.h"
 #include "gradscope/measure/peak.h"
+#include "gradscope/core/files.h"
 #include "gradscope/store/db.h"
 
 namespace gradscope {
@@ -85,7 +86,11 @@ int execute(const ProbeCommandOptions& o) {
               fmt::format("--seconds {} must be positive", o.seconds),
               "pass --seconds with a value such as 3");
   const torch::Device device = parse_device(o.device);
-  if (!o.json_path.empty()) check_output_path(o.json_path);
+  if (!o.json_path.empty()) {
+    check_output_path(o.json_path);
+    check_output_file("--json", o.json_path, OutputKind::kProbeRecord);
+  }
+  check_distinct_outputs({{"--json", o.json_path}, {"--db", o.no_db ? "" : o.db_path}});
   // Opened before measuring so that a bad database path fails now, not after the probe.
   std::unique_ptr<Database> db;
   if (!o.no_db) db = std::make_unique<Database>(o.db_path);

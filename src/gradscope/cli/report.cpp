@@ -10,6 +10,7 @@
 #include "gradscope/cli/commands.h"
 #include "gradscope/core/env.h"
 #include "gradscope/core/error.h"
+#include "gradscope/core/files.h"
 #include "gradscope/report/analysis.h"
 #include "gradscope/report/files.h"
 #include "gradscope/report/render.h"
@@ -25,6 +26,41 @@ struct ReportCommandOptions {
   std::vector<std::string> budgets;
   std::string gnuplot = "gnuplot";
 };
+
+// Refuses (a usage error naming --out and the file) a report folder whose files the report
+// would overwrite and that a report did not write: each file of `format` that is there must be
+// an earlier report's, and a figures/ folder with files in it must sit beside an earlier
+// report.html.
+void check_report_folder(const std::string& out, const std::string& format) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(out, ec))) return;
+  check_usage(fs::is_directory(out, ec),
+              fmt::format("--out {}: it is not a folder, and the report is a folder of files", out),
+              "name a new or empty folder, or one a report wrote before");
+  std::vector<std::pair<std::string, OutputKind>> files = {
+      {"summary.md", OutputKind::kReportSummary}};
+  if (format != "md")
+    files = {{"runs.csv", OutputKind::kReportTable}, {"steps.csv", OutputKind::kReportTable}};
+  if (format == "html")
+    files.insert(files.end(), {{"claims.csv", OutputKind::kReportTable},
+                               {"summary.md", OutputKind::kReportSummary},
+                               {"report.html", OutputKind::kReportPage}});
+  for (const auto& [name, kind] : files)
+    check_output_file("--out", (fs::path(out) / name).string(), kind);
+  const fs::path figures = fs::path(out) / "figures";
+  if (format == "html" && fs::exists(fs::symlink_status(figures, ec))) {
+    check_usage(fs::is_directory(figures, ec) && !fs::is_symlink(figures, ec),
+                fmt::format("--out {}: {} is not a folder", out, figures.string()),
+                "name a new or empty folder, or one a report wrote before");
+    check_usage(fs::is_empty(figures, ec) || fs::exists(fs::path(out) / "report.html", ec),
+                fmt::format("--out {}: {} holds files and no report.html is beside it, so they "
+                            "are not an earlier report's figures, which this report would "
+                            "overwrite",
+                            out, figures.string()),
+                "name a new or empty folder, or one a report wrote before");
+  }
+}
 
 }  // namespace
 
@@ -70,6 +106,7 @@ void add_report_command(CLI::App& root, int& exit_code) {
       check_usage(bytes > 0, fmt::format("--memory-budget {} must be positive", b));
       options.memory_budgets.push_back(bytes);
     }
+    if (!o->out.empty()) check_report_folder(o->out, o->format);
     Database db(o->db, DatabaseAccess::kReadOnly);
     const ReportData data = analyze(db, options);
     if (o->format == "md") {

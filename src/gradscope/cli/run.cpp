@@ -19,6 +19,7 @@
 #include "gradscope/dist/comm.h"
 #include "gradscope/report/summary.h"
 #include "gradscope/store/db.h"
+#include "gradscope/store/schema_guard.h"
 #include "gradscope/sweep/grid.h"
 #include "gradscope/train/lr_search.h"
 #include "gradscope/train/train_state.h"
@@ -41,19 +42,41 @@ RunConfig config_of(const RunOptions& o) {
   return c;
 }
 
+// Refuses, before anything is trained or written, an output path that would lose something:
+// a file that is not an earlier output of its kind, or one path given for two outputs.
+void check_run_outputs(const RunConfig& c, bool db) {
+  if (!c.json_path.empty()) {
+    check_output_path(c.json_path);
+    check_output_file("--json", c.json_path, OutputKind::kRunRecord);
+  }
+  if (db) {
+    check_output_path(c.db_path);
+    check_database_output("--db", c.db_path);
+  }
+  if (!c.memory_snapshot.empty()) {
+    check_output_path(c.memory_snapshot);
+    check_output_file("--memory-snapshot", c.memory_snapshot, OutputKind::kMemorySnapshot);
+  }
+  check_distinct_outputs({{"--json", c.json_path},
+                          {"--db", db ? c.db_path : ""},
+                          {"--memory-snapshot", c.memory_snapshot},
+                          {"--save-weights", c.save_weights, /*folder=*/true},
+                          {"--save-state", c.save_state, /*folder=*/true}});
+}
+
 int execute(const RunOptions& o) {
   RunConfig c = config_of(o);
-  if (!c.json_path.empty()) check_output_path(c.json_path);
   check_usage(!o.no_db || !c.json_path.empty(), "--no-db needs --json: the run would be lost",
               "add --json FILE (a result file that `gradscope collect` can merge later)");
+  check_run_outputs(c, !o.no_db);
   if (c.quiet) set_log_level(LogLevel::kLogLevelQuiet);  // warnings and errors still print
   // SIGTERM and SIGINT stop the run between steps (saving its state with --save-state), and
-  // the record is still written: exit 75.
-  const StopSignals stop_signals;
+  // the record is still written: exit 75. main() blocked them until now; the handlers stay
+  // until the process ends, so that a signal while it exits changes nothing.
+  const StopSignals stop_signals(StopSignals::Scope::kUntilExit);
 
   // Several ranks and no launcher around this process: it becomes the launcher.
   if (c.nproc > 1 && !rank_env_from_environment()) {
-    if (!o.no_db) check_output_path(c.db_path);
     return launch_local_ranks(c, [&](const RunRecord& crashed) {
       if (!c.json_path.empty()) write_json_atomically(c.json_path, record_to_json(crashed));
       if (!o.no_db) Database(c.db_path).write_run_if_new(crashed);
@@ -72,7 +95,6 @@ int execute(const RunOptions& o) {
   LrSearchResult search;
   if (search_lr) {
     check_lr_search(c);
-    check_output_path(c.db_path);
     const auto stopped_in_search = [&] {
       fmt::print(stderr, "stopped during the learning-rate search: no run was recorded\n");
       return kExitStopped;

@@ -122,10 +122,9 @@ int execute_sweep(SweepCliOptions& o) {
     return 0;
   }
 
-  Database db(run.db_path);
-  std::optional<SweepLock> lock;  // held from the plan to the last stored record
-  if (!o.dry_run) lock.emplace(run.db_path);
-  std::vector<PlannedRun> plan = plan_sweep(sweep, db, parse_run_arguments, run.log_dir);
+  // Every run resolved and --only checked before the database is opened: a sweep refused
+  // here creates no database and leaves an existing one as it was.
+  std::vector<PlannedRun> plan = resolve_sweep(sweep, parse_run_arguments);
   if (!o.only.empty()) {
     std::vector<PlannedRun> kept;
     for (const std::string& id : o.only) {
@@ -140,11 +139,18 @@ int execute_sweep(SweepCliOptions& o) {
     }
     plan = std::move(kept);
   }
+  Database db(run.db_path);
+  std::optional<SweepLock> lock;  // held from the plan to the last stored record
+  if (!o.dry_run) lock.emplace(run.db_path);
+  decide_actions(plan, db, run.log_dir);
   if (o.dry_run) {
     print_plan(sweep, plan);
     return 0;
   }
   int64_t interrupted = 0;
+  // Held until the process ends: a signal while the sweep prints its summary and exits
+  // changes neither (run_sweep's own handlers nest in these).
+  const StopSignals stop_signals(StopSignals::Scope::kUntilExit);
   run.lock_fd = lock->fd();  // the children hold it too
   const int64_t failed = run_sweep(sweep, plan, db, run, &interrupted);
   fmt::print("\n{}", sweep_summary(plan, db));

@@ -20,6 +20,7 @@
 #include "gradscope/core/error.h"
 #include "gradscope/core/json_input.h"
 #include "gradscope/core/settings.h"
+#include "gradscope/store/schema_guard.h"
 
 namespace gradscope {
 namespace {
@@ -35,6 +36,7 @@ constexpr char kDamagedRowHint[] =
     "or rerun it";
 constexpr char kSqliteMagic[] = "SQLite format 3";  // the first 16 bytes, NUL included
 
+const char* const kMetaSql = "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT)";
 const char* const kSchemaSql = R"sql(
 CREATE TABLE IF NOT EXISTS runs(
   attempt_id INTEGER PRIMARY KEY,
@@ -291,6 +293,10 @@ Database::Database(const std::string& path, DatabaseAccess mode) : path_(path) {
           sqlite3_open_v2(path_.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
     }
     if (rc != SQLITE_OK) fail_open(rc, "open");
+    // The file's schema is not trusted: no SQL in it (a view, a default, an index) may call a
+    // function with side effects, and no statement may write the schema itself.
+    sqlite3_db_config(db_, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, nullptr);
+    sqlite3_db_config(db_, SQLITE_DBCONFIG_DEFENSIVE, 1, nullptr);
     sqlite3_extended_result_codes(db_, 1);
     sqlite3_busy_timeout(db_, kBusyTimeoutMs);
     if (!read_only && sqlite3_db_readonly(db_, "main") == 1)
@@ -341,12 +347,14 @@ Database::Database(const std::string& path, DatabaseAccess mode) : path_(path) {
                               "gradscope (version {}) knows",
                               path_, version, kSchemaVersion, GRADSCOPE_VERSION),
                   "open it with a newer gradscope, or " + kHint);
+      // Triggers, and gradscope's tables defined otherwise, would change what it writes.
+      check_database_schema(db_, path_, kSchemaSql, kMetaSql);
     }
     if (read_only) {
       if ((rc = txn.commit()) != SQLITE_OK) fail_open(rc, "read");
       return;
     }
-    exec("CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT)");
+    exec(kMetaSql);
     exec(kSchemaSql);
     exec(
         fmt::format("INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', '{}'), "

@@ -279,11 +279,15 @@ std::vector<PlannedRun> resolve_sweep(const Sweep& sweep, const RunArgumentParse
 std::vector<PlannedRun> plan_sweep(const Sweep& sweep, Database& db, const RunArgumentParser& parse,
                                    const std::string& log_dir) {
   std::vector<PlannedRun> plan = resolve_sweep(sweep, parse);
+  decide_actions(plan, db, log_dir);
+  return plan;
+}
+
+void decide_actions(std::vector<PlannedRun>& plan, Database& db, const std::string& log_dir) {
   for (PlannedRun& p : plan) {
     p.previous = db.statuses_of(p.run_id);
     p.action = decide(p.previous, state_kept(log_dir, p.run_id, p.resolved.config.nproc));
   }
-  return plan;
 }
 
 std::optional<RunRecord> read_result_file(const std::string& path, std::string* why) {

@@ -60,6 +60,10 @@ struct PlannedRun {
 // id); previous and action are left empty.
 std::vector<PlannedRun> resolve_sweep(const Sweep& sweep, const RunArgumentParser& parse);
 
+// Decides, for runs resolve_sweep resolved, what each needs: from the database and the training
+// states kept in `log_dir` (run_state_folder).
+void decide_actions(std::vector<PlannedRun>& plan, Database& db, const std::string& log_dir = "");
+
 // Resolves every run of the grid (a usage error names the first bad one) and decides, from
 // the database and the training states kept in `log_dir` (run_state_folder), what each needs.
 std::vector<PlannedRun> plan_sweep(const Sweep& sweep, Database& db, const RunArgumentParser& parse,

@@ -42,14 +42,9 @@ fs::path state_path(const std::string& dir) {
   return p;
 }
 
-// Where a save left the previous state aside when the file system could not exchange two
-// folders in one rename (see replace_folder): ".NAME.old-XXXXXX" beside it.
-std::string aside_prefix(const fs::path& target) {
-  return "." + target.filename().string() + ".old-";
-}
-std::string saving_prefix(const fs::path& target) {
-  return "." + target.filename().string() + ".saving-";
-}
+// A save writes into ".NAME.saving-XXXXXX" beside the state; replace_folder (core/files.h)
+// may leave the previous state aside as ".NAME.old-XXXXXX" (kAsideTag).
+constexpr const char* kSavingTag = ".saving-";
 
 void fsync_path(const fs::path& path, bool folder) {
   const int fd = ::open(path.c_str(), (folder ? O_DIRECTORY : 0) | O_RDONLY | O_CLOEXEC);
@@ -63,50 +58,13 @@ void fsync_path(const fs::path& path, bool folder) {
   ::close(fd);
 }
 
-fs::path make_temp_folder(const fs::path& parent, const std::string& prefix) {
-  std::string pattern = (parent / (prefix + "XXXXXX")).string();
-  if (::mkdtemp(pattern.data()) == nullptr)
-    fail_runtime(
-        fmt::format("cannot create a folder in {}: {}", parent.string(), std::strerror(errno)),
-        "the folder of --save-state must be writable");
-  return pattern;
-}
-
-// Puts the complete folder `fresh` at `target`, in one step where the file system allows it:
-// a reader sees the old folder or the new one, never a mix.
-void replace_folder(const fs::path& fresh, const fs::path& target) {
-  std::error_code ec;
-  if (!fs::exists(target, ec)) {
-    if (::rename(fresh.c_str(), target.c_str()) != 0)
-      fail_runtime(fmt::format("cannot move the training state to {}: {}", target.string(),
-                               std::strerror(errno)));
-    return;
-  }
-  if (::renameat2(AT_FDCWD, fresh.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0) {
-    fs::remove_all(fresh, ec);  // now the previous state
-    return;
-  }
-  if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP)
-    fail_runtime(fmt::format("cannot replace the training state in {}: {}", target.string(),
-                             std::strerror(errno)));
-  // No exchange on this file system: the old state goes aside first (read_train_state_info
-  // finds it there if the process dies before the new one is in place).
-  const fs::path aside = make_temp_folder(target.parent_path(), aside_prefix(target));
-  if (::rename(target.c_str(), aside.c_str()) != 0 || ::rename(fresh.c_str(), target.c_str()) != 0)
-    fail_runtime(fmt::format("cannot replace the training state in {}: {}", target.string(),
-                             std::strerror(errno)));
-  fs::remove_all(aside, ec);
-}
-
-// Folders beside `target` whose names start with `prefix`.
-std::vector<fs::path> siblings(const fs::path& target, const std::string& prefix) {
-  std::vector<fs::path> out;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(target.parent_path(), ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind(prefix, 0) == 0 && entry.is_directory(ec)) out.push_back(entry.path());
-  }
-  return out;
+// Writes an archive to `path` through a writer that keeps its errors (CheckedFileWriter): the
+// archive's own file writer throws from its destructor on a full disk, which would end the
+// process. The file is flushed to the disk; a runtime error naming it when any write failed.
+void save_archive(torch::serialize::OutputArchive& archive, const fs::path& path) {
+  CheckedFileWriter file(path.string());
+  archive.save_to([&file](const void* data, size_t size) { return file.write(data, size); });
+  file.finish();
 }
 
 // A double as JSON, NaN and infinities as null (JSON has none), and back.
@@ -291,7 +249,7 @@ fs::path find_state_folder(const std::string& dir) {
   if (fs::exists(target / kStateJson, ec)) return target;
   fs::path best;
   int64_t best_step = -1;
-  for (const fs::path& aside : siblings(target, aside_prefix(target))) {
+  for (const fs::path& aside : sibling_folders(target, kAsideTag)) {
     if (!fs::exists(aside / kStateJson, ec)) continue;
     const int64_t step = step_of_state(aside);
     if (best.empty() || step > best_step) {
@@ -386,8 +344,8 @@ bool remove_train_state(const std::string& dir) {
   std::error_code ec;
   fs::remove_all(target, ec);
   removed = removed && !ec;
-  for (const std::string& prefix : {saving_prefix(target), aside_prefix(target)})
-    for (const fs::path& leftover : siblings(target, prefix)) {
+  for (const char* tag : {kSavingTag, kAsideTag})
+    for (const fs::path& leftover : sibling_folders(target, tag)) {
       fs::remove_all(leftover, ec);
       removed = removed && !ec;
     }
@@ -427,10 +385,9 @@ void check_state_folder(const std::string& dir, const std::string& resume) {
 
 void save_train_state(const std::string& dir, Session& session, const TrainProgress& progress) {
   const fs::path target = state_path(dir);
-  const fs::path parent = target.parent_path();
   std::error_code ec;
   // What a save killed part-way left behind (the previous state is whole beside it).
-  for (const fs::path& stale : siblings(target, saving_prefix(target))) fs::remove_all(stale, ec);
+  for (const fs::path& stale : sibling_folders(target, kSavingTag)) fs::remove_all(stale, ec);
   // Sharded parameters (--shard fsdp) are gathered whole for the save, by every rank, before
   // anything that can fail on one rank alone; each takes its share back however the save ends.
   session.updater()->gather_parameters();
@@ -438,7 +395,7 @@ void save_train_state(const std::string& dir, Session& session, const TrainProgr
     Updater& updater;
     ~Scatter() { updater.scatter_parameters(); }
   } scatter{*session.updater()};
-  const fs::path fresh = make_temp_folder(parent, saving_prefix(target));
+  const fs::path fresh = make_sibling_folder(target, kSavingTag);
   try {
     {
       torch::serialize::OutputArchive model;
@@ -446,22 +403,19 @@ void save_train_state(const std::string& dir, Session& session, const TrainProgr
       for (const auto& [name, tensor] : named_weights(session.model()))
         model.write(weight_key(i++), tensor.detach().cpu(), /*is_buffer=*/true);
       // The archive refers to the parameters' storage, which stays until the save ends.
-      model.save_to((fresh / kModelFile).string());
-      fsync_path(fresh / kModelFile, false);
+      save_archive(model, fresh / kModelFile);
     }
     {
       torch::serialize::OutputArchive optimizer;
       session.updater()->save(optimizer);
-      optimizer.save_to((fresh / kOptimizerFile).string());
-      fsync_path(fresh / kOptimizerFile, false);
+      save_archive(optimizer, fresh / kOptimizerFile);
     }
     {
       const RngState rng = RngState::capture(session.device());
       torch::serialize::OutputArchive generators;
       generators.write("cpu", rng.cpu, /*is_buffer=*/true);
       if (rng.cuda.defined()) generators.write("cuda", rng.cuda, /*is_buffer=*/true);
-      generators.save_to((fresh / kGeneratorsFile).string());
-      fsync_path(fresh / kGeneratorsFile, false);
+      save_archive(generators, fresh / kGeneratorsFile);
     }
     const ResolvedRun& run = session.resolved();
     RunRecord carrier;
@@ -487,16 +441,14 @@ void save_train_state(const std::string& dir, Session& session, const TrainProgr
     write_file_atomically((fresh / kStateJson).string(), state.dump() + "\n");
     fsync_path(fresh, true);
     replace_folder(fresh, target);
-    fsync_path(parent, true);
     // Older states a save left aside (the new one is whole in `target` now).
-    for (const fs::path& aside : siblings(target, aside_prefix(target))) fs::remove_all(aside, ec);
-  } catch (const Error&) {
-    fs::remove_all(fresh, ec);
-    throw;
+    for (const fs::path& aside : sibling_folders(target, kAsideTag)) fs::remove_all(aside, ec);
   } catch (const std::exception& e) {
     fs::remove_all(fresh, ec);
+    const Error* error = dynamic_cast<const Error*>(&e);
     fail_runtime(fmt::format("cannot save the training state in {}: {}", dir, e.what()),
-                 "check the file system and its free space");
+                 error && !error->hint().empty() ? error->hint()
+                                                 : "check the file system and its free space");
   }
 }
 
@@ -649,22 +601,40 @@ void install_stop_handler(int signal_number, bool once, struct sigaction* before
   sigaction(signal_number, &action, before);
 }
 
-}  // namespace
 
-StopSignals::StopSignals() {
-  stop_flag.store(0);
-  install_stop_handler(SIGTERM, /*once=*/false, &term_before_);
-  install_stop_handler(SIGINT, /*once=*/true, &int_before_);
-  // A rank started by gradscope run --nproc begins with them blocked, so that a stop sent
-  // while it starts waits for the handlers instead of killing it.
+// How many StopSignals live (they are made on the main thread).
+std::atomic<int> stop_signal_scopes{0};
+
+sigset_t stop_signal_set() {
   sigset_t stops;
   sigemptyset(&stops);
   sigaddset(&stops, SIGTERM);
   sigaddset(&stops, SIGINT);
+  return stops;
+}
+
+}  // namespace
+
+void block_stop_signals() {
+  const sigset_t stops = stop_signal_set();
+  pthread_sigmask(SIG_BLOCK, &stops, nullptr);
+}
+
+StopSignals::StopSignals(Scope scope) : scope_(scope) {
+  outermost_ = stop_signal_scopes.fetch_add(1) == 0;
+  if (!outermost_) return;
+  stop_flag.store(0);
+  install_stop_handler(SIGTERM, /*once=*/false, &term_before_);
+  install_stop_handler(SIGINT, /*once=*/true, &int_before_);
+  // A command (and a rank started by gradscope run --nproc) begins with them blocked, so that
+  // a stop sent while it starts waits for the handlers instead of killing it.
+  const sigset_t stops = stop_signal_set();
   pthread_sigmask(SIG_UNBLOCK, &stops, nullptr);
 }
 
 StopSignals::~StopSignals() {
+  stop_signal_scopes.fetch_sub(1);
+  if (!outermost_ || scope_ == Scope::kUntilExit) return;
   sigaction(SIGTERM, &term_before_, nullptr);
   sigaction(SIGINT, &int_before_, nullptr);
 }

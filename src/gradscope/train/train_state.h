@@ -127,19 +127,30 @@ void check_state_build(const TrainStateInfo& info);
 // handler stays for the object's life: a scheduler (systemd, Slurm) and a sweep may each send
 // one, and a second must not end a run that is saving its state; SIGKILL is the escalation. A
 // second SIGINT (Ctrl-C pressed again) acts as if no handler were installed: it ends the
-// process at once. The handlers found are put back on destruction. Constructing one clears an
-// earlier request.
+// process at once. Constructing one clears an earlier request and unblocks the two signals in
+// this thread (block_stop_signals). Objects nest: one made while another lives changes
+// nothing. With kUntilDestroyed the handlers found are put back on destruction; a command
+// passes kUntilExit, so that a signal after its outcome is recorded (while it exits) sets the
+// flag and changes neither the record nor the exit code.
 class StopSignals {
  public:
-  StopSignals();
+  enum class Scope { kUntilDestroyed, kUntilExit };
+  explicit StopSignals(Scope scope = Scope::kUntilDestroyed);
   ~StopSignals();
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;
 
  private:
+  bool outermost_ = false;
+  Scope scope_;
   struct sigaction term_before_ {
   }, int_before_{};
 };
+
+// Blocks SIGTERM and SIGINT in this thread until a StopSignals is made: a command that will
+// install the handlers calls it first thing, so that a stop sent while it starts waits for
+// them instead of ending the process unrecorded.
+void block_stop_signals();
 
 // Whether a stop was requested (by a signal, or request_stop), and by which signal (0: none,
 // or by request_stop).

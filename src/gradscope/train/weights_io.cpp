@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <functional>
 #include <system_error>
 
 #include <fmt/format.h>
@@ -24,6 +25,46 @@ constexpr int64_t kMaxTokenizerBytes = int64_t{256} << 20;  // as data/ reads th
 
 bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// Whether `name` is a file a save of that kind writes.
+bool saved_file(const std::string& name, bool adapters) {
+  if (adapters) return name == "adapter_config.json" || name == "adapter_model.safetensors";
+  return name == "config.json" || name == "tokenizer.json" || name == "model.safetensors" ||
+         name == "model.safetensors.index.json" ||
+         (name.rfind("model-", 0) == 0 && ends_with(name, ".safetensors"));
+}
+
+// Writes a save into a new folder beside `dir` (".NAME.saving-XXXXXX") with `write`, then
+// puts that folder in place of `dir` whole (replace_folder, core/files.h): a reader of `dir`,
+// or a process killed at any moment, sees the earlier save or the new one, never a mix of the
+// two. Returns the files written, as paths in `dir`. A symbolic link `dir` stays: the folder
+// it points at is replaced.
+std::vector<std::string> save_folder(
+    const std::string& dir,
+    const std::function<std::vector<std::string>(const std::string& staged)>& write) {
+  std::error_code ec;
+  fs::path target = fs::absolute(dir).lexically_normal();
+  if (target.filename().empty()) target = target.parent_path();
+  if (fs::is_symlink(target, ec)) {
+    target = fs::canonical(target, ec);
+    if (ec) fail_runtime(fmt::format("cannot resolve '{}': {}", dir, ec.message()));
+  }
+  // What a save killed part-way left behind.
+  for (const fs::path& stale : sibling_folders(target, ".saving-")) fs::remove_all(stale, ec);
+  const fs::path staged = make_sibling_folder(target, ".saving-");
+  std::vector<std::string> written;
+  try {
+    for (const std::string& file : write(staged.string()))
+      written.push_back((fs::path(dir) / fs::path(file).filename()).string());
+    replace_folder(staged, target);
+  } catch (...) {
+    fs::remove_all(staged, ec);
+    throw;
+  }
+  // Earlier saves that a file system without RENAME_EXCHANGE left aside.
+  for (const fs::path& aside : sibling_folders(target, kAsideTag)) fs::remove_all(aside, ec);
+  return written;
 }
 
 }  // namespace
@@ -107,6 +148,14 @@ void check_weights_folder(const std::string& dir, bool adapters) {
                            "adapter_model.safetensors is written over)"
                          : "name a new or empty folder (a folder with config.json and "
                            "model.safetensors is written over)");
+    // A save replaces the folder whole: anything else in it would go with the earlier save.
+    for (const auto& entry : fs::directory_iterator(p, ec))
+      check_usage(saved_file(entry.path().filename().string(), adapters) &&
+                      entry.is_regular_file(ec),
+                  fmt::format("--save-weights folder '{}' holds {}, which is not part of an "
+                              "earlier save: the save replaces the whole folder",
+                              dir, entry.path().filename().string()),
+                  "move it out of the folder, or name another folder");
     return;
   }
   fs::path parent = p.parent_path();
@@ -122,23 +171,25 @@ std::vector<std::string> save_weights(const std::string& model, Model& m,
                                       const nlohmann::json& arch, const std::string& dir,
                                       const std::string& tokenizer_json) {
   check_weights_folder(dir, /*adapters=*/false);
-  std::error_code ec;
-  fs::create_directory(dir, ec);
-  if (ec) fail_runtime("cannot create folder '" + dir + "': " + ec.message());
-  std::vector<std::string> written =
-      write_safetensors_set(dir, hf_tensors(model, m), int64_t{5} << 30);
-  const std::string config = (fs::path(dir) / "config.json").string();
-  write_file_atomically(config, hf_config(model, arch).dump(2) + "\n");
-  written.push_back(config);
-  const std::string copy = (fs::path(dir) / "tokenizer.json").string();
-  if (!tokenizer_json.empty()) {
-    write_file_atomically(copy,
-                          read_input_file(tokenizer_json, "tokenizer file", kMaxTokenizerBytes));
-    written.push_back(copy);
-  } else {
-    fs::remove(copy, ec);  // an earlier save's, which these weights were not trained with
-  }
-  return written;
+  // Read before anything is written: a tokenizer that cannot be read leaves the earlier save.
+  const std::string tokenizer =
+      tokenizer_json.empty()
+          ? ""
+          : read_input_file(tokenizer_json, "tokenizer file", kMaxTokenizerBytes);
+  const auto tensors = hf_tensors(model, m);
+  const std::string config = hf_config(model, arch).dump(2) + "\n";
+  return save_folder(dir, [&](const std::string& staged) {
+    std::vector<std::string> written = write_safetensors_set(staged, tensors, int64_t{5} << 30);
+    const std::string config_path = (fs::path(staged) / "config.json").string();
+    write_file_atomically(config_path, config);
+    written.push_back(config_path);
+    if (!tokenizer_json.empty()) {
+      const std::string copy = (fs::path(staged) / "tokenizer.json").string();
+      write_file_atomically(copy, tokenizer);
+      written.push_back(copy);
+    }
+    return written;
+  });
 }
 
 std::vector<std::string> save_adapters(const std::string& model, Model& m,
@@ -146,8 +197,6 @@ std::vector<std::string> save_adapters(const std::string& model, Model& m,
                                        const std::string& base_model) {
   check_weights_folder(dir, /*adapters=*/true);
   std::error_code ec;
-  fs::create_directory(dir, ec);
-  if (ec) fail_runtime("cannot create folder '" + dir + "': " + ec.message());
   // The base as a loader finds it: the --init-from folder's absolute path (a relative one, or
   // one shaped like "org/name", would be looked up elsewhere or on the Hub), or null when the
   // run did not start from a folder with config.json.
@@ -156,11 +205,13 @@ std::vector<std::string> save_adapters(const std::string& model, Model& m,
       fs::is_regular_file(fs::path(base_model) / "config.json", ec))
     base = fs::canonical(base_model, ec).string();
   const AdapterExport adapters = hf_adapters(model, m, options, ec ? std::string() : base);
-  const std::string weights = (fs::path(dir) / "adapter_model.safetensors").string();
-  write_safetensors(weights, adapters.tensors);
-  const std::string config = (fs::path(dir) / "adapter_config.json").string();
-  write_file_atomically(config, adapters.config.dump(2) + "\n");
-  return {weights, config};
+  return save_folder(dir, [&](const std::string& staged) -> std::vector<std::string> {
+    const std::string weights = (fs::path(staged) / "adapter_model.safetensors").string();
+    write_safetensors(weights, adapters.tensors);
+    const std::string config = (fs::path(staged) / "adapter_config.json").string();
+    write_file_atomically(config, adapters.config.dump(2) + "\n");
+    return {weights, config};
+  });
 }
 
 }  // namespace gradscope

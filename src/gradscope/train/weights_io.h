@@ -39,18 +39,20 @@ void load_init_weights(const std::string& model, Model& m, const InitSource& sou
 
 // Checks, before a run starts, that `dir` can be written: it is a folder or can be made in an
 // existing, writable one; an existing folder must be empty or hold an earlier save of the same
-// kind (weights, or with `adapters` LoRA's adapters). A usage error naming it otherwise.
+// kind (weights, or with `adapters` LoRA's adapters) and no other file, since a save replaces
+// the whole folder. A usage error naming it otherwise.
 void check_weights_folder(const std::string& dir, bool adapters = false);
 
-// Writes config.json and model.safetensors (a sharded set above 5 GiB) into `dir`, making the
-// folder if need be, each file atomically; `tokenizer_json`, when not empty, is copied beside
-// them as tokenizer.json. Returns the files written.
+// Writes config.json and model.safetensors (a sharded set above 5 GiB) into a new folder beside
+// `dir` and puts it in place of `dir` whole (replace_folder, core/files.h): a kill at any moment
+// leaves the earlier save or the new one, never a mix. `tokenizer_json`, when not empty, is
+// copied beside them as tokenizer.json. Returns the files written (as paths in `dir`).
 std::vector<std::string> save_weights(const std::string& model, Model& m,
                                       const nlohmann::json& arch, const std::string& dir,
                                       const std::string& tokenizer_json = "");
 
-// Writes LoRA's adapters as PEFT does (hf_adapters): adapter_model.safetensors and
-// adapter_config.json, whose base_model_name_or_path is the absolute path of `base_model` (the
+// Writes LoRA's adapters as PEFT does (hf_adapters), the folder replaced whole as above:
+// adapter_model.safetensors and adapter_config.json, whose base_model_name_or_path is the absolute path of `base_model` (the
 // --init-from folder), or null when it is not a folder with config.json. Returns the files
 // written.
 std::vector<std::string> save_adapters(const std::string& model, Model& m,

@@ -1,0 +1,27 @@
+// What a results database from elsewhere may hold. Its file is data (docs/input-safety.md),
+// but SQLite runs the SQL stored in its schema: a trigger fires on gradscope's own writes and
+// can delete or rewrite the rows of a run just stored, and a table of gradscope's name defined
+// otherwise (ON CONFLICT REPLACE, a view in its place) changes what an insert does. Such a file
+// is refused before anything is written; views and indexes of the user's own stay allowed.
+#pragma once
+
+#include <string>
+
+struct sqlite3;
+
+namespace gradscope {
+
+// A usage error naming the database and every trigger it holds, or the first of gradscope's
+// tables (the tables `schema_sql` creates, and `meta`) that is not a table or whose definition
+// is not gradscope's. Old databases pass: gradscope's tables keep their definitions, and a
+// table added since is created when the file is next opened for writing. `db` is open on the
+// file, inside a transaction that has written nothing.
+void check_database_schema(sqlite3* db, const std::string& path, const char* schema_sql,
+                           const char* meta_sql);
+
+// Refuses (a usage error naming `flag` and the file) a database output path that holds
+// something else: the path may be new, an empty file or an SQLite file; whether that is a
+// gradscope database is checked when it is opened (Database), before anything is written.
+void check_database_output(const std::string& flag, const std::string& path);
+
+}  // namespace gradscope
