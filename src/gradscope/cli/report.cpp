@@ -10,6 +10,7 @@
 #include "gradscope/cli/commands.h"
 #include "gradscope/core/env.h"
 #include "gradscope/core/error.h"
+#include "gradscope/core/files.h"
 #include "gradscope/report/analysis.h"
 #include "gradscope/report/files.h"
 #include "gradscope/report/render.h"
@@ -58,9 +59,7 @@ void add_report_command(CLI::App& root, int& exit_code) {
   cmd->add_option("--gnuplot", o->gnuplot, "The gnuplot executable that draws the figures")
       ->capture_default_str();
   cmd->callback([o, &exit_code] {
-    std::error_code ec;
-    check_usage(std::filesystem::is_regular_file(o->db, ec),
-                fmt::format("no database at {}{}", o->db, ec ? " (" + ec.message() + ")" : ""),
+    check_usage(optional_input_file(o->db, "database"), fmt::format("no database at {}", o->db),
                 "pass the file given to `gradscope run --db` or `gradscope sweep --db`");
     check_usage(o->format == "md" || !o->out.empty(),
                 fmt::format("--format {} needs --out DIR", o->format), "add e.g. --out report/");
