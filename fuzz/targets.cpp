@@ -92,19 +92,21 @@ std::string scratch_file(const std::string& ending) {
   return pattern;
 }
 
-// One temporary folder per process, removed at exit.
+// One temporary folder per process, removed at exit. The name is never destroyed: the exit
+// handler that removes the folder reads it, and a static string would be destroyed first.
 const std::string& scratch_folder() {
-  static const std::string path = [] {
+  static const std::string* const path = [] {
     std::string pattern =
         (std::filesystem::temp_directory_path() / "gradscope-fuzz-XXXXXX").string();
     if (!::mkdtemp(pattern.data())) finding("cannot make a temporary folder");
+    auto* made = new std::string(pattern);
     std::atexit([] {
       std::error_code ec;
       std::filesystem::remove_all(scratch_folder(), ec);
     });
-    return pattern;
+    return made;
   }();
-  return path;
+  return *path;
 }
 
 void write_bytes(const std::string& path, const uint8_t* data, size_t size) {
