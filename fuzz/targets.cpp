@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <string_view>
 
@@ -15,9 +16,13 @@
 #include "gradscope/core/error.h"
 #include "gradscope/core/json_input.h"
 #include "gradscope/core/record.h"
+#include "gradscope/core/safetensors.h"
 #include "gradscope/data/bpe.h"
 #include "gradscope/data/images.h"
+#include "gradscope/models/hf_weights.h"
+#include "gradscope/models/registry.h"
 #include "gradscope/sweep/grid.h"
+#include "gradscope/train/train_state.h"
 
 namespace gradscope {
 namespace {
@@ -68,18 +73,46 @@ void touch(const torch::Tensor& t) {
   sink = sink + sum;
 }
 
-// One temporary file per process, rewritten for each input of a target that reads a path.
-const std::string& scratch_file() {
-  static const std::string path = [] {
+// One temporary file per process and name ending, rewritten for each input of a target that
+// reads a path.
+std::string scratch_file(const std::string& ending) {
+  static std::map<std::string, std::string> paths;
+  const auto it = paths.find(ending);
+  if (it != paths.end()) return it->second;
+  std::string pattern =
+      (std::filesystem::temp_directory_path() / ("gradscope-fuzz-XXXXXX" + ending)).string();
+  const int fd = ::mkstemps(pattern.data(), static_cast<int>(ending.size()));
+  if (fd < 0) finding("cannot make a temporary file");
+  ::close(fd);
+  if (paths.empty())
+    std::atexit([] {
+      for (const auto& named : paths) std::remove(named.second.c_str());
+    });
+  paths[ending] = pattern;
+  return pattern;
+}
+
+// One temporary folder per process, removed at exit. The name is never destroyed: the exit
+// handler that removes the folder reads it, and a static string would be destroyed first.
+const std::string& scratch_folder() {
+  static const std::string* const path = [] {
     std::string pattern =
-        (std::filesystem::temp_directory_path() / "gradscope-fuzz-XXXXXX.toml").string();
-    const int fd = ::mkstemps(pattern.data(), 5);
-    if (fd < 0) finding("cannot make a temporary file");
-    ::close(fd);
-    std::atexit([] { std::remove(scratch_file().c_str()); });
-    return pattern;
+        (std::filesystem::temp_directory_path() / "gradscope-fuzz-XXXXXX").string();
+    if (!::mkdtemp(pattern.data())) finding("cannot make a temporary folder");
+    auto* made = new std::string(pattern);
+    std::atexit([] {
+      std::error_code ec;
+      std::filesystem::remove_all(scratch_folder(), ec);
+    });
+    return made;
   }();
-  return path;
+  return *path;
+}
+
+void write_bytes(const std::string& path, const uint8_t* data, size_t size) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
+  if (!out) finding("cannot write " + path);
 }
 
 }  // namespace
@@ -121,12 +154,8 @@ int fuzz_png(const uint8_t* data, size_t size) {
 }
 
 int fuzz_sweep_file(const uint8_t* data, size_t size) {
-  const std::string& path = scratch_file();
-  {
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
-    if (!out) finding("cannot write " + path);
-  }
+  const std::string path = scratch_file(".toml");
+  write_bytes(path, data, size);
   swallow_errors([&] {
     for (const RunSpec& run : load_sweep(path).runs) run.args();
   });
@@ -158,6 +187,49 @@ int fuzz_run_record(const uint8_t* data, size_t size) {
   return 0;
 }
 
+int fuzz_safetensors(const uint8_t* data, size_t size) {
+  const std::string path = scratch_file(".safetensors");
+  write_bytes(path, data, size);
+  return swallow_errors([&] {
+    const std::vector<SafetensorsEntry> entries = read_safetensors_header(path);
+    const std::map<std::string, torch::Tensor> tensors = read_safetensors(path);
+    if (tensors.size() != entries.size()) finding("the header and the tensors read differ");
+    for (const SafetensorsEntry& e : entries) {
+      const auto it = tensors.find(e.name);
+      if (it == tensors.end() || it->second.sizes() != at::IntArrayRef(e.shape) ||
+          it->second.numel() * it->second.element_size() != e.end - e.begin)
+        finding("tensor " + e.name + " is not as its header entry says");
+    }
+  });
+}
+
+int fuzz_hf_config(const uint8_t* data, size_t size) {
+  nlohmann::json config;
+  try {
+    config = parse_json_input_unique(text_of(data, size), "config.json");
+  } catch (const Error&) {
+    return 0;
+  }
+  for (const char* model : {"llama", "modernbert", "vit", "nanovlm"}) {
+    swallow_errors([&] {
+      const nlohmann::json base = model_registry().get(model).preset("tiny");
+      const nlohmann::json arch = arch_from_hf_config(model, config, base, "config.json");
+      // The limits keep the tensor list of any architecture a config can give short.
+      const auto shapes = hf_tensor_shapes(model, arch);
+      if (shapes.size() > 100'000) finding("a config.json gives a list of " +
+                                           std::to_string(shapes.size()) + " tensors");
+    });
+  }
+  return 0;
+}
+
+int fuzz_train_state(const uint8_t* data, size_t size) {
+  const std::string& dir = scratch_folder();
+  write_bytes(dir + "/state.json", data, size);
+  swallow_errors([&] { read_train_state_info(dir); });
+  return swallow_errors([&] { read_train_progress(dir); });
+}
+
 const std::vector<FuzzTarget>& fuzz_targets() {
   static const std::vector<FuzzTarget> targets{
       {"tokenizer_json", &fuzz_tokenizer_json},
@@ -166,6 +238,9 @@ const std::vector<FuzzTarget>& fuzz_targets() {
       {"png", &fuzz_png},
       {"sweep_file", &fuzz_sweep_file},
       {"run_record", &fuzz_run_record},
+      {"safetensors", &fuzz_safetensors},
+      {"hf_config", &fuzz_hf_config},
+      {"train_state", &fuzz_train_state},
   };
   return targets;
 }

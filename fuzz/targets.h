@@ -26,6 +26,14 @@ int fuzz_sweep_file(const uint8_t* data, size_t size);
 // A run record (JSON); a record that loads must write a record that loads to the same JSON.
 int fuzz_run_record(const uint8_t* data, size_t size);
 
+// A .safetensors file: its header checked, then its tensors read.
+int fuzz_safetensors(const uint8_t* data, size_t size);
+// A model's config.json, read over each published model's tiny preset, and the tensor list of
+// the architecture it gives.
+int fuzz_hf_config(const uint8_t* data, size_t size);
+// A training state's state.json, read as --resume reads it before any tensor.
+int fuzz_train_state(const uint8_t* data, size_t size);
+
 struct FuzzTarget {
   const char* name;  // also the corpus folder: fuzz/corpus/<name>
   int (*run)(const uint8_t* data, size_t size);

@@ -1,10 +1,12 @@
 // Input from outside, read with limits: file sizes checked before reading, JSON depth checked
 // before parsing, and text from files made harmless for the terminal.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "gradscope/core/files.h"
 #include "gradscope/core/json_input.h"
@@ -39,6 +41,53 @@ TEST(JsonInput, DeepNestingIsAUsageErrorNotACrash) {
 TEST(JsonInput, NotJsonNamesTheSource) {
   const Error e = testing::expect_usage_error([] { parse_json_input("{\"a\": ", "task-3.json"); });
   EXPECT_TRUE(testing::contains(e.what(), "task-3.json: it is not valid JSON")) << e.what();
+}
+
+TEST(JsonInput, ARepeatedKeyIsRefusedNamingItAndWhereItIs) {
+  EXPECT_EQ(repeated_key_problem(R"({"a": 1, "b": [{"a": 2}, {"a": 3}]})"), "");
+  EXPECT_EQ(repeated_key_problem(R"({"a": 1, "a": 2})"), "key 'a' appears twice");
+  EXPECT_EQ(repeated_key_problem(R"({"x": {"y": {"k": 1, "k": 1}}})"),
+            "key 'k' appears twice in 'x.y'");
+  EXPECT_EQ(repeated_json_key(R"({"x": {"k": 1, "k": 2}})"),
+            (std::vector<std::string>{"x", "k"}));
+  const Error e = testing::expect_usage_error([] {
+    parse_json_input_unique(R"({"vocab_size": 320, "vocab_size": 4000000})", "config.json");
+  });
+  EXPECT_TRUE(testing::contains(e.what(), "config.json: key 'vocab_size' appears twice"))
+      << e.what();
+  EXPECT_EQ(parse_json_input_unique(R"({"a": {"b": 1}})", "x")["a"]["b"], 1);
+}
+
+TEST(InputFile, OnlyRegularFilesAreInputs) {
+  testing::TempDir dir;
+  std::ofstream(dir.file("file")) << "x";
+  ASSERT_EQ(::mkfifo(dir.file("fifo").c_str(), 0600), 0);
+  ASSERT_EQ(::symlink("file", dir.file("link").c_str()), 0);
+  ASSERT_EQ(::symlink("none", dir.file("dangling").c_str()), 0);
+  check_input_file(dir.file("file"), "data file");
+  check_input_file(dir.file("link"), "data file");  // a link to a file is the file
+  EXPECT_TRUE(optional_input_file(dir.file("link"), "data file"));
+  EXPECT_FALSE(optional_input_file(dir.file("none"), "data file"));
+  const auto refused = [&](const std::string& name, const std::string& what) {
+    for (bool optional : {false, true}) {
+      const Error e = testing::expect_usage_error([&] {
+        if (optional)
+          optional_input_file(dir.file(name), "data file");
+        else
+          check_input_file(dir.file(name), "data file");
+      });
+      EXPECT_TRUE(testing::contains(e.what(), "data file " + dir.file(name) + " " + what))
+          << e.what();
+    }
+  };
+  refused("fifo", "is a FIFO (named pipe), not a regular file");
+  refused(".", "is a folder, not a regular file");
+  refused("dangling", "is a symbolic link to nothing");
+  // Refused without blocking: opened non-blocking, then checked.
+  const Error e =
+      testing::expect_usage_error([&] { read_input_file(dir.file("fifo"), "data file", 100); });
+  EXPECT_TRUE(testing::contains(e.what(), "is a FIFO (named pipe), not a regular file"))
+      << e.what();
 }
 
 TEST(InputFile, ASizeOverTheLimitIsRefusedBeforeReading) {

@@ -55,6 +55,9 @@ TEST(FuzzCorpus, Idx) { replay_corpus("idx"); }
 TEST(FuzzCorpus, Png) { replay_corpus("png"); }
 TEST(FuzzCorpus, SweepFile) { replay_corpus("sweep_file"); }
 TEST(FuzzCorpus, RunRecord) { replay_corpus("run_record"); }
+TEST(FuzzCorpus, Safetensors) { replay_corpus("safetensors"); }
+TEST(FuzzCorpus, HfConfig) { replay_corpus("hf_config"); }
+TEST(FuzzCorpus, TrainState) { replay_corpus("train_state"); }
 
 }  // namespace
 }  // namespace gradscope

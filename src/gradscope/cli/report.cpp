@@ -94,9 +94,7 @@ void add_report_command(CLI::App& root, int& exit_code) {
   cmd->add_option("--gnuplot", o->gnuplot, "The gnuplot executable that draws the figures")
       ->capture_default_str();
   cmd->callback([o, &exit_code] {
-    std::error_code ec;
-    check_usage(std::filesystem::is_regular_file(o->db, ec),
-                fmt::format("no database at {}{}", o->db, ec ? " (" + ec.message() + ")" : ""),
+    check_usage(optional_input_file(o->db, "database"), fmt::format("no database at {}", o->db),
                 "pass the file given to `gradscope run --db` or `gradscope sweep --db`");
     check_usage(o->format == "md" || !o->out.empty(),
                 fmt::format("--format {} needs --out DIR", o->format), "add e.g. --out report/");

@@ -7,6 +7,7 @@
 #include "gradscope/cli/commands.h"
 #include "gradscope/core/env.h"
 #include "gradscope/core/error.h"
+#include "gradscope/core/files.h"
 #include "gradscope/data/tokenizer.h"
 
 namespace gradscope {
@@ -74,6 +75,7 @@ void add_tokenize_command(CLI::App& root, int& exit_code) {
     if (o->file.empty() || o->file == "-") {
       tokenize_stream(*tok, std::cin, o->decode);
     } else {
+      check_input_file(o->file, "text file");
       std::ifstream in(o->file, std::ios::binary);
       check_usage(static_cast<bool>(in), "cannot read '" + o->file + "'",
                   "check the path and its permissions");

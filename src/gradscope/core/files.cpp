@@ -42,7 +42,46 @@ mode_t current_umask() {
   return 022;
 }
 
+// What is at a path that is not a regular file, for a message.
+std::string kind_of(const struct stat& st) {
+  if (S_ISDIR(st.st_mode)) return "a folder";
+  if (S_ISFIFO(st.st_mode)) return "a FIFO (named pipe)";
+  if (S_ISSOCK(st.st_mode)) return "a socket";
+  if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)) return "a device";
+  return "something other than a file";
+}
+
+constexpr char kRegularHint[] = "pass a regular file, not a folder, a pipe or a device";
+
 }  // namespace
+
+void check_input_file(const std::string& path, const std::string& what) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    const int error = errno;
+    struct stat link {};
+    if (error == ENOENT && ::lstat(path.c_str(), &link) == 0)
+      fail_usage(fmt::format("{} {} is a symbolic link to nothing", what, path),
+                 "point the link at an existing file, or pass the file itself");
+    fail_usage(fmt::format("cannot read {} {}: {}", what, path, std::strerror(error)),
+               error == ENOENT ? "check the path" : "check the file's permissions");
+  }
+  if (!S_ISREG(st.st_mode))
+    fail_usage(fmt::format("{} {} is {}, not a regular file", what, path, kind_of(st)),
+               kRegularHint);
+}
+
+bool optional_input_file(const std::string& path, const std::string& what) {
+  struct stat link {};
+  if (::lstat(path.c_str(), &link) != 0) {
+    const int error = errno;
+    if (error == ENOENT) return false;
+    fail_usage(fmt::format("cannot read {} {}: {}", what, path, std::strerror(error)),
+               "check the permissions of its folder");
+  }
+  check_input_file(path, what);
+  return true;
+}
 
 std::string read_input_file(const std::string& path, const std::string& what, int64_t max_bytes) {
   // Non-blocking, so that a FIFO is refused below instead of waiting for a writer.
@@ -59,7 +98,8 @@ std::string read_input_file(const std::string& path, const std::string& what, in
     ::close(fd);
     fail_usage(fmt::format("{} {} {}", what, path, why), hint);
   };
-  if (!regular) fail("is not a regular file", "pass a file, not a folder, a pipe or a device");
+  if (!regular)
+    fail(fmt::format("is {}, not a regular file", kind_of(st)), kRegularHint);
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   if (st.st_size > max_bytes)
     fail(fmt::format("has {} bytes, more than the {} a {} may have", st.st_size, max_bytes, what),

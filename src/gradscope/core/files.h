@@ -10,9 +10,24 @@
 
 namespace gradscope {
 
+// Every file gradscope reads from outside is checked by one of these before it is opened for
+// reading, so that a FIFO cannot block a read forever, a device cannot feed it without end and
+// a folder or a dangling link is not taken for a missing file.
+
+// A usage error naming `path` (`what` says what it should be, "tokenizer file") unless it is a
+// regular file once symbolic links are followed: missing, a dangling link, a folder, a FIFO,
+// a socket or a device.
+void check_input_file(const std::string& path, const std::string& what);
+
+// Whether an optional input is there: false when nothing at all is at `path` (not even a
+// symbolic link), true when it is a regular file (links followed), and a usage error naming it
+// when something else is there (a folder, a FIFO, a device, a dangling link): an input that
+// exists in another form is refused, never taken as absent.
+bool optional_input_file(const std::string& path, const std::string& what);
+
 // The bytes of a file from outside, read whole after checking its size: a usage error naming
-// the file (`what` says what it should be, "tokenizer file") when it cannot be read, is not a
-// regular file or is larger than max_bytes, before anything that size is allocated.
+// the file when it cannot be read, is not a regular file (check_input_file) or is larger than
+// max_bytes, before anything that size is allocated.
 std::string read_input_file(const std::string& path, const std::string& what, int64_t max_bytes);
 
 // Writes `bytes` to `path` so that a reader sees either the old file or the whole new one, and

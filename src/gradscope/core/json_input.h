@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace gradscope {
 
@@ -28,6 +29,21 @@ std::optional<nlohmann::json> try_parse_json(std::string_view text, std::string*
 // `text` parsed; a usage error "WHAT is not ..." otherwise, with `hint`.
 nlohmann::json parse_json_input(std::string_view text, const std::string& what,
                                 const std::string& hint = "", int max_depth = kMaxJsonDepth);
+
+// The keys that lead to the first key repeated within one object of `text` (already known to
+// be JSON), outermost first and the repeated key last; empty when no key repeats. A parser
+// keeps one of two equal keys silently, so a repeated key would hide a value.
+std::vector<std::string> repeated_json_key(std::string_view text);
+
+// "key 'K' appears twice" (" in 'A.B'" for a nested object) for the first key repeated within
+// one object of `text`, keys cut at 100 characters; empty when no key repeats.
+std::string repeated_key_problem(std::string_view text);
+
+// parse_json_input, and a usage error "WHAT: key 'K' appears twice ..." as well when a key
+// repeats within one object.
+nlohmann::json parse_json_input_unique(std::string_view text, const std::string& what,
+                                       const std::string& hint = "",
+                                       int max_depth = kMaxJsonDepth);
 
 // A short description of a value for a message: scalars as JSON text (at most 60
 // characters), arrays and objects by their size, so a large value is never printed whole.

@@ -124,60 +124,6 @@ std::string_view string_around(std::string_view text, size_t at) {
   return in_string ? text.substr(start) : std::string_view{};
 }
 
-// Finds a key repeated within one object. A parser keeps one of the two values, so a repeated
-// tensor name would hide a tensor, and a repeated "dtype" one of two dtypes.
-class RepeatedKeyFinder : public nlohmann::json_sax<nlohmann::json> {
- public:
-  bool found() const { return !repeated_.empty(); }
-  // The keys that lead to the repeated one, outermost first; the repeated key last.
-  const std::vector<std::string>& repeated() const { return repeated_; }
-
-  bool null() override { return true; }
-  bool boolean(bool) override { return true; }
-  bool number_integer(number_integer_t) override { return true; }
-  bool number_unsigned(number_unsigned_t) override { return true; }
-  bool number_float(number_float_t, const string_t&) override { return true; }
-  bool string(string_t&) override { return true; }
-  bool binary(binary_t&) override { return true; }
-  bool start_object(std::size_t) override {
-    keys_.emplace_back();
-    current_.emplace_back();
-    return true;
-  }
-  bool end_object() override {
-    keys_.pop_back();
-    current_.pop_back();
-    return true;
-  }
-  bool start_array(std::size_t) override {
-    // An array's elements have no key: an object in it starts afresh.
-    return true;
-  }
-  bool end_array() override { return true; }
-  bool key(string_t& key) override {
-    current_.back() = key;
-    if (keys_.back().insert(key).second) return true;
-    repeated_ = current_;
-    return false;
-  }
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
-    return false;
-  }
-
- private:
-  std::vector<std::set<std::string>> keys_;  // the keys so far of each open object
-  std::vector<std::string> current_;         // the current key of each open object
-  std::vector<std::string> repeated_;
-};
-
-// The keys that lead to a key repeated within one object of `text` (already parsed, so known
-// to be JSON), the repeated key last; empty when no key repeats.
-std::vector<std::string> repeated_key(std::string_view text) {
-  RepeatedKeyFinder finder;
-  nlohmann::json::sax_parse(text.begin(), text.end(), &finder);
-  return finder.repeated();
-}
-
 // A JSON integer in [0, 2^63), or nullopt.
 std::optional<int64_t> non_negative(const nlohmann::json& value) {
   if (value.is_number_unsigned()) {
@@ -353,7 +299,7 @@ HeaderOfFile parse_file(const std::string& path) {
   const nlohmann::json json = parse_json_input(
       header, fmt::format("the header of safetensors file {}", path), kBadFileHint);
   if (!json.is_object()) fail(fmt::format("the header is {}, not an object", json_preview(json)));
-  const std::vector<std::string> repeated = repeated_key(header);
+  const std::vector<std::string> repeated = repeated_json_key(header);
   // nlohmann's parser keeps the last of two equal keys and would hide the first tensor (whose
   // bytes the coverage check would then find unclaimed): a repeated name is refused by name.
   if (repeated.size() == 1)
@@ -415,7 +361,7 @@ std::vector<HeaderOfFile> parse_index(const std::string& dir, const std::string&
       parse_json_input(text, fmt::format("safetensors index {}", index_path));
   if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
     fail("it has no \"weight_map\" object");
-  const std::vector<std::string> repeated = repeated_key(text);
+  const std::vector<std::string> repeated = repeated_json_key(text);
   if (!repeated.empty())
     fail(fmt::format("key {} appears twice{}", shown(repeated.back()),
                      repeated.size() > 1 ? " in " + shown(repeated[repeated.size() - 2]) : ""));

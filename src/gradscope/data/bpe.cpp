@@ -1,15 +1,11 @@
-#define PCRE2_CODE_UNIT_WIDTH 8
 #include "gradscope/data/bpe.h"
-
-#include <pcre2.h>
-
-#include <fmt/format.h>
-
-#include <nlohmann/json.hpp>
 
 #include <cstring>
 #include <filesystem>
 #include <queue>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "gradscope/core/error.h"
 #include "gradscope/core/files.h"
@@ -92,10 +88,11 @@ bool byte_level_decode(std::string_view s, std::string& out) {
   return true;
 }
 
-std::string corrupt_hint(const std::string& path) {
-  return "the file is truncated, corrupt or of another format: delete " + path +
-         " and run scripts/fetch-data.sh tokenizers (or make data) to fetch it again";
-}
+constexpr char kCorruptHint[] =
+    "the file is truncated, corrupt or of another format: pass a whole byte-level BPE "
+    "tokenizer file (a Hugging Face tokenizer.json, or GPT-2's encoder.json and vocab.bpe); "
+    "the registry's tokenizers are fetched whole by scripts/fetch-data.sh tokenizers (or make "
+    "data)";
 
 // Reads a tokenizer file whole, its size checked first (kMaxTokenizerFileBytes).
 std::string read_tokenizer_file(const std::string& path) {
@@ -107,11 +104,11 @@ std::string read_tokenizer_file(const std::string& path) {
 }
 
 json parse_json(const std::string& text, const std::string& path) {
-  return parse_json_input(text, path, corrupt_hint(path));
+  return parse_json_input(text, path, kCorruptHint);
 }
 
 [[noreturn]] void fail_file(const std::string& path, const std::string& what) {
-  fail_usage(path + ": " + what, corrupt_hint(path));
+  fail_usage(path + ": " + what, kCorruptHint);
 }
 
 // The number of ids a file with `entries` token entries may use: ids number the entries
@@ -222,45 +219,7 @@ uint64_t content_hash(std::string_view bytes, uint64_t seed) {
   return mix64(h ^ tail ^ (uint64_t{bytes.size() - i} << 56));
 }
 
-// ---------------------------------------------------------------------------------------------
-// PCRE2
-
-struct BpeTokenizer::Regex {
-  pcre2_code* code = nullptr;
-  ~Regex() { pcre2_code_free(code); }
-};
-
 namespace {
-
-// Per-thread match state: the JIT stack may not be shared between threads.
-struct MatchScratch {
-  pcre2_match_data* data = nullptr;
-  pcre2_match_context* context = nullptr;
-  pcre2_jit_stack* stack = nullptr;
-  MatchScratch() {
-    data = pcre2_match_data_create(16, nullptr);
-    context = pcre2_match_context_create(nullptr);
-    // The default 32 KiB JIT stack overflows on long runs of whitespace or punctuation.
-    stack = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, nullptr);
-    if (context && stack) pcre2_jit_stack_assign(context, nullptr, stack);
-  }
-  ~MatchScratch() {
-    pcre2_match_data_free(data);
-    pcre2_match_context_free(context);
-    pcre2_jit_stack_free(stack);
-  }
-};
-
-MatchScratch& match_scratch() {
-  thread_local MatchScratch scratch;
-  return scratch;
-}
-
-std::string pcre2_message(int code) {
-  PCRE2_UCHAR buffer[256];
-  pcre2_get_error_message(code, buffer, sizeof(buffer));
-  return reinterpret_cast<const char*>(buffer);
-}
 
 size_t utf8_length(unsigned char c) {
   return c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 1;
@@ -324,57 +283,38 @@ BpeTokenizer::BpeTokenizer(BpeSpec spec) : spec_(std::move(spec)) {
         orphans, n, first_orphan, printable(spec_.tokens[first_orphan])));
   if (spec_.eot_id < 0 || spec_.eot_id >= n) fail("no end-of-text token");
 
-  for (const std::string& pattern : spec_.patterns) {
-    int error = 0;
-    PCRE2_SIZE offset = 0;
-    auto regex = std::make_unique<Regex>();
-    regex->code =
-        pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                      PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &error, &offset, nullptr);
-    if (!regex->code)
-      fail(fmt::format("pre-tokenizer regex does not compile at offset {}: {}", offset,
-                       pcre2_message(error)));
-    // Without JIT (an unsupported CPU) the interpreter gives the same matches, only slower.
-    pcre2_jit_compile(regex->code, PCRE2_JIT_COMPLETE);
-    regexes_.push_back(std::move(regex));
-  }
+  for (const std::string& pattern : spec_.patterns)
+    regexes_.push_back(std::make_unique<PretokenizerRegex>(pattern, src));
 }
 
 BpeTokenizer::~BpeTokenizer() = default;
 
 template <typename Fn>
-void BpeTokenizer::split(std::string_view text, size_t stage, const Fn& emit) const {
+void BpeTokenizer::split(std::string_view text, size_t stage, const RegexBudget& budget,
+                         const Fn& emit) const {
   if (text.empty()) return;
   if (stage == regexes_.size()) {
     emit(text);
     return;
   }
-  MatchScratch& scratch = match_scratch();
-  if (!scratch.data || !scratch.context) fail_runtime("out of memory for PCRE2 match data");
-  pcre2_code* code = regexes_[stage]->code;
-  const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+  const PretokenizerRegex& regex = *regexes_[stage];
   size_t gap = 0;  // start of text not yet emitted
   size_t pos = 0;  // where the next search starts
+  size_t start = 0, end = 0;
   while (pos < text.size()) {
-    const int rc = pcre2_match(code, subject, text.size(), pos, 0, scratch.data, scratch.context);
-    if (rc == PCRE2_ERROR_NOMATCH) break;
-    if (rc < 0)
-      fail_runtime("tokenizer " + spec_.name + ": regex match failed: " + pcre2_message(rc),
-                   "the input may hold a pathologically long run of one character class");
-    const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(scratch.data);
-    const size_t start = ovector[0];
-    const size_t end = ovector[1];
+    if (!regex.find(text, pos, &start, &end)) break;
+    budget.check(regex.pattern());
     if (end == start) {  // an empty match: search on from the next character
       if (start >= text.size()) break;
       pos = start + utf8_length(static_cast<unsigned char>(text[start]));
       continue;
     }
     // Isolated: the text between matches is a piece of its own, as is each match.
-    if (start > gap) split(text.substr(gap, start - gap), stage + 1, emit);
-    split(text.substr(start, end - start), stage + 1, emit);
+    if (start > gap) split(text.substr(gap, start - gap), stage + 1, budget, emit);
+    split(text.substr(start, end - start), stage + 1, budget, emit);
     gap = pos = end;
   }
-  if (gap < text.size()) split(text.substr(gap), stage + 1, emit);
+  if (gap < text.size()) split(text.substr(gap), stage + 1, budget, emit);
 }
 
 std::vector<std::string> BpeTokenizer::pre_tokenize(std::string_view text) const {
@@ -384,7 +324,8 @@ std::vector<std::string> BpeTokenizer::pre_tokenize(std::string_view text) const
     prefixed = " " + std::string(text);
     text = prefixed;
   }
-  split(text, 0, [&](std::string_view piece) { pieces.emplace_back(piece); });
+  const RegexBudget budget(text.size(), spec_.source);
+  split(text, 0, budget, [&](std::string_view piece) { pieces.emplace_back(piece); });
   return pieces;
 }
 
@@ -396,7 +337,8 @@ std::vector<int32_t> BpeTokenizer::encode(std::string_view text) const {
     prefixed = " " + std::string(text);
     text = prefixed;
   }
-  split(text, 0, [&](std::string_view piece) { encode_piece(piece, out); });
+  const RegexBudget budget(text.size(), spec_.source);
+  split(text, 0, budget, [&](std::string_view piece) { encode_piece(piece, out); });
   return out;
 }
 

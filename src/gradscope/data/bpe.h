@@ -3,7 +3,8 @@
 // vocab.bpe or from a Hugging Face tokenizer.json (Llama 3).
 //
 // Encoding a text:
-//   1. pre-tokenize: split the text with the file's regexes (PCRE2, UTF + UCP, JIT); both
+//   1. pre-tokenize: split the text with the file's regexes (data/regex.h: PCRE2 under a
+//      match limit, a depth limit and a time budget); both
 //      the matches and the text between them become pieces ("Isolated" in HF terms);
 //   2. per piece: if ignore_merges and the piece's bytes are a token, that token; else start
 //      from one token per byte and apply merges lowest rank first (leftmost first on ties)
@@ -21,6 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "gradscope/data/regex.h"
 #include "gradscope/data/tokenizer.h"
 
 namespace gradscope {
@@ -67,18 +69,18 @@ class BpeTokenizer : public Tokenizer {
   std::vector<std::string> pre_tokenize(std::string_view text) const;
 
  private:
-  struct Regex;
   struct MergeRule {
     int32_t rank;
     int32_t id;
   };
   template <typename Fn>
-  void split(std::string_view text, size_t stage, const Fn& emit) const;
+  void split(std::string_view text, size_t stage, const RegexBudget& budget,
+             const Fn& emit) const;
   void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;
   void bpe(std::string_view piece, std::vector<int32_t>& out) const;
 
   BpeSpec spec_;
-  std::vector<std::unique_ptr<Regex>> regexes_;
+  std::vector<std::unique_ptr<PretokenizerRegex>> regexes_;
   std::unordered_map<uint64_t, MergeRule> merges_;      // (left << 32 | right) -> rule
   std::unordered_map<std::string, int32_t> token_ids_;  // raw bytes -> id, specials excluded
   std::unordered_map<std::string, int32_t> special_ids_;

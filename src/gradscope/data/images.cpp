@@ -33,6 +33,14 @@ std::string images_fetch_hint() {
          "$GRADSCOPE_DATA (default ~/.cache/gradscope)";
 }
 
+constexpr char kEmojiDamagedHint[] =
+    "the emoji set is damaged or not the one gradscope fetches: scripts/fetch-data.sh emoji "
+    "fetches a whole copy";
+constexpr char kIdxCutHint[] =
+    "the download was cut short: fetch a whole copy (scripts/fetch-data.sh images)";
+constexpr char kIdxDamagedHint[] =
+    "the file is damaged: fetch a whole copy (scripts/fetch-data.sh images)";
+
 std::string emoji_fetch_hint() {
   return "run scripts/fetch-data.sh emoji (or make data) to fetch the emoji set into "
          "$GRADSCOPE_DATA (default ~/.cache/gradscope)";
@@ -134,11 +142,11 @@ class IdxStream {
         // No progress is possible: the input ran out in the middle of a member.
         if (z_.avail_in == 0 && pos_ == bytes_.size())
           fail_usage(fmt::format("{}: truncated gzip stream (unexpected end of file)", source_),
-                     "the download was cut short: delete the file and fetch it again");
+                     kIdxCutHint);
       } else if (code != Z_OK) {
         fail_usage(fmt::format("{}: corrupt gzip stream ({})", source_,
                                z_.msg ? z_.msg : "inflate failed"),
-                   "delete the file and fetch it again");
+                   kIdxDamagedHint);
       }
     }
     return done;
@@ -249,7 +257,7 @@ torch::Tensor decode_idx(std::string contents, const std::string& source) {
     if (found < bytes)
       fail_usage(fmt::format("{}: truncated IDX file: expected {} bytes of data ({}), found {}",
                              path, bytes, dims_text(dims), found),
-                 "the download was cut short: delete the file and fetch it again");
+                 kIdxCutHint);
     if (found > bytes)
       fail_usage(fmt::format("{}: {} trailing bytes after the {} bytes of {} IDX data", path,
                              found - bytes, bytes, dims_text(dims)),
@@ -265,7 +273,7 @@ torch::Tensor decode_idx(std::string contents, const std::string& source) {
     fail_usage(fmt::format("{}: the IDX header claims {} bytes of data ({}), more than a gzip "
                            "file of {} bytes can hold",
                            path, bytes, dims_text(dims), owned->size()),
-               "the file is corrupt: delete it and fetch it again");
+               kIdxDamagedHint);
   // Its length is known only at its end, so the buffer grows as data arrive: a header that
   // overstates the data costs at most twice what the stream holds.
   auto buffer = std::make_unique<std::vector<uint8_t>>();
@@ -280,7 +288,7 @@ torch::Tensor decode_idx(std::string contents, const std::string& source) {
   if (have < bytes)
     fail_usage(fmt::format("{}: truncated IDX file: expected {} bytes of data ({}), found {}", path,
                            bytes, dims_text(dims), have),
-               "the download was cut short: delete the file and fetch it again");
+               kIdxCutHint);
   const uint64_t trailing = reader.skip(kTrailingCountLimit);
   if (trailing > 0)
     fail_usage(fmt::format("{}: {}{} trailing bytes after the {} bytes of {} IDX data", path,
@@ -571,7 +579,7 @@ void check_image_name(const std::string& image, const std::string& json_path,
       image.find('\0') != std::string::npos)
     fail_usage(fmt::format("{}: {} names the image '{}', which is not a file name in img/",
                            json_path, what, image),
-               "delete the emoji folder and run scripts/fetch-data.sh emoji again");
+               kEmojiDamagedHint);
 }
 
 bool json_true(const json& object, const char* key) {
@@ -618,7 +626,7 @@ std::string skin_tone_suffix(const std::string& key, const std::string& json_pat
 std::vector<EmojiItem> emoji_items(const std::string& json_path) {
   const json entries =
       parse_json_input(read_input_file(json_path, "emoji list", kEmojiListMaxBytes), json_path,
-                       "delete the emoji folder and run scripts/fetch-data.sh emoji again");
+                       kEmojiDamagedHint);
   if (!entries.is_array())
     fail_usage(fmt::format("{}: expected a JSON array of emoji, found a {}", json_path,
                            entries.type_name()));
@@ -702,7 +710,7 @@ ImageSet load_emoji(const std::string& folder, int64_t expected_size, int64_t ma
     if (!fs::exists(img / item.image, ec))
       fail_usage(fmt::format("{} is missing ({} lists it with has_img_google true)",
                              (img / item.image).string(), json_path.string()),
-                 "delete the emoji folder and run scripts/fetch-data.sh emoji again");
+                 kEmojiDamagedHint);
 
   const auto total = static_cast<int64_t>(items.size());
   const int64_t count = max_images > 0 ? std::min(max_images, total) : total;
@@ -717,7 +725,7 @@ ImageSet load_emoji(const std::string& folder, int64_t expected_size, int64_t ma
     if (rgb.size(1) != s || rgb.size(2) != s)
       fail_usage(fmt::format("{} is {}x{} pixels; the emoji set's images are {}x{}", path,
                              rgb.size(2), rgb.size(1), s, s),
-                 "delete the emoji folder and run scripts/fetch-data.sh emoji again");
+                 kEmojiDamagedHint);
     std::memcpy(dst + i * 3 * s * s, rgb.data_ptr<uint8_t>(), 3 * s * s);
     set.captions.push_back(items[i].caption);
     set.groups.push_back(items[i].base);

@@ -37,6 +37,7 @@ std::string fetch_hint(const std::string& data_dir) {
 }
 
 std::string read_text_file(const fs::path& path) {
+  check_input_file(path.string(), "text file");
   std::ifstream in(path, std::ios::binary);
   if (!in) fail_usage("cannot read " + path.string(), "check the file's permissions");
   std::ostringstream ss;
@@ -47,9 +48,10 @@ std::string read_text_file(const fs::path& path) {
 // The .txt files of a folder, sorted by name so the stream never depends on directory order.
 std::vector<fs::path> text_files(const fs::path& dir) {
   std::vector<fs::path> files;
+  // A .txt entry that is not a regular file (a FIFO, a dangling link) is refused when it is
+  // read, not skipped: the data set would silently lack it.
   for (const auto& entry : fs::directory_iterator(dir))
-    if (entry.is_regular_file() && entry.path().extension() == ".txt")
-      files.push_back(entry.path());
+    if (entry.path().extension() == ".txt") files.push_back(entry.path());
   std::sort(files.begin(), files.end(),
             [](const fs::path& a, const fs::path& b) { return a.filename() < b.filename(); });
   return files;
@@ -74,10 +76,6 @@ std::vector<fs::path> resolve_dataset(const std::string& dataset, const std::str
   }
   std::error_code ec;
   const fs::path path(dataset);
-  if (fs::is_regular_file(path, ec)) {
-    label = path.stem().string();
-    return {path};
-  }
   if (fs::is_directory(path, ec)) {
     const fs::path normal = fs::absolute(path).lexically_normal();
     label = (normal.has_filename() ? normal : normal.parent_path()).filename().string();
@@ -86,6 +84,11 @@ std::vector<fs::path> resolve_dataset(const std::string& dataset, const std::str
       fail_usage("text data set folder " + dataset + " holds no .txt files",
                  "point --dataset at a .txt file or a folder of .txt files");
     return files;
+  }
+  // Anything else there must be a text file: a FIFO or a dangling link is refused by name.
+  if (optional_input_file(dataset, "text data file")) {
+    label = path.stem().string();
+    return {path};
   }
   fail_usage("unknown text data set '" + dataset + "'",
              "valid text data sets: " + registry.names_joined() +
@@ -116,6 +119,13 @@ constexpr uint64_t kCacheMaxTokens = uint64_t{1} << 40;
 // size before anything that size is allocated.
 bool read_cache(const std::string& path, uint64_t key, int64_t vocab_size,
                 std::vector<int32_t>& tokens) {
+  std::error_code status_error;
+  const fs::file_status status = fs::status(path, status_error);
+  if (!fs::exists(status)) return false;
+  if (!fs::is_regular_file(status)) {  // never opened: a FIFO would block the read
+    log_warn("ignoring the token cache {}: it is not a regular file; tokenizing again", path);
+    return false;
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) return false;
   const auto damaged = [&](const char* why) {

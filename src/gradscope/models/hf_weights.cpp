@@ -309,6 +309,48 @@ std::string some_names(const std::vector<std::string>& names, size_t most = 5) {
   return out;
 }
 
+// Every tensor of `layout` given (`shape_of` says its shape, nullptr when absent) with its
+// shape, and no other name among `given`: a usage error naming `source` and the tensor.
+template <typename ShapeOf>
+void check_layout_tensors(const std::string& model, const Layout& layout,
+                          const std::vector<std::string>& given, ShapeOf shape_of,
+                          const std::string& source) {
+  const std::string hint = fmt::format(
+      "gradscope's {} with this architecture reads the {} tensors {} has, named and shaped as "
+      "docs/weights.md (\"Names\") lists them; is the file for another architecture?",
+      model, layout.tensors.size(), layout.published_as);
+  std::set<std::string> known;
+  std::vector<std::string> missing, extra;
+  for (const HfTensor& t : layout.tensors) {
+    known.insert(t.name);
+    if (!t.head_alias.empty()) known.insert(t.head_alias);
+    if (!shape_of(t.name) && (t.head_alias.empty() || !shape_of(t.head_alias)))
+      missing.push_back(t.name);
+  }
+  for (const std::string& name : given)
+    if (!known.count(name)) extra.push_back(name);
+  if (!missing.empty())
+    fail_usage(
+        fmt::format("{} lacks {} tensor{} of {}'s published layout: {}", source, missing.size(),
+                    missing.size() == 1 ? "" : "s", model, some_names(missing)),
+        hint);
+  if (!extra.empty())
+    fail_usage(
+        fmt::format("{} holds {} tensor{} that {}'s published layout does not have: {}", source,
+                    extra.size(), extra.size() == 1 ? "" : "s", model, some_names(extra)),
+        hint);
+  for (const HfTensor& t : layout.tensors)
+    for (const std::string* name : {&t.name, &t.head_alias}) {
+      if (name->empty()) continue;
+      const auto shape = shape_of(*name);
+      if (shape && *shape != at::IntArrayRef(t.shape))
+        fail_usage(fmt::format("{}: tensor '{}' has shape {} where the architecture has {}", source,
+                               *name, shape_text(*shape), shape_text(t.shape)),
+                   "the weights are for another architecture: give the folder with its "
+                   "config.json, or set the architecture that matches them");
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // Configurations: the architecture keys with a published name, the published keys whose value
 // gradscope's model fixes, and the keys written for the published loaders only.
@@ -709,9 +751,11 @@ nlohmann::json arch_from_hf_config(const std::string& model, const nlohmann::jso
   std::set<std::string> published(names.special.begin(), names.special.end());
   for (const auto& key : names.keys) {
     published.insert(key.arch);
-    if (config.contains(key.published))
+    if (config.contains(key.published)) {
       arch[key.arch] = hf_weights_detail::config_value(config[key.published], key.kind,
                                                        key.published, source, model);
+      check_arch_limit(arch[key.arch], key.arch, source, key.published);
+    }
   }
   hf_weights_detail::read_special(model, config, arch, source);
   for (const auto& fixed : names.fixed) {
@@ -738,12 +782,14 @@ nlohmann::json arch_from_hf_config(const std::string& model, const nlohmann::jso
             model);
       const nlohmann::json* slot = arch.contains(key) ? &arch[key] : nullptr;
       arch[key] = hf_weights_detail::gradscope_value(value, slot, key, source, model);
+      check_arch_limit(arch[key], key, source, "gradscope." + key);
     }
   }
   if (arch.contains("model_type") && arch["model_type"] != nlohmann::json(model))
     fail_config(source,
                 fmt::format("'model_type' is {}, not \"{}\"", arch["model_type"].dump(), model),
                 model);
+  check_arch_limits(arch, source);
   const ModelFamily& family = model_registry().get(model);
   try {
     if (family.finalize) family.finalize(arch);
@@ -886,16 +932,26 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> hf_tensor_shapes(
   return out;
 }
 
+void check_hf_tensor_shapes(const std::string& model, const nlohmann::json& arch,
+                            const std::map<std::string, std::vector<int64_t>>& given,
+                            const std::string& source) {
+  const hf_weights_detail::Layout layout = hf_weights_detail::layout_of_arch(model, arch);
+  std::vector<std::string> names;
+  for (const auto& named : given) names.push_back(named.first);
+  hf_weights_detail::check_layout_tensors(
+      model, layout, names,
+      [&](const std::string& name) -> std::optional<at::IntArrayRef> {
+        const auto it = given.find(name);
+        if (it == given.end()) return std::nullopt;
+        return at::IntArrayRef(it->second);
+      },
+      source);
+}
+
 void load_hf_tensors(const std::string& model, Model& m,
                      const std::map<std::string, torch::Tensor>& tensors,
                      const std::string& source) {
-  using hf_weights_detail::shape_text;
-  using hf_weights_detail::some_names;
   const hf_weights_detail::Layout layout = hf_weights_detail::layout_of_model(model, m);
-  const std::string hint = fmt::format(
-      "gradscope's {} with this architecture reads the {} tensors {} has, named and shaped as "
-      "docs/weights.md (\"Names\") lists them; is the file for another architecture?",
-      model, layout.tensors.size(), layout.published_as);
   auto find = [&](const std::string& name) -> const torch::Tensor* {
     if (name.empty()) return nullptr;
     auto it = tensors.find(name);
@@ -903,37 +959,23 @@ void load_hf_tensors(const std::string& model, Model& m,
   };
 
   // Everything is checked before the first copy.
-  std::set<std::string> known;
-  std::vector<std::string> missing, extra;
-  for (const hf_weights_detail::HfTensor& t : layout.tensors) {
-    known.insert(t.name);
-    if (!t.head_alias.empty()) known.insert(t.head_alias);
-    if (!find(t.name) && !find(t.head_alias)) missing.push_back(t.name);
-  }
-  for (const auto& [name, tensor] : tensors)
-    if (!known.count(name)) extra.push_back(name);
-  if (!missing.empty())
-    fail_usage(
-        fmt::format("{} lacks {} tensor{} of {}'s published layout: {}", source, missing.size(),
-                    missing.size() == 1 ? "" : "s", model, some_names(missing)),
-        hint);
-  if (!extra.empty())
-    fail_usage(
-        fmt::format("{} holds {} tensor{} that {}'s published layout does not have: {}", source,
-                    extra.size(), extra.size() == 1 ? "" : "s", model, some_names(extra)),
-        hint);
+  std::vector<std::string> given;
+  for (const auto& named : tensors) given.push_back(named.first);
+  hf_weights_detail::check_layout_tensors(
+      model, layout, given,
+      [&](const std::string& name) -> std::optional<at::IntArrayRef> {
+        const torch::Tensor* t = find(name);
+        if (!t) return std::nullopt;
+        return t->sizes();
+      },
+      source);
   for (const hf_weights_detail::HfTensor& t : layout.tensors) {
     for (const std::string* name : {&t.name, &t.head_alias}) {
-      const torch::Tensor* given = find(*name);
-      if (!given) continue;
-      if (given->sizes() != at::IntArrayRef(t.shape))
-        fail_usage(fmt::format("{}: tensor '{}' has shape {} where the architecture has {}", source,
-                               *name, shape_text(given->sizes()), shape_text(t.shape)),
-                   "the weights are for another architecture: give the folder with its "
-                   "config.json, or set the architecture that matches them");
-      check_usage(given->is_floating_point(),
+      const torch::Tensor* given_tensor = find(*name);
+      if (!given_tensor) continue;
+      check_usage(given_tensor->is_floating_point(),
                   fmt::format("{}: tensor '{}' is {}, not floating point", source, *name,
-                              c10::toString(given->scalar_type())),
+                              c10::toString(given_tensor->scalar_type())),
                   "weights are float32, bfloat16 or float16");
     }
     const torch::Tensor *embedding = find(t.name), *head = find(t.head_alias);

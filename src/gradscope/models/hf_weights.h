@@ -78,6 +78,15 @@ AdapterExport hf_adapters(const std::string& model, Model& m, const LoraOptions&
 std::vector<std::pair<std::string, std::vector<int64_t>>> hf_tensor_shapes(
     const std::string& model, const nlohmann::json& arch);
 
+// Checks a file's tensor names and shapes (a safetensors header's, by name) against the
+// published layout of `arch`, before the model is built or any tensor read: every tensor of
+// the layout with its shape and no other, as load_hf_tensors requires; a usage error naming
+// `source` and the tensor. The architecture's sizes must be within the limits
+// check_arch_limits states (the layout lists every layer's tensors).
+void check_hf_tensor_shapes(const std::string& model, const nlohmann::json& arch,
+                            const std::map<std::string, std::vector<int64_t>>& given,
+                            const std::string& source);
+
 // Copies published tensors into the model (converting each to its parameter's dtype and
 // device; values as given). Every tensor hf_tensors lists must be present with its shape, and
 // no other: a missing, extra or misshapen tensor is a usage error naming `source` and the

@@ -299,6 +299,9 @@ std::optional<RunRecord> read_result_file(const std::string& path, std::string* 
     const std::string text = read_input_file(path, "result file", kMaxRecordBytes);
     std::optional<nlohmann::json> j = try_parse_json(text, why);
     if (!j) return std::nullopt;
+    // A parser keeps one of two equal keys: a record with a repeated key is ambiguous.
+    const std::string repeated = repeated_key_problem(text);
+    if (!repeated.empty()) return refuse(repeated);
     RunRecord record = record_from_json(*j);
     if (record.attempt_uid.empty()) return refuse("it has no attempt_uid");
     return record;
@@ -675,9 +678,10 @@ CollectReport collect_results(const std::string& dir, Database& db) {
               "files");
   const fs::path results = fs::is_directory(root / "results", ec) ? root / "results" : root;
   std::vector<fs::path> files;
+  // Every .json entry is read as a record: one that is not a regular file (a FIFO, a folder,
+  // a dangling link) is refused by name, not skipped.
   for (const auto& entry : fs::directory_iterator(results, ec))
-    if (entry.is_regular_file(ec) && entry.path().extension() == ".json")
-      files.push_back(entry.path());
+    if (entry.path().extension() == ".json") files.push_back(entry.path());
   check_usage(!ec, fmt::format("cannot list {}: {}", results.string(), ec.message()),
               "check the folder's permissions");
   std::sort(files.begin(), files.end());

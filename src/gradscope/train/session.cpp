@@ -14,6 +14,7 @@
 #include "gradscope/data/tokenizer.h"
 #include "gradscope/measure/memory.h"
 #include "gradscope/measure/peak.h"
+#include "gradscope/models/common/arch.h"
 #include "gradscope/models/common/layers.h"
 #include "gradscope/optim/factory.h"
 #include "gradscope/strategy/shard.h"
@@ -51,6 +52,7 @@ nlohmann::json resolve_arch(const RunConfig& config) {
                     "or --seq",
                 "set its size with --arch dim=N (and --arch condition=K for the quadratic)");
   apply_arch_overrides(config.model, config.arch_overrides, arch);
+  check_arch_limits(arch, "the architecture (--arch)");
   if (family.kind == ModelKind::kModelKindImageClassification)
     check_usage(config.tokenizer.empty() && config.seq_len <= 0,
                 "model '" + config.model + "' reads images: it takes no --tokenizer or --seq",
@@ -110,6 +112,9 @@ nlohmann::json resolve_arch(const RunConfig& config) {
     arch["attention_dropout"] = *config.dropout;
   }
   if (family.finalize) family.finalize(arch);
+  // The weights must be what the architecture describes, checked from their headers before
+  // anything of the architecture's sizes is built.
+  if (init) check_init_weights(config.model, arch, *init);
   return arch;
 }
 

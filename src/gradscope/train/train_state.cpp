@@ -219,7 +219,7 @@ std::string weight_key(size_t i) { return "w" + std::to_string(i); }
 json read_state_json(const fs::path& dir) {
   const std::string text =
       read_input_file((dir / kStateJson).string(), "training state", kMaxRecordBytes);
-  json j = parse_json_input(text, (dir / kStateJson).string(),
+  json j = parse_json_input_unique(text, (dir / kStateJson).string(),
                             "the folder holds a damaged training state: start the run afresh");
   check_usage(
       j.is_object() && j.value("schema", "") == kTrainStateSchema,
@@ -476,6 +476,21 @@ TrainStateInfo read_train_state_info(const std::string& dir) {
   return info;
 }
 
+TrainProgress read_train_progress(const std::string& dir) {
+  const fs::path folder = state_folder_of(dir);
+  const json state = read_state_json(folder);
+  try {
+    return progress_from_json(state);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    const std::string message = e.what();
+    fail_usage(fmt::format("{} is not a whole training state: {}", (folder / kStateJson).string(),
+                           message.substr(0, message.find('\n'))),
+               "start the run afresh without --resume");
+  }
+}
+
 void check_state_build(const TrainStateInfo& info) {
   const std::string now = train_state_build();
   check_usage(info.build == now,
@@ -510,9 +525,17 @@ void check_resumable(const TrainStateInfo& info, const ResolvedRun& run) {
               "start the run afresh without --resume");
 }
 
+// Each archive of a state checked to be a regular file before LibTorch opens it (a FIFO would
+// block the open forever).
+void check_state_files(const fs::path& folder) {
+  for (const char* name : {kModelFile, kOptimizerFile, kGeneratorsFile})
+    check_input_file((folder / name).string(), "training state file");
+}
+
 TrainProgress load_train_state(const TrainStateInfo& info, Session& session) {
   const fs::path folder = info.dir;
   const json state = read_state_json(folder);
+  check_state_files(folder);
   TrainProgress progress;
   try {
     progress = progress_from_json(state);
@@ -571,6 +594,7 @@ std::vector<std::pair<std::string, torch::Tensor>> read_state_weights(const std:
   const fs::path folder = state_folder_of(dir);
   const json state = read_state_json(folder);
   const auto names = state.at("weights").get<std::vector<std::string>>();
+  check_input_file((folder / kModelFile).string(), "training state file");
   torch::serialize::InputArchive model;
   model.load_from((folder / kModelFile).string());
   std::vector<std::pair<std::string, torch::Tensor>> out;

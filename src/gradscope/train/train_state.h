@@ -105,6 +105,11 @@ void save_train_state(const std::string& dir, Session& session, const TrainProgr
 // The state.json of `dir`; a usage error when there is no state or it is not one.
 TrainStateInfo read_train_state_info(const std::string& dir);
 
+// Where the loop stood, as the state.json of `dir` says (what load_train_state restores),
+// read and checked without a model; a usage error naming the file when it is not a whole
+// state.
+TrainProgress read_train_progress(const std::string& dir);
+
 // Refuses (a usage error naming each difference) to continue a state with other settings:
 // every setting that defines the run or how it is measured must be the state's; and one
 // written by another build (naming both).

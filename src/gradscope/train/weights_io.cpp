@@ -87,24 +87,28 @@ InitSource read_init_source(const std::string& path) {
   check_usage(fs::is_directory(status),
               "--init-from '" + path + "' is neither a file nor a folder");
   const fs::path dir(path);
-  const bool single = fs::is_regular_file(dir / "model.safetensors", ec);
-  const bool sharded = fs::is_regular_file(dir / "model.safetensors.index.json", ec);
+  // Each file a folder may hold is either absent or a regular file: one that is there in
+  // another form (a folder, a FIFO, a dangling link) is refused, never taken as absent.
+  const bool single = optional_input_file((dir / "model.safetensors").string(), "weights file");
+  const bool sharded =
+      optional_input_file((dir / "model.safetensors.index.json").string(), "safetensors index");
   check_usage(
       single || sharded,
       "folder '" + path + "' has neither model.safetensors nor model.safetensors.index.json",
       "--init-from takes a folder as Hugging Face writes it, or a .safetensors file");
   source.weights = path;
   const fs::path config = dir / "config.json";
-  if (fs::is_regular_file(config, ec)) {
+  if (optional_input_file(config.string(), "model config")) {
     source.config_path = config.string();
-    nlohmann::json j = parse_json_input(
+    nlohmann::json j = parse_json_input_unique(
         read_input_file(source.config_path, "model config", kMaxConfigBytes), source.config_path);
     check_usage(j.is_object(), "'" + source.config_path + "' is not a JSON object",
                 "config.json holds the model's configuration as Hugging Face writes it");
     source.config = std::move(j);
   }
   const fs::path tokenizer = dir / "tokenizer.json";
-  if (fs::is_regular_file(tokenizer, ec)) source.tokenizer_json = tokenizer.string();
+  if (optional_input_file(tokenizer.string(), "tokenizer file"))
+    source.tokenizer_json = tokenizer.string();
   return source;
 }
 
@@ -112,6 +116,14 @@ nlohmann::json apply_init_config(const std::string& model, const InitSource& sou
                                  const nlohmann::json& arch) {
   if (!source.config) return arch;
   return arch_from_hf_config(model, *source.config, arch, source.config_path);
+}
+
+void check_init_weights(const std::string& model, const nlohmann::json& arch,
+                        const InitSource& source) {
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (SafetensorsEntry& e : read_safetensors_header(source.weights))
+    shapes.emplace(e.name, std::move(e.shape));
+  check_hf_tensor_shapes(model, arch, shapes, source.weights);
 }
 
 void load_init_weights(const std::string& model, Model& m, const InitSource& source) {

@@ -33,6 +33,15 @@ InitSource read_init_source(const std::string& path);
 nlohmann::json apply_init_config(const std::string& model, const InitSource& source,
                                  const nlohmann::json& arch);
 
+// Checks the source's tensor names and shapes, from the safetensors headers alone, against the
+// published layout of `arch` (the resolved architecture, its sizes within check_arch_limits):
+// every tensor of the layout with its shape and no other. Run before the model is built, so
+// that a config.json that does not describe the weights beside it, or a file holding another
+// tensor, is a usage error naming the file and the tensor before anything of the claimed sizes
+// is allocated or any tensor's data is read.
+void check_init_weights(const std::string& model, const nlohmann::json& arch,
+                        const InitSource& source);
+
 // Copies the source's tensors into the model (every tensor found with its shape, and no other;
 // a usage error naming the file and the tensor otherwise, before anything is copied).
 void load_init_weights(const std::string& model, Model& m, const InitSource& source);

@@ -83,4 +83,66 @@ std::string ArchReader::text(const char* key, std::optional<std::string> fallbac
   return v->get<std::string>();
 }
 
+namespace {
+
+struct SizeLimit {
+  const char* key;
+  int64_t max;
+};
+
+// Published models use vocabularies up to about 262k tokens, hidden sizes up to 16k and up to
+// 126 layers; each limit is a factor of 8 to 16 above the largest.
+constexpr SizeLimit kSizeLimits[] = {
+    {"vocab_size", int64_t{1} << 22},
+    {"hidden_size", int64_t{1} << 16},
+    {"vision_hidden_size", int64_t{1} << 16},
+    {"intermediate_size", int64_t{1} << 18},
+    {"vision_intermediate_size", int64_t{1} << 18},
+    {"num_hidden_layers", 1024},
+    {"vision_num_hidden_layers", 1024},
+    {"num_attention_heads", 1024},
+    {"num_key_value_heads", 1024},
+    {"vision_num_attention_heads", 1024},
+    {"head_dim", 4096},
+    {"global_attn_every_n_layers", 1024},
+    {"local_attention", int64_t{1} << 20},
+    {"image_size", 8192},
+    {"patch_size", 8192},
+    {"num_channels", 64},
+    {"num_labels", int64_t{1} << 20},
+    {"pixel_shuffle_factor", 64},
+    {"seq_len", int64_t{1} << 20},
+};
+
+const SizeLimit* limit_of(const std::string& key) {
+  for (const SizeLimit& limit : kSizeLimits)
+    if (key == limit.key) return &limit;
+  return nullptr;
+}
+
+}  // namespace
+
+void check_arch_limit(const json& value, const std::string& key, const std::string& source,
+                      const std::string& shown_as) {
+  const SizeLimit* limit = limit_of(key);
+  if (!limit) return;
+  bool over = false;
+  if (value.is_number_unsigned())
+    over = value.get<uint64_t>() > static_cast<uint64_t>(limit->max);
+  else if (value.is_number_integer())
+    over = value.get<int64_t>() > limit->max;
+  else if (value.is_number_float())
+    over = !(value.get<double>() <= static_cast<double>(limit->max));
+  if (over)
+    fail_usage(fmt::format("{}: '{}' is {}, more than the {} gradscope allows", source,
+                           shown_as.empty() ? key : shown_as, value.dump(), limit->max),
+               "check the value: it is far larger than any published model's (docs/weights.md, "
+               "\"Limits\")");
+}
+
+void check_arch_limits(const json& arch, const std::string& source) {
+  if (!arch.is_object()) return;
+  for (const auto& [key, value] : arch.items()) check_arch_limit(value, key, source);
+}
+
 }  // namespace gradscope

@@ -37,4 +37,15 @@ class ArchReader {
   std::string model_;
 };
 
+// The largest size an architecture may give each of its size keys (vocab_size 4,194,304,
+// num_hidden_layers 1,024, ...; docs/weights.md, "Limits"), far above any published model's
+// and low enough that a model's list of tensors and the loops over its layers stay small.
+// check_arch_limit: a usage error naming `source` ("config.json", "--arch") and the key
+// (`shown_as` when the source spells it otherwise) when `value` of architecture key `key` is a
+// number above the key's limit; other keys and types are left to the model's own reader.
+// check_arch_limits checks every key of `arch` so.
+void check_arch_limit(const nlohmann::json& value, const std::string& key,
+                      const std::string& source, const std::string& shown_as = "");
+void check_arch_limits(const nlohmann::json& arch, const std::string& source);
+
 }  // namespace gradscope
