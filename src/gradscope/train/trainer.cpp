@@ -27,8 +27,10 @@
 namespace gradscope {
 namespace {
 
+// Out of memory: LibTorch's allocators say so; a host container's allocation that the system
+// refused throws std::bad_alloc.
 bool is_oom(const std::string& message) {
-  return message.find("out of memory") != std::string::npos ||
+  return message.find("out of memory") != std::string::npos || message == "std::bad_alloc" ||
          message.find("DefaultCPUAllocator: can't allocate") != std::string::npos;
 }
 
