@@ -2,6 +2,9 @@
 // databases whose right answers are known, and the files of a report built from a real sweep
 // (valid SVG and PNG, CSV columns, no missing file, the same bytes twice, and a headless
 // Chromium rendering every figure).
+#include <sqlite3.h>
+
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -11,8 +14,10 @@
 #include <fmt/format.h>
 
 #include "gradscope/report/analysis.h"
+#include "gradscope/report/csv.h"
 #include "gradscope/report/encode.h"
 #include "gradscope/report/render.h"
+#include "gradscope/report/tables.h"
 #include "gradscope/store/db.h"
 #include "test_util.h"
 
@@ -76,6 +81,8 @@ struct FakeRun {
   // Validation loss after step i, every eval_every steps (0: never evaluated).
   int64_t eval_every = 0;
   std::function<double(int)> val = [](int) { return 1.0; };
+  // Its timings were disturbed: the record's contention part says so, as a busy machine's.
+  bool disturbed = false;
 };
 
 // n seeds of a run: seed s has its loss, step time and utilization scaled by
@@ -190,7 +197,19 @@ json record_json(const FakeRun& r) {
        json::array({{{"t_s", 0.0}, {"util_pct", r.util}}, {{"t_s", 1.0}, {"util_pct", r.util}}})}};
 }
 
-RunRecord record_of(const FakeRun& r) { return record_from_json(record_json(r)); }
+RunRecord record_of(const FakeRun& r) {
+  json j = record_json(r);
+  if (r.disturbed)
+    j["contention"] = {{"steps", r.steps},
+                       {"threads", 1},
+                       {"cpus", 2},
+                       {"involuntary_switches_per_s", 400.0},
+                       {"competing_tasks_mean", 2.0},
+                       {"excess_tasks_mean", 1.0},
+                       {"disturbed", true},
+                       {"reasons", {"2.00 runnable tasks besides the run's 1 threads"}}};
+  return record_from_json(j);
+}
 
 // Stores the runs in a fresh database and analyzes it, as `gradscope report` does.
 ReportData analyze_runs(const std::vector<FakeRun>& runs, const ReportOptions& options = {}) {
@@ -317,6 +336,50 @@ TEST(ReportFindings, CheckpointingWithTheSameLossAndThirtyPercentMoreTime) {
       analyze_runs(all_of({seeds_of(standard, 3, 1e-5), seeds_of(checkpoint, 3, 1e-5)}));
   EXPECT_EQ(finding(e, "checkpoint-time").verdict, Verdict::kNotReproduced);
   EXPECT_EQ(finding(e, "checkpoint-loss").verdict, Verdict::kReproduced);
+}
+
+TEST(ReportDisturbance, DisturbedRunsAreMarkedAndLeftOutOfEverythingOfTime) {
+  FakeRun standard{"llama"};
+  standard.loss = [](int i, double) { return 3.0 / i; };
+  FakeRun checkpoint = standard;
+  checkpoint.strategy = "checkpoint";
+  checkpoint.step_s = 0.13;
+  checkpoint.peak *= 0.6;
+  std::vector<FakeRun> runs = all_of({seeds_of(standard, 3, 1e-5), seeds_of(checkpoint, 4, 1e-5)});
+  // The last of four checkpoint seeds ran beside a busy loop: its steps took 0.6 s.
+  runs.back().step_s = 0.6;
+  runs.back().disturbed = true;
+  const ReportData d = analyze_runs(runs);
+  const auto group = std::find_if(d.groups.begin(), d.groups.end(),
+                                  [](const Group& g) { return g.strategy == "checkpoint"; });
+  ASSERT_NE(group, d.groups.end());
+  EXPECT_EQ(group->ok_runs.size(), 4u);         // still a run of the group: its loss counts
+  EXPECT_EQ(group->disturbed_runs.size(), 1u);  // but not its time
+  EXPECT_EQ(group->step_s.n, 3);
+  EXPECT_NEAR(group->step_s.mean, 0.13, 1e-3);
+  EXPECT_EQ(group->final_loss.n, 4);
+  EXPECT_EQ(group->tokens_per_s.n, 0);  // the fake records have no throughput at all
+  EXPECT_EQ(group_loss_at(d, *group, Axis::kTime, 1e9).n, 3);
+  EXPECT_EQ(group_loss_at(d, *group, Axis::kSteps, 20).n, 4);
+  // With its 0.6 s the checkpoint would cost 2.5 times the standard step (more than "up to
+  // 60%"), not 1.3 times.
+  const Finding& time = finding(d, "checkpoint-time");
+  EXPECT_TRUE(testing::contains(time.measured, "step time 1.30x")) << time.measured;
+  EXPECT_EQ(time.verdict, Verdict::kReproduced) << time.measured;
+  // The report says which runs and why.
+  const std::string md = markdown_summary(d);
+  EXPECT_TRUE(testing::contains(md, "1 run(s) had disturbed timings")) << md;
+  EXPECT_TRUE(testing::contains(md, "2.00 runnable tasks besides the run's 1 threads")) << md;
+  EXPECT_TRUE(testing::contains(md, "(1 of 4 runs disturbed, left out)")) << md;
+  EXPECT_TRUE(testing::contains(runs_csv(d), ",timing_disturbed,")) << runs_csv(d);
+}
+
+TEST(ReportDisturbance, QuietRunsAreNotMarked) {
+  FakeRun standard{"llama"};
+  const ReportData d = analyze_runs(seeds_of(standard, 3));
+  EXPECT_TRUE(d.groups.front().disturbed_runs.empty());
+  EXPECT_EQ(d.groups.front().step_s.n, 3);
+  EXPECT_FALSE(testing::contains(markdown_summary(d), "disturbed")) << markdown_summary(d);
 }
 
 TEST(ReportFindings, UtilizationRangesAndTheDeviceCaveat) {
@@ -1019,6 +1082,19 @@ set = {{ accum_steps = 2 }}
       "--quiet --db " +
       db);
   ASSERT_EQ(vit.code, 0) << vit.out << vit.err;
+  // The runs' timings as a quiet machine records them: tests share the cores with other
+  // suites, and a disturbed run's time would be left out of the time figures this test wants.
+  // (ReportDisturbance holds what the report does with disturbed runs.)
+  {
+    sqlite3* raw = nullptr;
+    ASSERT_EQ(sqlite3_open(db.c_str(), &raw), SQLITE_OK);
+    EXPECT_EQ(sqlite3_exec(raw,
+                           "UPDATE runs SET record_json = "
+                           "json_set(record_json, '$.contention.disturbed', json('false'))",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(raw);
+  }
 
   const std::string out = dir.file("report");
   const auto report = testing::run_gradscope("report " + db + " --out " + out);

@@ -64,8 +64,10 @@ int launch_local_ranks(const RunConfig& c, const std::function<void(const RunRec
               "--nproc starts ranks of `gradscope run` and `gradscope verify` only",
               "start the ranks with gradscope run --nproc N");
   const bool run = args[0] == "run";
-  const unsigned cores = std::thread::hardware_concurrency();
-  if (cores > 0 && c.nproc > static_cast<int64_t>(cores))
+  check_local_ranks_here(c.nproc);
+  if (c.threads > 0) check_threads_here(c.threads);  // each rank's, before any is started
+  const int64_t cores = usable_cores();
+  if (c.nproc > cores)
     log_warn(
         "--nproc {} starts more ranks than this machine has cores ({}): they take turns on the "
         "cores, and step times measure that",

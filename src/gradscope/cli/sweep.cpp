@@ -11,6 +11,7 @@
 #include "gradscope/core/env.h"
 #include "gradscope/core/error.h"
 #include "gradscope/core/log.h"
+#include "gradscope/measure/contention.h"
 #include "gradscope/store/db.h"
 #include "gradscope/sweep/grid.h"
 #include "gradscope/sweep/runner.h"
@@ -64,6 +65,22 @@ void print_plan(const Sweep& sweep, const std::vector<PlannedRun>& plan) {
     if (p.pending()) ++pending;
   }
   fmt::print("{} to run, {} skipped\n", pending, plan.size() - pending);
+}
+
+// Timings taken while other tasks compete for the CPUs measure the queue as much as the work:
+// each run records what competed with it (docs/metrics.md, "Disturbance"), and the sweep says
+// so up front when the machine is busy before it starts.
+void warn_if_busy() {
+  const MachineLoad load = measure_machine_load();
+  if (!load.measured || !load.busy) return;
+  log_warn(
+      "this machine is busy: {:.1f} runnable tasks on average besides this sweep (10 readings of "
+      "/proc/stat's procs_running over 0.5 s; 1-minute load average {}) on its {} CPUs. Runs "
+      "whose cores they take are marked disturbed in their records, and the report leaves their "
+      "times out",
+      load.other_tasks_mean,
+      load.loadavg_1min ? fmt::format("{:.2f}", *load.loadavg_1min) : std::string("unknown"),
+      load.cpus);
 }
 
 int execute_sweep(SweepCliOptions& o) {
@@ -147,6 +164,7 @@ int execute_sweep(SweepCliOptions& o) {
     print_plan(sweep, plan);
     return 0;
   }
+  warn_if_busy();
   int64_t interrupted = 0;
   // Held until the process ends: a signal while the sweep prints its summary and exits
   // changes neither (run_sweep's own handlers nest in these).

@@ -1,14 +1,17 @@
 #include "gradscope/core/env.h"
 
 #include <dlfcn.h>
+#include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
+#include <thread>
 
 #include <torch/torch.h>
 #include "gradscope/core/error.h"
@@ -65,6 +68,36 @@ int blas_threads() {
   if (auto fn = reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "mkl_get_max_threads")))
     return fn();
   return 0;
+}
+
+int64_t usable_cores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max<int64_t>(1, std::thread::hardware_concurrency());
+}
+
+int64_t max_threads_here() { return 4 * usable_cores(); }
+
+int64_t max_local_ranks_here() { return usable_cores() + 4; }
+
+void check_threads_here(int64_t threads) {
+  const int64_t cores = usable_cores();
+  check_usage(threads <= max_threads_here(),
+              fmt::format("--threads {} is more than this machine allows: at most {} (4 x its {} "
+                          "usable cores)",
+                          threads, max_threads_here(), cores),
+              fmt::format("pass at most --threads {}, or 0 for LibTorch's default (the cores)",
+                          cores));
+}
+
+void check_local_ranks_here(int64_t nproc) {
+  const int64_t cores = usable_cores();
+  check_usage(nproc <= max_local_ranks_here(),
+              fmt::format("--nproc {} starts more ranks than this machine allows: at most {} (its "
+                          "{} usable cores + 4)",
+                          nproc, max_local_ranks_here(), cores),
+              "pass fewer ranks, or start ranks on several machines with torchrun or srun "
+              "(docs/distributed.md)");
 }
 
 std::optional<int64_t> env_integer(const char* name, int64_t min, int64_t max,

@@ -26,6 +26,26 @@ EnvInfo current_env(const std::string& device);
 // and both draw on one OpenMP pool, so they never add up past it.
 int blas_threads();
 
+// The cores this process may run on (its CPU affinity, which a container or `taskset` narrows;
+// the machine's count where affinity cannot be read); at least 1.
+int64_t usable_cores();
+
+// What a run may ask of this machine, derived from usable_cores(). Beyond these a run only
+// takes turns on the cores (its step times measure the queue, not the work), and the counts
+// the flags allow (--threads 100000) would create threads or processes until memory or the
+// address space runs out. Exceeding one is a usage error naming the flag, the limit and the
+// cores.
+//   --threads: at most 4 x cores per process (oversubscribing a little stays possible, for
+//              testing how a run behaves on a busy machine);
+//   --nproc:   at most cores + 4 ranks started on this machine by `gradscope run --nproc`
+//              (a few more ranks than cores stays possible, for testing several ranks on a
+//              small machine; ranks that torchrun or srun start are each their own process on
+//              the nodes the launcher chose, and are not counted here).
+int64_t max_threads_here();
+int64_t max_local_ranks_here();
+void check_threads_here(int64_t threads);
+void check_local_ranks_here(int64_t nproc);
+
 // $GRADSCOPE_DATA, else ~/.cache/gradscope.
 std::string data_dir();
 

@@ -150,7 +150,28 @@ json step_to_json(const StepEntry& s) {
             {"evaluations", s.evaluations},
             {"warmup", s.warmup}};
   if (s.energy_j) j["energy_j"] = *s.energy_j;  // timed steps only
+  const StepContention& c = s.contention;  // timed steps only, each where it was read
+  if (c.involuntary_switches) j["involuntary_switches"] = *c.involuntary_switches;
+  if (c.steal_s) j["steal_s"] = *c.steal_s;
+  if (c.competing_tasks) j["competing_tasks"] = *c.competing_tasks;
   return j;
+}
+
+json contention_to_json(const RunContention& c) {
+  return {{"window", "timed steps"},
+          {"steps", c.steps},
+          {"threads", c.threads},
+          {"cpus", c.cpus},
+          {"timed_s", c.timed_s},
+          {"involuntary_switches", or_null(c.involuntary_switches)},
+          {"involuntary_switches_per_s", or_null(c.involuntary_switches_per_s)},
+          {"steal_s", or_null(c.steal_s)},
+          {"steal_pct", or_null(c.steal_pct)},
+          {"competing_tasks_mean", or_null(c.competing_tasks_mean)},
+          {"competing_tasks_max", or_null(c.competing_tasks_max)},
+          {"excess_tasks_mean", or_null(c.excess_tasks_mean)},
+          {"disturbed", c.disturbed},
+          {"reasons", c.reasons}};
 }
 
 json memory_to_json(const RunMemory& m) {
@@ -224,7 +245,31 @@ StepEntry step_from_json(const json& j, const std::string& path) {
   s.evaluations = r.integer("evaluations").value_or(1);
   s.warmup = r.boolean("warmup").value_or(false);
   s.energy_j = r.number("energy_j");
+  s.contention.involuntary_switches = r.integer("involuntary_switches");
+  s.contention.steal_s = r.number("steal_s");
+  s.contention.competing_tasks = r.number("competing_tasks");
   return s;
+}
+
+RunContention contention_from_json(const Reader& r) {
+  RunContention c;
+  c.steps = r.integer("steps").value_or(0);
+  c.threads = r.integer("threads").value_or(0);
+  c.cpus = r.integer("cpus").value_or(0);
+  c.timed_s = r.number("timed_s").value_or(0);
+  c.involuntary_switches = r.integer("involuntary_switches");
+  c.involuntary_switches_per_s = r.number("involuntary_switches_per_s");
+  c.steal_s = r.number("steal_s");
+  c.steal_pct = r.number("steal_pct");
+  c.competing_tasks_mean = r.number("competing_tasks_mean");
+  c.competing_tasks_max = r.number("competing_tasks_max");
+  c.excess_tasks_mean = r.number("excess_tasks_mean");
+  c.disturbed = r.boolean("disturbed").value_or(false);
+  c.reasons = r.array<std::string>("reasons", [](const json& v, const std::string& path) {
+    if (!v.is_string()) Reader::fail_at(path, "text", v);
+    return v.get<std::string>();
+  });
+  return c;
 }
 
 EvalEntry eval_from_json(const json& j, const std::string& path) {
@@ -507,6 +552,8 @@ json record_to_json(const RunRecord& r) {
                                           {"samples", r.utilization->samples},
                                           {"source", r.utilization->source}}
                                    : json(nullptr);
+  // Only when measured, so that older records read back as they were.
+  if (r.contention) j["contention"] = contention_to_json(*r.contention);
   json timeline = json::array();
   for (const TimelineSample& s : r.timeline) timeline.push_back(sample_to_json(s));
   j["timeline"] = timeline;
@@ -660,6 +707,7 @@ RunRecord record_from_json(const json& j) {
                                      u.integer("samples").value_or(0),
                                      u.text("source").value_or("")};
   }
+  if (r.has("contention")) out.contention = contention_from_json(r.object("contention"));
   out.timeline = r.array<TimelineSample>("timeline", sample_from_json);
   if (r.has("energy")) {
     const Reader e = r.object("energy");

@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gradscope/core/contention.h"
 #include "gradscope/core/config.h"
 
 namespace gradscope {
@@ -65,6 +66,8 @@ struct StepEntry {
   // Joules of this step by the run's energy source (timed steps only; absent for warm-up
   // steps and in records written before it existed).
   std::optional<double> energy_j;
+  // What competed for the cores during this step (timed steps only; core/contention.h).
+  StepContention contention;
 };
 
 struct EvalEntry {
@@ -292,6 +295,9 @@ struct RunRecord {
   std::optional<RunMemory> memory;
   std::optional<RunDistributed> distributed;
   std::optional<RunUtilization> utilization;
+  // What competed for the cores over the timed steps, and whether that disturbed the run's
+  // timings; null in records written before it was measured.
+  std::optional<RunContention> contention;
   std::vector<TimelineSample> timeline;
   std::optional<RunEnergy> energy;
   std::optional<SamplerInfo> sampler;

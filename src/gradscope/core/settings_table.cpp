@@ -1,6 +1,7 @@
 // The settings table: one row per run setting, in the order --help shows them.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <set>
 
 #include <fmt/format.h>
@@ -36,6 +37,18 @@ std::vector<std::string> parse_lora_targets(const std::string& flag, const std::
   for (const auto& name : valid)
     if (given.count(name)) out.push_back(name);
   return out;
+}
+
+// The optimizers step float32 parameters with the rate as a float32 scalar: a rate beyond
+// float32's range is no rate at all there (LibTorch refuses it at the first step). A rate
+// within it that makes the loss blow up is a run that ends `diverged`.
+void check_lr_representable(double lr, const std::string& text) {
+  constexpr double kFloatMax = static_cast<double>(std::numeric_limits<float>::max());
+  check_usage(lr <= kFloatMax,
+              fmt::format("--lr {} cannot be represented as a float32, the type the optimizers "
+                          "step the parameters in (largest {:.4g})",
+                          text, kFloatMax),
+              "write e.g. --lr 3e-4");
 }
 
 std::string join_names(const std::vector<std::string>& names) {
@@ -262,6 +275,7 @@ std::vector<Setting> build_settings_table() {
                   "write e.g. --lr 3e-4");
       check_usage(lr > 0 && std::isfinite(lr), fmt::format("--lr {} must be > 0", text),
                   "write e.g. --lr 3e-4");
+      check_lr_representable(lr, text);
       c.lr = lr;
       c.lr_auto = false;
     };
@@ -271,6 +285,7 @@ std::vector<Setting> build_settings_table() {
     s.check = [](const RunConfig& c) {
       check_usage(c.lr >= 0 && std::isfinite(c.lr), fmt::format("--lr {} must be > 0", c.lr),
                   "pass a positive learning rate, e.g. --lr 1e-3");
+      check_lr_representable(c.lr, number_text(c.lr));
     };
     // The record says whether the rate was searched; the id knows it from "lr_search".
     s.write = [](const RunConfig& c, json& out, JsonPurpose purpose) {
@@ -595,7 +610,9 @@ std::vector<Setting> build_settings_table() {
   {
     Setting s =
         member_row("threads", "threads", &RunConfig::threads, T::kTypeInteger, R::kRoleMeasures,
-                   S::kSectionDevice, "Intra-op and BLAS threads (0 = LibTorch's default)");
+                   S::kSectionDevice,
+                   "Intra-op and BLAS threads (0 = LibTorch's default); at most 4 x the cores "
+                   "this process may run on");
     s.check = at_least(&RunConfig::threads, s.flag(), 0, "pass 0 for LibTorch's default");
     t.push_back(std::move(s));
   }
@@ -619,8 +636,9 @@ std::vector<Setting> build_settings_table() {
                            S::kSectionDevice,
                            "Ranks (processes) that train together, with --shard; each reads its "
                            "share of every step (global batch = batch x accum-steps x nproc). "
-                           "gradscope run starts them itself, or each is started by torchrun or "
-                           "srun (docs/distributed.md)");
+                           "gradscope run starts them itself (at most the cores it may run on + 4 "
+                           "ranks), or each is started by torchrun or srun "
+                           "(docs/distributed.md)");
     s.check = [flag = s.flag()](const RunConfig& c) {
       check_usage(c.nproc >= 1 && c.nproc <= 1024,
                   fmt::format("{} {} must be between 1 and 1024", flag, c.nproc),

@@ -190,12 +190,13 @@ std::optional<RankEnv> rank_env_from_environment() {
         env.master_port = env_int("MASTER_PORT", 1, 65535);
       } else {
         // Below Linux's ephemeral ports, and apart for each step of each job.
-        const char* job = env_text("SLURM_JOB_ID");
-        const char* step = env_text("SLURM_STEP_ID");
-        const long long id = job ? std::strtoll(job, nullptr, 10) : 0;
-        const long long st = step ? std::strtoll(step, nullptr, 10) : 0;
-        env.master_port =
-            12000 + static_cast<int>(((id > 0 ? id : 0) * 7 + (st > 0 ? st : 0)) % 20000);
+        // Slurm's job and step ids are 32-bit unsigned numbers; anything else is no id of
+        // Slurm's (and would overflow the sum below).
+        const std::string hint =
+            "srun sets it to Slurm's job (step) id; set MASTER_PORT to choose the port instead";
+        const int64_t id = env_integer("SLURM_JOB_ID", 0, 4294967295LL, hint).value_or(0);
+        const int64_t st = env_integer("SLURM_STEP_ID", 0, 4294967295LL, hint).value_or(0);
+        env.master_port = 12000 + static_cast<int>((id * 7 + st) % 20000);
       }
     }
   } else {

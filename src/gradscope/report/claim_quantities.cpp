@@ -338,7 +338,9 @@ ClaimMeasurement loss_difference(const GroupedRuns& data, const ClaimRule& rule)
 ClaimMeasurement step_time_ratio(const GroupedRuns& data, const ClaimRule& rule) {
   ClaimMeasurement m;
   std::vector<double> ratios;
+  // A run whose timings were disturbed is no evidence about time (groups.h).
   const auto step_s = [](const RunRecord& r) -> std::optional<double> {
+    if (r.contention && r.contention->disturbed) return std::nullopt;
     return r.time ? r.time->step_median_s : std::nullopt;
   };
   for (const Pair& p : pairs_of(data, rule)) {

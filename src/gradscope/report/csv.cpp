@@ -79,7 +79,11 @@ std::string runs_csv(const GroupedRuns& data) {
                              "utilization_mean_pct",
                              "flops_per_step",
                              "achieved_flops_per_s",
-                             "mfu"});
+                             "mfu",
+                             "timing_disturbed",
+                             "involuntary_switches_per_s",
+                             "steal_pct",
+                             "competing_tasks_mean"});
   for (const Group& g : data.groups) {
     for (size_t i : g.runs) {
       const ReportRun& run = data.runs[i];
@@ -130,7 +134,11 @@ std::string runs_csv(const GroupedRuns& data) {
                       cell(r.utilization, &RunUtilization::mean_pct),
                       cell(r.flops, &RunFlops::per_step),
                       cell(r.flops, &RunFlops::achieved_per_s),
-                      cell(r.flops, &RunFlops::mfu)});
+                      cell(r.flops, &RunFlops::mfu),
+                      r.contention ? (r.contention->disturbed ? "true" : "false") : "",
+                      cell(r.contention, &RunContention::involuntary_switches_per_s),
+                      cell(r.contention, &RunContention::steal_pct),
+                      cell(r.contention, &RunContention::competing_tasks_mean)});
     }
   }
   return csv;

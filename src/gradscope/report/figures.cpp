@@ -95,16 +95,26 @@ class FigureWriter {
 
   // A group's loss curve on an axis: per seed, bucket means of kCurvePoints buckets of steps;
   // then per bucket the mean over seeds with its 95% band. Rows: x, mean, lo, hi.
+  // The runs a curve on `axis` draws: the ok ones, and on the time axis only those whose
+  // timings were not disturbed (groups.h).
+  std::vector<size_t> runs_on(const Group& g, Axis axis) const {
+    std::vector<size_t> out;
+    for (size_t r : g.ok_runs)
+      if (axis != Axis::kTime || !data_.runs[r].timing_disturbed()) out.push_back(r);
+    return out;
+  }
+
   std::string curve_block(const Group& g, Axis axis) const {
+    const std::vector<size_t> runs = runs_on(g, axis);
     size_t n = SIZE_MAX;
-    for (size_t r : g.ok_runs) n = std::min(n, data_.runs[r].curve.size());
-    if (g.ok_runs.empty() || n == 0 || n == SIZE_MAX) return "";
+    for (size_t r : runs) n = std::min(n, data_.runs[r].curve.size());
+    if (runs.empty() || n == 0 || n == SIZE_MAX) return "";
     const size_t buckets = std::min(n, kCurvePoints);
     std::string rows;
     for (size_t b = 0; b < buckets; ++b) {
       const size_t from = b * n / buckets, to = (b + 1) * n / buckets;
       std::vector<double> xs, ys;
-      for (size_t r : g.ok_runs) {
+      for (size_t r : runs) {
         double x = 0, y = 0;
         for (size_t i = from; i < to; ++i) {
           x += data_.runs[r].curve[i].at(axis);
@@ -147,7 +157,8 @@ class FigureWriter {
         if (block.empty()) continue;
         dat_text += fmt::format("# {}\n{}\n\n", gnuplot_datum(g.label), block);
         const int dash = 1 + seen[g.optimizer]++;
-        if (g.ok_runs.size() > 1) {
+        const size_t seeds = runs_on(g, axis).size();
+        if (seeds > 1) {
           any_band = true;
           plots += fmt::format(
               "'{}.dat' index {} using 1:3:4 with filledcurves fc rgb '{}' fs transparent solid "
@@ -157,9 +168,8 @@ class FigureWriter {
         plots += fmt::format(
             "'{}.dat' index {} using 1:2 with lines lw 2 dt {} lc rgb '{}' title {}, ",
             figure_name("loss", model, axis), index, dash, color_.at(g.optimizer),
-            gnuplot_string(short_label(g) + (g.ok_runs.size() > 1
-                                                 ? fmt::format(" ({} seeds)", g.ok_runs.size())
-                                                 : "")));
+            gnuplot_string(short_label(g) +
+                           (seeds > 1 ? fmt::format(" ({} seeds)", seeds) : "")));
         ++index;
         ++drawn;
       }

@@ -92,6 +92,18 @@ Interval interval_of(const GroupedRuns& data, const Group& g,
   return mean_interval(v);
 }
 
+// The same over the ok runs whose timings were not disturbed: for figures of time.
+Interval timed_interval_of(const GroupedRuns& data, const Group& g,
+                           const std::function<std::optional<double>(const ReportRun&)>& value) {
+  std::vector<double> v;
+  for (size_t i : g.ok_runs) {
+    if (data.runs[i].timing_disturbed()) continue;
+    const std::optional<double> x = value(data.runs[i]);
+    if (x && std::isfinite(*x)) v.push_back(*x);
+  }
+  return mean_interval(v);
+}
+
 std::string describe_statuses(const GroupedRuns& data, const Group& g) {
   std::map<std::string, int> count;
   for (size_t i : g.runs) ++count[status_name(data.runs[i].record.status)];
@@ -165,13 +177,15 @@ void summarize_ranks(const GroupedRuns& data, Group& g) {
 void summarize(const GroupedRuns& data, Group& g) {
   for (size_t i : g.runs)
     if (data.runs[i].ok()) g.ok_runs.push_back(i);
+  for (size_t i : g.ok_runs)
+    if (data.runs[i].timing_disturbed()) g.disturbed_runs.push_back(i);
   g.statuses = describe_statuses(data, g);
   g.final_loss = interval_of(data, g, [](const ReportRun& r) -> std::optional<double> {
     if (r.curve.empty()) return std::nullopt;
     return loss_at(r.curve, Axis::kSteps, r.curve.back().step);
   });
   g.val_loss = interval_of(data, g, [](const ReportRun& r) { return r.record.final_val_loss; });
-  g.step_s = interval_of(data, g, [](const ReportRun& r) -> std::optional<double> {
+  g.step_s = timed_interval_of(data, g, [](const ReportRun& r) -> std::optional<double> {
     return r.record.time ? r.record.time->step_median_s : std::nullopt;
   });
   g.peak_bytes = interval_of(data, g, [](const ReportRun& r) -> std::optional<double> {
@@ -181,10 +195,10 @@ void summarize(const GroupedRuns& data, Group& g) {
   g.energy_j = interval_of(data, g, [](const ReportRun& r) -> std::optional<double> {
     return r.record.energy ? r.record.energy->joules : std::nullopt;
   });
-  g.util_pct = interval_of(data, g, [](const ReportRun& r) -> std::optional<double> {
+  g.util_pct = timed_interval_of(data, g, [](const ReportRun& r) -> std::optional<double> {
     return r.record.utilization ? r.record.utilization->mean_pct : std::nullopt;
   });
-  g.tokens_per_s = interval_of(data, g, [](const ReportRun& r) -> std::optional<double> {
+  g.tokens_per_s = timed_interval_of(data, g, [](const ReportRun& r) -> std::optional<double> {
     return r.record.throughput ? r.record.throughput->tokens_per_s : std::nullopt;
   });
   for (const std::string& part : breakdown_parts()) {
@@ -195,7 +209,8 @@ void summarize(const GroupedRuns& data, Group& g) {
     if (i.n > 0) g.memory[part] = i;
   }
   for (const char* phase : {"data", "forward", "backward", "communication", "optimizer"}) {
-    const Interval i = interval_of(data, g, [phase](const ReportRun& r) -> std::optional<double> {
+    const Interval i =
+        timed_interval_of(data, g, [phase](const ReportRun& r) -> std::optional<double> {
       const auto& t = r.record.time;
       if (!t || !t->timed_steps || *t->timed_steps <= 0) return std::nullopt;
       const auto s = phase_seconds(*t, phase);
@@ -207,6 +222,7 @@ void summarize(const GroupedRuns& data, Group& g) {
   const auto smallest = [&](Axis axis) {
     double total = kNaN;
     for (size_t i : g.ok_runs) {
+      if (axis == Axis::kTime && data.runs[i].timing_disturbed()) continue;
       const auto& c = data.runs[i].curve;
       if (c.empty() || !std::isfinite(c.back().at(axis))) continue;
       total = std::isfinite(total) ? std::min(total, c.back().at(axis)) : c.back().at(axis);
@@ -428,8 +444,10 @@ std::optional<double> loss_at(const std::vector<CurvePoint>& curve, Axis axis, d
 
 std::vector<double> seed_losses_at(const GroupedRuns& data, const Group& g, Axis axis, double x) {
   std::vector<double> v;
-  for (size_t i : g.ok_runs)
+  for (size_t i : g.ok_runs) {
+    if (axis == Axis::kTime && data.runs[i].timing_disturbed()) continue;
     if (auto l = loss_at(data.runs[i].curve, axis, x)) v.push_back(*l);
+  }
   return v;
 }
 
@@ -448,6 +466,7 @@ std::vector<double> seed_val_losses_at(const GroupedRuns& data, const Group& g, 
                                        double x) {
   std::vector<double> v;
   for (size_t i : g.ok_runs) {
+    if (axis == Axis::kTime && data.runs[i].timing_disturbed()) continue;
     const auto l = val_loss_at(data.runs[i], axis, x);
     if (!l) return {};
     v.push_back(*l);

@@ -66,6 +66,9 @@ struct ReportRun {
   std::vector<ValPoint> val;
 
   const std::string& run_id() const { return record.run_id; }
+  // Its timings measured a busy machine (record.contention, docs/metrics.md "Disturbance"):
+  // left out of every figure and comparison of time.
+  bool timing_disturbed() const { return record.contention && record.contention->disturbed; }
   uint64_t seed() const { return record.config.seed; }
   bool ok() const { return record.ok(); }
 };
@@ -82,6 +85,10 @@ struct Group {
   std::map<std::string, std::string> settings;  // identity_settings of config and arch
   std::vector<size_t> runs;                     // indices into GroupedRuns::runs, in seed order
   std::vector<size_t> ok_runs;                  // those whose status is ok
+  // Of ok_runs, those whose timings were disturbed (ReportRun::timing_disturbed): their step
+  // time, throughput, phase times, utilization and losses at equal time are left out of the
+  // figures below and of every comparison of time.
+  std::vector<size_t> disturbed_runs;
   // Figures over the ok runs (n = 0 when none has the value).
   Interval final_loss, val_loss, step_s, peak_bytes, energy_j, util_pct;
   std::map<std::string, Interval> memory;  // breakdown component (breakdown_parts) -> bytes
@@ -143,7 +150,8 @@ GroupedRuns group_runs(std::vector<RunRecord> records);
 
 // The loss of one run at x on an axis (see above); nullopt when no step is at or before x.
 std::optional<double> loss_at(const std::vector<CurvePoint>& curve, Axis axis, double x);
-// The loss of a group's ok runs at x, pooled over seeds.
+// The loss of a group's ok runs at x, pooled over seeds (on the time axis, the runs whose
+// timings were not disturbed).
 Interval group_loss_at(const GroupedRuns& data, const Group& g, Axis axis, double x);
 // The same per seed: one value per ok run that has one (what a t test is given).
 std::vector<double> seed_losses_at(const GroupedRuns& data, const Group& g, Axis axis, double x);

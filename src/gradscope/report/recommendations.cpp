@@ -16,6 +16,10 @@ namespace gradscope {
 
 namespace {
 
+// Step time breaks a tie only between groups that both have one: a group whose every run's
+// timings were disturbed has none (groups.h).
+bool faster(const Interval& a, const Interval& b) { return a.n > 0 && b.n > 0 && a.mean < b.mean; }
+
 double memory_cap(const ReportRun& r) {
   return static_cast<double>(r.record.config.memory_cap_bytes);
 }
@@ -183,7 +187,7 @@ std::vector<Recommendation> recommend(const GroupedRuns& data,
                                          1e-4 * std::abs(rec.best_loss.mean);
         const bool better =
             l.n > 0 && (!rec.best || (!tie && l.mean < rec.best_loss.mean) ||
-                        (tie && g.step_s.mean < data.groups[*rec.best].step_s.mean));
+                        (tie && faster(g.step_s, data.groups[*rec.best].step_s)));
         if (better) {
           rec.best = i;
           rec.best_loss = l;

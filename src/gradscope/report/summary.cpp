@@ -75,6 +75,7 @@ std::string summary_table(const RunRecord& r,
   const RunConfig& c = r.config;
   const auto bytes = [](double v) { return format_bytes(v); };
   const auto fixed4 = [](double v) { return fmt::format("{:.4f}", v); };
+  const auto fixed2 = [](double v) { return fmt::format("{:.2f}", v); };
   const auto pct = [](double v) { return fmt::format("{:.0f}%", v); };
   const auto count = [](double v) { return fmt::format("{:.0f}", v); };
   const RunTime time = r.time.value_or(RunTime{});
@@ -128,6 +129,18 @@ std::string summary_table(const RunRecord& r,
            or_na(r.env ? std::optional<double>(r.env->threads) : std::nullopt, count),
            or_na(r.env ? std::optional<double>(r.env->blas_threads) : std::nullopt, count))},
   };
+  if (r.contention) {  // what competed for the cores over the timed steps
+    const RunContention& k = *r.contention;
+    rows.push_back(
+        {"competing for cores",
+         fmt::format("{} other runnable tasks (mean), {} involuntary switches/s, steal {}",
+                     or_na(k.competing_tasks_mean, fixed2),
+                     or_na(k.involuntary_switches_per_s, count),
+                     or_na(k.steal_pct, [](double v) { return fmt::format("{:.1f}%", v); }))});
+    if (k.disturbed)
+      rows.push_back({"timings", "DISTURBED, left out of a report's time comparisons: " +
+                                     k.reasons.front()});
+  }
   if (r.distributed) {
     // After the memory rows (peak RSS), before utilization.
     const auto at = std::find_if(rows.begin(), rows.end(),

@@ -98,6 +98,13 @@ Table findings_table(const ReportData& data) {
   return t;
 }
 
+// " (2 of 3 runs disturbed, left out)" after a group's step time, where any was.
+std::string disturbed_note(const Group& g) {
+  if (g.disturbed_runs.empty()) return "";
+  return fmt::format(" ({} of {} runs disturbed, left out)", g.disturbed_runs.size(),
+                     g.ok_runs.size());
+}
+
 Table groups_table(const ReportData& data, const std::string& model) {
   Table t{{"configuration", "preset", "seeds", "status", "train loss (last 10% of steps)",
            "val loss", "step time", "peak memory", "energy", "utilization"},
@@ -106,7 +113,7 @@ Table groups_table(const ReportData& data, const std::string& model) {
     if (g.model != model) continue;
     t.rows.push_back({g.label, g.preset, std::to_string(g.runs.size()), g.statuses,
                       format_interval(g.final_loss), format_interval(g.val_loss),
-                      seconds_or_na(g.step_s), bytes_or_na(g.peak_bytes),
+                      seconds_or_na(g.step_s) + disturbed_note(g), bytes_or_na(g.peak_bytes),
                       g.energy_j.n ? format_joules(g.energy_j.mean) : "n/a",
                       g.util_pct.n ? fmt::format("{:.1f}%", g.util_pct.mean) : "n/a"});
   }
@@ -178,6 +185,24 @@ std::string provenance(const ReportData& data) {
       data.runs.size(), data.groups.size(), data.attempts, join(sweeps), join(devices),
       join(libtorch), join(commits), first_start.empty() ? "n/a" : first_start,
       last_finish.empty() ? "n/a" : last_finish);
+  // Timings that measured a busy machine: the runs stay in everything but time, and are named.
+  std::string disturbed;
+  int64_t n_disturbed = 0;
+  for (const ReportRun& r : data.runs) {
+    if (!r.ok() || !r.timing_disturbed()) continue;
+    ++n_disturbed;
+    const RunContention& c = *r.record.contention;
+    std::string why;
+    for (const std::string& reason : c.reasons) why += (why.empty() ? "" : "; ") + reason;
+    disturbed += fmt::format("{}{} ({})", disturbed.empty() ? "" : "; ", r.run_id(), why);
+  }
+  if (n_disturbed > 0)
+    text += fmt::format(
+        "; {} run(s) had disturbed timings (other tasks competed for their cores while their "
+        "timed steps ran, docs/metrics.md) and are left out of step times, throughput, phase "
+        "times, utilization, losses at equal time, the time figures and every verdict or "
+        "recommendation that uses time: {}",
+        n_disturbed, disturbed);
   // Left out, and said so: a record this version cannot read (a refused configuration that
   // an older version stored, a damaged row).
   if (!data.unreadable.empty()) {

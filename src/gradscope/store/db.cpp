@@ -15,6 +15,7 @@
 #include <fstream>
 #include <initializer_list>
 #include <limits>
+#include <set>
 
 #include "gradscope/core/env.h"
 #include "gradscope/core/error.h"
@@ -45,7 +46,9 @@ CREATE TABLE IF NOT EXISTS runs(
   model TEXT, preset TEXT, optimizer TEXT, strategy TEXT,
   params INTEGER, final_loss REAL, final_val_loss REAL,
   total_s REAL, step_median_s REAL, samples_per_s REAL, tokens_per_s REAL,
-  peak_bytes INTEGER, peak_rss_bytes INTEGER, optimizer_state_bytes INTEGER);
+  peak_bytes INTEGER, peak_rss_bytes INTEGER, optimizer_state_bytes INTEGER,
+  disturbed INTEGER, involuntary_switches_per_s REAL, steal_pct REAL,
+  competing_tasks_mean REAL);
 CREATE INDEX IF NOT EXISTS runs_run_id ON runs(run_id);
 CREATE INDEX IF NOT EXISTS runs_sweep ON runs(sweep);
 CREATE TABLE IF NOT EXISTS steps(
@@ -356,6 +359,9 @@ Database::Database(const std::string& path, DatabaseAccess mode) : path_(path) {
     }
     exec(kMetaSql);
     exec(kSchemaSql);
+    // Columns newer than the table: added to a database made before them (their rows stay
+    // null, unmeasured).
+    add_missing_columns();
     exec(
         fmt::format("INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', '{}'), "
                     "('application', '{}')",
@@ -374,6 +380,20 @@ Database::Database(const std::string& path, DatabaseAccess mode) : path_(path) {
 }
 
 Database::~Database() { sqlite3_close_v2(db_); }
+
+void Database::add_missing_columns() {
+  std::set<std::string> have;
+  {
+    Statement info(db_, path_, "PRAGMA table_info(runs)", ErrorKind::kErrorKindRuntime);
+    while (info.step()) have.insert(info.column_text(1));
+  }
+  for (const char* column : {"disturbed INTEGER", "involuntary_switches_per_s REAL",
+                             "steal_pct REAL", "competing_tasks_mean REAL"}) {
+    const std::string text = column;
+    if (!have.count(text.substr(0, text.find(' '))))
+      exec("ALTER TABLE runs ADD COLUMN " + text);
+  }
+}
 
 void Database::check(int rc, const std::string& what) const {
   if (rc == SQLITE_OK) return;
@@ -424,8 +444,9 @@ int64_t Database::insert_run(const RunRecord& record, bool only_if_new) {
                      "INSERT INTO runs(run_id, sweep, status, started_at, finished_at, "
                      "config_json, record_json, model, preset, optimizer, strategy, params, "
                      "final_loss, final_val_loss, total_s, step_median_s, samples_per_s, "
-                     "tokens_per_s, peak_bytes, peak_rss_bytes, optimizer_state_bytes) "
-                     "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                     "tokens_per_s, peak_bytes, peak_rss_bytes, optimizer_state_bytes, "
+                     "disturbed, involuntary_switches_per_s, steal_pct, competing_tasks_mean) "
+                     "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                      ErrorKind::kErrorKindRuntime);
     int i = 1;
     insert.bind_text(i++, record.run_id);
@@ -450,6 +471,12 @@ int64_t Database::insert_run(const RunRecord& record, bool only_if_new) {
     bind_value(insert, i++, memory ? memory->peak_rss_bytes : std::nullopt);
     bind_value(insert, i++,
                memory ? std::optional<int64_t>(memory->optimizer_state_bytes) : std::nullopt);
+    const auto& contention = record.contention;
+    bind_value(insert, i++,
+               contention ? std::optional<int64_t>(contention->disturbed ? 1 : 0) : std::nullopt);
+    bind_value(insert, i++, contention ? contention->involuntary_switches_per_s : std::nullopt);
+    bind_value(insert, i++, contention ? contention->steal_pct : std::nullopt);
+    bind_value(insert, i++, contention ? contention->competing_tasks_mean : std::nullopt);
     insert.step();
   }
   const int64_t attempt_id = sqlite3_last_insert_rowid(db_);

@@ -99,6 +99,7 @@ class Database {
   std::vector<nlohmann::json> rows_of(const char* table, const std::vector<const char*>& columns,
                                       const char* order, int64_t attempt_id);
   void exec(const std::string& sql);
+  void add_missing_columns();
   RunRecord parse_record(int64_t attempt_id, const std::string& text) const;
   void check(int rc, const std::string& what) const;
 

@@ -601,11 +601,19 @@ std::vector<Axis> read_axes(const std::string& file, const toml::node& node) {
                 fmt::format("{}: {} must be a non-empty array, not {}", where(file, value.source()),
                             what, array ? "an empty array" : describe(value)),
                 fmt::format("write e.g. {} = [A, B]; a value for every run goes in [fixed]", name));
+    // The cap first: an axis longer than it makes the grid too large whatever else it holds,
+    // and its values need not be read.
+    check_usage(static_cast<int64_t>(array->size()) <= kMaxRuns,
+                fmt::format("{}: {} has {} values, so the grid has at least {} runs, more than the "
+                            "cap of {}",
+                            at, what, array->size(), array->size(), kMaxRuns),
+                "split the sweep into several files, or shorten the axis");
     Axis axis{name, {}, at};
+    std::set<std::string> seen;  // each value once: a lookup per value, not a scan
     for (const auto& item : *array) {
       std::string text = run_value_text(file, *run_key, "each value of " + what, item,
                                         "list single values; arrays do not nest");
-      check_usage(std::find(axis.values.begin(), axis.values.end(), text) == axis.values.end(),
+      check_usage(seen.insert(text).second,
                   fmt::format("{}: {} lists '{}' twice", where(file, item.source()), what, text),
                   "list each value once; repeat runs with a seed axis");
       axis.values.push_back(std::move(text));
@@ -752,6 +760,16 @@ Sweep load_sweep(const std::string& path) {
                 "keep it in one place: [fixed] for every run, [axes] to vary it");
     sweep.axes.push_back(axis.key);
   }
+  // The grid's size before anything is done per run. Each axis is within the cap (read_axes),
+  // so the product is counted in a double, which holds any count of these axes exactly enough
+  // to be named.
+  double grid_runs = 1;
+  for (const auto& axis : axes) grid_runs *= static_cast<double>(axis.values.size());
+  check_usage(grid_runs <= static_cast<double>(kMaxRuns),
+              fmt::format("{}: the grid has {:.0f} runs, more than the cap of {}", path, grid_runs,
+                          kMaxRuns),
+              "split the sweep into several files, or shorten an axis");
+  const auto total = static_cast<int64_t>(grid_runs);
 
   // Keys a run can have, for the never-matches check.
   std::set<std::string> grid_keys;
@@ -815,13 +833,6 @@ Sweep load_sweep(const std::string& path) {
     }
   }
 
-  int64_t total = 1;
-  for (const auto& axis : axes) {
-    total *= static_cast<int64_t>(axis.values.size());
-    check_usage(total <= kMaxRuns,
-                fmt::format("{}: the grid has more than {} runs", path, kMaxRuns),
-                "split the sweep into several files, or shorten an axis");
-  }
 
   std::vector<size_t> index(axes.size(), 0);
   for (int64_t n = 0; n < total; ++n) {

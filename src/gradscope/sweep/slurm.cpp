@@ -105,12 +105,6 @@ std::string lower_text(std::string text) {
   return text;
 }
 
-int64_t usable_cores() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return std::max<int64_t>(1, std::thread::hardware_concurrency());
-}
-
 std::string script_text(const Sweep& sweep, const std::string& root, const std::string& exe,
                         const SlurmArray& array, const std::string& directives) {
   const std::string ranks =

@@ -18,6 +18,7 @@
 #include "gradscope/models/common/layers.h"
 #include "gradscope/optim/factory.h"
 #include "gradscope/strategy/shard.h"
+#include "gradscope/train/estimate.h"
 #include "gradscope/train/train_state.h"
 #include "gradscope/train/weights_io.h"
 
@@ -126,6 +127,48 @@ void seed_dropout(const RunConfig& config, int rank) {
   torch::manual_seed(hash3(config.seed, kDropoutStream, static_cast<uint64_t>(rank)));
 }
 
+// A step holds all its micro-batches on the host before the first forward (Strategy), each
+// at least a token id and its target per position (16 bytes). A batch and accumulation count
+// whose step needs more bytes than a 64-bit process can address (2^47, the user address space
+// of x86-64 and AArch64 Linux) cannot be sized on any machine: refused before the run. Counted
+// in a double, which overflows no product of these flags.
+namespace {
+void check_step_buffers(const RunConfig& c) {
+  constexpr double kAddressable = 140737488355328.0;  // 2^47 bytes, 128 TiB
+  const double bytes = static_cast<double>(c.batch) * static_cast<double>(c.accum_steps) *
+                       static_cast<double>(c.seq_len) * 16.0;
+  check_usage(bytes <= kAddressable,
+              fmt::format("--batch {} x --accum-steps {} x {} positions would need {} for one "
+                          "step's token ids and targets alone, more than a process can address "
+                          "(128 TiB)",
+                          c.batch, c.accum_steps, c.seq_len, format_bytes(bytes)),
+              "pass a smaller --batch or --accum-steps; `gradscope estimate --memory-budget "
+              "BYTES --max-batch` finds the largest batch that fits");
+}
+// The parameters are allocated under the cap as the model is built: a cap below their bytes
+// (the estimate's params_bytes, of the whole model: every rank builds it whole before any
+// sharding) could never hold the model, which is bad input, not a run that ran out of memory.
+// A configuration the estimate has no model of is left to the build.
+void check_cap_holds_parameters(const RunConfig& given, int64_t cap_bytes) {
+  RunConfig whole = given;
+  whole.nproc = 1;
+  whole.shard = Shard::kShardNone;
+  int64_t params_bytes = 0;
+  try {
+    params_bytes = estimate_run(whole, 0).params_bytes;
+  } catch (const std::exception&) {
+    return;
+  }
+  check_usage(cap_bytes >= params_bytes,
+              fmt::format("--memory-cap {} is below the {} that {}'s parameters alone need",
+                          format_bytes(static_cast<double>(cap_bytes)),
+                          format_bytes(static_cast<double>(params_bytes)), given.model),
+              fmt::format("pass at least --memory-cap {}B; `gradscope estimate` gives the "
+                          "whole peak",
+                          params_bytes));
+}
+}  // namespace
+
 ResolvedRun resolve_run(const RunConfig& config) {
   check_config(config);
   ResolvedRun r;
@@ -136,6 +179,7 @@ ResolvedRun resolve_run(const RunConfig& config) {
   r.config = config;
   r.config.lr = learning_rate_of(config);  // validates the optimizer's name
   r.config.seq_len = r.arch.at("seq_len").get<int64_t>();
+  check_step_buffers(r.config);
   r.config.dataset = r.arch.value("dataset", "");
   r.config.tokenizer = r.arch.value("tokenizer", "");
   nlohmann::json canonical = canonical_config_json(config);
@@ -159,6 +203,9 @@ Session::Session(const RunConfig& config, const SessionOptions& options)
   check_usage(c.memory_snapshot.empty() || memory_snapshot_supported(device_),
               "--memory-snapshot needs CUDA",
               "leave --memory-snapshot out, or run on a GPU with a CUDA build of gradscope");
+  // Checked here, on the machine that runs, not with the settings: a sweep planned (or a Slurm
+  // job emitted) on one machine runs on another.
+  if (c.threads > 0) check_threads_here(c.threads);
   if (c.threads > 0) process_.set_threads(c.threads);
   process_.set_attention(c.attention);
   lr_ = c.lr;
@@ -183,11 +230,19 @@ Session::Session(const RunConfig& config, const SessionOptions& options)
         make_data_source(*family_, resolved_.arch, c, device_.is_cpu() ? &data_bytes_ : nullptr);
   }
 
-  if (c.memory_cap_bytes > 0) process_.set_memory_cap(device_, c.memory_cap_bytes);
+  if (c.memory_cap_bytes > 0) {
+    check_cap_holds_parameters(resolved_.given, c.memory_cap_bytes);
+    process_.set_memory_cap(device_, c.memory_cap_bytes);
+  }
   try {
     model_ = family_->build(resolved_.arch, c.seed);
   } catch (const c10::Error& e) {
     std::string what = e.what_without_backtrace();
+    // A model the estimate has no figures for (a toy problem) meets the cap here.
+    check_usage(c.memory_cap_bytes <= 0 || what.find("memory cap") == std::string::npos,
+                fmt::format("--memory-cap {} is too small to build {}'s parameters",
+                            format_bytes(static_cast<double>(c.memory_cap_bytes)), c.model),
+                "pass a larger --memory-cap (`gradscope estimate` gives the parameters' bytes)");
     fail_usage(
         "cannot build " + c.model + " from its architecture: " + what.substr(0, what.find('\n')),
         "check the --arch overrides against the preset (`gradscope list --json`)");

@@ -13,6 +13,7 @@
 #include "gradscope/core/tensors.h"
 #include "gradscope/data/tokenizer.h"
 #include "gradscope/measure/clock.h"
+#include "gradscope/measure/contention.h"
 #include "gradscope/measure/cpu.h"
 #include "gradscope/measure/memory.h"
 #include "gradscope/measure/peak.h"
@@ -27,8 +28,10 @@
 namespace gradscope {
 namespace {
 
+// Out of memory: LibTorch's allocators say so; a host container's allocation that the system
+// refused throws std::bad_alloc.
 bool is_oom(const std::string& message) {
-  return message.find("out of memory") != std::string::npos ||
+  return message.find("out of memory") != std::string::npos || message == "std::bad_alloc" ||
          message.find("DefaultCPUAllocator: can't allocate") != std::string::npos;
 }
 
@@ -288,6 +291,8 @@ RunRecord Trainer::run(ProgressSink* progress) {
       // time), so that energy and utilization can be taken over the timed steps alone.
       Sampler* const marks = timed ? sensors.sampler() : nullptr;
       const std::optional<size_t> start_mark = sampler_mark(marks);
+      // What competes for the cores, read outside the step's time as the marks are.
+      const ContentionReading contention0 = timed ? read_contention() : ContentionReading{};
       const double step_cpu0 = process_cpu_seconds();
       sync(device);
       const double step_t0 = clock.now_s();
@@ -311,6 +316,8 @@ RunRecord Trainer::run(ProgressSink* progress) {
       timer.close();
       const double step_s = clock.now_s() - step_t0;
       const double step_cpu = process_cpu_seconds() - step_cpu0;
+      const StepContention contention =
+          timed ? step_contention(contention0, read_contention(), threads) : StepContention{};
       const std::optional<size_t> end_mark = sampler_mark(marks);
       if (start_mark && end_mark)
         tally.step_marks.push_back({tally.step_times.size(), *start_mark, *end_mark});
@@ -318,7 +325,8 @@ RunRecord Trainer::run(ProgressSink* progress) {
 
       tally.steps.push_back({step + 1, finite_or_null(loss), lr, finite_or_null(r.grad_norm),
                              step_s, r.out.samples, r.out.tokens, r.out.target_count, r.evaluations,
-                             !timed, std::nullopt});  // energy_j: RunSensors::fill
+                             !timed, std::nullopt,  // energy_j: RunSensors::fill
+                             contention});
       record.final_loss = finite_or_null(loss);
       if (timed) {
         tally.step_times.push_back(step_s);
@@ -494,6 +502,16 @@ void Trainer::finish_record(RunRecord& record, RunTally& tally, const PhaseTimer
       session_->frozen_params_bytes(), session_->updater()->grads_bytes(), c.phase_timing,
       shard ? std::optional<int64_t>(shard->buffer_peak_bytes) : std::nullopt);
   sensors.fill(record, tally, c, device.is_cpu(), threads);
+  // Over every timed step, those before a resume included (their readings are in the steps).
+  std::vector<StepContention> contention;
+  std::vector<double> contention_s;
+  for (const StepEntry& s : tally.steps)
+    if (!s.warmup) {
+      contention.push_back(s.contention);
+      contention_s.push_back(s.time_s);
+    }
+  if (!contention.empty())
+    record.contention = summarize_contention(contention, contention_s, threads, machine_cpus());
   // Tokens as they went through the model (effective batch x sequence length for a language
   // model, evaluations of the function for a toy problem).
   if (tally.tokens_per_step == 0) tally.tokens_per_step = c.global_batch() * c.seq_len;
