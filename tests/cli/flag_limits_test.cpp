@@ -19,7 +19,7 @@ namespace {
 using testing::contains;
 using testing::run_gradscope;
 
-const std::string kTinyRun =
+const std::string kLimitsRun =
     std::string(
         "run --model llama --preset tiny --seq 32 --batch 2 --steps 2 --warmup-steps 0 "
         "--eval-batches 1 --quiet --no-db --dataset ") +
@@ -58,7 +58,7 @@ TEST(FlagLimits, ARepeatedValueInAnAxisAtTheCapIsFoundAtOnce) {
 TEST(FlagLimits, ThreadsBeyondTheMachinesLimitAreRefused) {
   testing::TempDir dir;
   // Unchecked, LibTorch's pool creates threads until the address space (here 8 GiB) is full.
-  const auto r = run_gradscope(kTinyRun + " --threads 100000 --json " + dir.file("r.json"),
+  const auto r = run_gradscope(kLimitsRun + " --threads 100000 --json " + dir.file("r.json"),
                                "ulimit -v 8388608; timeout 60");
   EXPECT_EQ(r.code, 2) << r.err;
   EXPECT_TRUE(contains(r.err, fmt::format("--threads 100000 is more than this machine allows: at "
@@ -68,7 +68,7 @@ TEST(FlagLimits, ThreadsBeyondTheMachinesLimitAreRefused) {
   EXPECT_FALSE(std::ifstream(dir.file("r.json")).good());
   // The limit itself is allowed.
   const auto ok = run_gradscope(
-      kTinyRun + fmt::format(" --threads {} --json ", max_threads_here()) + dir.file("ok.json"),
+      kLimitsRun + fmt::format(" --threads {} --json ", max_threads_here()) + dir.file("ok.json"),
       "timeout 120");
   EXPECT_EQ(ok.code, 0) << ok.err;
 }
@@ -77,7 +77,7 @@ TEST(FlagLimits, RanksBeyondTheMachinesLimitAreRefusedBeforeAnyStarts) {
   testing::TempDir dir;
   const int64_t over = max_local_ranks_here() + 1;
   const auto r = run_gradscope(
-      kTinyRun + fmt::format(" --nproc {} --shard ddp --dist-timeout 20 --json ", over) +
+      kLimitsRun + fmt::format(" --nproc {} --shard ddp --dist-timeout 20 --json ", over) +
           dir.file("r.json"),
       "timeout 120");
   EXPECT_EQ(r.code, 2) << r.err;
@@ -90,14 +90,14 @@ TEST(FlagLimits, RanksBeyondTheMachinesLimitAreRefusedBeforeAnyStarts) {
 
 TEST(FlagLimits, ARateBeyondFloat32IsAUsageErrorAndARepresentableOneThatBlowsUpDiverges) {
   testing::TempDir dir;
-  const auto r = run_gradscope(kTinyRun + " --lr 1e300 --json " + dir.file("r.json"),
+  const auto r = run_gradscope(kLimitsRun + " --lr 1e300 --json " + dir.file("r.json"),
                                "timeout 120");
   EXPECT_EQ(r.code, 2) << r.err;
   EXPECT_TRUE(contains(r.err, "--lr 1e300 cannot be represented as a float32")) << r.err;
   EXPECT_FALSE(std::ifstream(dir.file("r.json")).good());
 
   // Within float32, a rate that blows the loss up is a measured run: status diverged.
-  const auto big = run_gradscope(kTinyRun + " --optimizer sgd --lr 1e30 --steps 5 --json " +
+  const auto big = run_gradscope(kLimitsRun + " --optimizer sgd --lr 1e30 --steps 5 --json " +
                                      dir.file("big.json"),
                                  "timeout 120");
   std::ifstream in(dir.file("big.json"));
@@ -110,7 +110,7 @@ TEST(FlagLimits, BatchesWhoseBuffersCannotBeSizedAreUsageErrors) {
   testing::TempDir dir;
   for (const std::string flag : {"--batch", "--accum-steps"}) {
     SCOPED_TRACE(flag);
-    const auto r = run_gradscope(kTinyRun + " " + flag + " 1099511627776 --json " +
+    const auto r = run_gradscope(kLimitsRun + " " + flag + " 1099511627776 --json " +
                                      dir.file("r.json"),
                                  "ulimit -v 8388608; timeout 120");
     EXPECT_EQ(r.code, 2) << r.err;
@@ -122,7 +122,7 @@ TEST(FlagLimits, BatchesWhoseBuffersCannotBeSizedAreUsageErrors) {
 
 TEST(FlagLimits, AMemoryCapBelowTheParametersNamesTheirSize) {
   testing::TempDir dir;
-  const auto r = run_gradscope(kTinyRun + " --memory-cap 1B --json " + dir.file("r.json"),
+  const auto r = run_gradscope(kLimitsRun + " --memory-cap 1B --json " + dir.file("r.json"),
                                "timeout 120");
   EXPECT_EQ(r.code, 2) << r.err;
   EXPECT_TRUE(contains(r.err, "--memory-cap 1 B is below the")) << r.err;
@@ -139,7 +139,7 @@ TEST(FlagLimits, SlurmIdsOutOfRangeAreRefusedNamingTheVariable) {
   for (const std::string variable : {"SLURM_JOB_ID", "SLURM_STEP_ID"}) {
     SCOPED_TRACE(variable);
     const auto r = run_gradscope(
-        kTinyRun + " --nproc 2 --shard ddp --dist-timeout 5 --json " + dir.file("r.json"),
+        kLimitsRun + " --nproc 2 --shard ddp --dist-timeout 5 --json " + dir.file("r.json"),
         "timeout 60 env " + step + variable + "=100000000000000000000000");
     EXPECT_EQ(r.code, 2) << r.err;
     EXPECT_TRUE(contains(r.err, "environment variable " + variable +

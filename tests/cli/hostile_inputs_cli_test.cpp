@@ -31,7 +31,7 @@ using testing::slurp;
 using testing::TempDir;
 
 const std::string kFixtureText = testing::fixture("text/sotu-excerpt.txt");
-const std::string kTinyRun =
+const std::string kInputsRun =
     "run --model llama --preset tiny --seq 32 --batch 2 --warmup-steps 0 --eval-batches 1 "
     "--quiet --no-db ";
 
@@ -79,7 +79,7 @@ constexpr int64_t kRefusalPeakKb = 512 * 1024;
 // Weights of the tiny Llama saved by a one-step run: config.json and model.safetensors.
 std::string saved_weights(const TempDir& dir) {
   const std::string weights = dir.file("weights");
-  const auto r = testing::run_gradscope(kTinyRun + "--steps 1 --json " + dir.file("r.json") +
+  const auto r = testing::run_gradscope(kInputsRun + "--steps 1 --json " + dir.file("r.json") +
                                         " --dataset " + kFixtureText + " --save-weights " +
                                         weights);
   EXPECT_EQ(r.code, 0) << r.err;
@@ -101,7 +101,7 @@ std::string with_config(const TempDir& dir, const std::string& weights, const st
 TEST(HostileInputs, ConfigSizesAreCheckedBeforeTheModelIsBuilt) {
   TempDir dir("gradscope-config-sizes");
   const std::string weights = saved_weights(dir);
-  const std::string run = kTinyRun + "--steps 1 --json " + dir.file("r2.json") + " --init-from ";
+  const std::string run = kInputsRun + "--steps 1 --json " + dir.file("r2.json") + " --init-from ";
 
   // Above the stated limits: refused by key while the config is read.
   const std::string layers =
@@ -157,7 +157,7 @@ TEST(HostileInputs, AnExtraTensorIsRefusedFromTheHeaderBeforeAnyDataIsRead) {
   ASSERT_LT(st.st_blocks * 512, int64_t{16} << 20) << "the file should be sparse";
 
   const Bounded r =
-      run_bounded(kTinyRun + "--steps 1 --json " + dir.file("r2.json") + " --init-from " + folder);
+      run_bounded(kInputsRun + "--steps 1 --json " + dir.file("r2.json") + " --init-from " + folder);
   EXPECT_EQ(r.code, 2) << r.err;
   EXPECT_TRUE(contains(r.err, "holds 1 tensor that llama's published layout does not have: "
                               "'extra.weight'"))
@@ -201,7 +201,7 @@ TEST(HostileInputs, ABacktrackingPreTokenizerIsRefusedNamingTheTokenizerAndTheRe
 TEST(HostileInputs, AFifoAsTheTrainingStateIsRefusedNotWaitedFor) {
   TempDir dir("gradscope-fifo-state");
   const std::string state = dir.file("state");
-  const std::string run = kTinyRun + "--steps 4 --state-every 2 --json " + dir.file("r.json") +
+  const std::string run = kInputsRun + "--steps 4 --state-every 2 --json " + dir.file("r.json") +
                           " --dataset " + kFixtureText + " --save-state " + state;
   const auto first = testing::run_gradscope(run);
   ASSERT_EQ(first.code, 0) << first.err;
@@ -217,7 +217,7 @@ TEST(HostileInputs, AFifoAsTheTrainingStateIsRefusedNotWaitedFor) {
 TEST(HostileInputs, AConfigJsonThatIsNotAFileIsRefusedNeverIgnored) {
   TempDir dir("gradscope-config-kinds");
   const std::string weights = saved_weights(dir);
-  const std::string run = kTinyRun + "--steps 1 --json " + dir.file("r2.json") + " --init-from ";
+  const std::string run = kInputsRun + "--steps 1 --json " + dir.file("r2.json") + " --init-from ";
   const auto folder_with = [&](const std::string& name) {
     const std::string copy = dir.file(name);
     fs::create_directory(copy);
@@ -249,7 +249,7 @@ TEST(HostileInputs, RepeatedKeysInConfigsAndRecordsAreRefused) {
   ASSERT_TRUE(contains(config, key)) << config;
   config.replace(config.find(key), key.size(), key + " \"num_hidden_layers\": 3,");
   std::ofstream(weights + "/config.json") << config;
-  const Bounded r = run_bounded(kTinyRun + "--steps 1 --json " + dir.file("r2.json") +
+  const Bounded r = run_bounded(kInputsRun + "--steps 1 --json " + dir.file("r2.json") +
                                 " --init-from " + weights);
   EXPECT_EQ(r.code, 2) << r.err;
   EXPECT_TRUE(contains(r.err, weights + "/config.json: key 'num_hidden_layers' appears twice"))
