@@ -90,11 +90,14 @@ TEST(FlagLimits, RanksBeyondTheMachinesLimitAreRefusedBeforeAnyStarts) {
 
 TEST(FlagLimits, ARateBeyondFloat32IsAUsageErrorAndARepresentableOneThatBlowsUpDiverges) {
   testing::TempDir dir;
-  const auto r = run_gradscope(kLimitsRun + " --lr 1e300 --json " + dir.file("r.json"),
-                               "timeout 120");
-  EXPECT_EQ(r.code, 2) << r.err;
-  EXPECT_TRUE(contains(r.err, "--lr 1e300 cannot be represented as a float32")) << r.err;
-  EXPECT_FALSE(std::ifstream(dir.file("r.json")).good());
+  // Beyond float32's range, and so small that float32 makes it 0.
+  for (const std::string lr : {"1e300", "1e-50"}) {
+    const auto r = run_gradscope(kLimitsRun + " --lr " + lr + " --json " + dir.file("r.json"),
+                                 "timeout 120");
+    EXPECT_EQ(r.code, 2) << r.err;
+    EXPECT_TRUE(contains(r.err, "--lr " + lr + " cannot be represented as a float32")) << r.err;
+    EXPECT_FALSE(std::ifstream(dir.file("r.json")).good());
+  }
 
   // Within float32, a rate that blows the loss up is a measured run: status diverged.
   const auto big = run_gradscope(kLimitsRun + " --optimizer sgd --lr 1e30 --steps 5 --json " +

@@ -199,15 +199,17 @@ json record_json(const FakeRun& r) {
 
 RunRecord record_of(const FakeRun& r) {
   json j = record_json(r);
-  if (r.disturbed)
-    j["contention"] = {{"steps", r.steps},
-                       {"threads", 1},
-                       {"cpus", 2},
-                       {"involuntary_switches_per_s", 400.0},
-                       {"competing_tasks_mean", 2.0},
-                       {"excess_tasks_mean", 1.0},
-                       {"disturbed", true},
-                       {"reasons", {"2.00 runnable tasks besides the run's 1 threads"}}};
+  // What competed for the run's cores: a busy machine's when disturbed, a quiet one's else.
+  j["contention"] = {{"steps", r.steps},
+                     {"threads", 1},
+                     {"cpus", 2},
+                     {"involuntary_switches_per_s", r.disturbed ? 400.0 : 2.0},
+                     {"competing_tasks_mean", r.disturbed ? 2.0 : 0.0},
+                     {"excess_tasks_mean", r.disturbed ? 1.0 : 0.0},
+                     {"disturbed", r.disturbed},
+                     {"reasons", r.disturbed ? json::array({"2.00 runnable tasks besides the "
+                                                            "run's 1 threads"})
+                                             : json::array()}};
   return record_from_json(j);
 }
 
@@ -372,11 +374,32 @@ TEST(ReportDisturbance, DisturbedRunsAreMarkedAndLeftOutOfEverythingOfTime) {
   EXPECT_TRUE(testing::contains(md, "2.00 runnable tasks besides the run's 1 threads")) << md;
   EXPECT_TRUE(testing::contains(md, "(1 of 4 runs disturbed, left out)")) << md;
   EXPECT_TRUE(testing::contains(runs_csv(d), ",timing_disturbed,")) << runs_csv(d);
+  // Nor does its time reach a recommendation's time to the point (20 steps x 0.13 s).
+  for (const Recommendation& r : d.recommendations)
+    if (r.best && d.groups[*r.best].strategy == "checkpoint")
+      EXPECT_NEAR(r.time_to_point_s, 20 * 0.13, 0.05);
+}
+
+TEST(ReportDisturbance, ADisturbedRunsUtilizationIsNoEvidence) {
+  FakeRun lm{"llama"};
+  lm.device = "cuda:0";
+  lm.util = 12;
+  std::vector<FakeRun> runs = seeds_of(lm, 4, 0.0);
+  // One seed ran beside another job: its GPU waited, at a fifth of the others' utilization.
+  runs.back().util = 2.4;
+  runs.back().disturbed = true;
+  const ReportData d = analyze_runs(runs);
+  const Finding& f = finding(d, "utilization-lm");
+  ASSERT_EQ(f.evidence.size(), 1u) << f.measured;
+  EXPECT_TRUE(testing::contains(f.evidence[0].steps, "3 seed(s)")) << f.evidence[0].steps;
+  EXPECT_TRUE(testing::contains(f.measured, "median 12.0%")) << f.measured;
 }
 
 TEST(ReportDisturbance, QuietRunsAreNotMarked) {
   FakeRun standard{"llama"};
   const ReportData d = analyze_runs(seeds_of(standard, 3));
+  ASSERT_TRUE(d.runs.front().record.contention.has_value());  // measured, and quiet
+  EXPECT_FALSE(d.runs.front().record.contention->disturbed);
   EXPECT_TRUE(d.groups.front().disturbed_runs.empty());
   EXPECT_EQ(d.groups.front().step_s.n, 3);
   EXPECT_FALSE(testing::contains(markdown_summary(d), "disturbed")) << markdown_summary(d);

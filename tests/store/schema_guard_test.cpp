@@ -91,6 +91,21 @@ TEST(DbSchemaGuard, GradscopesTablesDefinedOtherwiseAreRefused) {
   Error e = testing::expect_usage_error([&] { Database db(replacing); });
   EXPECT_TRUE(testing::contains(e.what(), "'runs' is not defined as gradscope defines it"))
       << e.what();
+  // A table constraint of someone else's beside gradscope's columns.
+  const std::string constrained = dir.file("constrained.db");
+  run_sql(constrained,
+          "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT); INSERT INTO meta VALUES "
+          "('schema_version', '1'), ('application', 'gradscope'); CREATE TABLE runs(attempt_id "
+          "INTEGER PRIMARY KEY, run_id TEXT, sweep TEXT, status TEXT, started_at TEXT, "
+          "finished_at TEXT, config_json TEXT, record_json TEXT, model TEXT, preset TEXT, "
+          "optimizer TEXT, strategy TEXT, params INTEGER, final_loss REAL, final_val_loss REAL, "
+          "total_s REAL, step_median_s REAL, samples_per_s REAL, tokens_per_s REAL, peak_bytes "
+          "INTEGER, peak_rss_bytes INTEGER, optimizer_state_bytes INTEGER, disturbed INTEGER, "
+          "involuntary_switches_per_s REAL, steal_pct REAL, competing_tasks_mean REAL, "
+          "UNIQUE(run_id) ON CONFLICT REPLACE);");
+  e = testing::expect_usage_error([&] { Database db(constrained); });
+  EXPECT_TRUE(testing::contains(e.what(), "'runs' is not defined as gradscope defines it"))
+      << e.what();
   // A view where a table of gradscope's belongs.
   const std::string view = database_with(dir, "view.db",
                                          "DROP TABLE samples; CREATE VIEW samples AS SELECT "
@@ -112,16 +127,40 @@ TEST(DbSchemaGuard, UsersViewsAndIndexesAndOlderDatabasesAreKept) {
   }
   EXPECT_EQ(one_value(own, "SELECT count(*) FROM good_runs"), "2");
   { Database read(own, DatabaseAccess::kReadOnly); }
-  // A database of the first schema, before the samples and probes tables: opened, and the
-  // tables it lacks created.
-  const std::string older = database_with(
-      dir, "older.db", "DROP TABLE samples; DROP INDEX probes_device; DROP TABLE probes;");
+  // A database of the first schema, before the samples and probes tables and the runs'
+  // contention columns, as gradscope wrote it: opened, and what it lacks added.
+  const std::string older = dir.file("older.db");
+  run_sql(older,
+          "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT); INSERT INTO meta VALUES "
+          "('schema_version', '1'), ('application', 'gradscope');\n"
+          "CREATE TABLE IF NOT EXISTS runs(\n  attempt_id INTEGER PRIMARY KEY,\n  run_id TEXT, "
+          "sweep TEXT, status TEXT, started_at TEXT, finished_at TEXT,\n  config_json TEXT, "
+          "record_json TEXT,\n  model TEXT, preset TEXT, optimizer TEXT, strategy TEXT,\n  "
+          "params INTEGER, final_loss REAL, final_val_loss REAL,\n  total_s REAL, step_median_s "
+          "REAL, samples_per_s REAL, tokens_per_s REAL,\n  peak_bytes INTEGER, peak_rss_bytes "
+          "INTEGER, optimizer_state_bytes INTEGER);\n"
+          "CREATE INDEX IF NOT EXISTS runs_run_id ON runs(run_id);\n"
+          "CREATE INDEX IF NOT EXISTS runs_sweep ON runs(sweep);\n"
+          "CREATE TABLE IF NOT EXISTS steps(\n  attempt_id INTEGER, step INTEGER, loss REAL, lr "
+          "REAL, grad_norm REAL, time_s REAL,\n  samples INTEGER, tokens INTEGER, targets "
+          "INTEGER,\n  PRIMARY KEY(attempt_id, step));\n"
+          "CREATE TABLE IF NOT EXISTS evals(\n  attempt_id INTEGER, step INTEGER, val_loss REAL, "
+          "accuracy REAL,\n  PRIMARY KEY(attempt_id, step));");
   { Database read(older, DatabaseAccess::kReadOnly); }
   {
     Database db(older);
     db.write_run(testing::result_record("run-two"));
   }
   EXPECT_EQ(one_value(older, "SELECT count(*) FROM sqlite_master WHERE name = 'samples'"), "1");
+  EXPECT_EQ(one_value(older, "SELECT count(*) FROM pragma_table_info('runs') WHERE name IN "
+                             "('disturbed', 'steal_pct')"),
+            "2");
+  // Its columns added at the end of the table, it opens again both ways.
+  { Database read(older, DatabaseAccess::kReadOnly); }
+  {
+    Database db(older);
+    EXPECT_EQ(db.count_runs(), 1);
+  }
 }
 
 }  // namespace

@@ -40,14 +40,17 @@ std::vector<std::string> parse_lora_targets(const std::string& flag, const std::
 }
 
 // The optimizers step float32 parameters with the rate as a float32 scalar: a rate beyond
-// float32's range is no rate at all there (LibTorch refuses it at the first step). A rate
-// within it that makes the loss blow up is a run that ends `diverged`.
+// float32's range is no rate at all there (LibTorch refuses it at the first step), and a
+// positive rate below its smallest value becomes 0, which trains nothing while the record
+// names the rate given. A rate within the range that makes the loss blow up is a run that ends
+// `diverged`.
 void check_lr_representable(double lr, const std::string& text) {
   constexpr double kFloatMax = static_cast<double>(std::numeric_limits<float>::max());
-  check_usage(lr <= kFloatMax,
+  constexpr double kFloatLeast = static_cast<double>(std::numeric_limits<float>::denorm_min());
+  check_usage(lr <= kFloatMax && (lr == 0 || lr >= kFloatLeast),
               fmt::format("--lr {} cannot be represented as a float32, the type the optimizers "
-                          "step the parameters in (largest {:.4g})",
-                          text, kFloatMax),
+                          "step the parameters in (from {:.4g} to {:.4g})",
+                          text, kFloatLeast, kFloatMax),
               "write e.g. --lr 3e-4");
 }
 

@@ -343,7 +343,9 @@ ClaimMeasurement step_time_ratio(const GroupedRuns& data, const ClaimRule& rule)
     if (r.contention && r.contention->disturbed) return std::nullopt;
     return r.time ? r.time->step_median_s : std::nullopt;
   };
+  size_t pairs = 0;
   for (const Pair& p : pairs_of(data, rule)) {
+    ++pairs;
     const Group& a = data.groups[p.a];
     const Group& b = data.groups[p.b];
     const std::vector<double> ta = seed_values(data, a, step_s);
@@ -360,7 +362,10 @@ ClaimMeasurement step_time_ratio(const GroupedRuns& data, const ClaimRule& rule)
     m.evidence.push_back(e);
   }
   if (ratios.empty()) {
-    m.measured = "no checkpointed run has a standard run to compare with";
+    m.measured = pairs == 0 ? "no checkpointed run has a standard run to compare with"
+                            : fmt::format("each of the {} pair(s) has a side with no step time "
+                                          "outside runs whose timings were disturbed",
+                                          pairs);
     return m;
   }
   m.same_at_every_basis();
@@ -379,7 +384,10 @@ ClaimMeasurement median_utilization(const GroupedRuns& data, const ClaimRule& ru
   std::vector<double> gpu_means;
   std::set<std::string> other_devices, other_sources;
   int other_runs = 0;
+  // A run whose timings were disturbed is no evidence about time (groups.h): its utilization
+  // measured the queue as much as the work.
   const auto gpu_util = [](const RunRecord& r) -> std::optional<double> {
+    if (r.contention && r.contention->disturbed) return std::nullopt;
     const auto& u = r.utilization;
     if (!u || !is_gpu(u->device)) return std::nullopt;
     return u->mean_pct;

@@ -507,11 +507,13 @@ class FigureWriter {
     int index = 0;
     bool gpu = false;
     for (const std::string& model : data_.models) {
-      // The model's first configuration (in report order) whose run has a sampled series.
+      // The model's first configuration (in report order) whose run has a sampled series,
+      // of the runs whose timings were not disturbed (the axis is time).
       for (size_t i : groups_of(model)) {
         const Group& g = data_.groups[i];
         std::string block;
         for (size_t r : g.ok_runs) {
+          if (data_.runs[r].timing_disturbed()) continue;
           for (const TimelineSample& s : data_.runs[r].record.timeline) {
             if (s.gpu_util_pct) gpu = true;
             const std::optional<double> u = s.gpu_util_pct ? s.gpu_util_pct : s.util_pct;

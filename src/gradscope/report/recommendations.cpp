@@ -66,14 +66,15 @@ std::string miss_reason(const GroupedRuns& data, const Group& g, double budget) 
 }
 
 // The time, energy and samples the best group's runs took to reach `equal` evaluations, over
-// seeds.
+// seeds; time and energy over the runs whose timings were not disturbed (groups.h).
 void time_to_point(const GroupedRuns& data, double equal, Recommendation& rec) {
   std::vector<double> t, e, n;
   for (size_t r : data.groups[*rec.best].ok_runs) {
     for (const CurvePoint& p : data.runs[r].curve)
       if (p.evaluations >= equal * (1 - 1e-12)) {
-        t.push_back(p.time_s);
         n.push_back(p.samples);
+        if (data.runs[r].timing_disturbed()) break;
+        t.push_back(p.time_s);
         if (std::isfinite(p.energy_j)) e.push_back(p.energy_j);
         break;
       }

@@ -38,6 +38,13 @@ constexpr char kDamagedRowHint[] =
 constexpr char kSqliteMagic[] = "SQLite format 3";  // the first 16 bytes, NUL included
 
 const char* const kMetaSql = "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT)";
+// Columns added to the schema's tables since databases were first written: the schema below
+// lists them, and opening an older database for writing adds them (their rows stay null,
+// unmeasured).
+const std::vector<AddedColumn> kAddedColumns = {{"runs", "disturbed INTEGER"},
+                                                {"runs", "involuntary_switches_per_s REAL"},
+                                                {"runs", "steal_pct REAL"},
+                                                {"runs", "competing_tasks_mean REAL"}};
 const char* const kSchemaSql = R"sql(
 CREATE TABLE IF NOT EXISTS runs(
   attempt_id INTEGER PRIMARY KEY,
@@ -351,7 +358,7 @@ Database::Database(const std::string& path, DatabaseAccess mode) : path_(path) {
                               path_, version, kSchemaVersion, GRADSCOPE_VERSION),
                   "open it with a newer gradscope, or " + kHint);
       // Triggers, and gradscope's tables defined otherwise, would change what it writes.
-      check_database_schema(db_, path_, kSchemaSql, kMetaSql);
+      check_database_schema(db_, path_, kSchemaSql, kMetaSql, kAddedColumns);
     }
     if (read_only) {
       if ((rc = txn.commit()) != SQLITE_OK) fail_open(rc, "read");
@@ -382,16 +389,15 @@ Database::Database(const std::string& path, DatabaseAccess mode) : path_(path) {
 Database::~Database() { sqlite3_close_v2(db_); }
 
 void Database::add_missing_columns() {
-  std::set<std::string> have;
-  {
-    Statement info(db_, path_, "PRAGMA table_info(runs)", ErrorKind::kErrorKindRuntime);
-    while (info.step()) have.insert(info.column_text(1));
-  }
-  for (const char* column : {"disturbed INTEGER", "involuntary_switches_per_s REAL",
-                             "steal_pct REAL", "competing_tasks_mean REAL"}) {
-    const std::string text = column;
-    if (!have.count(text.substr(0, text.find(' '))))
-      exec("ALTER TABLE runs ADD COLUMN " + text);
+  for (const AddedColumn& column : kAddedColumns) {
+    std::set<std::string> have;
+    {
+      Statement info(db_, path_, ("PRAGMA table_info(" + column.table + ")").c_str(),
+                     ErrorKind::kErrorKindRuntime);
+      while (info.step()) have.insert(info.column_text(1));
+    }
+    if (!have.count(column.definition.substr(0, column.definition.find(' '))))
+      exec("ALTER TABLE " + column.table + " ADD COLUMN " + column.definition);
   }
 }
 

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -61,10 +62,89 @@ std::map<std::string, std::string> reference_tables(const char* schema_sql, cons
 
 std::string quoted(const std::string& name) { return "'" + name + "'"; }
 
+// Runs of white space as one space, none at either end.
+std::string squeezed(const std::string& text) {
+  std::string out;
+  for (const char c : text) {
+    const bool space = c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+    if (space) {
+      if (!out.empty() && out.back() != ' ') out += ' ';
+    } else {
+      out += c;
+    }
+  }
+  if (!out.empty() && out.back() == ' ') out.pop_back();
+  return out;
+}
+
+// A CREATE TABLE statement as SQLite keeps it: the text before its column list, the column
+// definitions and table constraints of the list (split at its top-level commas, white space
+// squeezed), and the text after the list (WITHOUT ROWID, STRICT). Quotes of every kind SQLite
+// takes and nested parentheses are stepped over; `valid` is false when the list does not close.
+struct TableDefinition {
+  std::string head, tail;
+  std::vector<std::string> items;
+  bool valid = false;
+};
+
+TableDefinition parse_table(const std::string& sql) {
+  TableDefinition def;
+  const size_t open = sql.find('(');
+  if (open == std::string::npos) return def;
+  def.head = squeezed(sql.substr(0, open));
+  int depth = 0;
+  char quote = 0;
+  std::string item;
+  for (size_t i = open + 1; i < sql.size(); ++i) {
+    const char c = sql[i];
+    if (quote != 0) {
+      item += c;
+      if (c == quote) quote = 0;  // a doubled quote reopens at the next character
+      continue;
+    }
+    if (c == '\'' || c == '"' || c == '`') quote = c;
+    if (c == '[') quote = ']';
+    if (c == '(') ++depth;
+    if (c == ')' && depth-- == 0) {
+      def.items.push_back(squeezed(item));
+      def.tail = squeezed(sql.substr(i + 1));
+      def.valid = true;
+      return def;
+    }
+    if (c == ',' && depth == 0) {
+      def.items.push_back(squeezed(item));
+      item.clear();
+      continue;
+    }
+    item += c;
+  }
+  return def;
+}
+
+// Whether `stored` is gradscope's table `reference` as some version of gradscope made it: the
+// same text around the list, each of its columns and constraints one of the reference's, and
+// any of the reference's it lacks a column that the next write adds (`may_lack`). The order
+// may differ: ALTER TABLE ... ADD COLUMN appends a column where a newer CREATE lists it among
+// the others.
+bool same_table(const std::string& stored, const std::string& reference,
+                const std::set<std::string>& may_lack) {
+  const TableDefinition have = parse_table(stored), want = parse_table(reference);
+  if (!have.valid || !want.valid || have.head != want.head || have.tail != want.tail) return false;
+  std::multiset<std::string> left(want.items.begin(), want.items.end());
+  for (const std::string& item : have.items) {
+    const auto it = left.find(item);
+    if (it == left.end()) return false;
+    left.erase(it);
+  }
+  for (const std::string& item : left)
+    if (!may_lack.count(item)) return false;
+  return true;
+}
+
 }  // namespace
 
 void check_database_schema(sqlite3* db, const std::string& path, const char* schema_sql,
-                           const char* meta_sql) {
+                           const char* meta_sql, const std::vector<AddedColumn>& added_columns) {
   const std::string hint =
       "gradscope writes no triggers and defines its tables itself; a database whose schema "
       "runs SQL of its own on gradscope's writes could delete or change results. Store runs in "
@@ -90,7 +170,10 @@ void check_database_schema(sqlite3* db, const std::string& path, const char* sch
                 fmt::format("database {} has a {} named {} where gradscope keeps a table", path,
                             row[1], quoted(name)),
                 hint);
-    check_usage(row[2] == it->second,
+    std::set<std::string> may_lack;
+    for (const AddedColumn& column : added_columns)
+      if (column.table == name) may_lack.insert(squeezed(column.definition));
+    check_usage(same_table(row[2], it->second, may_lack),
                 fmt::format("database {}: table {} is not defined as gradscope defines it", path,
                             quoted(name)),
                 hint);

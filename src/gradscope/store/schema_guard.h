@@ -6,18 +6,28 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 struct sqlite3;
 
 namespace gradscope {
 
+// A column gradscope added to one of its tables after databases were made without it: an
+// older file lacks it until its next write adds it (ALTER TABLE ... ADD COLUMN `definition`).
+struct AddedColumn {
+  std::string table;
+  std::string definition;  // "disturbed INTEGER"
+};
+
 // A usage error naming the database and every trigger it holds, or the first of gradscope's
 // tables (the tables `schema_sql` creates, and `meta`) that is not a table or whose definition
-// is not gradscope's. Old databases pass: gradscope's tables keep their definitions, and a
-// table added since is created when the file is next opened for writing. `db` is open on the
-// file, inside a transaction that has written nothing.
+// is not gradscope's. Old databases pass: a table may lack the `added_columns` of its name (or
+// hold them appended at its end), and a table added since is created when the file is next
+// opened for writing. Definitions are compared column by column and constraint by constraint,
+// white space aside, so any other column, constraint or conflict clause is refused. `db` is
+// open on the file, inside a transaction that has written nothing.
 void check_database_schema(sqlite3* db, const std::string& path, const char* schema_sql,
-                           const char* meta_sql);
+                           const char* meta_sql, const std::vector<AddedColumn>& added_columns);
 
 // Refuses (a usage error naming `flag` and the file) a database output path that holds
 // something else: the path may be new, an empty file or an SQLite file; whether that is a

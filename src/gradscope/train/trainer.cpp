@@ -522,6 +522,31 @@ void Trainer::finish_record(RunRecord& record, RunTally& tally, const PhaseTimer
   if (shard) distributed_part(record, *shard, timed_sent, timed_run);
 }
 
+// With several ranks: the run disturbed when any rank was (see below).
+static void merge_rank_contention(RunRecord& record, Communicator& comm) {
+  // A step waits for the slowest rank at its collectives, so a rank whose cores were shared
+  // stretches every rank's step: the run is disturbed when any rank was. The figures stay
+  // this rank's; the reasons name the other ranks' crossings.
+  nlohmann::json mine = {{"disturbed", false}, {"reasons", nlohmann::json::array()}};
+  if (record.contention)
+    mine = {{"disturbed", record.contention->disturbed}, {"reasons", record.contention->reasons}};
+  try {
+    const std::vector<std::string> all = comm.gather_text(mine.dump());
+    for (size_t r = 0; r < all.size(); ++r) {
+      if (static_cast<int64_t>(r) == comm.rank()) continue;
+      const nlohmann::json other = nlohmann::json::parse(all[r]);
+      if (!other.at("disturbed").get<bool>()) continue;
+      if (!record.contention) record.contention = RunContention{};
+      record.contention->disturbed = true;
+      for (const auto& reason : other.at("reasons"))
+        record.contention->reasons.push_back(
+            fmt::format("rank {}: {}", r, reason.get<std::string>()));
+    }
+  } catch (const std::exception& e) {
+    log_warn("the other ranks' contention could not be gathered: {}", first_line(e.what()));
+  }
+}
+
 void Trainer::distributed_part(RunRecord& record, const ShardFigures& shard, int64_t timed_sent,
                                int64_t timed_run) {
   Communicator& comm = *session_->communicator();
@@ -553,6 +578,7 @@ void Trainer::distributed_part(RunRecord& record, const ShardFigures& shard, int
   } else {
     d.ranks.push_back(mine);
   }
+  if (comm.world() > 1 && together) merge_rank_contention(record, comm);
   record.distributed = std::move(d);
 }
 
