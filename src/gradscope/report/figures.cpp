@@ -95,12 +95,12 @@ class FigureWriter {
 
   // A group's loss curve on an axis: per seed, bucket means of kCurvePoints buckets of steps;
   // then per bucket the mean over seeds with its 95% band. Rows: x, mean, lo, hi.
-  // The runs a curve on `axis` draws: the ok ones, and on the time axis only those whose
-  // timings were not disturbed (groups.h).
+  // The runs a curve on `axis` draws: the ok ones, and on the time and energy axes only those
+  // whose timings were not disturbed (groups.h).
   std::vector<size_t> runs_on(const Group& g, Axis axis) const {
     std::vector<size_t> out;
     for (size_t r : g.ok_runs)
-      if (axis != Axis::kTime || !data_.runs[r].timing_disturbed()) out.push_back(r);
+      if (!measured_axis(axis) || !data_.runs[r].timing_disturbed()) out.push_back(r);
     return out;
   }
 

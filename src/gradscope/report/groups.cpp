@@ -192,7 +192,7 @@ void summarize(const GroupedRuns& data, Group& g) {
     if (!r.record.memory) return std::nullopt;
     return static_cast<double>(r.record.memory->peak_bytes);
   });
-  g.energy_j = interval_of(data, g, [](const ReportRun& r) -> std::optional<double> {
+  g.energy_j = timed_interval_of(data, g, [](const ReportRun& r) -> std::optional<double> {
     return r.record.energy ? r.record.energy->joules : std::nullopt;
   });
   g.util_pct = timed_interval_of(data, g, [](const ReportRun& r) -> std::optional<double> {
@@ -222,7 +222,7 @@ void summarize(const GroupedRuns& data, Group& g) {
   const auto smallest = [&](Axis axis) {
     double total = kNaN;
     for (size_t i : g.ok_runs) {
-      if (axis == Axis::kTime && data.runs[i].timing_disturbed()) continue;
+      if (measured_axis(axis) && data.runs[i].timing_disturbed()) continue;
       const auto& c = data.runs[i].curve;
       if (c.empty() || !std::isfinite(c.back().at(axis))) continue;
       total = std::isfinite(total) ? std::min(total, c.back().at(axis)) : c.back().at(axis);
@@ -414,6 +414,8 @@ const char* axis_label(Axis a) {
   return "?";
 }
 
+bool measured_axis(Axis a) { return a == Axis::kTime || a == Axis::kEnergy; }
+
 double CurvePoint::at(Axis a) const {
   switch (a) {
     case Axis::kSteps:
@@ -445,7 +447,7 @@ std::optional<double> loss_at(const std::vector<CurvePoint>& curve, Axis axis, d
 std::vector<double> seed_losses_at(const GroupedRuns& data, const Group& g, Axis axis, double x) {
   std::vector<double> v;
   for (size_t i : g.ok_runs) {
-    if (axis == Axis::kTime && data.runs[i].timing_disturbed()) continue;
+    if (measured_axis(axis) && data.runs[i].timing_disturbed()) continue;
     if (auto l = loss_at(data.runs[i].curve, axis, x)) v.push_back(*l);
   }
   return v;
@@ -466,7 +468,7 @@ std::vector<double> seed_val_losses_at(const GroupedRuns& data, const Group& g, 
                                        double x) {
   std::vector<double> v;
   for (size_t i : g.ok_runs) {
-    if (axis == Axis::kTime && data.runs[i].timing_disturbed()) continue;
+    if (measured_axis(axis) && data.runs[i].timing_disturbed()) continue;
     const auto l = val_loss_at(data.runs[i], axis, x);
     if (!l) return {};
     v.push_back(*l);

@@ -38,6 +38,9 @@ enum class Axis { kSteps, kSamples, kEvaluations, kFlops, kTime, kEnergy };
 const char* axis_name(Axis a);
 // "optimizer steps", "samples", "gradient evaluations (samples x passes)", ...
 const char* axis_label(Axis a);
+// Whether positions on the axis were measured on the machine while the run went (time, and
+// the energy its meter counted over that time): a run whose timings were disturbed has none.
+bool measured_axis(Axis a);
 
 // One step of a run with its cumulative position on every axis.
 struct CurvePoint {

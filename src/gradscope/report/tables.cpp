@@ -185,23 +185,27 @@ std::string provenance(const ReportData& data) {
       data.runs.size(), data.groups.size(), data.attempts, join(sweeps), join(devices),
       join(libtorch), join(commits), first_start.empty() ? "n/a" : first_start,
       last_finish.empty() ? "n/a" : last_finish);
-  // Timings that measured a busy machine: the runs stay in everything but time, and are named.
+  // Timings that measured a busy machine: the runs stay in everything but time, and are named
+  // (the first few with their reasons; runs.csv marks every one).
+  constexpr int64_t kNamed = 5;
   std::string disturbed;
   int64_t n_disturbed = 0;
   for (const ReportRun& r : data.runs) {
     if (!r.ok() || !r.timing_disturbed()) continue;
-    ++n_disturbed;
+    if (++n_disturbed > kNamed) continue;
     const RunContention& c = *r.record.contention;
     std::string why;
     for (const std::string& reason : c.reasons) why += (why.empty() ? "" : "; ") + reason;
     disturbed += fmt::format("{}{} ({})", disturbed.empty() ? "" : "; ", r.run_id(), why);
   }
+  if (n_disturbed > kNamed)
+    disturbed += fmt::format("; and {} more (runs.csv: timing_disturbed)", n_disturbed - kNamed);
   if (n_disturbed > 0)
     text += fmt::format(
         "; {} run(s) had disturbed timings (other tasks competed for their cores while their "
         "timed steps ran, docs/metrics.md) and are left out of step times, throughput, phase "
-        "times, utilization, losses at equal time, the time figures and every verdict or "
-        "recommendation that uses time: {}",
+        "times, utilization, energy, losses at equal time or energy, the time and energy "
+        "figures and every verdict or recommendation that uses time: {}",
         n_disturbed, disturbed);
   // Left out, and said so: a record this version cannot read (a refused configuration that
   // an older version stored, a damaged row).
