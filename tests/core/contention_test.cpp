@@ -19,7 +19,7 @@ TEST(ContentionVerdict, AQuietRunIsNotDisturbed) {
       summarize_contention(steps_of(20, {1, 0.0, 0.0}), std::vector<double>(20, 0.02), 2, 2);
   EXPECT_EQ(c.steps, 20);
   EXPECT_EQ(*c.involuntary_switches, 20);
-  EXPECT_DOUBLE_EQ(*c.involuntary_switches_per_s, 50.0);  // 20 in 0.4 s, below 2 x 50
+  EXPECT_DOUBLE_EQ(*c.involuntary_switches_per_s, 50.0);  // 20 in 0.4 s, below 2 x 75
   EXPECT_DOUBLE_EQ(*c.steal_pct, 0.0);
   EXPECT_DOUBLE_EQ(*c.excess_tasks_mean, 0.0);
   EXPECT_FALSE(c.disturbed);
@@ -43,7 +43,7 @@ TEST(ContentionVerdict, ATaskOnTheRunsCoresMarksIt) {
 }
 
 TEST(ContentionVerdict, PreemptionsOrStealAloneMarkIt) {
-  // 10 switches in a 20 ms step: 500 a second, for one thread (threshold 50).
+  // 10 switches in a 20 ms step: 500 a second, for one thread (threshold 75).
   const RunContention switches =
       summarize_contention(steps_of(5, {10, std::nullopt, std::nullopt}),
                            std::vector<double>(5, 0.02), 1, 8);

@@ -56,7 +56,7 @@ struct DisturbanceThresholds {
   // Involuntary switches per second of step time per thread: a thread alone on its core is
   // preempted a few times a second (kernel threads, timers); one sharing its core with a busy
   // task is preempted at every time slice of the scheduler (hundreds a second).
-  double switches_per_s_per_thread = 50;
+  double switches_per_s_per_thread = 75;
   // Steal time, percent of the machine's CPU time over the steps.
   double steal_pct = 5;
 };
