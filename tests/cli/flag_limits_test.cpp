@@ -5,6 +5,7 @@
 // where the unchecked value would grow without end).
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 
 #include <fmt/format.h>
@@ -131,6 +132,59 @@ TEST(FlagLimits, AMemoryCapBelowTheParametersNamesTheirSize) {
   EXPECT_TRUE(contains(r.err, "--memory-cap 1 B is below the")) << r.err;
   EXPECT_TRUE(contains(r.err, "that llama's parameters alone need")) << r.err;
   EXPECT_FALSE(contains(r.err, "--arch")) << r.err;
+}
+
+TEST(FlagLimits, ASamplePeriodBelowAMillisecondIsRefused) {
+  testing::TempDir dir;
+  const auto r = run_gradscope(kLimitsRun + " --sample-period 1e-12 --json " + dir.file("r.json"),
+                               "timeout 120");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_TRUE(contains(r.err, "--sample-period must be 0 (no sampler) or at least 0.001 s"))
+      << r.err;
+  EXPECT_FALSE(std::ifstream(dir.file("r.json")).good());
+}
+
+TEST(FlagLimits, RanksALauncherStartedAreRefusedWithoutNproc) {
+  testing::TempDir dir;
+  // torchrun's variables, --nproc left at 1: each rank would store the whole run.
+  for (const std::string rank : {"0", "1"}) {
+    const auto r = run_gradscope(kLimitsRun + " --json " + dir.file("r" + rank + ".json"),
+                                 "timeout 60 env WORLD_SIZE=2 RANK=" + rank +
+                                     " LOCAL_RANK=" + rank + " MASTER_PORT=29500");
+    EXPECT_EQ(r.code, 2) << r.err;
+    EXPECT_TRUE(contains(r.err, "started this process as rank " + rank +
+                                    " of 2, but --nproc is 1"))
+        << r.err;
+    EXPECT_FALSE(std::ifstream(dir.file("r" + rank + ".json")).good());
+  }
+  // A rank beyond the world is bad input too.
+  const auto r = run_gradscope(kLimitsRun + " --json " + dir.file("r5.json"),
+                               "timeout 60 env WORLD_SIZE=2 RANK=5 MASTER_PORT=29500");
+  EXPECT_EQ(r.code, 2) << r.err;
+}
+
+TEST(FlagLimits, AnUnknownOptimizerSettingInASweepIsRefusedWhenPlanned) {
+  testing::TempDir dir;
+  const std::string file = dir.file("bogus.toml");
+  std::ofstream(file) << "name = \"bogus\"\n[fixed]\nmodel = \"llama\"\npreset = \"tiny\"\n"
+                         "steps = 2\n[fixed.opt]\nbogus = 0.9\n[axes]\nseed = [0]\n"
+                         "optimizer = [\"sgd\"]\n";
+  for (const std::string dry : {" --dry-run", ""}) {
+    const auto r = run_gradscope("sweep " + file + dry + " --db " + dir.file("s.db"),
+                                 "timeout 120");
+    EXPECT_EQ(r.code, 2) << r.err;
+    EXPECT_TRUE(contains(r.err, "optimizer 'sgd' has no setting 'bogus'")) << r.err;
+    EXPECT_FALSE(std::filesystem::exists(dir.file("s.db")));
+  }
+  // A dry run of a good file only reads: it leaves no database behind.
+  std::ofstream(file) << "name = \"good\"\n[fixed]\nmodel = \"llama\"\npreset = \"tiny\"\n"
+                         "steps = 2\n[fixed.opt]\nmomentum = 0.9\n[axes]\nseed = [0]\n"
+                         "optimizer = [\"sgd\"]\n";
+  const auto dry = run_gradscope("sweep " + file + " --dry-run --db " + dir.file("s.db"),
+                                 "timeout 120");
+  EXPECT_EQ(dry.code, 0) << dry.err;
+  EXPECT_TRUE(contains(dry.out, "1 to run")) << dry.out;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("s.db")));
 }
 
 TEST(FlagLimits, SlurmIdsOutOfRangeAreRefusedNamingTheVariable) {

@@ -120,6 +120,13 @@ TEST(TerminalText, ControlCharactersCannotDriveTheTerminal) {
   EXPECT_EQ(terminal_text("caf\xc3\xa9 \xe2\x9c\x93"),
             "caf\xc3\xa9 \xe2\x9c\x93");  // plain UTF-8 kept
   EXPECT_EQ(terminal_text(std::string("a\0b", 3)), "a?b");
+  // Bidirectional controls: a right-to-left override and an isolate would reorder the line.
+  EXPECT_EQ(terminal_text("file\xe2\x80\xaetxt.exe"), "file?txt.exe");
+  EXPECT_EQ(terminal_text("a\xe2\x81\xa6"
+                          "b\xe2\x81\xa9"
+                          "c"),
+            "a?b?c");
+  EXPECT_EQ(terminal_text("\xe2\x80\x94 dash"), "\xe2\x80\x94 dash");  // U+2014 kept
 }
 
 }  // namespace

@@ -238,6 +238,19 @@ TEST(RecordV1, WritesBackAsVersionTwo) {
   }
 }
 
+TEST(RecordV1, ASweepNameThatIsNoPlainNameIsRefused) {
+  for (const std::string sweep : {std::string("\x1b]0;title\x07"), std::string(65, 's'),
+                                  std::string("a b")}) {
+    json j = load_fixture("v1-run.json");
+    j["sweep"] = sweep;
+    const Error e = testing::expect_usage_error([&] { record_from_json(j); });
+    EXPECT_TRUE(testing::contains(e.what(), "has the sweep name")) << e.what();
+  }
+  json j = load_fixture("v1-run.json");
+  j["sweep"] = std::string(64, 's');
+  EXPECT_EQ(record_from_json(j).sweep, std::string(64, 's'));
+}
+
 TEST(RecordV1, UnknownSchemaIsRefused) {
   json j = load_fixture("v1-failure.json");
   j["schema"] = "gradscope.run/9";

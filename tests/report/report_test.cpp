@@ -395,6 +395,28 @@ TEST(ReportDisturbance, ADisturbedRunsUtilizationIsNoEvidence) {
   EXPECT_TRUE(testing::contains(f.measured, "median 12.0%")) << f.measured;
 }
 
+TEST(ReportUnreadable, ADatabaseWithNoReadableRecordSaysWhy) {
+  testing::TempDir dir("gradscope-report");
+  const std::string path = dir.file("runs.db");
+  {
+    Database db(path);
+    db.write_run(record_of(FakeRun{"llama"}));
+  }
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &raw), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(raw,
+                         "UPDATE runs SET record_json = json_set(record_json, '$.run_id', "
+                         "'<b>x</b>')",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(raw);
+  Database db(path, DatabaseAccess::kReadOnly);
+  const Error e = testing::expect_usage_error([&] { analyze(db, ReportOptions{}); });
+  EXPECT_TRUE(testing::contains(e.what(), "holds 1 attempt(s), none of them a readable run record"))
+      << e.what();
+  EXPECT_TRUE(testing::contains(e.what(), "run_id")) << e.what();
+}
+
 TEST(ReportDisturbance, QuietRunsAreNotMarked) {
   FakeRun standard{"llama"};
   const ReportData d = analyze_runs(seeds_of(standard, 3));

@@ -11,6 +11,7 @@
 #include "gradscope/core/env.h"
 #include "gradscope/core/error.h"
 #include "gradscope/core/files.h"
+#include "gradscope/core/log.h"
 #include "gradscope/report/analysis.h"
 #include "gradscope/report/files.h"
 #include "gradscope/report/render.h"
@@ -109,7 +110,7 @@ void add_report_command(CLI::App& root, int& exit_code) {
     const ReportData data = analyze(db, options);
     if (o->format == "md") {
       const std::string md = markdown_summary(data);
-      fmt::print("{}", md);
+      fmt::print("{}", terminal_text(md));  // record text, on a terminal: no control characters
       if (!o->out.empty()) {
         make_folder(o->out);
         write_file(std::filesystem::path(o->out) / "summary.md", md);
@@ -118,7 +119,8 @@ void add_report_command(CLI::App& root, int& exit_code) {
       make_folder(o->out);
       write_file(std::filesystem::path(o->out) / "runs.csv", runs_csv(data));
       write_file(std::filesystem::path(o->out) / "steps.csv", steps_csv(data));
-      fmt::print("wrote {0}/runs.csv and {0}/steps.csv ({1} runs)\n", o->out, data.runs.size());
+      fmt::print("wrote {0}/runs.csv and {0}/steps.csv ({1} runs)\n", terminal_text(o->out),
+                 data.runs.size());
     } else {
       const auto figures = write_report(data, o->out, o->gnuplot);
       fmt::print("{} runs in {} configurations, {} figures\n", data.runs.size(), data.groups.size(),
@@ -129,7 +131,7 @@ void add_report_command(CLI::App& root, int& exit_code) {
         fmt::print("  {:<20} {:<20} {:<20} {}\n", f.id, verdict_name(f.verdict),
                    verdict_name(f.verdict_equal_samples),
                    verdict_name(f.verdict_equal_evaluations));
-      fmt::print("report: {}/report.html\n", o->out);
+      fmt::print("report: {}/report.html\n", terminal_text(o->out));
     }
     exit_code = 0;
   });

@@ -75,6 +75,16 @@ int execute(const RunOptions& o) {
   // until the process ends, so that a signal while it exits changes nothing.
   const StopSignals stop_signals(StopSignals::Scope::kUntilExit);
 
+  // Ranks a launcher started, each told it is the run's only process: each would train the
+  // whole run and store it, the result doubled.
+  if (c.nproc == 1)
+    if (const std::optional<RankEnv> env = rank_env_from_environment(); env && env->world > 1)
+      fail_usage(fmt::format("{} started this process as rank {} of {}, but --nproc is 1: every "
+                             "rank would train the whole run and store it",
+                             env->launcher, env->rank, env->world),
+                 fmt::format("pass --nproc {} (and --shard) to train one run over the ranks, or "
+                             "start a single process",
+                             env->world));
   // Several ranks and no launcher around this process: it becomes the launcher.
   if (c.nproc > 1 && !rank_env_from_environment()) {
     return launch_local_ranks(c, [&](const RunRecord& crashed) {
@@ -194,7 +204,7 @@ int execute(const RunOptions& o) {
           {"database", attempt > 0 ? fmt::format("{} (attempt {})", c.db_path, attempt)
                                    : c.db_path + " (stored from the record file by a collect)"});
     if (!c.json_path.empty()) where.push_back({"record", c.json_path});
-    fmt::print("\n{}", summary_table(record, where));
+    fmt::print("\n{}", terminal_text(summary_table(record, where)));  // paths as given
   }
   if (!trainer.save_error().empty())
     fail_runtime("the run is recorded, but its weights could not be saved to '" + c.save_weights +

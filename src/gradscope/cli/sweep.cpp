@@ -156,14 +156,21 @@ int execute_sweep(SweepCliOptions& o) {
     }
     plan = std::move(kept);
   }
-  Database db(run.db_path);
-  std::optional<SweepLock> lock;  // held from the plan to the last stored record
-  if (!o.dry_run) lock.emplace(run.db_path);
-  decide_actions(plan, db, run.log_dir);
+  // A dry run only reads: the database as it is, or none yet (an empty one in memory).
   if (o.dry_run) {
+    std::error_code ec;
+    const bool none = !std::filesystem::exists(run.db_path, ec) ||
+                      std::filesystem::file_size(run.db_path, ec) == 0;
+    Database db = none ? Database(":memory:")
+                       : Database(run.db_path, DatabaseAccess::kReadOnly);
+    decide_actions(plan, db, run.log_dir);
     print_plan(sweep, plan);
     return 0;
   }
+  Database db(run.db_path);
+  std::optional<SweepLock> lock;  // held from the plan to the last stored record
+  lock.emplace(run.db_path);
+  decide_actions(plan, db, run.log_dir);
   warn_if_busy();
   int64_t interrupted = 0;
   // Held until the process ends: a signal while the sweep prints its summary and exits

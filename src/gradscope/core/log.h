@@ -11,7 +11,8 @@ namespace gradscope {
 enum class LogLevel { kLogLevelQuiet = 0, kLogLevelInfo = 1, kLogLevelDebug = 2 };
 
 // `text` with terminal control characters (ESC and the other C0 and C1 controls but newline
-// and tab) shown as '?', so a name or message read from a file cannot drive the terminal.
+// and tab) and Unicode's bidirectional controls shown as '?', so a name or message read from a
+// file cannot drive the terminal or reorder what it shows.
 std::string terminal_text(std::string text);
 
 LogLevel log_level();

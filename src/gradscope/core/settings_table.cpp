@@ -39,6 +39,8 @@ std::vector<std::string> parse_lora_targets(const std::string& flag, const std::
   return out;
 }
 
+constexpr double kMinSamplePeriodS = 0.001;
+
 // The optimizers step float32 parameters with the rate as a float32 scalar: a rate beyond
 // float32's range is no rate at all there (LibTorch refuses it at the first step), and a
 // positive rate below its smallest value becomes 0, which trains nothing while the record
@@ -717,8 +719,13 @@ std::vector<Setting> build_settings_table() {
                            "Seconds between samples of utilization, memory, power and energy "
                            "(0 = no sampler)");
     s.check = [](const RunConfig& c) {
-      check_usage(c.sample_period_s >= 0 && std::isfinite(c.sample_period_s),
-                  "--sample-period must be >= 0", "pass 0 to turn the sampler off, e.g. 0.1");
+      // The sampler keeps every sample until the run ends: one a millisecond is already a
+      // few MB a minute of run, and its reads of /proc take a core of their own.
+      check_usage(c.sample_period_s == 0 ||
+                      (c.sample_period_s >= kMinSamplePeriodS && std::isfinite(c.sample_period_s)),
+                  fmt::format("--sample-period must be 0 (no sampler) or at least {} s",
+                              kMinSamplePeriodS),
+                  "pass 0 to turn the sampler off, or a period such as 0.1");
     };
     t.push_back(std::move(s));
   }

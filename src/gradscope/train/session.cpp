@@ -178,6 +178,9 @@ ResolvedRun resolve_run(const RunConfig& config) {
               "pass --seq with a value of at least 1");
   r.config = config;
   r.config.lr = learning_rate_of(config);  // validates the optimizer's name
+  // The --opt names, before anything is built (their values are checked as the optimizer is):
+  // a sweep refuses a run with an unknown setting when it plans it, not when it starts it.
+  OptReader(config.optimizer, config.opt, optimizer_registry().get(config.optimizer).keys);
   r.config.seq_len = r.arch.at("seq_len").get<int64_t>();
   check_step_buffers(r.config);
   r.config.dataset = r.arch.value("dataset", "");
