@@ -143,13 +143,27 @@ int execute(const RunOptions& o) {
   if (!c.quiet && trainer.resumed_state())
     fmt::print(stderr, "resuming from step {} of {} ({})\n", trainer.resumed_state()->step,
                trainer.resumed_state()->total_steps, trainer.resumed_state()->dir);
-  // Opened before training so that a bad database path fails now, not after the run.
+  // Opened before training so that a bad database path fails now, not after the run. A file
+  // this run creates is removed again when the run is refused before it trains (a training
+  // state that cannot be read): bad input writes nothing.
   std::unique_ptr<Database> db;
+  std::error_code ec;
+  const bool new_db = !o.no_db && !std::filesystem::exists(c.db_path, ec);
   if (!o.no_db) db = std::make_unique<Database>(c.db_path);
   const std::string started_at = utc_now_iso8601();
   std::unique_ptr<ProgressSink> progress;
   if (!c.quiet) progress = make_console_progress(stderr, isatty(fileno(stderr)) != 0);
-  RunRecord record = trainer.run(progress.get());
+  RunRecord record;
+  try {
+    record = trainer.run(progress.get());
+  } catch (const Error& e) {
+    if (new_db && e.kind() == ErrorKind::kErrorKindUsage && db->count_runs() == 0) {
+      db.reset();
+      for (const char* suffix : {"", "-wal", "-shm", "-journal"})
+        std::filesystem::remove(c.db_path + suffix, ec);
+    }
+    throw;
+  }
   // What a result file needs to be merged later, once (gradscope collect).
   record.attempt_uid = new_attempt_uid();
   if (!c.sweep.empty()) record.sweep = c.sweep;
