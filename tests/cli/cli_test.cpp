@@ -184,6 +184,17 @@ TEST(Cli, ADatabaseThatRefusesTheRunLeavesTheRecordFile) {
   const RunRecord record = record_from_json(nlohmann::json::parse(slurp(tmp.file("run.json"))));
   EXPECT_TRUE(record.ok());
   EXPECT_EQ(record.steps.size(), 2u);
+  // Without --json, the record is kept beside the database for collect all the same.
+  const Result bare = gradscope(kFixtureRun + " --db " + db);
+  EXPECT_EQ(bare.code, 1) << bare.err;
+  EXPECT_NE(bare.err.find("gradscope collect " + db + ".unsaved --db " + db), std::string::npos)
+      << bare.err;
+  size_t kept = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(db + ".unsaved")) {
+    ++kept;
+    EXPECT_TRUE(record_from_json(nlohmann::json::parse(slurp(entry.path().string()))).ok());
+  }
+  EXPECT_EQ(kept, 1u);
 }
 
 TEST(Cli, FailedRunExitsOneAndIsRecorded) {

@@ -64,6 +64,29 @@ void check_run_outputs(const RunConfig& c, bool db) {
                           {"--save-state", c.save_state, /*folder=*/true}});
 }
 
+// A record the database refused, with no --json to hold it: written to DB.unsaved/ beside
+// the database, or, where that cannot be written (a full disk), to gradscope-unsaved/ in
+// $TMPDIR (or /tmp). The file's path, or nullopt when neither could be written.
+std::optional<std::string> keep_unstored_record(const std::string& db_path,
+                                                const RunRecord& record) {
+  const char* tmp = std::getenv("TMPDIR");
+  const std::filesystem::path folders[] = {
+      db_path + ".unsaved",
+      std::filesystem::path(tmp && *tmp ? tmp : "/tmp") / "gradscope-unsaved"};
+  for (const std::filesystem::path& folder : folders) {
+    const std::string file = (folder / (record.attempt_uid + ".json")).string();
+    try {
+      std::error_code ec;
+      std::filesystem::create_directories(folder, ec);
+      write_json_atomically(file, record_to_json(record));
+      return file;
+    } catch (const Error&) {
+      continue;  // the next place
+    }
+  }
+  return std::nullopt;
+}
+
 int execute(const RunOptions& o) {
   RunConfig c = config_of(o);
   check_usage(!o.no_db || !c.json_path.empty(), "--no-db needs --json: the run would be lost",
@@ -199,7 +222,17 @@ int execute(const RunOptions& o) {
       if (json_failed)
         fail_runtime(fmt::format("the run was lost: {}; and {}", e.what(), json_failed->what()),
                      json_failed->hint());
-      if (c.json_path.empty()) throw;
+      if (c.json_path.empty()) {
+        // No record file was asked for: one is written where it can be, for collect.
+        const std::optional<std::string> kept = keep_unstored_record(c.db_path, record);
+        if (!kept) throw;
+        fail_runtime(e.what(),
+                     fmt::format("the run's record is in {}: `gradscope collect {} --db {}` "
+                                 "merges it once the database can be written",
+                                 terminal_text(*kept),
+                                 terminal_text(std::filesystem::path(*kept).parent_path().string()),
+                                 terminal_text(c.db_path)));
+      }
       fail_runtime(e.what(), fmt::format("the run's record is in {}: `gradscope collect` merges "
                                          "it into the database once the database can be written",
                                          c.json_path));
