@@ -6,6 +6,8 @@
 
 #include <vector>
 
+#include "test_util.h"
+
 namespace gradscope {
 namespace {
 
@@ -62,6 +64,23 @@ TEST(ContentionVerdict, StepsWithoutReadingsGiveNoVerdict) {
   EXPECT_FALSE(c.involuntary_switches);
   EXPECT_FALSE(c.competing_tasks_mean);
   EXPECT_FALSE(c.disturbed);
+}
+
+TEST(ContentionVerdict, TheRunsOwnSamplerIsNoCompetitor) {
+  // 20 switches in a 20 ms step of two threads: 1000 a second, over 2 x 75, but a sampler of
+  // 1 ms wakes 1000 times a second besides.
+  const auto steps = steps_of(5, {20, std::nullopt, std::nullopt});
+  const std::vector<double> times(5, 0.02);
+  EXPECT_TRUE(summarize_contention(steps, times, 2, 8).disturbed);
+  DisturbanceThresholds sampled;
+  sampled.own_wakeups_per_s = 1000;
+  EXPECT_FALSE(summarize_contention(steps, times, 2, 8, sampled).disturbed);
+  sampled.own_wakeups_per_s = 100;
+  const RunContention c = summarize_contention(steps, times, 2, 8, sampled);
+  ASSERT_TRUE(c.disturbed);
+  EXPECT_TRUE(testing::contains(c.reasons[0], "threshold 250: 75 per thread, and 100 of the "
+                                              "run's sampler"))
+      << c.reasons[0];
 }
 
 }  // namespace

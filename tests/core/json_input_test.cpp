@@ -127,6 +127,9 @@ TEST(TerminalText, ControlCharactersCannotDriveTheTerminal) {
                           "c"),
             "a?b?c");
   EXPECT_EQ(terminal_text("\xe2\x80\x94 dash"), "\xe2\x80\x94 dash");  // U+2014 kept
+  EXPECT_EQ(terminal_text("x\xd8\x9c"
+                          "y"),
+            "x?y");  // U+061C
 }
 
 }  // namespace

@@ -238,17 +238,21 @@ TEST(RecordV1, WritesBackAsVersionTwo) {
   }
 }
 
-TEST(RecordV1, ASweepNameThatIsNoPlainNameIsRefused) {
-  for (const std::string sweep : {std::string("\x1b]0;title\x07"), std::string(65, 's'),
-                                  std::string("a b")}) {
+TEST(RecordV1, ASweepNameWithControlCharactersOrTooLongIsRefused) {
+  for (const std::string sweep : {std::string("\x1b]0;title\x07"), std::string(257, 's'),
+                                  std::string("a\xc2\x9b"
+                                              "31m")}) {
     json j = load_fixture("v1-run.json");
     j["sweep"] = sweep;
     const Error e = testing::expect_usage_error([&] { record_from_json(j); });
     EXPECT_TRUE(testing::contains(e.what(), "has the sweep name")) << e.what();
   }
-  json j = load_fixture("v1-run.json");
-  j["sweep"] = std::string(64, 's');
-  EXPECT_EQ(record_from_json(j).sweep, std::string(64, 's'));
+  // Any other text stays a name, spaces and UTF-8 included.
+  for (const std::string sweep : {std::string(256, 's'), std::string("my study \xc3\xa9t\xc3\xa9")}) {
+    json j = load_fixture("v1-run.json");
+    j["sweep"] = sweep;
+    EXPECT_EQ(record_from_json(j).sweep, sweep);
+  }
 }
 
 TEST(RecordV1, UnknownSchemaIsRefused) {

@@ -106,6 +106,21 @@ TEST(DbSchemaGuard, GradscopesTablesDefinedOtherwiseAreRefused) {
   e = testing::expect_usage_error([&] { Database db(constrained); });
   EXPECT_TRUE(testing::contains(e.what(), "'runs' is not defined as gradscope defines it"))
       << e.what();
+  // The same under another spelling of the name: SQLite's names ignore case, so "Runs" is
+  // the table gradscope writes to.
+  const std::string cased = dir.file("cased.db");
+  run_sql(cased,
+          "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT); INSERT INTO meta VALUES "
+          "('schema_version', '1'), ('application', 'gradscope'); CREATE TABLE Runs(attempt_id "
+          "INTEGER PRIMARY KEY, run_id TEXT UNIQUE ON CONFLICT REPLACE, sweep TEXT, status TEXT, "
+          "started_at TEXT, finished_at TEXT, config_json TEXT, record_json TEXT, model TEXT, "
+          "preset TEXT, optimizer TEXT, strategy TEXT, params INTEGER, final_loss REAL, "
+          "final_val_loss REAL, total_s REAL, step_median_s REAL, samples_per_s REAL, "
+          "tokens_per_s REAL, peak_bytes INTEGER, peak_rss_bytes INTEGER, "
+          "optimizer_state_bytes INTEGER);");
+  e = testing::expect_usage_error([&] { Database db(cased); });
+  EXPECT_TRUE(testing::contains(e.what(), "'Runs' is not defined as gradscope defines it"))
+      << e.what();
   // A view where a table of gradscope's belongs.
   const std::string view = database_with(dir, "view.db",
                                          "DROP TABLE samples; CREATE VIEW samples AS SELECT "

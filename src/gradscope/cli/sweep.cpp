@@ -61,7 +61,8 @@ void print_plan(const Sweep& sweep, const std::vector<PlannedRun>& plan) {
         list += (list.empty() ? "" : ", ") + std::string(status_name(s));
       why = " (stored: " + list + ")";
     }
-    fmt::print("  {:>4}  {:<{}}  {:<16}  {}{}\n", i + 1, p.label, width, p.run_id, p.action, why);
+    fmt::print("  {:>4}  {:<{}}  {:<16}  {}{}\n", i + 1, terminal_text(p.label), width, p.run_id,
+               p.action, why);
     if (p.pending()) ++pending;
   }
   fmt::print("{} to run, {} skipped\n", pending, plan.size() - pending);

@@ -60,12 +60,16 @@ RunContention summarize_contention(const std::vector<StepContention>& steps,
         *out.competing_tasks_mean, out.threads, out.cpus, *out.excess_tasks_mean,
         thresholds.excess_tasks));
   const double switch_limit =
-      thresholds.switches_per_s_per_thread * static_cast<double>(out.threads);
+      thresholds.switches_per_s_per_thread * static_cast<double>(out.threads) +
+      thresholds.own_wakeups_per_s;
   if (out.involuntary_switches_per_s && *out.involuntary_switches_per_s > switch_limit)
     out.reasons.push_back(fmt::format(
         "{:.0f} involuntary context switches per second of step time (threshold {:.0f}: {} per "
-        "thread)",
-        *out.involuntary_switches_per_s, switch_limit, thresholds.switches_per_s_per_thread));
+        "thread{})",
+        *out.involuntary_switches_per_s, switch_limit, thresholds.switches_per_s_per_thread,
+        thresholds.own_wakeups_per_s > 0
+            ? fmt::format(", and {:.0f} of the run's sampler", thresholds.own_wakeups_per_s)
+            : ""));
   if (out.steal_pct && *out.steal_pct > thresholds.steal_pct)
     out.reasons.push_back(
         fmt::format("steal time {:.1f}% of the machine's CPU time (threshold {}%)",

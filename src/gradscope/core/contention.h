@@ -57,6 +57,9 @@ struct DisturbanceThresholds {
   // preempted a few times a second (kernel threads, timers); one sharing its core with a busy
   // task is preempted at every time slice of the scheduler (hundreds a second).
   double switches_per_s_per_thread = 75;
+  // Preemptions a second the run's own threads cause beyond its compute threads, added to the
+  // switch threshold: its sampler wakes once a period and may take a core each time.
+  double own_wakeups_per_s = 0;
   // Steal time, percent of the machine's CPU time over the steps.
   double steal_pct = 5;
 };

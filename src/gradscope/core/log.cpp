@@ -27,6 +27,9 @@ std::string terminal_text(std::string text) {
       text.replace(i, 2, "?");  // a C1 control, U+0080 to U+009F, in UTF-8
     } else if (c == 0xe2 && i + 2 < text.size() && is_bidi_control(text, i)) {
       text.replace(i, 3, "?");  // shown as is, it would reorder the rest of the line
+    } else if (c == 0xd8 && i + 1 < text.size() &&
+               static_cast<unsigned char>(text[i + 1]) == 0x9c) {
+      text.replace(i, 2, "?");  // U+061C, the Arabic letter mark: a bidirectional control too
     }
   }
   return text;

@@ -34,4 +34,17 @@ inline bool has_control_character(std::string_view text) {
                      [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
 }
 
+// A label from outside that is shown and stored but never becomes a file name (a record's
+// sweep name): 1 to max_size bytes with no C0 control character, DEL or C1 control (U+0080 to
+// U+009F in UTF-8). Other text, spaces included, is kept as written.
+inline bool is_label_text(std::string_view text, size_t max_size) {
+  if (text.empty() || text.size() > max_size || has_control_character(text)) return false;
+  for (size_t i = 0; i + 1 < text.size(); ++i)
+    if (static_cast<unsigned char>(text[i]) == 0xc2 &&
+        static_cast<unsigned char>(text[i + 1]) >= 0x80 &&
+        static_cast<unsigned char>(text[i + 1]) <= 0x9f)
+      return false;
+  return true;
+}
+
 }  // namespace gradscope

@@ -638,10 +638,11 @@ RunRecord record_from_json(const json& j) {
               "an attempt_uid is 1 to 128 letters, digits, '.', '_' or '-'");
   out.sweep = r.text("sweep");
   if (out.sweep && out.sweep->empty()) out.sweep.reset();
-  check_usage(!out.sweep || is_plain_name(*out.sweep, 64),
+  check_usage(!out.sweep || is_label_text(*out.sweep, kMaxSweepLabel),
               fmt::format("run record {} has the sweep name '{}'", out.run_id,
                           printable_prefix(out.sweep.value_or(""))),
-              "a sweep name is 1 to 64 letters, digits, '.', '_' or '-', as in a sweep file");
+              fmt::format("a sweep name is at most {} bytes without control characters",
+                          kMaxSweepLabel));
   check_usage(r.has("config"), "run record " + out.run_id + " has no config",
               "the record does not follow docs/record.md");
   out.config = config_from_json(r.at("config"));

@@ -26,6 +26,9 @@ inline constexpr const char* kRunSchema = "gradscope.run/2";
 inline constexpr const char* kRunSchemaV1 = "gradscope.run/1";
 // The largest record file gradscope reads (a run of a million steps is about 200 MB).
 inline constexpr int64_t kMaxRecordBytes = int64_t{1} << 30;
+// The longest sweep name a record (and `run --sweep`) may give: the report shows it in every
+// table of the sweep's runs.
+inline constexpr size_t kMaxSweepLabel = 256;
 
 enum class RunStatus {
   kStatusOk,

@@ -8,6 +8,8 @@
 
 #include "gradscope/core/env.h"
 #include "gradscope/core/error.h"
+#include "gradscope/core/plain_text.h"
+#include "gradscope/core/record.h"
 #include "gradscope/core/setting_rows.h"
 #include "gradscope/core/settings.h"
 
@@ -790,9 +792,18 @@ std::vector<Setting> build_settings_table() {
                          S::kSectionOutput, "SQLite results database"));
   t.push_back(member_row("json", "", &RunConfig::json_path, T::kTypeText, R::kRoleOutput,
                          S::kSectionOutput, "Also write the run record to this JSON file"));
-  t.push_back(member_row("sweep", "", &RunConfig::sweep, T::kTypeText, R::kRoleOutput,
-                         S::kSectionOutput,
-                         "Name of the sweep this run belongs to (set by sweeps)"));
+  {
+    Setting s = member_row("sweep", "", &RunConfig::sweep, T::kTypeText, R::kRoleOutput,
+                           S::kSectionOutput,
+                           "Name of the sweep this run belongs to (set by sweeps)");
+    s.check = [](const RunConfig& c) {
+      check_usage(c.sweep.empty() || is_label_text(c.sweep, kMaxSweepLabel),
+                  fmt::format("--sweep must be at most {} bytes without control characters",
+                              kMaxSweepLabel),
+                  "write e.g. --sweep my-study");
+    };
+    t.push_back(std::move(s));
+  }
   t.push_back(member_row("save-weights", "", &RunConfig::save_weights, T::kTypeText, R::kRoleOutput,
                          S::kSectionOutput,
                          "At the end, write the trained weights to this folder as Hugging "

@@ -383,7 +383,7 @@ ClaimMeasurement median_utilization(const GroupedRuns& data, const ClaimRule& ru
   const std::vector<std::string> models = models_of(data, rule);
   std::vector<double> gpu_means;
   std::set<std::string> other_devices, other_sources;
-  int other_runs = 0;
+  int other_runs = 0, disturbed_gpu_runs = 0;
   // A run whose timings were disturbed is no evidence about time (groups.h): its utilization
   // measured the queue as much as the work.
   const auto gpu_util = [](const RunRecord& r) -> std::optional<double> {
@@ -396,6 +396,8 @@ ClaimMeasurement median_utilization(const GroupedRuns& data, const ClaimRule& ru
     if (std::find(models.begin(), models.end(), g.model) == models.end()) continue;
     for (size_t i : g.ok_runs) {
       const auto& u = data.runs[i].record.utilization;
+      if (u && u->mean_pct && is_gpu(u->device) && data.runs[i].timing_disturbed())
+        ++disturbed_gpu_runs;
       if (u && u->mean_pct && std::isfinite(*u->mean_pct) && !is_gpu(u->device)) {
         ++other_runs;
         other_devices.insert(u->device.empty() ? "an unnamed device" : u->device);
@@ -423,7 +425,11 @@ ClaimMeasurement median_utilization(const GroupedRuns& data, const ClaimRule& ru
                                       "no {} run on a GPU; {} run(s) measured {} "
                                       "utilization, which is not the study's quantity",
                                       what, other_runs, others)
-                                : fmt::format("no {} run measured utilization", what);
+                                : disturbed_gpu_runs > 0
+                                      ? fmt::format("the {} GPU run(s) of {} that measured "
+                                                    "utilization had disturbed timings",
+                                                    disturbed_gpu_runs, what)
+                                      : fmt::format("no {} run measured utilization", what);
   } else {
     m.measured = fmt::format("GPU utilization: median {:.1f}% over {} configuration(s)",
                              median(gpu_means), gpu_means.size());

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <map>
@@ -43,7 +44,13 @@ std::vector<std::vector<std::string>> text_rows(sqlite3* db, const std::string& 
   return rows;
 }
 
-// gradscope's tables as SQLite stores their definitions (sqlite_master.sql, which keeps the
+// A name as SQLite compares names: ASCII letters without regard to case ("Runs" is "runs").
+std::string folded(std::string name) {
+  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return name;
+}
+
+// gradscope's tables as SQLite stores their definitions (keyed by folded name) (sqlite_master.sql, which keeps the
 // text of the CREATE statement less IF NOT EXISTS), made in a database in memory.
 std::map<std::string, std::string> reference_tables(const char* schema_sql, const char* meta_sql) {
   sqlite3* memory = nullptr;
@@ -53,7 +60,7 @@ std::map<std::string, std::string> reference_tables(const char* schema_sql, cons
       sqlite3_exec(memory, schema_sql, nullptr, nullptr, nullptr) == SQLITE_OK) {
     for (const auto& row :
          text_rows(memory, ":memory:", "SELECT name, sql FROM sqlite_master WHERE type = 'table'"))
-      tables[row[0]] = row[1];
+      tables[folded(row[0])] = row[1];
   }
   sqlite3_close_v2(memory);
   if (tables.empty()) fail_runtime("cannot build gradscope's database schema in memory");
@@ -164,7 +171,7 @@ void check_database_schema(sqlite3* db, const std::string& path, const char* sch
   const std::map<std::string, std::string> reference = reference_tables(schema_sql, meta_sql);
   for (const auto& row : text_rows(db, path, "SELECT name, type, sql FROM sqlite_master")) {
     const std::string& name = row[0];
-    const auto it = reference.find(name);
+    const auto it = reference.find(folded(name));
     if (it == reference.end()) continue;  // the user's own table, view or index
     check_usage(row[1] == "table",
                 fmt::format("database {} has a {} named {} where gradscope keeps a table", path,
@@ -172,7 +179,7 @@ void check_database_schema(sqlite3* db, const std::string& path, const char* sch
                 hint);
     std::set<std::string> may_lack;
     for (const AddedColumn& column : added_columns)
-      if (column.table == name) may_lack.insert(squeezed(column.definition));
+      if (folded(column.table) == folded(name)) may_lack.insert(squeezed(column.definition));
     check_usage(same_table(row[2], it->second, may_lack),
                 fmt::format("database {}: table {} is not defined as gradscope defines it", path,
                             quoted(name)),

@@ -510,8 +510,12 @@ void Trainer::finish_record(RunRecord& record, RunTally& tally, const PhaseTimer
       contention.push_back(s.contention);
       contention_s.push_back(s.time_s);
     }
-  if (!contention.empty())
-    record.contention = summarize_contention(contention, contention_s, threads, machine_cpus());
+  if (!contention.empty()) {
+    DisturbanceThresholds thresholds;
+    if (c.sample_period_s > 0) thresholds.own_wakeups_per_s = 1.0 / c.sample_period_s;
+    record.contention =
+        summarize_contention(contention, contention_s, threads, machine_cpus(), thresholds);
+  }
   // Tokens as they went through the model (effective batch x sequence length for a language
   // model, evaluations of the function for a toy problem).
   if (tally.tokens_per_step == 0) tally.tokens_per_step = c.global_batch() * c.seq_len;
