@@ -141,216 +141,84 @@ class HeadProbe {
 
 }  // namespace
 
-RunRecord Trainer::run(ProgressSink* progress) {
+// What one run's loop carries from step to step, and from its parts to the record.
+struct Trainer::Loop {
+  Loop(Trainer& trainer, ProgressSink* sink)
+      : progress(sink),
+        config(trainer.config()),
+        device(trainer.session_->device()),
+        threads(at::get_num_threads()),
+        total_steps(config.warmup_steps + config.steps),
+        timer(clock, *trainer.meter_, device, config.phase_timing),
+        sensors(config, device, *trainer.meter_, threads, clock) {}
+
+  ProgressSink* const progress;
+  const RunConfig& config;
+  const torch::Device& device;
+  // Threads that compute: LibTorch's intra-op pool, which MKL's threads come from.
+  const int threads;
+  const int64_t total_steps;
   SteadyClock clock;
   double run_started = clock.now_s();  // earlier by the wall time before a resume
-  const RunConfig& c = config();
-  const torch::Device& device = session_->device();
-  Updater& updater = *session_->updater();
-  const int64_t total_steps = c.warmup_steps + c.steps;
-  // Threads that compute: LibTorch's intra-op pool, which MKL's threads come from.
-  const int threads = at::get_num_threads();
-
+  PhaseTimer timer;
+  RunSensors sensors;
   RunRecord record;
+  RunTally tally;
+  int64_t first_step = 0;  // the step a resumed run goes on from
+  int64_t saved_step = -1;  // the step of the last training state saved (-1: none)
+  bool timed = false;       // the step running is a timed one
+  bool agreed_stop = false;  // with several ranks: every rank stops after this step
+  int64_t timed_sent = 0, timed_run = 0;  // bytes sent over this process's timed steps
+};
+
+RunRecord Trainer::run(ProgressSink* progress) {
+  Loop loop(*this, progress);
+  const RunConfig& c = loop.config;
+  RunRecord& record = loop.record;
   record.run_id = session_->resolved().run_id;
   record.config = c;
-  record.update_rule = updater.update_rule();
+  record.update_rule = session_->updater()->update_rule();
   record.arch = session_->arch();
   record.params = session_->params();
   record.trainable_params = session_->trainable_params();
   record.data = session_->data().describe();
   record.lr_search = lr_search_;
-  if (progress) progress->on_start(record, total_steps);
+  if (progress) progress->on_start(record, loop.total_steps);
 
   seed_dropout(c, session_->rank());
-  PhaseTimer timer(clock, *meter_, device, c.phase_timing);
   if (!c.memory_snapshot.empty()) start_memory_history();
-  RunSensors sensors(c, device, *meter_, threads, clock);
-  const bool bf16 = c.dtype == Dtype::kDtypeBf16;  // autocast around forward and backward
   meter_->reset_peak();
-  RunTally tally;
-  int64_t step = 0;
   // With --resume: the weights, optimizer state and generators as the state left them (after
   // seed_dropout, whose stream they continue), and the loop's tally and wall time so far.
-  int64_t first_step = 0;
-  if (resume_) {
-    TrainProgress saved = load_train_state(*resume_, *session_);
-    first_step = saved.step;
-    tally = std::move(saved.tally);
-    timer.restore(saved.timer);
-    run_started -= saved.wall_s;
-    record.resumed_from_steps = std::move(saved.resumed_from_steps);
-    record.resumed_from_steps.push_back(first_step);
-    if (saved.lr_search) record.lr_search = saved.lr_search;
-    if (!tally.steps.empty()) record.final_loss = tally.steps.back().loss;
-    if (first_step > c.warmup_steps) {
-      // The timed steps began before the resume: their clock goes on from where it was (the
-      // clock of this process may start anywhere, below zero too, after a reboot).
-      tally.timed_wall_start = clock.now_s() - saved.timed_elapsed_s.value_or(0.0);
-      if (sensors.sampler()) sensors.sampler()->start();
-    }
-    meter_->reset_peak();  // reading the state is not training
-  }
-  if (session_->world() > 1) {
-    // Every rank must go on from the same step: states saved at different steps (a kill
-    // between two ranks' saves) cannot be resumed together.
-    Communicator& comm = *session_->communicator();
-    // The steps' sum and sum of squares are N s and N s^2 only when every rank is at s.
-    torch::Tensor steps = torch::tensor(
-        {static_cast<double>(first_step), static_cast<double>(first_step * first_step)},
-        torch::kFloat64);
-    comm.allreduce(steps);
-    const double n = comm.world(), s = static_cast<double>(first_step);
-    if (steps[0].item<double>() != n * s || steps[1].item<double>() != n * s * s)
-      fail_usage(fmt::format("--resume: rank {}'s state is at step {}, but the ranks' states are "
-                             "not all at one step",
-                             comm.rank(), first_step),
-                 "start the run afresh without --resume (the ranks' states were saved at "
-                 "different steps)");
-  }
-  // --save-state: everything the loop has reached, written between steps. When the state
-  // resumed from is the one in --save-state, there is nothing to save before a step ran.
-  const bool resumed_in_place =
-      resume_ && !c.save_state.empty() && find_train_state(c.save_state) == resume_->dir;
-  int64_t saved_step = resumed_in_place ? first_step : -1;
-  auto save_state = [&](int64_t done) {
-    // The peak so far is kept, and what the save allocates is left out (as for evaluation).
-    tally.training_peak_bytes = std::max(tally.training_peak_bytes, meter_->peak_bytes());
-    TrainProgress p;
-    p.step = done;
-    p.wall_s = clock.now_s() - run_started;
-    if (tally.timed_wall_start) p.timed_elapsed_s = clock.now_s() - *tally.timed_wall_start;
-    p.tally = tally;
-    // The sampler's marks index samples of this process: each marked step's energy is taken
-    // now and kept as its energy_j, so that a resumed run's energy covers every timed step.
-    if (Sampler* sampler = sensors.sampler()) {
-      std::vector<StepEntry*> timed_steps;
-      for (StepEntry& s : p.tally.steps)
-        if (!s.warmup) timed_steps.push_back(&s);
-      for (const RunTally::StepMarks& m : p.tally.step_marks)
-        if (m.step < timed_steps.size())
-          timed_steps[m.step]->energy_j = sampler->energy_between(m.from, m.to);
-    }
-    p.tally.step_marks.clear();
-    p.timer = timer.carried();
-    p.resumed_from_steps = record.resumed_from_steps;
-    // Nothing ran since the resume: this is the state resumed from, as it was.
-    if (resume_ && done == first_step && !p.resumed_from_steps.empty())
-      p.resumed_from_steps.pop_back();
-    p.lr_search = record.lr_search;
-    save_train_state(c.save_state, *session_, p);
-    meter_->reset_peak();
-    saved_step = done;
-  };
-  bool stopped = false;
+  if (resume_) restore_state(loop);
+  if (session_->world() > 1) check_ranks_resume_together(loop.first_step);
+  // When the state resumed from is the one in --save-state, it need not be saved again.
+  if (resume_ && !c.save_state.empty() && find_train_state(c.save_state) == resume_->dir)
+    loop.saved_step = loop.first_step;
   // What the loss head keeps for backward: the allocator's bytes once its loss exists, less
   // those as it started, in the timed steps' training forwards (evaluation runs no probe).
-  bool timed = false;
   int64_t head_start_bytes = 0;
   const HeadProbe head_probe(session_->model(), [&](bool starts) {
-    if (!timed) return;
+    if (!loop.timed) return;
     const int64_t now = meter_->current_bytes();
     if (starts)
       head_start_bytes = now;
     else
-      tally.logits_bytes = std::max(tally.logits_bytes.value_or(0), now - head_start_bytes);
+      loop.tally.logits_bytes =
+          std::max(loop.tally.logits_bytes.value_or(0), now - head_start_bytes);
   });
 
-  auto evaluate_at = [&](int64_t done) {
-    // peak_bytes is training's: the peak so far is kept, and evaluation's own is left out.
-    tally.training_peak_bytes = std::max(tally.training_peak_bytes, meter_->peak_bytes());
-    const Evaluation e = evaluate();
-    meter_->reset_peak();
-    tally.evals.push_back({done, finite_or_null(e.val_loss), e.accuracy});
-    if (progress) progress->on_eval(done, e.val_loss);
-  };
-
-  const bool several_ranks = session_->world() > 1;
-  bool agreed_stop = false;
-  Communicator* const comm_of_run = session_->communicator().get();
-  const auto bytes_sent = [comm_of_run] {
-    return comm_of_run ? comm_of_run->stats().bytes_sent : int64_t{0};
-  };
-  int64_t timed_sent = 0, timed_run = 0;  // over this process's timed steps
+  int64_t step = loop.first_step;
   try {
-    for (step = first_step; step < total_steps; ++step) {
+    bool stopped = false;
+    for (; step < loop.total_steps; ++step) {
       // SIGTERM or SIGINT (train_state.h): stop between steps (with several ranks, at the step
       // they agreed on).
-      if (several_ranks ? agreed_stop : stop_requested()) {
+      if (session_->world() > 1 ? loop.agreed_stop : stop_requested()) {
         stopped = true;
         break;
       }
-      timed = step >= c.warmup_steps;
-      if (step == c.warmup_steps) {
-        tally.timed_wall_start = clock.now_s();
-        if (sensors.sampler()) sensors.sampler()->start();
-      }
-      const double lr = lr_at(step);
-      updater.set_learning_rate(lr);
-      // The sampler reads its sensors at each timed step's start and end (outside the step's
-      // time), so that energy and utilization can be taken over the timed steps alone.
-      Sampler* const marks = timed ? sensors.sampler() : nullptr;
-      const std::optional<size_t> start_mark = sampler_mark(marks);
-      // What competes for the cores, read outside the step's time as the marks are.
-      const ContentionReading contention0 = timed ? read_contention() : ContentionReading{};
-      const double step_cpu0 = process_cpu_seconds();
-      sync(device);
-      const double step_t0 = clock.now_s();
-      timer.begin_step();
-      const MicroBatchSource next = session_->step_batches(step);
-      const int64_t sent_before = bytes_sent();
-      const UpdateResult r = updater.step(
-          [&] {
-            AutocastScope autocast(device, bf16);
-            return session_->strategy().compute_gradients(session_->model(), next, timer);
-          },
-          timer);
-      // What the step's collectives sent (evaluation's and the loop's own left out).
-      if (timed) {
-        timed_sent += bytes_sent() - sent_before;
-        ++timed_run;
-      }
-      if (tally.tokens_per_step == 0) tally.tokens_per_step = r.out.tokens;
-      const double loss = r.out.loss_sum.item<double>() /
-                          static_cast<double>(std::max<int64_t>(r.out.target_count, 1));
-      timer.close();
-      const double step_s = clock.now_s() - step_t0;
-      const double step_cpu = process_cpu_seconds() - step_cpu0;
-      const StepContention contention =
-          timed ? step_contention(contention0, read_contention(), threads) : StepContention{};
-      const std::optional<size_t> end_mark = sampler_mark(marks);
-      if (start_mark && end_mark)
-        tally.step_marks.push_back({tally.step_times.size(), *start_mark, *end_mark});
-      if (step == 0) tally.state_bytes = updater.state_bytes();
-
-      tally.steps.push_back({step + 1, finite_or_null(loss), lr, finite_or_null(r.grad_norm),
-                             step_s, r.out.samples, r.out.tokens, r.out.target_count, r.evaluations,
-                             !timed, std::nullopt,  // energy_j: RunSensors::fill
-                             contention});
-      record.final_loss = finite_or_null(loss);
-      if (timed) {
-        tally.step_times.push_back(step_s);
-        const double util = step_s > 0 ? 100.0 * step_cpu / (step_s * threads) : 0;
-        tally.step_utils.push_back(util);
-        tally.step_cpus.push_back(step_cpu);
-        tally.timed_s += step_s;
-        tally.timed_samples += static_cast<double>(r.out.samples);
-        tally.timed_tokens += static_cast<double>(r.out.tokens);
-        tally.timed_evaluations += r.evaluations;
-        for (int p = 0; p < PhaseTimer::kPhases; ++p) tally.phase_totals[p] += timer.seconds(p);
-        if (timer.enabled()) tally.memory_timeline.push_back({step + 1, timer.boundaries()});
-        if (!sensors.sampler()) {  // without the sampler, one timeline entry per timed step
-          TimelineSample s;
-          s.t_s = clock.now_s() - tally.timed_wall_start.value_or(clock.now_s());
-          s.allocated_bytes = meter_->current_bytes();
-          s.util_pct = util;
-          tally.timeline.push_back(s);
-        }
-      }
-      if (progress)
-        progress->on_step(step + 1, total_steps, loss,
-                          tally.timed_s > 0 ? tally.timed_tokens / tally.timed_s : 0,
-                          clock.now_s() - run_started);
+      const double loss = train_step(loop, step);
       if (!std::isfinite(loss)) {
         record.status = RunStatus::kStatusDiverged;
         record.failure = failure_at(step + 1, Phase::kPhaseForward,
@@ -358,120 +226,302 @@ RunRecord Trainer::run(ProgressSink* progress) {
         ++step;
         break;
       }
-      if (c.eval_every > 0 && (step + 1) % c.eval_every == 0 && step + 1 < total_steps)
-        evaluate_at(step + 1);
-      // Ranks stop together: a stop request or a time limit that one rank sees ends the step
-      // loop of all, at the same step, or the others would wait in a collective for it.
-      bool out_of_time = c.timeout_s > 0 && clock.now_s() - run_started > c.timeout_s;
-      if (several_ranks) {
-        Communicator* comm = session_->communicator().get();
-        torch::Tensor flags =
-            torch::tensor({stop_requested() ? 1.0 : 0.0, out_of_time ? 1.0 : 0.0}, torch::kFloat64);
-        comm->allreduce(flags);
-        agreed_stop = flags[0].item<double>() > 0;
-        out_of_time = flags[1].item<double>() > 0;
-      }
-      if (out_of_time) {
+      if (c.eval_every > 0 && (step + 1) % c.eval_every == 0 && step + 1 < loop.total_steps)
+        evaluate_at(loop, step + 1);
+      if (out_of_time(loop)) {
         record.status = RunStatus::kStatusTimeout;
         record.failure = failure_at(step + 1, Phase::kPhaseOptimizer,
                                     fmt::format("time limit of {} s reached", c.timeout_s));
         ++step;
         break;
       }
-      if (!c.save_state.empty() && c.state_every > 0 && (step + 1) % c.state_every == 0) {
-        // A save that fails (a full disk) leaves the previous state whole: the run goes on.
-        try {
-          save_state(step + 1);
-        } catch (const std::exception& e) {
-          meter_->reset_peak();
-          log_warn(
-              "the training state after step {} could not be saved (the previous one is "
-              "kept): {}",
-              step + 1, first_line(e.what()));
-        }
-      }
+      if (!c.save_state.empty() && c.state_every > 0 && (step + 1) % c.state_every == 0)
+        save_state_or_warn(loop, step + 1);
     }
-    if (stopped) {
-      std::string save_failed;
-      if (!c.save_state.empty() && saved_step != step) {
-        try {
-          save_state(step);
-        } catch (const std::exception& e) {
-          meter_->reset_peak();
-          save_failed = first_line(e.what());
-          log_warn("stopped after step {}, but its training state could not be saved: {}", step,
-                   save_failed);
-        }
-      }
-      std::string kept;
-      // With several ranks each keeps DIR/rank-R; --resume takes DIR.
-      const std::string given_state =
-          session_->world() > 1 ? std::filesystem::path(c.save_state).parent_path().string()
-                                : c.save_state;
-      if (c.save_state.empty())
-        kept = "nothing was saved (no --save-state)";
-      else if (save_failed.empty())
-        kept = "the training state is in " + given_state + ": --resume " + given_state +
-               " continues the run";
-      else if (saved_step >= 0)
-        kept = fmt::format(
-            "the training state could not be saved ({}); the one of step {} is in "
-            "{}: --resume {} continues from there",
-            save_failed, saved_step, given_state, given_state);
-      else
-        kept = fmt::format("the training state could not be saved ({})", save_failed);
-      const int sig = stop_signal();
-      record.status = RunStatus::kStatusInterrupted;
-      record.failure = RunFailure{step, std::nullopt,
-                                  fmt::format("stopped by {} after step {} of {}; {}",
-                                              sig == SIGTERM  ? "SIGTERM"
-                                              : sig == SIGINT ? "SIGINT"
-                                                              : "a stop request",
-                                              step, total_steps, kept)};
-    }
-    if (record.ok()) evaluate_at(total_steps);
+    if (stopped) record_stop(loop, step);
+    if (record.ok()) evaluate_at(loop, loop.total_steps);
   } catch (const std::exception& e) {
-    const Phase failed_in = timer.current();
-    timer.close();
-    const std::string message = e.what();
-    record.status = is_oom(message) ? RunStatus::kStatusOom : RunStatus::kStatusError;
-    // Another rank died or stopped answering: the run crashed, whatever this rank did.
-    if (dynamic_cast<const PeerLost*>(&e)) record.status = RunStatus::kStatusCrashed;
-    record.failure = failure_at(step + 1, failed_in, message.substr(0, message.find('\n')));
-    for (const auto& p : session_->parameters()) {
-      torch::Tensor t = p;
-      t.mutable_grad() = torch::Tensor();
-    }
+    record_failure(loop, e, step);
   }
 
-  if (sensors.sampler()) sensors.sampler()->stop();
+  if (loop.sensors.sampler()) loop.sensors.sampler()->stop();
   if (!c.memory_snapshot.empty()) write_memory_snapshot(c.memory_snapshot);
-  finish_record(record, tally, timer, sensors, clock.now_s() - run_started, threads, timed_sent,
-                timed_run);
+  finish_record(record, loop.tally, loop.timer, loop.sensors,
+                loop.clock.now_s() - loop.run_started, loop.threads, loop.timed_sent,
+                loop.timed_run);
+  save_trained_weights(record);
+  if (progress) progress->on_finish(record);
+  return record;
+}
+
+void Trainer::restore_state(Loop& loop) {
+  TrainProgress saved = load_train_state(*resume_, *session_);
+  RunRecord& record = loop.record;
+  loop.first_step = saved.step;
+  loop.tally = std::move(saved.tally);
+  loop.timer.restore(saved.timer);
+  loop.run_started -= saved.wall_s;
+  record.resumed_from_steps = std::move(saved.resumed_from_steps);
+  record.resumed_from_steps.push_back(loop.first_step);
+  if (saved.lr_search) record.lr_search = saved.lr_search;
+  if (!loop.tally.steps.empty()) record.final_loss = loop.tally.steps.back().loss;
+  if (loop.first_step > loop.config.warmup_steps) {
+    // The timed steps began before the resume: their clock goes on from where it was (the
+    // clock of this process may start anywhere, below zero too, after a reboot).
+    loop.tally.timed_wall_start = loop.clock.now_s() - saved.timed_elapsed_s.value_or(0.0);
+    if (loop.sensors.sampler()) loop.sensors.sampler()->start();
+  }
+  meter_->reset_peak();  // reading the state is not training
+}
+
+void Trainer::check_ranks_resume_together(int64_t first_step) {
+  // Every rank must go on from the same step: states saved at different steps (a kill
+  // between two ranks' saves) cannot be resumed together.
+  Communicator& comm = *session_->communicator();
+  // The steps' sum and sum of squares are N s and N s^2 only when every rank is at s.
+  torch::Tensor steps = torch::tensor(
+      {static_cast<double>(first_step), static_cast<double>(first_step * first_step)},
+      torch::kFloat64);
+  comm.allreduce(steps);
+  const double n = comm.world(), s = static_cast<double>(first_step);
+  if (steps[0].item<double>() != n * s || steps[1].item<double>() != n * s * s)
+    fail_usage(fmt::format("--resume: rank {}'s state is at step {}, but the ranks' states are "
+                           "not all at one step",
+                           comm.rank(), first_step),
+               "start the run afresh without --resume (the ranks' states were saved at "
+               "different steps)");
+}
+
+double Trainer::train_step(Loop& loop, int64_t step) {
+  const RunConfig& c = loop.config;
+  RunTally& tally = loop.tally;
+  Updater& updater = *session_->updater();
+  Communicator* const comm = session_->communicator().get();
+  const auto bytes_sent = [comm] { return comm ? comm->stats().bytes_sent : int64_t{0}; };
+  loop.timed = step >= c.warmup_steps;
+  if (step == c.warmup_steps) {
+    tally.timed_wall_start = loop.clock.now_s();
+    if (loop.sensors.sampler()) loop.sensors.sampler()->start();
+  }
+  const double lr = lr_at(step);
+  updater.set_learning_rate(lr);
+  // The sampler reads its sensors at each timed step's start and end (outside the step's
+  // time), so that energy and utilization can be taken over the timed steps alone.
+  Sampler* const marks = loop.timed ? loop.sensors.sampler() : nullptr;
+  const std::optional<size_t> start_mark = sampler_mark(marks);
+  // What competes for the cores, read outside the step's time as the marks are.
+  const ContentionReading contention0 = loop.timed ? read_contention() : ContentionReading{};
+  const double step_cpu0 = process_cpu_seconds();
+  sync(loop.device);
+  const double step_t0 = loop.clock.now_s();
+  loop.timer.begin_step();
+  const MicroBatchSource next = session_->step_batches(step);
+  const int64_t sent_before = bytes_sent();
+  const bool bf16 = c.dtype == Dtype::kDtypeBf16;  // autocast around forward and backward
+  const UpdateResult r = updater.step(
+      [&] {
+        AutocastScope autocast(loop.device, bf16);
+        return session_->strategy().compute_gradients(session_->model(), next, loop.timer);
+      },
+      loop.timer);
+  // What the step's collectives sent (evaluation's and the loop's own left out).
+  if (loop.timed) {
+    loop.timed_sent += bytes_sent() - sent_before;
+    ++loop.timed_run;
+  }
+  if (tally.tokens_per_step == 0) tally.tokens_per_step = r.out.tokens;
+  const double loss = r.out.loss_sum.item<double>() /
+                      static_cast<double>(std::max<int64_t>(r.out.target_count, 1));
+  loop.timer.close();
+  const double step_s = loop.clock.now_s() - step_t0;
+  const double step_cpu = process_cpu_seconds() - step_cpu0;
+  const StepContention contention =
+      loop.timed ? step_contention(contention0, read_contention(), loop.threads)
+                 : StepContention{};
+  const std::optional<size_t> end_mark = sampler_mark(marks);
+  if (start_mark && end_mark)
+    tally.step_marks.push_back({tally.step_times.size(), *start_mark, *end_mark});
+  if (step == 0) tally.state_bytes = updater.state_bytes();
+
+  tally.steps.push_back({step + 1, finite_or_null(loss), lr, finite_or_null(r.grad_norm), step_s,
+                         r.out.samples, r.out.tokens, r.out.target_count, r.evaluations,
+                         !loop.timed, std::nullopt,  // energy_j: RunSensors::fill
+                         contention});
+  loop.record.final_loss = finite_or_null(loss);
+  if (loop.timed) tally_timed_step(loop, step, step_s, step_cpu, r);
+  if (loop.progress)
+    loop.progress->on_step(step + 1, loop.total_steps, loss,
+                           tally.timed_s > 0 ? tally.timed_tokens / tally.timed_s : 0,
+                           loop.clock.now_s() - loop.run_started);
+  return loss;
+}
+
+void Trainer::tally_timed_step(Loop& loop, int64_t step, double step_s, double step_cpu,
+                               const UpdateResult& r) {
+  RunTally& tally = loop.tally;
+  tally.step_times.push_back(step_s);
+  const double util = step_s > 0 ? 100.0 * step_cpu / (step_s * loop.threads) : 0;
+  tally.step_utils.push_back(util);
+  tally.step_cpus.push_back(step_cpu);
+  tally.timed_s += step_s;
+  tally.timed_samples += static_cast<double>(r.out.samples);
+  tally.timed_tokens += static_cast<double>(r.out.tokens);
+  tally.timed_evaluations += r.evaluations;
+  for (int p = 0; p < PhaseTimer::kPhases; ++p) tally.phase_totals[p] += loop.timer.seconds(p);
+  if (loop.timer.enabled()) tally.memory_timeline.push_back({step + 1, loop.timer.boundaries()});
+  if (!loop.sensors.sampler()) {  // without the sampler, one timeline entry per timed step
+    TimelineSample s;
+    s.t_s = loop.clock.now_s() - tally.timed_wall_start.value_or(loop.clock.now_s());
+    s.allocated_bytes = meter_->current_bytes();
+    s.util_pct = util;
+    tally.timeline.push_back(s);
+  }
+}
+
+void Trainer::evaluate_at(Loop& loop, int64_t done) {
+  // peak_bytes is training's: the peak so far is kept, and evaluation's own is left out.
+  loop.tally.training_peak_bytes = std::max(loop.tally.training_peak_bytes, meter_->peak_bytes());
+  const Evaluation e = evaluate();
+  meter_->reset_peak();
+  loop.tally.evals.push_back({done, finite_or_null(e.val_loss), e.accuracy});
+  if (loop.progress) loop.progress->on_eval(done, e.val_loss);
+}
+
+bool Trainer::out_of_time(Loop& loop) {
+  // Ranks stop together: a stop request or a time limit that one rank sees ends the step
+  // loop of all, at the same step, or the others would wait in a collective for it.
+  const RunConfig& c = loop.config;
+  bool out_of_time = c.timeout_s > 0 && loop.clock.now_s() - loop.run_started > c.timeout_s;
+  if (session_->world() > 1) {
+    torch::Tensor flags =
+        torch::tensor({stop_requested() ? 1.0 : 0.0, out_of_time ? 1.0 : 0.0}, torch::kFloat64);
+    session_->communicator()->allreduce(flags);
+    loop.agreed_stop = flags[0].item<double>() > 0;
+    out_of_time = flags[1].item<double>() > 0;
+  }
+  return out_of_time;
+}
+
+void Trainer::save_state(Loop& loop, int64_t done) {
+  RunTally& tally = loop.tally;
+  // The peak so far is kept, and what the save allocates is left out (as for evaluation).
+  tally.training_peak_bytes = std::max(tally.training_peak_bytes, meter_->peak_bytes());
+  TrainProgress p;
+  p.step = done;
+  p.wall_s = loop.clock.now_s() - loop.run_started;
+  if (tally.timed_wall_start) p.timed_elapsed_s = loop.clock.now_s() - *tally.timed_wall_start;
+  p.tally = tally;
+  // The sampler's marks index samples of this process: each marked step's energy is taken
+  // now and kept as its energy_j, so that a resumed run's energy covers every timed step.
+  if (Sampler* sampler = loop.sensors.sampler()) {
+    std::vector<StepEntry*> timed_steps;
+    for (StepEntry& s : p.tally.steps)
+      if (!s.warmup) timed_steps.push_back(&s);
+    for (const RunTally::StepMarks& m : p.tally.step_marks)
+      if (m.step < timed_steps.size())
+        timed_steps[m.step]->energy_j = sampler->energy_between(m.from, m.to);
+  }
+  p.tally.step_marks.clear();
+  p.timer = loop.timer.carried();
+  p.resumed_from_steps = loop.record.resumed_from_steps;
+  // Nothing ran since the resume: this is the state resumed from, as it was.
+  if (resume_ && done == loop.first_step && !p.resumed_from_steps.empty())
+    p.resumed_from_steps.pop_back();
+  p.lr_search = loop.record.lr_search;
+  save_train_state(loop.config.save_state, *session_, p);
+  meter_->reset_peak();
+  loop.saved_step = done;
+}
+
+void Trainer::save_state_or_warn(Loop& loop, int64_t done) {
+  // A save that fails (a full disk) leaves the previous state whole: the run goes on.
+  try {
+    save_state(loop, done);
+  } catch (const std::exception& e) {
+    meter_->reset_peak();
+    log_warn("the training state after step {} could not be saved (the previous one is kept): {}",
+             done, first_line(e.what()));
+  }
+}
+
+void Trainer::record_stop(Loop& loop, int64_t step) {
+  const RunConfig& c = loop.config;
+  std::string save_failed;
+  if (!c.save_state.empty() && loop.saved_step != step) {
+    try {
+      save_state(loop, step);
+    } catch (const std::exception& e) {
+      meter_->reset_peak();
+      save_failed = first_line(e.what());
+      log_warn("stopped after step {}, but its training state could not be saved: {}", step,
+               save_failed);
+    }
+  }
+  std::string kept;
+  // With several ranks each keeps DIR/rank-R; --resume takes DIR.
+  const std::string given_state = session_->world() > 1
+                                      ? std::filesystem::path(c.save_state).parent_path().string()
+                                      : c.save_state;
+  if (c.save_state.empty())
+    kept = "nothing was saved (no --save-state)";
+  else if (save_failed.empty())
+    kept = "the training state is in " + given_state + ": --resume " + given_state +
+           " continues the run";
+  else if (loop.saved_step >= 0)
+    kept = fmt::format(
+        "the training state could not be saved ({}); the one of step {} is in "
+        "{}: --resume {} continues from there",
+        save_failed, loop.saved_step, given_state, given_state);
+  else
+    kept = fmt::format("the training state could not be saved ({})", save_failed);
+  const int sig = stop_signal();
+  loop.record.status = RunStatus::kStatusInterrupted;
+  loop.record.failure = RunFailure{step, std::nullopt,
+                                   fmt::format("stopped by {} after step {} of {}; {}",
+                                               sig == SIGTERM  ? "SIGTERM"
+                                               : sig == SIGINT ? "SIGINT"
+                                                               : "a stop request",
+                                               step, loop.total_steps, kept)};
+}
+
+void Trainer::record_failure(Loop& loop, const std::exception& e, int64_t step) {
+  const Phase failed_in = loop.timer.current();
+  loop.timer.close();
+  const std::string message = e.what();
+  RunRecord& record = loop.record;
+  record.status = is_oom(message) ? RunStatus::kStatusOom : RunStatus::kStatusError;
+  // Another rank died or stopped answering: the run crashed, whatever this rank did.
+  if (dynamic_cast<const PeerLost*>(&e)) record.status = RunStatus::kStatusCrashed;
+  record.failure = failure_at(step + 1, failed_in, message.substr(0, message.find('\n')));
+  for (const auto& p : session_->parameters()) {
+    torch::Tensor t = p;
+    t.mutable_grad() = torch::Tensor();
+  }
+}
+
+void Trainer::save_trained_weights(const RunRecord& record) {
   // --save-weights: weights that finished training (or ran out of time), never those of a
   // step that failed half-way or diverged; after the record's time and memory are taken, so
   // the save counts in neither. A save that fails leaves the measurement as it is and says
   // so in save_error() (`gradscope run` exits 1 once the record is stored).
+  const RunConfig& c = config();
   save_error_.clear();
+  if (c.save_weights.empty() || !(record.ok() || record.status == RunStatus::kStatusTimeout))
+    return;
   // With several ranks every one holds the trained weights after a step (fsdp's are gathered
   // first, by all): rank 0 saves them.
-  const bool save_weights_now =
-      !c.save_weights.empty() && (record.ok() || record.status == RunStatus::kStatusTimeout);
-  if (save_weights_now) session_->updater()->gather_parameters();
-  if (save_weights_now && session_->rank() == 0) {
-    try {
-      if (c.save_adapters)
-        save_adapters(c.model, session_->model(), session_->lora_options(), c.save_weights,
-                      c.init_from);
-      else
-        save_weights(c.model, session_->model(), arch(), c.save_weights,
-                     tokenizer_json_of(arch().value("tokenizer", ""), data_dir()));
-    } catch (const std::exception& e) {
-      save_error_ = e.what();
-    }
+  session_->updater()->gather_parameters();
+  if (session_->rank() != 0) return;
+  try {
+    if (c.save_adapters)
+      save_adapters(c.model, session_->model(), session_->lora_options(), c.save_weights,
+                    c.init_from);
+    else
+      save_weights(c.model, session_->model(), arch(), c.save_weights,
+                   tokenizer_json_of(arch().value("tokenizer", ""), data_dir()));
+  } catch (const std::exception& e) {
+    save_error_ = e.what();
   }
-  if (progress) progress->on_finish(record);
-  return record;
 }
 
 void Trainer::finish_record(RunRecord& record, RunTally& tally, const PhaseTimer& timer,

@@ -27,6 +27,7 @@ class PhaseTimer;
 class RunSensors;
 struct RunTally;
 struct ShardFigures;
+struct UpdateResult;
 
 // Told about progress as the run goes; the console implements it.
 class ProgressSink {
@@ -84,6 +85,31 @@ class Trainer {
   void check_state_settings();
   double lr_at(int64_t step) const;  // step counts from 0 over all steps
   Evaluation evaluate();
+
+  // The parts of run(), each over the loop's state (trainer.cpp).
+  struct Loop;
+  // --resume: the weights, optimizer state, generators, tally and clocks the state holds.
+  void restore_state(Loop& loop);
+  // With several ranks: a usage error unless every rank resumes from `first_step`.
+  void check_ranks_resume_together(int64_t first_step);
+  // One optimizer step, timed and measured, into the tally; returns its loss.
+  double train_step(Loop& loop, int64_t step);
+  // A timed step's time, throughput, utilization, phases and timeline entry.
+  void tally_timed_step(Loop& loop, int64_t step, double step_s, double step_cpu,
+                        const UpdateResult& result);
+  // An evaluation after `done` steps, its peak left out of training's.
+  void evaluate_at(Loop& loop, int64_t done);
+  // Whether the time limit is reached (with several ranks, by any; they also agree on a stop).
+  bool out_of_time(Loop& loop);
+  // --save-state after `done` steps; save_state_or_warn goes on when the save fails.
+  void save_state(Loop& loop, int64_t done);
+  void save_state_or_warn(Loop& loop, int64_t done);
+  // The record of a run stopped by a signal after `step` steps (its state saved if asked).
+  void record_stop(Loop& loop, int64_t step);
+  // The record of a step that threw: oom, an error, or a lost peer (crashed).
+  void record_failure(Loop& loop, const std::exception& e, int64_t step);
+  // --save-weights once the record is complete (sets save_error_ when the save fails).
+  void save_trained_weights(const RunRecord& record);
   // Everything the record says once training ends: steps, evaluations, time, memory,
   // utilization, energy, FLOPs, the estimate and the environment.
   void finish_record(RunRecord& record, RunTally& tally, const PhaseTimer& timer,
