@@ -29,12 +29,13 @@ double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
   return (a - b).abs().max().item<double>();
 }
 
-// The first r singular vectors of g on its shorter side, from the test's own SVD.
+// The first r singular vectors of g, from the test's own SVD, on the side GaLore's published
+// projector takes: the right ones when m >= n (`shape[0] >= shape[1]`), else the left ones.
 torch::Tensor reference_projector(const torch::Tensor& g, int64_t r) {
   const auto svd = torch::linalg_svd(g, /*full_matrices=*/false);
   const auto& u = std::get<0>(svd);   // (m, k)
   const auto& vh = std::get<2>(svd);  // (k, n)
-  if (g.size(0) <= g.size(1))
+  if (g.size(0) < g.size(1))
     return u.index({torch::indexing::Slice(), torch::indexing::Slice(0, r)});
   return vh.index({torch::indexing::Slice(0, r)}).t();
 }
@@ -74,7 +75,7 @@ void check_two_steps(int64_t m, int64_t n) {
     got.push_back(w.detach().clone());
   }
 
-  const bool left = m <= n;
+  const bool left = m < n;  // the published rule: a square matrix goes to the right
   const auto p = reference_projector(g1, h.rank);  // (m, r) if left, else (n, r)
   ASSERT_EQ(p.size(0), left ? m : n);
   auto x = w0.clone();
@@ -105,6 +106,10 @@ void check_two_steps(int64_t m, int64_t n) {
 TEST(GaloreOptim, TwoStepsMatchTheFormulaWide) { check_two_steps(6, 10); }
 
 TEST(GaloreOptim, TwoStepsMatchTheFormulaTall) { check_two_steps(10, 6); }
+
+// A square matrix (a model's q_proj and o_proj) is projected on the right, as the published
+// projector does, and as APOLLO does (apollo_test.cpp).
+TEST(GaloreOptim, TwoStepsMatchTheFormulaSquare) { check_two_steps(8, 8); }
 
 // With update_gap T = 3 the projector changes at steps 1, 4, 7, 10 and nowhere else, is then
 // the top-r subspace of that step's gradient, and the moments carry over a refresh.
@@ -174,7 +179,7 @@ TEST(GaloreOptim, NonMatricesGetAdamW) {
   }
 }
 
-// P (m r) + M and V (2 r n) per (m, n) matrix with m <= n, 2x per vector.
+// P (m r) + M and V (2 r n) per (m, n) matrix with m < n, 2x per vector.
 TEST(GaloreStateBytes, ProjectorAndMomentsOfTheProjectedShape) {
   torch::manual_seed(1);
   const int64_t m = 64, n = 256, r = 16;

@@ -10,6 +10,7 @@
 #include "gradscope/core/rng.h"
 #include "gradscope/optim/factory.h"
 #include "gradscope/optim/galore.h"
+#include "gradscope/optim/low_rank.h"
 #include "gradscope/optim/state_key.h"
 
 namespace gradscope {
@@ -95,8 +96,9 @@ torch::Tensor apollo_projection(int64_t seed, int64_t index, int64_t draw, int64
               "apollo_projection: seed, index and draw must be >= 0 and rank >= 1");
   auto generator = at::detail::createCPUGenerator(hash3(
       static_cast<uint64_t>(seed), static_cast<uint64_t>(index), static_cast<uint64_t>(draw)));
-  const auto shape = rows < cols ? std::vector<int64_t>{rows, rank}   // (m, r): R = P^T G
-                                 : std::vector<int64_t>{rank, cols};  // (r, n): R = G P^T
+  const auto shape = projects_on_left(rows, cols)
+                         ? std::vector<int64_t>{rows, rank}   // (m, r): R = P^T G
+                         : std::vector<int64_t>{rank, cols};  // (r, n): R = G P^T
   auto p = torch::randn(shape, generator, torch::dtype(torch::kFloat32));
   p.div_(std::sqrt(static_cast<double>(rank)));
   return p.to(options);
@@ -148,22 +150,11 @@ torch::Tensor Apollo::step(LossClosure closure) {
       TORCH_CHECK(!p.grad().is_sparse(), "APOLLO does not support sparse gradients");
       const auto& grad = p.grad();
       const bool projected = options.project() && p.dim() == 2;
-      const bool left = projected && p.size(0) < p.size(1);  // P (m, r) on the left
+      const bool left = projected && projects_on_left(p.size(0), p.size(1));
       auto& slot = state_[param_state_key(p)];
-      if (!slot) {
-        auto state = std::make_unique<ApolloParamState>();
-        if (projected) {
-          const int64_t r = rank_for(options, p.size(0), p.size(1));
-          const auto shape = left ? std::vector<int64_t>{r, p.size(1)}   // (r, n)
-                                  : std::vector<int64_t>{p.size(0), r};  // (m, r)
-          state->exp_avg(torch::zeros(shape, p.options()));
-          state->exp_avg_sq(torch::zeros(shape, p.options()));
-        } else {
-          state->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-          state->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-        }
-        slot = std::move(state);
-      }
+      if (!slot)
+        slot = fresh_moments<ApolloParamState>(
+            p, projected, left, projected ? rank_for(options, p.size(0), p.size(1)) : 0);
       auto& state = static_cast<ApolloParamState&>(*slot);
       auto& exp_avg = state.exp_avg();
       auto& exp_avg_sq = state.exp_avg_sq();

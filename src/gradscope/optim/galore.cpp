@@ -5,6 +5,7 @@
 
 #include <torch/optim/serialize.h>
 
+#include "gradscope/optim/low_rank.h"
 #include "gradscope/optim/state_key.h"
 
 namespace gradscope {
@@ -27,14 +28,15 @@ void check_hyperparameters(const GaloreOptions& o) {
   }
 }
 
-// The first r singular vectors of G (m, n) on its shorter side: (m, r) left ones when
-// m <= n, else (n, r) right ones. The SVD runs in float32 (float64 for float64 gradients)
+// The first r singular vectors of G (m, n) on the side projects_on_left picks: (m, r) left
+// ones when m < n, else (n, r) right ones. The SVD runs in float32 (float64 for float64 gradients)
 // and the projector is returned in the gradient's dtype.
 torch::Tensor projector_of(const torch::Tensor& grad, int64_t r) {
   const auto svd_dtype = grad.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
   const auto [u, s, vh] = torch::linalg_svd(grad.to(svd_dtype), /*full_matrices=*/false);
   // u: (m, k), vh: (k, n), k = min(m, n)
-  const auto p = grad.size(0) <= grad.size(1) ? u.narrow(1, 0, r) : vh.narrow(0, 0, r).t();
+  const auto p = projects_on_left(grad.size(0), grad.size(1)) ? u.narrow(1, 0, r)
+                                                              : vh.narrow(0, 0, r).t();
   // A copy in any case: a view would keep all of U or V^T alive (k x k values, not r x k).
   return p.to(grad.options(), /*non_blocking=*/false, /*copy=*/true,
               torch::MemoryFormat::Contiguous);
@@ -145,22 +147,11 @@ torch::Tensor Galore::step(LossClosure closure) {
       TORCH_CHECK(!p.grad().is_sparse(), "GaLore does not support sparse gradients");
       const auto& grad = p.grad();
       const bool projected = options.project() && p.dim() == 2;
-      const bool left = projected && p.size(0) <= p.size(1);  // P (m, r) on the left
+      const bool left = projected && projects_on_left(p.size(0), p.size(1));
       auto& slot = state_[param_state_key(p)];
-      if (!slot) {
-        auto state = std::make_unique<GaloreParamState>();
-        if (projected) {
-          const int64_t r = rank_for(options, p.size(0), p.size(1));
-          const auto shape = left ? std::vector<int64_t>{r, p.size(1)}   // (r, n)
-                                  : std::vector<int64_t>{p.size(0), r};  // (m, r)
-          state->exp_avg(torch::zeros(shape, p.options()));
-          state->exp_avg_sq(torch::zeros(shape, p.options()));
-        } else {
-          state->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-          state->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-        }
-        slot = std::move(state);
-      }
+      if (!slot)
+        slot = fresh_moments<GaloreParamState>(
+            p, projected, left, projected ? rank_for(options, p.size(0), p.size(1)) : 0);
       auto& state = static_cast<GaloreParamState&>(*slot);
       auto& exp_avg = state.exp_avg();
       auto& exp_avg_sq = state.exp_avg_sq();
