@@ -59,6 +59,15 @@ const std::vector<std::string>& fashion_mnist_classes();
 // MNIST's ten classes: "0".."9".
 const std::vector<std::string>& mnist_classes();
 
+// Deflate turns at most 2 bits into 258 bytes, so no gzip (or PNG) stream inflates to more than
+// 1032 times its size: a header that claims more data than that is refused up front.
+inline constexpr uint64_t kDeflateMaxRatio = 1032;
+
+// Lower-cases ASCII and the Latin-1 capitals U+00C0..U+00DE (except U+00D7, the multiplication
+// sign), which in UTF-8 are C3 80..C3 9E and lower-case to C3 A0..C3 BE. Emoji names hold
+// such letters ("Åland Islands Flag"); other scripts pass through unchanged.
+std::string lower_utf8(const std::string& text);
+
 // A caption for a class, lower case with the right article: "Ankle boot" -> "a photo of an
 // ankle boot", "T-shirt/top" -> "a photo of a t-shirt/top"; with digits = true, "7" -> "a photo
 // of the digit 7". Captions turn a classification set into an image-caption set for the VLM.
