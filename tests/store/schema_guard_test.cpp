@@ -75,57 +75,52 @@ TEST(DbSchemaGuard, TriggersAreRefusedByNameBeforeAnythingIsWritten) {
   }
 }
 
+// A gradscope database whose runs table is `CREATE TABLE name(...)` with `run_id` written as
+// `run_id_column` and `tail` after the columns, as someone else could make it.
+std::string runs_table_as(const testing::TempDir& dir, const std::string& file,
+                          const std::string& name, const std::string& run_id_column,
+                          const std::string& tail) {
+  const std::string path = dir.file(file);
+  run_sql(path, "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT); INSERT INTO meta VALUES "
+                "('schema_version', '1'), ('application', 'gradscope'); CREATE TABLE " +
+                    name + "(attempt_id INTEGER PRIMARY KEY, " + run_id_column +
+                    ", sweep TEXT, status TEXT, started_at TEXT, finished_at TEXT, config_json "
+                    "TEXT, record_json TEXT, model TEXT, preset TEXT, optimizer TEXT, strategy "
+                    "TEXT, params INTEGER, final_loss REAL, final_val_loss REAL, total_s REAL, "
+                    "step_median_s REAL, samples_per_s REAL, tokens_per_s REAL, peak_bytes "
+                    "INTEGER, peak_rss_bytes INTEGER, optimizer_state_bytes INTEGER" +
+                    tail + ");");
+  return path;
+}
+
 TEST(DbSchemaGuard, GradscopesTablesDefinedOtherwiseAreRefused) {
   testing::TempDir dir("gradscope-db-guard");
-  // A unique run id that replaces on conflict: a new attempt of a run would delete the old.
-  const std::string replacing = dir.file("replace.db");
-  run_sql(replacing,
-          "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT); INSERT INTO meta VALUES "
-          "('schema_version', '1'), ('application', 'gradscope'); CREATE TABLE runs(attempt_id "
-          "INTEGER PRIMARY KEY, run_id TEXT UNIQUE ON CONFLICT REPLACE, sweep TEXT, status TEXT, "
-          "started_at TEXT, finished_at TEXT, config_json TEXT, record_json TEXT, model TEXT, "
-          "preset TEXT, optimizer TEXT, strategy TEXT, params INTEGER, final_loss REAL, "
-          "final_val_loss REAL, total_s REAL, step_median_s REAL, samples_per_s REAL, "
-          "tokens_per_s REAL, peak_bytes INTEGER, peak_rss_bytes INTEGER, "
-          "optimizer_state_bytes INTEGER);");
-  Error e = testing::expect_usage_error([&] { Database db(replacing); });
-  EXPECT_TRUE(testing::contains(e.what(), "'runs' is not defined as gradscope defines it"))
-      << e.what();
-  // A table constraint of someone else's beside gradscope's columns.
-  const std::string constrained = dir.file("constrained.db");
-  run_sql(constrained,
-          "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT); INSERT INTO meta VALUES "
-          "('schema_version', '1'), ('application', 'gradscope'); CREATE TABLE runs(attempt_id "
-          "INTEGER PRIMARY KEY, run_id TEXT, sweep TEXT, status TEXT, started_at TEXT, "
-          "finished_at TEXT, config_json TEXT, record_json TEXT, model TEXT, preset TEXT, "
-          "optimizer TEXT, strategy TEXT, params INTEGER, final_loss REAL, final_val_loss REAL, "
-          "total_s REAL, step_median_s REAL, samples_per_s REAL, tokens_per_s REAL, peak_bytes "
-          "INTEGER, peak_rss_bytes INTEGER, optimizer_state_bytes INTEGER, disturbed INTEGER, "
-          "involuntary_switches_per_s REAL, steal_pct REAL, competing_tasks_mean REAL, "
-          "UNIQUE(run_id) ON CONFLICT REPLACE);");
-  e = testing::expect_usage_error([&] { Database db(constrained); });
-  EXPECT_TRUE(testing::contains(e.what(), "'runs' is not defined as gradscope defines it"))
-      << e.what();
-  // The same under another spelling of the name: SQLite's names ignore case, so "Runs" is
-  // the table gradscope writes to.
-  const std::string cased = dir.file("cased.db");
-  run_sql(cased,
-          "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT); INSERT INTO meta VALUES "
-          "('schema_version', '1'), ('application', 'gradscope'); CREATE TABLE Runs(attempt_id "
-          "INTEGER PRIMARY KEY, run_id TEXT UNIQUE ON CONFLICT REPLACE, sweep TEXT, status TEXT, "
-          "started_at TEXT, finished_at TEXT, config_json TEXT, record_json TEXT, model TEXT, "
-          "preset TEXT, optimizer TEXT, strategy TEXT, params INTEGER, final_loss REAL, "
-          "final_val_loss REAL, total_s REAL, step_median_s REAL, samples_per_s REAL, "
-          "tokens_per_s REAL, peak_bytes INTEGER, peak_rss_bytes INTEGER, "
-          "optimizer_state_bytes INTEGER);");
-  e = testing::expect_usage_error([&] { Database db(cased); });
-  EXPECT_TRUE(testing::contains(e.what(), "'Runs' is not defined as gradscope defines it"))
-      << e.what();
+  const std::string contention_columns =
+      ", disturbed INTEGER, involuntary_switches_per_s REAL, steal_pct REAL, "
+      "competing_tasks_mean REAL";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      // A unique run id that replaces on conflict: a new attempt of a run would delete the
+      // old (a table of the previous schema otherwise).
+      {runs_table_as(dir, "replace.db", "runs", "run_id TEXT UNIQUE ON CONFLICT REPLACE", ""),
+       "'runs'"},
+      // A table constraint of someone else's beside gradscope's columns.
+      {runs_table_as(dir, "constrained.db", "runs", "run_id TEXT",
+                     contention_columns + ", UNIQUE(run_id) ON CONFLICT REPLACE"),
+       "'runs'"},
+      // The first under another spelling of the name: SQLite's names ignore case, so "Runs" is
+      // the table gradscope writes to.
+      {runs_table_as(dir, "cased.db", "Runs", "run_id TEXT UNIQUE ON CONFLICT REPLACE", ""),
+       "'Runs'"}};
+  for (const auto& [path, name] : cases) {
+    const Error e = testing::expect_usage_error([&] { Database db(path); });
+    EXPECT_TRUE(testing::contains(e.what(), name + " is not defined as gradscope defines it"))
+        << e.what();
+  }
   // A view where a table of gradscope's belongs.
   const std::string view = database_with(dir, "view.db",
                                          "DROP TABLE samples; CREATE VIEW samples AS SELECT "
                                          "attempt_id, 0 AS sample FROM runs;");
-  e = testing::expect_usage_error([&] { Database db(view); });
+  const Error e = testing::expect_usage_error([&] { Database db(view); });
   EXPECT_TRUE(testing::contains(e.what(), "view named 'samples'")) << e.what();
 }
 
