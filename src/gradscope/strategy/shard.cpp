@@ -244,14 +244,11 @@ class GradientReducer : public MicroBatchListener {
     while (next_ < buckets_.size() && buckets_[next_].pending <= 0) launch(buckets_[next_++]);
   }
 
-  // zero2 holds no whole gradient: at most kInFlight buckets' buffers exist at once, the
-  // oldest waited for (and its shard taken) before another is made. ddp and zero1 keep every
+  // zero2 keeps at most kZero2BucketsInFlight buckets (shard.h); ddp and zero1 keep every
   // gradient anyway, and let every bucket run while backward goes on.
-  static constexpr size_t kInFlight = 2;
-
   void launch(Bucket& b) {
     if (!keep_full_)
-      while (in_flight_.size() >= kInFlight) {
+      while (in_flight_.size() >= kZero2BucketsInFlight) {
         drain(*in_flight_.front());
         in_flight_.pop_front();
       }

@@ -17,14 +17,16 @@
 //     ends, the shard kept, and the gathered parameters freed. Parameters outside the blocks
 //     stay whole and are stepped as under zero2.
 // A bucket is all-reduced whole and the shard taken from it (Gloo's reduce-scatter is an
-// all-reduce and a chunk itself, and slower: `bench.py --only collectives`): the bucket's buffer is the transient memory of the collective, reported as
-// its own component (ShardFigures::buffer_peak_bytes).
+// all-reduce and a chunk itself, and slower: `bench.py --only collectives`): the bucket's
+// buffer is the transient memory of the collective, reported as its own component
+// (ShardFigures::buffer_peak_bytes).
 //
 // With micro-batches, only the last one's backward reduces (the others accumulate locally),
 // as PyTorch's no_sync. Elementwise optimizers work under every mode; those that need whole
 // matrices or global sums work under ddp only, and are refused under zero with the reason.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -38,6 +40,10 @@
 #include "gradscope/strategy/updater.h"
 
 namespace gradscope {
+
+// zero2 holds no whole gradient: at most this many buckets' buffers exist at once, the oldest
+// waited for (and its shard taken) before another is made. The memory estimate replays it.
+inline constexpr size_t kZero2BucketsInFlight = 2;
 
 // What a sharded step measured, for the record (summed over the steps so far).
 struct ShardFigures {

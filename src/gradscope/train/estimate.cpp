@@ -172,11 +172,11 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // backwards, up to bucket_bytes each; a bucket's flat buffer is made when its gradients are
 // complete and every earlier bucket was launched. ddp and zero1 keep every buffer until
 // backward ends. zero2 (and fsdp's parameters outside the blocks) free the gradients once
-// copied into it, keep at most kInFlight buffers (the oldest drained into the rank's shard of
-// the gradients, `shard_bytes`, made when the backward starts) and so never hold them all.
+// copied into it, keep at most kZero2BucketsInFlight buffers (strategy/shard.h; the oldest
+// drained into the rank's shard of the gradients, `shard_bytes`, made when the backward
+// starts) and so never hold them all.
 class BucketOverlay : public MemoryTrace::Overlay {
  public:
-  static constexpr size_t kInFlight = 2;  // as strategy/shard.cpp's GradientReducer
   // `bytes`: every trainable parameter's; `member`: those these buckets reduce.
   BucketOverlay(const std::vector<int64_t>& bytes, const std::vector<bool>& member,
                 int64_t bucket_bytes, bool free_grads, int64_t shard_bytes = 0)
@@ -210,7 +210,7 @@ class BucketOverlay : public MemoryTrace::Overlay {
       if (free_grads_) {
         // The oldest buffers are drained (into the shard, made at the first drain) before
         // another is made.
-        while (in_flight_.size() >= kInFlight) {
+        while (in_flight_.size() >= kZero2BucketsInFlight) {
           alive_ -= in_flight_.front().first;
           if (!in_flight_.front().second) copies_ -= in_flight_.front().first;
           in_flight_.pop_front();
