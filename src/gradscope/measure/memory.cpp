@@ -233,7 +233,7 @@ std::unique_ptr<MemoryMeter> make_memory_meter(const torch::Device& device) {
     fail_usage(fmt::format("device {} was asked for, but this gradscope is built against a "
                            "LibTorch without CUDA ({})",
                            device.str(), TORCH_VERSION),
-               "build against a CUDA LibTorch (README, 'Running on a GPU'), or use --device cpu");
+               "build against a CUDA LibTorch (docs/gpu.md), or use --device cpu");
 #endif
   }
   fail_usage(fmt::format("memory cannot be measured on device {}", device.str()),

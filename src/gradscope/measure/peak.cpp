@@ -268,7 +268,7 @@ torch::Device parse_device(const std::string& text) {
   if (text.rfind("cuda", 0) == 0) {
     check_usage(torch::cuda::is_available(), "device '" + text + "' asked for, but no CUDA device",
                 "no GPU is visible (check nvidia-smi and CUDA_VISIBLE_DEVICES), or this build's "
-                "LibTorch has no CUDA (README, 'Running on a GPU'); or use --device cpu");
+                "LibTorch has no CUDA (docs/gpu.md); or use --device cpu");
     try {
       torch::Device device(text);
       check_usage(device.index() < static_cast<int>(torch::cuda::device_count()),
