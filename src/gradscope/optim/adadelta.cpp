@@ -46,40 +46,29 @@ Adadelta::Adadelta(std::vector<torch::optim::OptimizerParamGroup> param_groups,
 }
 
 torch::Tensor Adadelta::step(LossClosure closure) {
-  torch::NoGradGuard no_grad;
-  torch::Tensor loss = {};
-  if (closure != nullptr) {
-    at::AutoGradMode enable_grad(true);
-    loss = closure();
-  }
-  for (auto& group : param_groups_) {
-    const auto& options = static_cast<const AdadeltaOptions&>(group.options());
-    for (auto& p : group.params()) {
-      if (!p.grad().defined()) continue;
-      TORCH_CHECK(!p.grad().is_sparse(), "Adadelta does not support sparse gradients");
-      auto grad = options.maximize() ? -p.grad() : p.grad();
-      auto& slot = state_[param_state_key(p)];
-      if (!slot) {
-        auto state = std::make_unique<AdadeltaParamState>();
-        state->square_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-        state->acc_delta(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-        slot = std::move(state);
-      }
-      auto& state = static_cast<AdadeltaParamState&>(*slot);
-      state.step(state.step() + 1);
-      if (options.weight_decay() != 0) grad = grad.add(p, options.weight_decay());
+  return step_each_parameter<AdadeltaOptions>(
+      *this, "Adadelta", closure,
+      [](const AdadeltaOptions& options, torch::Tensor& p, auto& slot) {
+        auto grad = options.maximize() ? -p.grad() : p.grad();
+        if (!slot) {
+          auto state = std::make_unique<AdadeltaParamState>();
+          state->square_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+          state->acc_delta(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+          slot = std::move(state);
+        }
+        auto& state = static_cast<AdadeltaParamState&>(*slot);
+        state.step(state.step() + 1);
+        if (options.weight_decay() != 0) grad = grad.add(p, options.weight_decay());
 
-      const double rho = options.rho();
-      auto& square_avg = state.square_avg();
-      auto& acc_delta = state.acc_delta();
-      square_avg.mul_(rho).addcmul_(grad, grad, 1 - rho);
-      auto std = square_avg.add(options.eps()).sqrt_();
-      auto delta = acc_delta.add(options.eps()).sqrt_().div_(std).mul_(grad);
-      acc_delta.mul_(rho).addcmul_(delta, delta, 1 - rho);
-      p.add_(delta, -options.lr());
-    }
-  }
-  return loss;
+        const double rho = options.rho();
+        auto& square_avg = state.square_avg();
+        auto& acc_delta = state.acc_delta();
+        square_avg.mul_(rho).addcmul_(grad, grad, 1 - rho);
+        auto std = square_avg.add(options.eps()).sqrt_();
+        auto delta = acc_delta.add(options.eps()).sqrt_().div_(std).mul_(grad);
+        acc_delta.mul_(rho).addcmul_(delta, delta, 1 - rho);
+        p.add_(delta, -options.lr());
+      });
 }
 
 }  // namespace gradscope

@@ -81,79 +81,67 @@ Adafactor::Adafactor(std::vector<torch::optim::OptimizerParamGroup> param_groups
 }
 
 torch::Tensor Adafactor::step(LossClosure closure) {
-  torch::NoGradGuard no_grad;
-  torch::Tensor loss = {};
-  if (closure != nullptr) {
-    at::AutoGradMode enable_grad(true);
-    loss = closure();
-  }
-  for (auto& group : param_groups_) {
-    const auto& options = static_cast<const AdafactorOptions&>(group.options());
-    for (auto& p : group.params()) {
-      if (!p.grad().defined()) continue;
-      TORCH_CHECK(!p.grad().is_sparse(), "Adafactor does not support sparse gradients");
-      const auto& grad = p.grad();
-      const bool factored = grad.dim() >= 2;
-      auto& slot = state_[param_state_key(p)];
-      if (!slot) {
-        auto state = std::make_unique<AdafactorParamState>();
-        if (factored) {
-          auto row_shape = grad.sizes().vec();  // shape[:-1]
-          row_shape.pop_back();
-          auto col_shape = grad.sizes().vec();  // shape[:-2] + shape[-1:]
-          col_shape.erase(col_shape.end() - 2);
-          state->exp_avg_sq_row(torch::zeros(row_shape, grad.options()));
-          state->exp_avg_sq_col(torch::zeros(col_shape, grad.options()));
-        } else {
-          state->exp_avg_sq(torch::zeros_like(grad, torch::MemoryFormat::Preserve));
-        }
-        if (options.beta1()) {
-          state->exp_avg(torch::zeros_like(grad, torch::MemoryFormat::Preserve));
-        }
-        slot = std::move(state);
-      }
-      auto& state = static_cast<AdafactorParamState&>(*slot);
-      state.step(state.step() + 1);
-      const double t = static_cast<double>(state.step());
-
-      double rho_t = options.lr();
-      if (options.relative_step()) {
-        const double cap = options.warmup_init() ? 1e-6 * t : options.lr();
-        rho_t = std::min(cap, 1.0 / std::sqrt(t));
-      }
-      // alpha_t, a 0-dim tensor when it depends on RMS(X) (taken before X changes).
-      const torch::Tensor alpha_t = options.scale_parameter()
-                                        ? rms(p).clamp_min_(options.eps2()).mul_(rho_t)
-                                        : torch::scalar_tensor(rho_t, p.options());
-      const double beta2_t = 1.0 - std::pow(t, options.decay_rate());
-
-      auto update = grad.square().add_(options.eps1());  // G^2 + eps1
+  const auto update_one = [](const AdafactorOptions& options, torch::Tensor& p, auto& slot) {
+    const auto& grad = p.grad();
+    const bool factored = grad.dim() >= 2;
+    if (!slot) {
+      auto state = std::make_unique<AdafactorParamState>();
       if (factored) {
-        auto& row = state.exp_avg_sq_row();  // (..., n)
-        auto& col = state.exp_avg_sq_col();  // (..., m)
-        row.mul_(beta2_t).add_(update.mean(-1), 1.0 - beta2_t);
-        col.mul_(beta2_t).add_(update.mean(-2), 1.0 - beta2_t);
-        auto r_factor =
-            (row / row.mean(-1, /*keepdim=*/true)).rsqrt_().unsqueeze(-1);  // (..., n, 1)
-        auto c_factor = col.unsqueeze(-2).rsqrt();                          // (..., 1, m)
-        update = r_factor.mul(c_factor).mul_(grad);
+        auto row_shape = grad.sizes().vec();  // shape[:-1]
+        row_shape.pop_back();
+        auto col_shape = grad.sizes().vec();  // shape[:-2] + shape[-1:]
+        col_shape.erase(col_shape.end() - 2);
+        state->exp_avg_sq_row(torch::zeros(row_shape, grad.options()));
+        state->exp_avg_sq_col(torch::zeros(col_shape, grad.options()));
       } else {
-        auto& v = state.exp_avg_sq();
-        v.mul_(beta2_t).add_(update, 1.0 - beta2_t);
-        update = v.rsqrt().mul_(grad);
+        state->exp_avg_sq(torch::zeros_like(grad, torch::MemoryFormat::Preserve));
       }
-      update.div_(rms(update).div_(options.clip_threshold()).clamp_min_(1.0));
-      update.mul_(alpha_t);
       if (options.beta1()) {
-        const double beta1 = *options.beta1();
-        state.exp_avg().mul_(beta1).add_(update, 1.0 - beta1);
-        update = state.exp_avg();
+        state->exp_avg(torch::zeros_like(grad, torch::MemoryFormat::Preserve));
       }
-      if (options.weight_decay() != 0) p.mul_(alpha_t.mul(-options.weight_decay()).add_(1));
-      p.sub_(update);
+      slot = std::move(state);
     }
-  }
-  return loss;
+    auto& state = static_cast<AdafactorParamState&>(*slot);
+    state.step(state.step() + 1);
+    const double t = static_cast<double>(state.step());
+
+    double rho_t = options.lr();
+    if (options.relative_step()) {
+      const double cap = options.warmup_init() ? 1e-6 * t : options.lr();
+      rho_t = std::min(cap, 1.0 / std::sqrt(t));
+    }
+    // alpha_t, a 0-dim tensor when it depends on RMS(X) (taken before X changes).
+    const torch::Tensor alpha_t = options.scale_parameter()
+                                      ? rms(p).clamp_min_(options.eps2()).mul_(rho_t)
+                                      : torch::scalar_tensor(rho_t, p.options());
+    const double beta2_t = 1.0 - std::pow(t, options.decay_rate());
+
+    auto update = grad.square().add_(options.eps1());  // G^2 + eps1
+    if (factored) {
+      auto& row = state.exp_avg_sq_row();  // (..., n)
+      auto& col = state.exp_avg_sq_col();  // (..., m)
+      row.mul_(beta2_t).add_(update.mean(-1), 1.0 - beta2_t);
+      col.mul_(beta2_t).add_(update.mean(-2), 1.0 - beta2_t);
+      auto r_factor =
+          (row / row.mean(-1, /*keepdim=*/true)).rsqrt_().unsqueeze(-1);  // (..., n, 1)
+      auto c_factor = col.unsqueeze(-2).rsqrt();                          // (..., 1, m)
+      update = r_factor.mul(c_factor).mul_(grad);
+    } else {
+      auto& v = state.exp_avg_sq();
+      v.mul_(beta2_t).add_(update, 1.0 - beta2_t);
+      update = v.rsqrt().mul_(grad);
+    }
+    update.div_(rms(update).div_(options.clip_threshold()).clamp_min_(1.0));
+    update.mul_(alpha_t);
+    if (options.beta1()) {
+      const double beta1 = *options.beta1();
+      state.exp_avg().mul_(beta1).add_(update, 1.0 - beta1);
+      update = state.exp_avg();
+    }
+    if (options.weight_decay() != 0) p.mul_(alpha_t.mul(-options.weight_decay()).add_(1));
+    p.sub_(update);
+  };
+  return step_each_parameter<AdafactorOptions>(*this, "Adafactor", closure, update_one);
 }
 
 }  // namespace gradscope

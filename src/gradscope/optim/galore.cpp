@@ -133,56 +133,42 @@ Galore::Galore(std::vector<torch::optim::OptimizerParamGroup> param_groups, Galo
 }
 
 torch::Tensor Galore::step(LossClosure closure) {
-  torch::NoGradGuard no_grad;
-  torch::Tensor loss = {};
-  if (closure != nullptr) {
-    at::AutoGradMode enable_grad(true);
-    loss = closure();
-  }
-  for (auto& group : param_groups_) {
-    const auto& options = static_cast<const GaloreOptions&>(group.options());
+  const auto update_one = [](const GaloreOptions& options, torch::Tensor& p, auto& slot) {
     const auto [beta1, beta2] = options.betas();
-    for (auto& p : group.params()) {
-      if (!p.grad().defined()) continue;
-      TORCH_CHECK(!p.grad().is_sparse(), "GaLore does not support sparse gradients");
-      const auto& grad = p.grad();
-      const bool projected = options.project() && p.dim() == 2;
-      const bool left = projected && projects_on_left(p.size(0), p.size(1));
-      auto& slot = state_[param_state_key(p)];
-      if (!slot)
-        slot = fresh_moments<GaloreParamState>(
-            p, projected, left, projected ? rank_for(options, p.size(0), p.size(1)) : 0);
-      auto& state = static_cast<GaloreParamState&>(*slot);
-      auto& exp_avg = state.exp_avg();
-      auto& exp_avg_sq = state.exp_avg_sq();
-      state.step(state.step() + 1);
-      const double bias_correction1 = 1 - std::pow(beta1, state.step());
-      const double bias_correction2 = 1 - std::pow(beta2, state.step());
+    const auto& grad = p.grad();
+    const bool projected = options.project() && p.dim() == 2;
+    const bool left = projected && projects_on_left(p.size(0), p.size(1));
+    if (!slot)
+      slot = fresh_moments<GaloreParamState>(
+          p, projected, left, projected ? rank_for(options, p.size(0), p.size(1)) : 0);
+    auto& state = static_cast<GaloreParamState&>(*slot);
+    auto& exp_avg = state.exp_avg();
+    auto& exp_avg_sq = state.exp_avg_sq();
+    state.step(state.step() + 1);
+    const double bias_correction1 = 1 - std::pow(beta1, state.step());
+    const double bias_correction2 = 1 - std::pow(beta2, state.step());
 
-      if (options.weight_decay() != 0) p.mul_(1 - options.lr() * options.weight_decay());
-      if (!projected) {  // AdamW, in torch::optim::AdamW's order of operations
-        exp_avg.mul_(beta1).add_(grad, 1 - beta1);
-        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1 - beta2);
-        auto denom = (exp_avg_sq.sqrt() / std::sqrt(bias_correction2)).add_(options.eps());
-        p.addcdiv_(exp_avg, denom, -options.lr() / bias_correction1);
-        continue;
-      }
-      // The rank comes from the moments, so a loaded state keeps the rank it was saved with.
-      const int64_t r = left ? exp_avg.size(0) : exp_avg.size(1);
-      if ((state.step() - 1) % options.update_gap() == 0) {
-        state.projector(projector_of(grad, r));
-      }
-      const auto& proj = state.projector();                       // (m, r) if left, else (n, r)
-      const auto low = left ? proj.t().mm(grad) : grad.mm(proj);  // R: (r, n) or (m, r)
-      exp_avg.mul_(beta1).add_(low, 1 - beta1);
-      exp_avg_sq.mul_(beta2).addcmul_(low, low, 1 - beta2);
+    if (options.weight_decay() != 0) p.mul_(1 - options.lr() * options.weight_decay());
+    if (!projected) {  // AdamW, in torch::optim::AdamW's order of operations
+      exp_avg.mul_(beta1).add_(grad, 1 - beta1);
+      exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1 - beta2);
       auto denom = (exp_avg_sq.sqrt() / std::sqrt(bias_correction2)).add_(options.eps());
-      const auto normalized = exp_avg.div(denom).div_(bias_correction1);         // N: R's shape
-      const auto update = left ? proj.mm(normalized) : normalized.mm(proj.t());  // (m, n)
-      p.add_(update, -options.lr() * options.scale());
+      p.addcdiv_(exp_avg, denom, -options.lr() / bias_correction1);
+      return;
     }
-  }
-  return loss;
+    // The rank comes from the moments, so a loaded state keeps the rank it was saved with.
+    const int64_t r = left ? exp_avg.size(0) : exp_avg.size(1);
+    if ((state.step() - 1) % options.update_gap() == 0) state.projector(projector_of(grad, r));
+    const auto& proj = state.projector();                       // (m, r) if left, else (n, r)
+    const auto low = left ? proj.t().mm(grad) : grad.mm(proj);  // R: (r, n) or (m, r)
+    exp_avg.mul_(beta1).add_(low, 1 - beta1);
+    exp_avg_sq.mul_(beta2).addcmul_(low, low, 1 - beta2);
+    auto denom = (exp_avg_sq.sqrt() / std::sqrt(bias_correction2)).add_(options.eps());
+    const auto normalized = exp_avg.div(denom).div_(bias_correction1);         // N: R's shape
+    const auto update = left ? proj.mm(normalized) : normalized.mm(proj.t());  // (m, n)
+    p.add_(update, -options.lr() * options.scale());
+  };
+  return step_each_parameter<GaloreOptions>(*this, "GaLore", closure, update_one);
 }
 
 }  // namespace gradscope

@@ -39,34 +39,21 @@ Lion::Lion(std::vector<torch::optim::OptimizerParamGroup> param_groups, LionOpti
 }
 
 torch::Tensor Lion::step(LossClosure closure) {
-  torch::NoGradGuard no_grad;
-  torch::Tensor loss = {};
-  if (closure != nullptr) {
-    at::AutoGradMode enable_grad(true);
-    loss = closure();
-  }
-  for (auto& group : param_groups_) {
-    const auto& options = static_cast<const LionOptions&>(group.options());
-    const auto [beta1, beta2] = options.betas();
-    for (auto& p : group.params()) {
-      if (!p.grad().defined()) continue;
-      TORCH_CHECK(!p.grad().is_sparse(), "Lion does not support sparse gradients");
-      const auto& grad = p.grad();
-      auto& slot = state_[param_state_key(p)];
-      if (!slot) {
-        auto state = std::make_unique<LionParamState>();
-        state->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-        slot = std::move(state);
-      }
-      auto& exp_avg = static_cast<LionParamState&>(*slot).exp_avg();
-
-      if (options.weight_decay() != 0) p.mul_(1 - options.lr() * options.weight_decay());
-      auto update = exp_avg.mul(beta1).add_(grad, 1 - beta1).sign_();  // (same shape as p)
-      p.add_(update, -options.lr());
-      exp_avg.mul_(beta2).add_(grad, 1 - beta2);
-    }
-  }
-  return loss;
+  return step_each_parameter<LionOptions>(
+      *this, "Lion", closure, [](const LionOptions& options, torch::Tensor& p, auto& slot) {
+        const auto [beta1, beta2] = options.betas();
+        if (!slot) {
+          auto state = std::make_unique<LionParamState>();
+          state->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+          slot = std::move(state);
+        }
+        auto& exp_avg = static_cast<LionParamState&>(*slot).exp_avg();
+        const auto& grad = p.grad();
+        if (options.weight_decay() != 0) p.mul_(1 - options.lr() * options.weight_decay());
+        auto update = exp_avg.mul(beta1).add_(grad, 1 - beta1).sign_();  // (same shape as p)
+        p.add_(update, -options.lr());
+        exp_avg.mul_(beta2).add_(grad, 1 - beta2);
+      });
 }
 
 }  // namespace gradscope

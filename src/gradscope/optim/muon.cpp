@@ -112,62 +112,50 @@ Muon::Muon(std::vector<torch::optim::OptimizerParamGroup> param_groups, MuonOpti
 }
 
 torch::Tensor Muon::step(LossClosure closure) {
-  torch::NoGradGuard no_grad;
-  torch::Tensor loss = {};
-  if (closure != nullptr) {
-    at::AutoGradMode enable_grad(true);
-    loss = closure();
-  }
-  for (auto& group : param_groups_) {
-    const auto& options = static_cast<const MuonOptions&>(group.options());
-    for (auto& p : group.params()) {
-      if (!p.grad().defined()) continue;
-      TORCH_CHECK(!p.grad().is_sparse(), "Muon does not support sparse gradients");
-      const auto& grad = p.grad();
-      auto& slot = state_[param_state_key(p)];
-      if (!slot) {
-        auto state = std::make_unique<MuonParamState>();
-        if (options.use_muon()) {
-          state->momentum_buffer(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-        } else {
-          state->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-          state->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-        }
-        slot = std::move(state);
-      }
-      auto& state = static_cast<MuonParamState&>(*slot);
-      state.step(state.step() + 1);
-
+  const auto update_one = [](const MuonOptions& options, torch::Tensor& p, auto& slot) {
+    const auto& grad = p.grad();
+    if (!slot) {
+      auto state = std::make_unique<MuonParamState>();
       if (options.use_muon()) {
-        const double mu = options.momentum();
-        auto& momentum = state.momentum_buffer();
-        momentum.lerp_(grad, 1 - mu);
-        const auto update = options.nesterov() ? grad.lerp(momentum, mu) : momentum;
-        const int64_t rows = p.size(0), cols = p.numel() / rows;
-        const auto dtype = options.ns_dtype() == "bfloat16"     ? torch::kBFloat16
-                           : p.scalar_type() == torch::kFloat64 ? torch::kFloat64
-                                                                : torch::kFloat32;
-        const auto orthogonal =
-            newton_schulz5(update.reshape({rows, cols}), options.ns_steps(), dtype);
-        const double scale = update_scale_for(options.update_scale(), rows, cols);
-        if (options.weight_decay() != 0) p.mul_(1 - options.lr() * options.weight_decay());
-        p.add_(orthogonal.to(p.scalar_type()).view(p.sizes()), -options.lr() * scale);
-        continue;
+        state->momentum_buffer(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+      } else {
+        state->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+        state->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
       }
-      // AdamW, as the reference's auxiliary Adam (lerp for both moments).
-      const auto [beta1, beta2] = options.adamw_betas();
-      auto& exp_avg = state.exp_avg();
-      auto& exp_avg_sq = state.exp_avg_sq();
-      exp_avg.lerp_(grad, 1 - beta1);
-      exp_avg_sq.lerp_(grad.square(), 1 - beta2);
-      const double bias_correction1 = 1 - std::pow(beta1, state.step());
-      const double bias_correction2 = 1 - std::pow(beta2, state.step());
-      const auto denom = (exp_avg_sq / bias_correction2).sqrt_().add_(options.adamw_eps());
-      if (options.weight_decay() != 0) p.mul_(1 - options.adamw_lr() * options.weight_decay());
-      p.addcdiv_(exp_avg, denom, -options.adamw_lr() / bias_correction1);
+      slot = std::move(state);
     }
-  }
-  return loss;
+    auto& state = static_cast<MuonParamState&>(*slot);
+    state.step(state.step() + 1);
+
+    if (options.use_muon()) {
+      const double mu = options.momentum();
+      auto& momentum = state.momentum_buffer();
+      momentum.lerp_(grad, 1 - mu);
+      const auto update = options.nesterov() ? grad.lerp(momentum, mu) : momentum;
+      const int64_t rows = p.size(0), cols = p.numel() / rows;
+      const auto dtype = options.ns_dtype() == "bfloat16"     ? torch::kBFloat16
+                         : p.scalar_type() == torch::kFloat64 ? torch::kFloat64
+                                                              : torch::kFloat32;
+      const auto orthogonal =
+          newton_schulz5(update.reshape({rows, cols}), options.ns_steps(), dtype);
+      const double scale = update_scale_for(options.update_scale(), rows, cols);
+      if (options.weight_decay() != 0) p.mul_(1 - options.lr() * options.weight_decay());
+      p.add_(orthogonal.to(p.scalar_type()).view(p.sizes()), -options.lr() * scale);
+      return;
+    }
+    // AdamW, as the reference's auxiliary Adam (lerp for both moments).
+    const auto [beta1, beta2] = options.adamw_betas();
+    auto& exp_avg = state.exp_avg();
+    auto& exp_avg_sq = state.exp_avg_sq();
+    exp_avg.lerp_(grad, 1 - beta1);
+    exp_avg_sq.lerp_(grad.square(), 1 - beta2);
+    const double bias_correction1 = 1 - std::pow(beta1, state.step());
+    const double bias_correction2 = 1 - std::pow(beta2, state.step());
+    const auto denom = (exp_avg_sq / bias_correction2).sqrt_().add_(options.adamw_eps());
+    if (options.weight_decay() != 0) p.mul_(1 - options.adamw_lr() * options.weight_decay());
+    p.addcdiv_(exp_avg, denom, -options.adamw_lr() / bias_correction1);
+  };
+  return step_each_parameter<MuonOptions>(*this, "Muon", closure, update_one);
 }
 
 // A function-local static: the registry may be built during another file's static
