@@ -149,11 +149,9 @@ torch::Tensor Galore::step(LossClosure closure) {
     const double bias_correction2 = 1 - std::pow(beta2, state.step());
 
     if (options.weight_decay() != 0) p.mul_(1 - options.lr() * options.weight_decay());
-    if (!projected) {  // AdamW, in torch::optim::AdamW's order of operations
-      exp_avg.mul_(beta1).add_(grad, 1 - beta1);
-      exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1 - beta2);
-      auto denom = (exp_avg_sq.sqrt() / std::sqrt(bias_correction2)).add_(options.eps());
-      p.addcdiv_(exp_avg, denom, -options.lr() / bias_correction1);
+    if (!projected) {
+      adamw_moments_step(p, grad, exp_avg, exp_avg_sq, beta1, beta2, state.step(),
+                         options.eps(), options.lr());
       return;
     }
     // The rank comes from the moments, so a loaded state keeps the rank it was saved with.

@@ -2,6 +2,7 @@
 // the projected shape (galore.h, apollo.h).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -31,6 +32,19 @@ std::unique_ptr<State> fresh_moments(const torch::Tensor& p, bool projected, boo
     state->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
   }
   return state;
+}
+
+// AdamW's update of a parameter that is not projected (the decay already applied), in
+// torch::optim::AdamW's order of operations; `step` counts from 1.
+inline void adamw_moments_step(torch::Tensor& p, const torch::Tensor& grad, torch::Tensor& exp_avg,
+                               torch::Tensor& exp_avg_sq, double beta1, double beta2,
+                               int64_t step, double eps, double lr) {
+  const double bias_correction1 = 1 - std::pow(beta1, step);
+  const double bias_correction2 = 1 - std::pow(beta2, step);
+  exp_avg.mul_(beta1).add_(grad, 1 - beta1);
+  exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1 - beta2);
+  auto denom = (exp_avg_sq.sqrt() / std::sqrt(bias_correction2)).add_(eps);
+  p.addcdiv_(exp_avg, denom, -lr / bias_correction1);
 }
 
 }  // namespace gradscope
