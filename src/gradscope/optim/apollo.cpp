@@ -148,26 +148,16 @@ torch::Tensor Apollo::step(LossClosure closure) {
       ++index;
       if (!p.grad().defined()) continue;
       TORCH_CHECK(!p.grad().is_sparse(), "APOLLO does not support sparse gradients");
+      bool left = false;
+      ApolloParamState* const projected = begin_low_rank_step<ApolloParamState>(
+          options, p, state_[param_state_key(p)], left, &Apollo::rank_for);
+      if (projected == nullptr) continue;  // stepped as AdamW
+      ApolloParamState& state = *projected;
       const auto& grad = p.grad();
-      const bool projected = options.project() && p.dim() == 2;
-      const bool left = projected && projects_on_left(p.size(0), p.size(1));
-      auto& slot = state_[param_state_key(p)];
-      if (!slot)
-        slot = fresh_moments<ApolloParamState>(
-            p, projected, left, projected ? rank_for(options, p.size(0), p.size(1)) : 0);
-      auto& state = static_cast<ApolloParamState&>(*slot);
       auto& exp_avg = state.exp_avg();
       auto& exp_avg_sq = state.exp_avg_sq();
-      state.step(state.step() + 1);
       const double bias_correction1 = 1 - std::pow(beta1, state.step());
       const double bias_correction2 = 1 - std::pow(beta2, state.step());
-
-      if (options.weight_decay() != 0) p.mul_(1 - options.lr() * options.weight_decay());
-      if (!projected) {
-        adamw_moments_step(p, grad, exp_avg, exp_avg_sq, beta1, beta2, state.step(),
-                           options.eps(), options.lr());
-        continue;
-      }
       // The rank comes from the moments, so a loaded state keeps the rank it was saved with.
       const int64_t r = left ? exp_avg.size(0) : exp_avg.size(1);
       const int64_t draw = (state.step() - 1) / options.update_proj_gap();

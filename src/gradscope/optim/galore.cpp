@@ -134,26 +134,17 @@ Galore::Galore(std::vector<torch::optim::OptimizerParamGroup> param_groups, Galo
 
 torch::Tensor Galore::step(LossClosure closure) {
   const auto update_one = [](const GaloreOptions& options, torch::Tensor& p, auto& slot) {
+    bool left = false;
+    GaloreParamState* const projected =
+        begin_low_rank_step<GaloreParamState>(options, p, slot, left, &Galore::rank_for);
+    if (projected == nullptr) return;  // stepped as AdamW
+    GaloreParamState& state = *projected;
     const auto [beta1, beta2] = options.betas();
     const auto& grad = p.grad();
-    const bool projected = options.project() && p.dim() == 2;
-    const bool left = projected && projects_on_left(p.size(0), p.size(1));
-    if (!slot)
-      slot = fresh_moments<GaloreParamState>(
-          p, projected, left, projected ? rank_for(options, p.size(0), p.size(1)) : 0);
-    auto& state = static_cast<GaloreParamState&>(*slot);
     auto& exp_avg = state.exp_avg();
     auto& exp_avg_sq = state.exp_avg_sq();
-    state.step(state.step() + 1);
     const double bias_correction1 = 1 - std::pow(beta1, state.step());
     const double bias_correction2 = 1 - std::pow(beta2, state.step());
-
-    if (options.weight_decay() != 0) p.mul_(1 - options.lr() * options.weight_decay());
-    if (!projected) {
-      adamw_moments_step(p, grad, exp_avg, exp_avg_sq, beta1, beta2, state.step(),
-                         options.eps(), options.lr());
-      return;
-    }
     // The rank comes from the moments, so a loaded state keeps the rank it was saved with.
     const int64_t r = left ? exp_avg.size(0) : exp_avg.size(1);
     if ((state.step() - 1) % options.update_gap() == 0) state.projector(projector_of(grad, r));

@@ -47,4 +47,28 @@ inline void adamw_moments_step(torch::Tensor& p, const torch::Tensor& grad, torc
   p.addcdiv_(exp_avg, denom, -lr / bias_correction1);
 }
 
+// What GaLore's and APOLLO's steps do first with a parameter: its state made on its first step
+// (`rank_for(options, m, n)` gives a new projected matrix's rank), its step counted, the
+// decoupled weight decay applied, and a parameter that is not projected stepped as AdamW.
+// Returns its state when it is projected (the optimizer's own update follows, `left` as
+// projects_on_left says), else nullptr.
+template <typename State, typename Options, typename RankFor>
+State* begin_low_rank_step(const Options& options, torch::Tensor& p,
+                           std::unique_ptr<torch::optim::OptimizerParamState>& slot, bool& left,
+                           RankFor rank_for) {
+  const bool projected = options.project() && p.dim() == 2;
+  left = projected && projects_on_left(p.size(0), p.size(1));
+  if (!slot)
+    slot = fresh_moments<State>(p, projected, left,
+                                projected ? rank_for(options, p.size(0), p.size(1)) : 0);
+  auto& state = static_cast<State&>(*slot);
+  state.step(state.step() + 1);
+  if (options.weight_decay() != 0) p.mul_(1 - options.lr() * options.weight_decay());
+  if (projected) return &state;
+  const auto [beta1, beta2] = options.betas();
+  adamw_moments_step(p, p.grad(), state.exp_avg(), state.exp_avg_sq(), beta1, beta2,
+                     state.step(), options.eps(), options.lr());
+  return nullptr;
+}
+
 }  // namespace gradscope
