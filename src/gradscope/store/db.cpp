@@ -389,16 +389,8 @@ Database::Database(const std::string& path, DatabaseAccess mode) : path_(path) {
 Database::~Database() { sqlite3_close_v2(db_); }
 
 void Database::add_missing_columns() {
-  for (const AddedColumn& column : kAddedColumns) {
-    std::set<std::string> have;
-    {
-      Statement info(db_, path_, ("PRAGMA table_info(" + column.table + ")").c_str(),
-                     ErrorKind::kErrorKindRuntime);
-      while (info.step()) have.insert(info.column_text(1));
-    }
-    if (!have.count(column.definition.substr(0, column.definition.find(' '))))
-      exec("ALTER TABLE " + column.table + " ADD COLUMN " + column.definition);
-  }
+  for (const std::string& statement : missing_column_statements(db_, path_, kAddedColumns))
+    exec(statement);
 }
 
 void Database::check(int rc, const std::string& what) const {

@@ -50,8 +50,9 @@ std::string folded(std::string name) {
   return name;
 }
 
-// gradscope's tables as SQLite stores their definitions (keyed by folded name) (sqlite_master.sql, which keeps the
-// text of the CREATE statement less IF NOT EXISTS), made in a database in memory.
+// gradscope's tables as SQLite stores their definitions (sqlite_master.sql, which keeps the
+// text of the CREATE statement less IF NOT EXISTS), made in a database in memory, keyed by
+// folded name.
 std::map<std::string, std::string> reference_tables(const char* schema_sql, const char* meta_sql) {
   sqlite3* memory = nullptr;
   std::map<std::string, std::string> tables;
@@ -185,6 +186,21 @@ void check_database_schema(sqlite3* db, const std::string& path, const char* sch
                             quoted(name)),
                 hint);
   }
+}
+
+std::vector<std::string> missing_column_statements(sqlite3* db, const std::string& path,
+                                                   const std::vector<AddedColumn>& added_columns) {
+  std::map<std::string, std::set<std::string>> have;  // table -> its columns, read once each
+  std::vector<std::string> statements;
+  for (const AddedColumn& column : added_columns) {
+    if (!have.count(column.table)) {
+      const std::string sql = "SELECT name FROM pragma_table_info('" + column.table + "')";
+      for (const auto& row : text_rows(db, path, sql.c_str())) have[column.table].insert(row[0]);
+    }
+    if (!have[column.table].count(column.definition.substr(0, column.definition.find(' '))))
+      statements.push_back("ALTER TABLE " + column.table + " ADD COLUMN " + column.definition);
+  }
+  return statements;
 }
 
 void check_database_output(const std::string& flag, const std::string& path) {

@@ -29,6 +29,11 @@ struct AddedColumn {
 void check_database_schema(sqlite3* db, const std::string& path, const char* schema_sql,
                            const char* meta_sql, const std::vector<AddedColumn>& added_columns);
 
+// The ALTER TABLE statements that give an older database the `added_columns` it lacks (its
+// tables read once each); the names are gradscope's own, never the file's.
+std::vector<std::string> missing_column_statements(sqlite3* db, const std::string& path,
+                                                   const std::vector<AddedColumn>& added_columns);
+
 // Refuses (a usage error naming `flag` and the file) a database output path that holds
 // something else: the path may be new, an empty file or an SQLite file; whether that is a
 // gradscope database is checked when it is opened (Database), before anything is written.
