@@ -266,29 +266,6 @@ bool catches_sigterm(pid_t pid) {
 // the process ends (a scheduler and a sweep each sending theirs, a user's kill repeated): the
 // run records itself interrupted and exits 75, whichever moment a signal lands on (during the
 // save, the record, or the exit after it).
-TEST(TrainStateCli, AResumeRefusedForADamagedArchiveLeavesNoNewDatabase) {
-  testing::TempDir dir("gradscope-state-damaged");
-  const auto file = [&](const std::string& name) { return dir.file(name); };
-  const std::string state = file("state");
-  const pid_t first = testing::start_gradscope(
-      run_args(fmt::format("--db {} --save-state {} --state-every 2", file("a.db"), state)),
-      file("a.out"));
-  ASSERT_TRUE(poll([&] { return state_step(state) >= 2; }, 120));
-  kill(first, SIGTERM);
-  ASSERT_EQ(exit_code_of(first), 75) << testing::slurp(file("a.out"));
-  // state.json is whole, the weights' archive cut short: refused once it is read.
-  std::filesystem::resize_file(std::filesystem::path(state) / "model.pt", 100);
-  const auto r = testing::run_gradscope(
-      run_args(fmt::format("--db {} --resume {}", file("new.db"), state)));
-  EXPECT_EQ(r.code, 2) << r.err;
-  EXPECT_FALSE(std::filesystem::exists(file("new.db"))) << r.err;
-  // A database that was there already is left as it was.
-  const auto again = testing::run_gradscope(
-      run_args(fmt::format("--db {} --resume {}", file("a.db"), state)));
-  EXPECT_EQ(again.code, 2) << again.err;
-  EXPECT_TRUE(std::filesystem::exists(file("a.db")));
-}
-
 TEST(TrainStateCli, RepeatedStopsEndTheRunRecordedAndWithItsExitCode) {
   testing::TempDir dir("gradscope-state-stops");
   for (int attempt = 0; attempt < 3; ++attempt) {

@@ -71,12 +71,12 @@ TEST(ContentionVerdict, TheRunsOwnSamplerIsNoCompetitor) {
   // 1 ms wakes 1000 times a second besides.
   const auto steps = steps_of(5, {20, std::nullopt, std::nullopt});
   const std::vector<double> times(5, 0.02);
-  EXPECT_TRUE(summarize_contention(steps, times, 2, 8).disturbed);
+  EXPECT_TRUE(summarize_contention(steps, times, 2, 2).disturbed);
   DisturbanceThresholds sampled;
   sampled.own_wakeups_per_s = 1000;
-  EXPECT_FALSE(summarize_contention(steps, times, 2, 8, sampled).disturbed);
+  EXPECT_FALSE(summarize_contention(steps, times, 2, 2, sampled).disturbed);
   sampled.own_wakeups_per_s = 100;
-  const RunContention c = summarize_contention(steps, times, 2, 8, sampled);
+  const RunContention c = summarize_contention(steps, times, 2, 2, sampled);
   ASSERT_TRUE(c.disturbed);
   EXPECT_TRUE(testing::contains(c.reasons[0], "threshold 250: 75 per thread, and 100 of the "
                                               "run's sampler"))

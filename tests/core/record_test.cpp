@@ -239,9 +239,11 @@ TEST(RecordV1, WritesBackAsVersionTwo) {
 }
 
 TEST(RecordV1, ASweepNameWithControlCharactersOrTooLongIsRefused) {
+  // Control characters, too long, a C1 control, Latin-1 (not UTF-8), a cut-short sequence.
   for (const std::string sweep : {std::string("\x1b]0;title\x07"), std::string(257, 's'),
                                   std::string("a\xc2\x9b"
-                                              "31m")}) {
+                                              "31m"),
+                                  std::string("caf\xe9"), std::string("ab\xe2\x82")}) {
     json j = load_fixture("v1-run.json");
     j["sweep"] = sweep;
     const Error e = testing::expect_usage_error([&] { record_from_json(j); });

@@ -65,26 +65,31 @@ void check_run_outputs(const RunConfig& c, bool db) {
 }
 
 // A record the database refused, with no --json to hold it: written to DB.unsaved/ beside
-// the database, or, where that cannot be written (a full disk), to gradscope-unsaved/ in
-// $TMPDIR (or /tmp). The file's path, or nullopt when neither could be written.
+// the database, or, where that cannot be written (a full disk), to a folder of its own that
+// mkdtemp makes in $TMPDIR (or /tmp), readable by this user alone. The file's path, or
+// nullopt when neither could be written.
 std::optional<std::string> keep_unstored_record(const std::string& db_path,
                                                 const RunRecord& record) {
-  const char* tmp = std::getenv("TMPDIR");
-  const std::filesystem::path folders[] = {
-      db_path + ".unsaved",
-      std::filesystem::path(tmp && *tmp ? tmp : "/tmp") / "gradscope-unsaved"};
-  for (const std::filesystem::path& folder : folders) {
-    const std::string file = (folder / (record.attempt_uid + ".json")).string();
-    try {
-      std::error_code ec;
-      std::filesystem::create_directories(folder, ec);
-      write_json_atomically(file, record_to_json(record));
-      return file;
-    } catch (const Error&) {
-      continue;  // the next place
-    }
+  const std::string name = record.attempt_uid + ".json";  // hex: a plain file name
+  try {
+    std::error_code ec;
+    std::filesystem::create_directories(db_path + ".unsaved", ec);
+    const std::string file = (std::filesystem::path(db_path + ".unsaved") / name).string();
+    write_json_atomically(file, record_to_json(record));
+    return file;
+  } catch (const Error&) {
   }
-  return std::nullopt;
+  const char* tmp = std::getenv("TMPDIR");
+  std::string folder =
+      (std::filesystem::path(tmp && *tmp ? tmp : "/tmp") / "gradscope-unsaved-XXXXXX").string();
+  if (mkdtemp(folder.data()) == nullptr) return std::nullopt;
+  try {
+    const std::string file = (std::filesystem::path(folder) / name).string();
+    write_json_atomically(file, record_to_json(record));
+    return file;
+  } catch (const Error&) {
+    return std::nullopt;
+  }
 }
 
 int execute(const RunOptions& o) {
@@ -166,27 +171,13 @@ int execute(const RunOptions& o) {
   if (!c.quiet && trainer.resumed_state())
     fmt::print(stderr, "resuming from step {} of {} ({})\n", trainer.resumed_state()->step,
                trainer.resumed_state()->total_steps, trainer.resumed_state()->dir);
-  // Opened before training so that a bad database path fails now, not after the run. A file
-  // this run creates is removed again when the run is refused before it trains (a training
-  // state that cannot be read): bad input writes nothing.
+  // Opened before training so that a bad database path fails now, not after the run.
   std::unique_ptr<Database> db;
-  std::error_code ec;
-  const bool new_db = !o.no_db && !std::filesystem::exists(c.db_path, ec);
   if (!o.no_db) db = std::make_unique<Database>(c.db_path);
   const std::string started_at = utc_now_iso8601();
   std::unique_ptr<ProgressSink> progress;
   if (!c.quiet) progress = make_console_progress(stderr, isatty(fileno(stderr)) != 0);
-  RunRecord record;
-  try {
-    record = trainer.run(progress.get());
-  } catch (const Error& e) {
-    if (new_db && e.kind() == ErrorKind::kErrorKindUsage && db->count_runs() == 0) {
-      db.reset();
-      for (const char* suffix : {"", "-wal", "-shm", "-journal"})
-        std::filesystem::remove(c.db_path + suffix, ec);
-    }
-    throw;
-  }
+  RunRecord record = trainer.run(progress.get());
   // What a result file needs to be merged later, once (gradscope collect).
   record.attempt_uid = new_attempt_uid();
   if (!c.sweep.empty()) record.sweep = c.sweep;
@@ -226,6 +217,7 @@ int execute(const RunOptions& o) {
         // No record file was asked for: one is written where it can be, for collect.
         const std::optional<std::string> kept = keep_unstored_record(c.db_path, record);
         if (!kept) throw;
+        mark_recorded();
         fail_runtime(e.what(),
                      fmt::format("the run's record is in {}: `gradscope collect {} --db {}` "
                                  "merges it once the database can be written",

@@ -641,7 +641,7 @@ RunRecord record_from_json(const json& j) {
   check_usage(!out.sweep || is_label_text(*out.sweep, kMaxSweepLabel),
               fmt::format("run record {} has the sweep name '{}'", out.run_id,
                           printable_prefix(out.sweep.value_or(""))),
-              fmt::format("a sweep name is at most {} bytes without control characters",
+              fmt::format("a sweep name is at most {} bytes of UTF-8 without control characters",
                           kMaxSweepLabel));
   check_usage(r.has("config"), "run record " + out.run_id + " has no config",
               "the record does not follow docs/record.md");

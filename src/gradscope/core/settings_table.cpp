@@ -798,7 +798,7 @@ std::vector<Setting> build_settings_table() {
                            "Name of the sweep this run belongs to (set by sweeps)");
     s.check = [](const RunConfig& c) {
       check_usage(c.sweep.empty() || is_label_text(c.sweep, kMaxSweepLabel),
-                  fmt::format("--sweep must be at most {} bytes without control characters",
+                  fmt::format("--sweep must be at most {} bytes of UTF-8 without control characters",
                               kMaxSweepLabel),
                   "write e.g. --sweep my-study");
     };

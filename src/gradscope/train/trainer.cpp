@@ -251,7 +251,7 @@ RunRecord Trainer::run(ProgressSink* progress) {
                 loop.timed_run);
   save_trained_weights(record);
   if (progress) progress->on_finish(record);
-  return record;
+  return std::move(record);
 }
 
 void Trainer::restore_state(Loop& loop) {
@@ -562,7 +562,9 @@ void Trainer::finish_record(RunRecord& record, RunTally& tally, const PhaseTimer
     }
   if (!contention.empty()) {
     DisturbanceThresholds thresholds;
-    if (c.sample_period_s > 0) thresholds.own_wakeups_per_s = 1.0 / c.sample_period_s;
+    // The sampler takes a core from the run only when the run's threads fill the CPUs.
+    if (c.sample_period_s > 0 && threads >= machine_cpus())
+      thresholds.own_wakeups_per_s = 1.0 / c.sample_period_s;
     record.contention =
         summarize_contention(contention, contention_s, threads, machine_cpus(), thresholds);
   }
