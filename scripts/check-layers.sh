@@ -16,13 +16,13 @@ declare -A allowed=(
   [models/common]="core"
   [measure]="core models/common"
   [optim]="core"
-  [dist]="core"
-  [strategy]="core models models/common optim dist"
-  [train]="core data models models/common measure optim strategy dist"
+  [comm]="core"
+  [strategy]="core models models/common optim comm"
+  [train]="core data models models/common measure optim strategy comm"
   [store]="core"
   [report]="core store"
-  [sweep]="core data models models/common measure optim strategy dist train store"
-  [cli]="core data models models/common measure optim strategy dist train store report sweep"
+  [sweep]="core data models models/common measure optim strategy comm train store"
+  [cli]="core data models models/common measure optim strategy comm train store report sweep"
 )
 
 bad=0

@@ -136,11 +136,11 @@ Error expect_usage_error(Fn fn) {
   try {
     fn();
   } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kErrorKindUsage) << e.what();
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage) << e.what();
     return e;
   }
   ADD_FAILURE() << "expected a gradscope::Error";
-  return Error(ErrorKind::kErrorKindRuntime, "", "");
+  return Error(ErrorKind::kRuntime, "", "");
 }
 
 }  // namespace gradscope::testing

@@ -20,7 +20,7 @@
 
 #include "gradscope/core/json_input.h"
 #include "gradscope/core/record.h"
-#include "gradscope/dist/comm.h"
+#include "gradscope/comm/comm.h"
 #include "gradscope/train/train_state.h"
 #include "test_util.h"
 

@@ -21,7 +21,7 @@ TEST(Registry, UnknownNameListsValidOnes) {
     reg.get("gamma");
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kErrorKindUsage);
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage);
     EXPECT_NE(std::string(e.what()).find("gamma"), std::string::npos);
     EXPECT_NE(e.hint().find("alpha, beta"), std::string::npos);
   }

@@ -84,7 +84,7 @@ TEST(AtomicFile, AFailedWriteNamesThePathAndLeavesNothingBehind) {
     write_file_atomically(missing, "{}\n");
     FAIL() << "wrote into a missing folder";
   } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kErrorKindRuntime);
+    EXPECT_EQ(e.kind(), ErrorKind::kRuntime);
     EXPECT_TRUE(testing::contains(e.what(), missing)) << e.what();
   }
   // A folder where the file should be: the rename fails, the folder and the rest stay.

@@ -44,7 +44,7 @@ TEST(RecordV1, RunRecordLoads) {
   EXPECT_DOUBLE_EQ(c.lr, 0.003);
   EXPECT_FALSE(c.lr_auto);
   EXPECT_TRUE(c.opt.empty());
-  EXPECT_EQ(c.lr_schedule, LrSchedule::kLrScheduleConstant);
+  EXPECT_EQ(c.lr_schedule, LrSchedule::kConstant);
   EXPECT_EQ(c.batch, 16);
   EXPECT_EQ(c.accum_steps, 1);
   EXPECT_EQ(c.seq_len, 64);
@@ -54,16 +54,16 @@ TEST(RecordV1, RunRecordLoads) {
   EXPECT_EQ(c.eval_batches, 8);
   EXPECT_EQ(c.seed, 0u);
   EXPECT_EQ(c.device, "cpu");
-  EXPECT_EQ(c.dtype, Dtype::kDtypeFp32);
+  EXPECT_EQ(c.dtype, Dtype::kFp32);
   EXPECT_EQ(c.memory_cap_bytes, 0);
   EXPECT_TRUE(c.phase_timing);
   EXPECT_TRUE(c.log_grad_norm);
   EXPECT_DOUBLE_EQ(c.sample_period_s, 0.1);
   const StepPlan plan = c.step_plan();
   EXPECT_EQ(plan.strategy_name(), "standard");
-  EXPECT_EQ(plan.recompute, Recompute::kRecomputeNone);
+  EXPECT_EQ(plan.recompute, Recompute::kNone);
   EXPECT_EQ(plan.accum_steps, 1);
-  EXPECT_EQ(plan.optimizer_step, OptimizerStep::kOptimizerStepAfterBackward);
+  EXPECT_EQ(plan.optimizer_step, OptimizerStep::kAfterBackward);
   ASSERT_TRUE(r.arch.is_object());
   EXPECT_EQ(r.arch["hidden_size"], 64);
   EXPECT_EQ(r.arch["vocab_size"], 320);

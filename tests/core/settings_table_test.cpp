@@ -61,7 +61,7 @@ TEST(SettingsTable, BadValuesAreUsageErrorsNamingTheFlag) {
       check_config(c);
       ADD_FAILURE() << "--" << name << " " << value << " was accepted";
     } catch (const Error& e) {
-      EXPECT_EQ(e.kind(), ErrorKind::kErrorKindUsage) << name;
+      EXPECT_EQ(e.kind(), ErrorKind::kUsage) << name;
       const std::string all = std::string(e.what()) + " " + e.hint();
       const bool named =
           all.find("--" + name) != std::string::npos || all.find(value) != std::string::npos;

@@ -23,14 +23,14 @@ TEST(StepPlan, TheStudysStrategiesAreShorthands) {
     OptimizerStep step;
   };
   const Case cases[] = {
-      {"standard", Recompute::kRecomputeNone, false, OptimizerStep::kOptimizerStepAfterBackward},
-      {"checkpoint", Recompute::kRecomputeFull, false, OptimizerStep::kOptimizerStepAfterBackward},
-      {"accumulation", Recompute::kRecomputeNone, true, OptimizerStep::kOptimizerStepAfterBackward},
-      {"checkpoint+accumulation", Recompute::kRecomputeFull, true,
-       OptimizerStep::kOptimizerStepAfterBackward},
-      {"fused", Recompute::kRecomputeNone, false, OptimizerStep::kOptimizerStepInBackward},
-      {"checkpoint+fused", Recompute::kRecomputeFull, false,
-       OptimizerStep::kOptimizerStepInBackward},
+      {"standard", Recompute::kNone, false, OptimizerStep::kAfterBackward},
+      {"checkpoint", Recompute::kFull, false, OptimizerStep::kAfterBackward},
+      {"accumulation", Recompute::kNone, true, OptimizerStep::kAfterBackward},
+      {"checkpoint+accumulation", Recompute::kFull, true,
+       OptimizerStep::kAfterBackward},
+      {"fused", Recompute::kNone, false, OptimizerStep::kInBackward},
+      {"checkpoint+fused", Recompute::kFull, false,
+       OptimizerStep::kInBackward},
   };
   for (const Case& k : cases) {
     const StepPlan p = with({{"strategy", k.strategy}}).step_plan();
@@ -52,11 +52,11 @@ TEST(StepPlan, TheSettingsAloneSayItWithoutAStrategy) {
             "checkpoint+accumulation");
   EXPECT_EQ(with({{"optimizer-step", "in-backward"}}).step_plan().strategy_name(), "fused");
   const StepPlan p = with({{"recompute", "mlp"}, {"checkpoint-every", "3"}}).step_plan();
-  EXPECT_EQ(p.recompute, Recompute::kRecomputeMlp);
+  EXPECT_EQ(p.recompute, Recompute::kMlp);
   EXPECT_EQ(p.recompute_every, 3);
   // --checkpoint-policy refines a checkpoint strategy, as it always has.
   EXPECT_EQ(with({{"strategy", "checkpoint"}, {"checkpoint-policy", "mlp"}}).step_plan().recompute,
-            Recompute::kRecomputeMlp);
+            Recompute::kMlp);
   // Accumulation named with one micro-batch keeps its name (and its run id).
   EXPECT_EQ(with({{"strategy", "accumulation"}}).step_plan().strategy_name(), "accumulation");
 }
@@ -79,7 +79,7 @@ TEST(StepPlan, AStrategyFixesThePartsItNames) {
       with(settings).step_plan();
       ADD_FAILURE() << what << "was accepted";
     } catch (const Error& e) {
-      EXPECT_EQ(e.kind(), ErrorKind::kErrorKindUsage) << what;
+      EXPECT_EQ(e.kind(), ErrorKind::kUsage) << what;
       // The message names the setting that disagrees.
       const std::string all = std::string(e.what()) + " " + e.hint();
       EXPECT_NE(all.find("--" + settings.back().first), std::string::npos) << what << all;

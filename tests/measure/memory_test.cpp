@@ -144,7 +144,7 @@ TEST(MemoryMeter, CudaIsAUsageErrorWithoutCuda) {
     make_memory_meter(torch::Device(torch::kCUDA));
     FAIL() << "expected a usage error";
   } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kErrorKindUsage);
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage);
     EXPECT_NE(e.hint().find("--device cpu"), std::string::npos);
   }
 }

@@ -25,7 +25,7 @@ void expect_usage_error(F&& f, const std::string& hint_fragment) {
     f();
     FAIL() << "expected a usage error";
   } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kErrorKindUsage) << e.what();
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage) << e.what();
     EXPECT_NE(e.hint().find(hint_fragment), std::string::npos) << e.hint();
   }
 }

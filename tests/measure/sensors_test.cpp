@@ -283,7 +283,7 @@ TEST(NvmlSensor, UnknownDeviceThrowsWithTheDriversReason) {
     NvmlSensor sensor(api, 5);
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kErrorKindRuntime);
+    EXPECT_EQ(e.kind(), ErrorKind::kRuntime);
     EXPECT_NE(std::string(e.what()).find("index 5"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("NVML error 2"), std::string::npos) << e.what();
     EXPECT_FALSE(e.hint().empty());

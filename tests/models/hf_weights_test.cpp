@@ -87,7 +87,7 @@ void expect_usage_error(Fn fn, const std::vector<std::string>& parts) {
     fn();
     ADD_FAILURE() << "no error; expected one naming " << parts.front();
   } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kErrorKindUsage) << e.what();
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage) << e.what();
     for (const auto& part : parts)
       EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
           << "'" << e.what() << "' lacks '" << part << "'";

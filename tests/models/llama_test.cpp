@@ -61,7 +61,7 @@ TEST(LlamaPreset, UnknownPresetListsValidOnes) {
     llama_preset("huge");
     FAIL() << "expected a usage error";
   } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kErrorKindUsage);
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage);
     EXPECT_NE(std::string(e.what()).find("huge"), std::string::npos);
     EXPECT_NE(e.hint().find("tiny, small, paper"), std::string::npos);
   }
@@ -207,7 +207,7 @@ AttentionInputs attention_inputs(torch::Dtype dtype) {
 }
 
 TEST(Attention, MathPathMatchesNaiveLoopWithGqaAndMasks) {
-  AttentionPathGuard guard(Attention::kAttentionMath);
+  AttentionPathGuard guard(Attention::kMath);
   auto in = attention_inputs(torch::kDouble);
   // Causal only, padding mask only (additive and bool), and both together. In the last case
   // batch 1's early queries still see key 0, so no row is fully masked.
@@ -248,11 +248,11 @@ TEST(Attention, SdpaMatchesMathPath) {
                                                   : in.keep_mask;
       torch::Tensor math, sdpa;
       {
-        AttentionPathGuard guard(Attention::kAttentionMath);
+        AttentionPathGuard guard(Attention::kMath);
         math = attention(in.q, in.k, in.v, mask, causal);
       }
       {
-        AttentionPathGuard guard(Attention::kAttentionSdpa);
+        AttentionPathGuard guard(Attention::kSdpa);
         sdpa = attention(in.q, in.k, in.v, mask, causal);
       }
       const double diff = max_abs_diff(math, sdpa);
@@ -265,22 +265,22 @@ TEST(Attention, SdpaMatchesMathPath) {
 
 TEST(Attention, AutoTakesTheFusedKernelWhereItRunsOne) {
   const torch::Device cpu(torch::kCPU), cuda(torch::kCUDA);
-  EXPECT_EQ(resolved_attention(Attention::kAttentionAuto, cpu, 0.0), Attention::kAttentionSdpa);
-  EXPECT_EQ(resolved_attention(Attention::kAttentionAuto, cpu, 0.1), Attention::kAttentionMath);
-  EXPECT_EQ(resolved_attention(Attention::kAttentionAuto, cuda, 0.1), Attention::kAttentionSdpa);
-  EXPECT_EQ(resolved_attention(Attention::kAttentionSdpa, cpu, 0.1), Attention::kAttentionSdpa);
-  EXPECT_EQ(resolved_attention(Attention::kAttentionMath, cpu, 0.0), Attention::kAttentionMath);
+  EXPECT_EQ(resolved_attention(Attention::kAuto, cpu, 0.0), Attention::kSdpa);
+  EXPECT_EQ(resolved_attention(Attention::kAuto, cpu, 0.1), Attention::kMath);
+  EXPECT_EQ(resolved_attention(Attention::kAuto, cuda, 0.1), Attention::kSdpa);
+  EXPECT_EQ(resolved_attention(Attention::kSdpa, cpu, 0.1), Attention::kSdpa);
+  EXPECT_EQ(resolved_attention(Attention::kMath, cpu, 0.0), Attention::kMath);
   // What autograd records says which kernel ran: the CPU's fused one without dropout, with or
   // without a mask; the written-out path's softmax and products under math.
   auto in = attention_inputs(torch::kFloat);
   in.q.requires_grad_(true);
   for (const torch::Tensor& mask : {torch::Tensor(), in.keep_mask}) {
-    AttentionPathGuard guard(Attention::kAttentionAuto);
+    AttentionPathGuard guard(Attention::kAuto);
     const auto y = attention(in.q, in.k, in.v, mask, true);
     EXPECT_NE(std::string(y.grad_fn()->name()).find("FlashAttention"), std::string::npos)
         << y.grad_fn()->name();
   }
-  AttentionPathGuard guard(Attention::kAttentionMath);
+  AttentionPathGuard guard(Attention::kMath);
   const auto y = attention(in.q, in.k, in.v, torch::Tensor(), true);
   EXPECT_EQ(std::string(y.grad_fn()->name()).find("FlashAttention"), std::string::npos);
 }
@@ -426,7 +426,7 @@ TEST(Llama, MathAndDefaultAttentionGiveTheSameLogits) {
   auto ids = random_ids(2, 32, 320, 3);
   torch::Tensor math, automatic;
   {
-    AttentionPathGuard guard(Attention::kAttentionMath);
+    AttentionPathGuard guard(Attention::kMath);
     math = model->logits(ids);
   }
   automatic = model->logits(ids);

@@ -402,7 +402,7 @@ std::string runtime_refusal(const std::vector<Named>& model, bool with_head_size
   try {
     make_optimizer("adam-mini", params, info, 1e-3, 0, {});
   } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kErrorKindRuntime);
+    EXPECT_EQ(e.kind(), ErrorKind::kRuntime);
     return e.what();
   }
   ADD_FAILURE() << "expected a gradscope::Error";
@@ -415,7 +415,7 @@ TEST(AdamMiniSettings, RefusesParametersWithoutNamesOrHeadSizes) {
     make_optimizer("adam-mini", {torch::ones({3}, torch::requires_grad())}, 1e-3, 0, {});
     ADD_FAILURE() << "expected a gradscope::Error";
   } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kErrorKindRuntime);
+    EXPECT_EQ(e.kind(), ErrorKind::kRuntime);
     EXPECT_TRUE(testing::contains(e.what(), "names")) << e.what();
   }
   const std::vector<Named> query = {

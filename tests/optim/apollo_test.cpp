@@ -256,8 +256,8 @@ TEST(ApolloOptim, IdentityProjectionGivesAdamWsChannelNorms) {
       ApolloIdentityProjection apollo(
           std::vector<torch::Tensor>{a},
           ApolloOptions(0.01).rank(r).eps(0).limiter(false).update_proj_gap(2).scale_type(
-              channel ? ApolloScaleType::kApolloScaleTypeChannel
-                      : ApolloScaleType::kApolloScaleTypeTensor));
+              channel ? ApolloScaleType::kChannel
+                      : ApolloScaleType::kTensor));
       torch::optim::AdamW adamw(std::vector<torch::Tensor>{b},
                                 torch::optim::AdamWOptions(0.01).eps(0).weight_decay(0));
       const bool left = shape[0] < shape[1];
@@ -392,7 +392,7 @@ TEST(ApolloStateBytes, TinyLlamaMatchesTheFormula) {
 // lost its state.
 TEST(ApolloOptim, SerializationRoundTripContinuesExactly) {
   for (const auto type :
-       {ApolloScaleType::kApolloScaleTypeChannel, ApolloScaleType::kApolloScaleTypeTensor}) {
+       {ApolloScaleType::kChannel, ApolloScaleType::kTensor}) {
     torch::manual_seed(8);
     std::vector<torch::Tensor> a = {torch::randn({6, 10}).requires_grad_(true),
                                     torch::randn({9, 4}).requires_grad_(true),
@@ -549,7 +549,7 @@ TEST(ApolloSettings, SettingsReachTheOptimizer) {
   EXPECT_EQ(o.rank(), c10::optional<int64_t>(3));
   EXPECT_EQ(o.update_proj_gap(), 50);
   EXPECT_DOUBLE_EQ(o.scale(), 2);
-  EXPECT_EQ(o.scale_type(), ApolloScaleType::kApolloScaleTypeTensor);
+  EXPECT_EQ(o.scale_type(), ApolloScaleType::kTensor);
   EXPECT_EQ(o.seed(), 9);
   EXPECT_FALSE(o.limiter());
   EXPECT_DOUBLE_EQ(std::get<0>(o.betas()), 0.8);
@@ -563,7 +563,7 @@ TEST(ApolloSettings, SettingsReachTheOptimizer) {
   EXPECT_FALSE(d.rank().has_value());
   EXPECT_EQ(d.update_proj_gap(), 200);
   EXPECT_DOUBLE_EQ(d.scale(), 1);
-  EXPECT_EQ(d.scale_type(), ApolloScaleType::kApolloScaleTypeChannel);
+  EXPECT_EQ(d.scale_type(), ApolloScaleType::kChannel);
   EXPECT_TRUE(d.limiter());
   EXPECT_DOUBLE_EQ(d.eps(), 1e-6);
   auto mini =
@@ -571,7 +571,7 @@ TEST(ApolloSettings, SettingsReachTheOptimizer) {
   const auto& dm = static_cast<const ApolloOptions&>(mini->param_groups()[0].options());
   EXPECT_EQ(dm.rank(), c10::optional<int64_t>(1));
   EXPECT_DOUBLE_EQ(dm.scale(), 128);
-  EXPECT_EQ(dm.scale_type(), ApolloScaleType::kApolloScaleTypeTensor);
+  EXPECT_EQ(dm.scale_type(), ApolloScaleType::kTensor);
   for (const std::string name : {"apollo", "apollo-mini"}) {
     EXPECT_DOUBLE_EQ(optimizer_registry().get(name).default_lr, 1e-2);
     EXPECT_DOUBLE_EQ(default_lr(name, "quadratic"), 1e-1);
@@ -583,7 +583,7 @@ TEST(ApolloSettings, RefusesParametersWithoutNames) {
     make_optimizer("apollo-mini", apollo_registry_params(), 1e-2, 0, {});
     ADD_FAILURE() << "expected a gradscope::Error";
   } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kErrorKindRuntime);
+    EXPECT_EQ(e.kind(), ErrorKind::kRuntime);
     EXPECT_TRUE(testing::contains(e.what(), "names")) << e.what();
   }
 }

@@ -564,7 +564,7 @@ TEST(GaloreTargets, RefusesParametersWithoutNames) {
     make_optimizer("galore", registry_params(), 1e-3, 0, {});
     ADD_FAILURE() << "expected a gradscope::Error";
   } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kErrorKindRuntime);
+    EXPECT_EQ(e.kind(), ErrorKind::kRuntime);
     EXPECT_TRUE(testing::contains(e.what(), "names")) << e.what();
   }
 }

@@ -340,7 +340,7 @@ TEST(MuonSettings, RefusesParametersWithoutNames) {
     make_optimizer("muon", {torch::ones({3, 2}, torch::requires_grad())}, 0.02, 0, {});
     ADD_FAILURE() << "expected a gradscope::Error";
   } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kErrorKindRuntime);
+    EXPECT_EQ(e.kind(), ErrorKind::kRuntime);
     EXPECT_TRUE(testing::contains(e.what(), "names")) << e.what();
   }
 }

@@ -116,7 +116,7 @@ TEST(OptimizerStateBytes, CustomStatesImplementStateBytes) {
     optimizer_state_bytes(uncounted);
     FAIL() << "an unknown state type must not count as 0";
   } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kErrorKindRuntime);
+    EXPECT_EQ(e.kind(), ErrorKind::kRuntime);
     EXPECT_NE(e.hint().find("StateBytes"), std::string::npos);
   }
 }

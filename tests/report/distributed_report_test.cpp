@@ -82,7 +82,7 @@ RunRecord dist_run(int64_t nproc, Shard shard, double tokens_per_s, double step_
   t.forward_s = 3 * step_s;
   t.backward_s = 5 * step_s;
   t.optimizer_s = 1 * step_s;
-  const bool sharded = shard != Shard::kShardNone;
+  const bool sharded = shard != Shard::kNone;
   if (sharded) t.comm_s = 0.2;  // 20 ms per timed step
   r.time = t;
   RunThroughput put;
@@ -90,9 +90,9 @@ RunRecord dist_run(int64_t nproc, Shard shard, double tokens_per_s, double step_
   put.samples_per_s = tokens_per_s / 16;
   r.throughput = put;
   const double ranks = static_cast<double>(nproc);
-  const bool state_split = shard == Shard::kShardZero1 || shard == Shard::kShardZero2;
+  const bool state_split = shard == Shard::kZero1 || shard == Shard::kZero2;
   const double state = state_split ? 8 / ranks : 8;
-  const double grads = shard == Shard::kShardZero2 ? 4 / ranks : 4;
+  const double grads = shard == Shard::kZero2 ? 4 / ranks : 4;
   const auto rank_breakdown = [&](int64_t k) {
     return dist_breakdown(4, grads, state, sharded ? 1 : 0, 10 + static_cast<double>(k), 1);
   };
@@ -137,11 +137,11 @@ RunRecord dist_run(int64_t nproc, Shard shard, double tokens_per_s, double step_
 
 // One process, ddp on one rank, ddp on 2, zero2 on 2 and on 4.
 std::vector<RunRecord> dist_runs(bool ddp_on_one = true) {
-  std::vector<RunRecord> runs = {dist_run(1, Shard::kShardNone, 1000, 0.10)};
-  if (ddp_on_one) runs.push_back(dist_run(1, Shard::kShardDdp, 900, 0.11));
-  runs.push_back(dist_run(2, Shard::kShardDdp, 1620, 0.12));
-  runs.push_back(dist_run(2, Shard::kShardZero2, 1440, 0.13));
-  runs.push_back(dist_run(4, Shard::kShardZero2, 2520, 0.15));
+  std::vector<RunRecord> runs = {dist_run(1, Shard::kNone, 1000, 0.10)};
+  if (ddp_on_one) runs.push_back(dist_run(1, Shard::kDdp, 900, 0.11));
+  runs.push_back(dist_run(2, Shard::kDdp, 1620, 0.12));
+  runs.push_back(dist_run(2, Shard::kZero2, 1440, 0.13));
+  runs.push_back(dist_run(4, Shard::kZero2, 2520, 0.15));
   return runs;
 }
 
@@ -196,11 +196,11 @@ std::string dist_csv_cell(const std::string& csv, const std::string& run_id,
 
 TEST(DistributedReport, ScalingEfficiencyAgainstDdpOnOneRankElseOneProcess) {
   const ReportData d = analyze_records(dist_runs(), {});
-  const size_t none1 = dist_group(d, 1, Shard::kShardNone),
-               ddp1 = dist_group(d, 1, Shard::kShardDdp);
-  const size_t ddp2 = dist_group(d, 2, Shard::kShardDdp),
-               zero2 = dist_group(d, 2, Shard::kShardZero2);
-  const size_t zero4 = dist_group(d, 4, Shard::kShardZero2);
+  const size_t none1 = dist_group(d, 1, Shard::kNone),
+               ddp1 = dist_group(d, 1, Shard::kDdp);
+  const size_t ddp2 = dist_group(d, 2, Shard::kDdp),
+               zero2 = dist_group(d, 2, Shard::kZero2);
+  const size_t zero4 = dist_group(d, 4, Shard::kZero2);
   EXPECT_EQ(scaling_baseline(d, ddp2), ddp1);
   EXPECT_EQ(scaling_baseline(d, zero4), ddp1);
   EXPECT_EQ(one_process_group(d, zero2), none1);
@@ -236,21 +236,21 @@ TEST(DistributedReport, ScalingEfficiencyAgainstDdpOnOneRankElseOneProcess) {
 
   // Without ddp on one rank the baseline is the one process, at the same per-rank batch.
   const ReportData e = analyze_records(dist_runs(false), {});
-  const size_t e_ddp2 = dist_group(e, 2, Shard::kShardDdp);
-  EXPECT_EQ(scaling_baseline(e, e_ddp2), dist_group(e, 1, Shard::kShardNone));
+  const size_t e_ddp2 = dist_group(e, 2, Shard::kDdp);
+  EXPECT_EQ(scaling_baseline(e, e_ddp2), dist_group(e, 1, Shard::kNone));
   EXPECT_NEAR(scaling_efficiency(e, e_ddp2), 1620 / (2 * 1000.0), 1e-12);
 
   // Another per-rank batch is another configuration: no baseline, no efficiency.
   std::vector<RunRecord> other = dist_runs(false);
   other[0].config.batch = 8;
   const ReportData f = analyze_records(other, {});
-  EXPECT_FALSE(scaling_baseline(f, dist_group(f, 2, Shard::kShardDdp)).has_value());
-  EXPECT_TRUE(std::isnan(scaling_efficiency(f, dist_group(f, 2, Shard::kShardDdp))));
+  EXPECT_FALSE(scaling_baseline(f, dist_group(f, 2, Shard::kDdp)).has_value());
+  EXPECT_TRUE(std::isnan(scaling_efficiency(f, dist_group(f, 2, Shard::kDdp))));
 }
 
 TEST(DistributedReport, GroupsHoldEachRanksMemoryAndTheCommunication) {
   const ReportData d = analyze_records(dist_runs(), {});
-  const Group& g = d.groups[dist_group(d, 4, Shard::kShardZero2)];
+  const Group& g = d.groups[dist_group(d, 4, Shard::kZero2)];
   ASSERT_EQ(g.rank_memory.size(), 4u);
   EXPECT_DOUBLE_EQ(g.rank_memory[3].at("activations").mean, 13 * kDistMiB);
   EXPECT_DOUBLE_EQ(g.rank_memory[3].at("optimizer_state").mean, 2 * kDistMiB);
@@ -264,8 +264,8 @@ TEST(DistributedReport, GroupsHoldEachRanksMemoryAndTheCommunication) {
   // Labels name the ranks in words, the base label leaves them out.
   EXPECT_EQ(g.label, "adam, standard zero2 x4");
   EXPECT_EQ(g.base_label, "adam, standard");
-  EXPECT_EQ(d.groups[dist_group(d, 1, Shard::kShardNone)].label, "adam, standard 1 process");
-  const Group& one = d.groups[dist_group(d, 1, Shard::kShardNone)];
+  EXPECT_EQ(d.groups[dist_group(d, 1, Shard::kNone)].label, "adam, standard 1 process");
+  const Group& one = d.groups[dist_group(d, 1, Shard::kNone)];
   EXPECT_TRUE(one.rank_memory.empty());
   EXPECT_EQ(one.memory.count("collective_buffers"), 0u);
   EXPECT_EQ(one.phase_s.count("communication"), 0u);
@@ -344,14 +344,14 @@ TEST(DistributedReport, OneRankCountDrawsNoScalingFigure) {
   if (!dist_gnuplot_installed()) GTEST_SKIP() << "gnuplot not installed";
   testing::TempDir dir("gradscope-dist-one-count");
   // zero2 on 2 ranks alone: memory per rank, but nothing to scale against.
-  const ReportData d = analyze_records({dist_run(2, Shard::kShardZero2, 1440, 0.13)}, {});
+  const ReportData d = analyze_records({dist_run(2, Shard::kZero2, 1440, 0.13)}, {});
   const std::vector<Figure> figures = write_report(d, (dir.fs_path() / "report").string());
   std::set<std::string> kinds;
   for (const Figure& f : figures) kinds.insert(f.kind);
   EXPECT_TRUE(kinds.count("rank-memory"));
   EXPECT_FALSE(kinds.count("scaling"));
   // Nor without runs of several ranks: the one-process report is as it was.
-  const ReportData one = analyze_records({dist_run(1, Shard::kShardNone, 1000, 0.1)}, {});
+  const ReportData one = analyze_records({dist_run(1, Shard::kNone, 1000, 0.1)}, {});
   testing::TempDir other("gradscope-dist-none");
   for (const Figure& f : write_report(one, (other.fs_path() / "report").string())) {
     EXPECT_NE(f.kind, "rank-memory");
@@ -364,7 +364,7 @@ TEST(DistributedReport, OneRankCountDrawsNoScalingFigure) {
 }
 
 TEST(DistributedReport, SummaryOfARunWithSeveralRanks) {
-  const RunRecord r = dist_run(2, Shard::kShardZero2, 1440, 0.13);
+  const RunRecord r = dist_run(2, Shard::kZero2, 1440, 0.13);
   const std::string text = summary_table(r);
   EXPECT_TRUE(testing::contains(text, "2 x zero2 (gloo, started by gradscope)")) << text;
   EXPECT_TRUE(testing::contains(text, "500 k of 1 M parameters per rank")) << text;
@@ -376,7 +376,7 @@ TEST(DistributedReport, SummaryOfARunWithSeveralRanks) {
   EXPECT_TRUE(testing::contains(sent[0], "1.00 MiB")) << text;
   // One process: no such rows.
   EXPECT_FALSE(
-      testing::contains(summary_table(dist_run(1, Shard::kShardNone, 1000, 0.1)), "rank 0 peak"));
+      testing::contains(summary_table(dist_run(1, Shard::kNone, 1000, 0.1)), "rank 0 peak"));
 }
 
 // A shard name that a record carries is data: gnuplot's quotes and backquotes, HTML, a line
@@ -420,7 +420,7 @@ TEST(DistributedReport, AShardNameFromARecordStaysText) {
   EXPECT_FALSE(testing::contains(md, "\n#set output"));
   EXPECT_TRUE(testing::contains(md, "\\|")) << "a '|' cannot split the table";
   // The terminal summary shows none of its control characters.
-  RunRecord r = dist_run(2, Shard::kShardZero2, 1440, 0.13);
+  RunRecord r = dist_run(2, Shard::kZero2, 1440, 0.13);
   r.distributed->shard = "zero2\x1b]0;title\x07";
   EXPECT_FALSE(testing::contains(summary_table(r), "\x1b"));
 }

@@ -128,7 +128,7 @@ void expect_usage_error(const std::string& path, const std::string& fragment) {
     Database db(path);
     FAIL() << "expected a usage error for " << path;
   } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kErrorKindUsage) << e.what();
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage) << e.what();
     EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
     EXPECT_FALSE(e.hint().empty());
   }
@@ -313,7 +313,7 @@ TEST_F(DbTest, FailedWriteLeavesNoPartialRows) {
     db.write_run(bad);
     FAIL() << "expected the duplicate step to fail";
   } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kErrorKindRuntime);
+    EXPECT_EQ(e.kind(), ErrorKind::kRuntime);
     EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("UNIQUE"), std::string::npos) << e.what();
   }
@@ -401,7 +401,7 @@ TEST_F(DbTest, RefusesAnUnwritableDirectory) {
     Database db(p);
     FAIL() << "expected a usage error for " << p;
   } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kErrorKindUsage) << e.what();
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage) << e.what();
     EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
   }
   EXPECT_FALSE(fs::exists(p));
@@ -421,7 +421,7 @@ TEST_F(DbTest, ReadOnlyOpenReadsAndChangesNothing) {
       db.write_run(load(sample_record()));
       ADD_FAILURE() << "a read-only database took a write";
     } catch (const Error& e) {
-      EXPECT_EQ(e.kind(), ErrorKind::kErrorKindRuntime) << e.what();
+      EXPECT_EQ(e.kind(), ErrorKind::kRuntime) << e.what();
     }
   }
   EXPECT_EQ(testing::slurp(p), before);
@@ -439,7 +439,7 @@ TEST_F(DbTest, ReadOnlyOpenReadsAndChangesNothing) {
     Database db(path("empty.db"), DatabaseAccess::kReadOnly);
     ADD_FAILURE() << "opened an empty file";
   } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kErrorKindUsage) << e.what();
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage) << e.what();
   }
   EXPECT_EQ(fs::file_size(path("empty.db")), 0u);
 }
@@ -518,7 +518,7 @@ TEST_F(DbTest, ProbeWithoutItsKeyFieldsIsRefusedAndNotStored) {
       db.save_probe(probe);
       FAIL() << "expected a runtime error without " << key;
     } catch (const Error& e) {
-      EXPECT_EQ(e.kind(), ErrorKind::kErrorKindRuntime);
+      EXPECT_EQ(e.kind(), ErrorKind::kRuntime);
       EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
     }
   }

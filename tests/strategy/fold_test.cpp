@@ -95,7 +95,7 @@ std::vector<torch::Tensor> fold_trained(const OptimizerSpec& spec,
                                         std::optional<std::string>* rule = nullptr) {
   auto model = tiny_llama();
   const StepPlan plan = fold_plan("accumulation+fused", kFoldCount);
-  EXPECT_EQ(plan.optimizer_step, OptimizerStep::kOptimizerStepInBackward);
+  EXPECT_EQ(plan.optimizer_step, OptimizerStep::kInBackward);
   EXPECT_TRUE(plan.micro_batches);
   Strategy strategy(plan);
   strategy.attach(*model);
@@ -411,7 +411,7 @@ std::string fold_refusal_of(const std::string& optimizer, const OptSettings& opt
     make_updater(fold_plan("accumulation+fused", 2), model->parameters(),
                  OptimizerSpec{optimizer, 0.01, 0, opt}, options);
   } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kErrorKindUsage);
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage);
     return std::string(e.what()) + " | " + e.hint();
   }
   return "";

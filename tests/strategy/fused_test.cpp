@@ -32,7 +32,7 @@ struct NoPhases : PhaseObserver {
 // Resets the allocator's peak when the backward starts.
 struct BackwardPeak : PhaseObserver {
   void enter(Phase phase) override {
-    if (phase == Phase::kPhaseBackward) CpuMemoryTracker::install().reset_peak();
+    if (phase == Phase::kBackward) CpuMemoryTracker::install().reset_peak();
   }
 };
 
@@ -80,7 +80,7 @@ std::vector<torch::Tensor> unfused_params(const RunConfig& c, double lr) {
 std::vector<torch::Tensor> fused_params(const RunConfig& c, double lr) {
   auto model = tiny_llama();
   const StepPlan plan = plan_of("fused");
-  EXPECT_EQ(plan.optimizer_step, OptimizerStep::kOptimizerStepInBackward);
+  EXPECT_EQ(plan.optimizer_step, OptimizerStep::kInBackward);
   Strategy strategy(plan);
   strategy.attach(*model);
   auto updater = make_updater(plan, model->parameters(),
@@ -195,7 +195,7 @@ bool usage_error(const RunConfig& c, const std::string& needle) {
     Trainer t(c);
   } catch (const Error& e) {
     const std::string all = std::string(e.what()) + " " + e.hint();
-    return e.kind() == ErrorKind::kErrorKindUsage && all.find(needle) != std::string::npos;
+    return e.kind() == ErrorKind::kUsage && all.find(needle) != std::string::npos;
   }
   return false;
 }

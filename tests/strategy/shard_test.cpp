@@ -43,7 +43,7 @@ Trained train(Shard shard, int64_t accum_steps, bool recompute, int steps = 3,
   auto model = tiny_llama(0, 3);
   RunConfig c;
   c.accum_steps = accum_steps;
-  if (recompute) c.recompute = Recompute::kRecomputeFull;
+  if (recompute) c.recompute = Recompute::kFull;
   const StepPlan plan = c.step_plan();
   Strategy strategy(plan);
   strategy.attach(*model);
@@ -53,7 +53,7 @@ Trained train(Shard shard, int64_t accum_steps, bool recompute, int steps = 3,
   for (const auto& p : model->named_parameters()) spec.param_names.push_back(p.key());
   std::unique_ptr<Updater> updater;
   std::shared_ptr<Communicator> comm;
-  if (shard == Shard::kShardNone) {
+  if (shard == Shard::kNone) {
     updater = make_updater(plan, model->parameters(), spec, UpdaterOptions{});
   } else {
     comm = single_rank_communicator();
@@ -96,9 +96,9 @@ void expect_same(const Trained& got, const Trained& want, const std::string& wha
 TEST(Shard, EveryModeWithOneRankIsThePlainStep) {
   for (const bool recompute : {false, true}) {
     for (const int64_t accum : {int64_t{1}, int64_t{2}}) {
-      const Trained plain = train(Shard::kShardNone, accum, recompute);
+      const Trained plain = train(Shard::kNone, accum, recompute);
       for (const Shard shard :
-           {Shard::kShardDdp, Shard::kShardZero1, Shard::kShardZero2, Shard::kShardFsdp}) {
+           {Shard::kDdp, Shard::kZero1, Shard::kZero2, Shard::kFsdp}) {
         const Trained got = train(shard, accum, recompute);
         expect_same(got, plain,
                     fmt::format("{} accum {} recompute {}", shard_name(shard), accum, recompute));
@@ -112,8 +112,8 @@ TEST(Shard, EveryModeWithOneRankIsThePlainStep) {
 TEST(Shard, TheStepsMoveTheParameters) {
   // The comparison above can fail: a sharded step that did nothing would leave the initial
   // weights, which differ from the plain step's result.
-  const Trained plain = train(Shard::kShardNone, 1, false);
-  const Trained none = train(Shard::kShardNone, 1, false, 0);
+  const Trained plain = train(Shard::kNone, 1, false);
+  const Trained none = train(Shard::kNone, 1, false, 0);
   double moved = 0;
   for (size_t i = 0; i < plain.params.size(); ++i)
     moved = std::max(moved, (plain.params[i] - none.params[i]).abs().max().item<double>());
@@ -121,9 +121,9 @@ TEST(Shard, TheStepsMoveTheParameters) {
 }
 
 TEST(Shard, BucketsOfAnySizeGiveTheSameStep) {
-  const Trained plain = train(Shard::kShardNone, 1, false);
+  const Trained plain = train(Shard::kNone, 1, false);
   for (const int64_t bucket : {int64_t{1024}, int64_t{64} << 10, int64_t{64} << 20})
-    expect_same(train(Shard::kShardDdp, 1, false, 3, bucket), plain,
+    expect_same(train(Shard::kDdp, 1, false, 3, bucket), plain,
                 fmt::format("bucket {}", bucket));
 }
 
@@ -132,14 +132,14 @@ TEST(Shard, OptimizersThatNeedWholeTensorsAreRefusedUnderZeroAndFsdp) {
   const StepPlan plan = c.step_plan();
   for (const char* name :
        {"galore", "adafactor", "adam8bit", "cg", "adam-mini", "muon", "apollo"}) {
-    EXPECT_EQ(shard_refusal(Shard::kShardDdp, name), "") << name;
-    for (const Shard shard : {Shard::kShardZero1, Shard::kShardZero2, Shard::kShardFsdp}) {
+    EXPECT_EQ(shard_refusal(Shard::kDdp, name), "") << name;
+    for (const Shard shard : {Shard::kZero1, Shard::kZero2, Shard::kFsdp}) {
       const Error e = testing::expect_usage_error([&] { check_shard(plan, shard, name); });
       EXPECT_TRUE(testing::contains(e.what(), name)) << e.what();
     }
   }
   for (const auto& name : elementwise_optimizers())
-    for (const Shard shard : {Shard::kShardZero1, Shard::kShardZero2, Shard::kShardFsdp})
+    for (const Shard shard : {Shard::kZero1, Shard::kZero2, Shard::kFsdp})
       EXPECT_NO_THROW(check_shard(plan, shard, name)) << name;
 }
 
@@ -147,7 +147,7 @@ TEST(Shard, TheOptimizerCannotStepInBackward) {
   RunConfig c;
   find_setting("strategy")->parse(c, "fused");
   const Error e =
-      testing::expect_usage_error([&] { check_shard(c.step_plan(), Shard::kShardDdp, "sgd"); });
+      testing::expect_usage_error([&] { check_shard(c.step_plan(), Shard::kDdp, "sgd"); });
   EXPECT_TRUE(testing::contains(e.what(), "inside backward")) << e.what();
 }
 

@@ -129,7 +129,7 @@ TEST(StrategyRegistry, CheckpointSettingsAreChecked) {
       edit(c);
       make_strategy(name, c);
     } catch (const Error& e) {
-      return e.kind() == ErrorKind::kErrorKindUsage;
+      return e.kind() == ErrorKind::kUsage;
     }
     return false;
   };
@@ -158,7 +158,7 @@ TEST(StrategyRegistry, CheckpointRefusesAccumSteps) {
     Trainer trainer(c);
     FAIL() << "checkpoint with --accum-steps 2 was accepted";
   } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kErrorKindUsage);
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage);
     EXPECT_NE(std::string(e.what()).find("accum-steps"), std::string::npos) << e.what();
   }
   EXPECT_THROW(make_strategy("checkpoint", {}, 2), Error);
@@ -209,7 +209,7 @@ class TanhBlockForPolicy : public Block {
 TEST(Checkpoint, SelectivePoliciesAreBitwiseAndRecomputeOneBranch) {
   const Batch batch = text_batch(4, 32, 11);
   const auto standard = strategy_grads("standard", 0.1, 1, batch);
-  for (const auto policy : {Recompute::kRecomputeAttention, Recompute::kRecomputeMlp}) {
+  for (const auto policy : {Recompute::kAttention, Recompute::kMlp}) {
     for (const bool restore : {true, false}) {
       auto model = tiny_llama(0.1);
       CheckpointOptions options;
@@ -234,9 +234,9 @@ TEST(Checkpoint, SelectivePoliciesAreBitwiseAndRecomputeOneBranch) {
 TEST(Checkpoint, SelectivePolicyNeedsSubLayers) {
   std::vector<std::shared_ptr<Block>> blocks = {std::make_shared<TanhBlockForPolicy>()};
   CheckpointOptions options;
-  options.policy = Recompute::kRecomputeMlp;
+  options.policy = Recompute::kMlp;
   testing::expect_usage_error([&] { CheckpointRunner runner(blocks, options); });
-  options.policy = Recompute::kRecomputeFull;
+  options.policy = Recompute::kFull;
   CheckpointRunner full(blocks, options);  // whole blocks need nothing more
 }
 
@@ -475,10 +475,10 @@ TEST(Accumulation, AnnouncesPhasesPerMicroBatch) {
   strategy->compute_gradients(*model, split(text_batch(6, 8, 2), 3), log);
   using P = Phase;
   // Data again before each later micro-batch: its move to the device.
-  const std::vector<Phase> expected = {P::kPhaseData,    P::kPhaseData,     P::kPhaseData,
-                                       P::kPhaseForward, P::kPhaseBackward, P::kPhaseData,
-                                       P::kPhaseForward, P::kPhaseBackward, P::kPhaseData,
-                                       P::kPhaseForward, P::kPhaseBackward};
+  const std::vector<Phase> expected = {P::kData,    P::kData,     P::kData,
+                                       P::kForward, P::kBackward, P::kData,
+                                       P::kForward, P::kBackward, P::kData,
+                                       P::kForward, P::kBackward};
   EXPECT_EQ(log.phases, expected);
 }
 
@@ -492,7 +492,7 @@ struct DeviceResidency : PhaseObserver {
   int64_t fetched = 0;
 
   void enter(Phase phase) override {
-    if (phase != Phase::kPhaseForward) return;
+    if (phase != Phase::kForward) return;
     int64_t alive = 0;
     for (const auto& w : moved) alive += w.expired() ? 0 : 1;
     resident_at_forward.push_back(alive);

@@ -269,7 +269,7 @@ std::vector<std::string> common(const std::multiset<std::string>& a,
 // Skin tones, genders and directions of one emoji are near-copies: validating on one that
 // was trained on under another tone measures memory, not generalization.
 TEST(VisionLanguageSource, NoBaseEmojiOnBothSidesOfTheSplit) {
-  const Sides run = emoji_sides(DataSplit::kDataSplitRun);
+  const Sides run = emoji_sides(DataSplit::kRun);
   EXPECT_EQ(run.train.size() + run.held_out.size(), 27u);
   EXPECT_FALSE(run.held_out.empty());
   EXPECT_EQ(common(run.train, run.held_out), std::vector<std::string>{})
@@ -278,8 +278,8 @@ TEST(VisionLanguageSource, NoBaseEmojiOnBothSidesOfTheSplit) {
 
 // --lr auto's trials train and evaluate within the training side, keeping bases whole too.
 TEST(VisionLanguageSource, SearchSplitIsCarvedFromTheTrainingSide) {
-  const Sides run = emoji_sides(DataSplit::kDataSplitRun);
-  const Sides search = emoji_sides(DataSplit::kDataSplitLrSearch);
+  const Sides run = emoji_sides(DataSplit::kRun);
+  const Sides search = emoji_sides(DataSplit::kLrSearch);
   EXPECT_EQ(search.train.size() + search.held_out.size(), run.train.size());
   EXPECT_FALSE(search.held_out.empty());
   EXPECT_EQ(common(search.train, search.held_out), std::vector<std::string>{});

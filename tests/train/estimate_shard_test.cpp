@@ -26,7 +26,7 @@ struct LlamaCounts {
   std::vector<int64_t> blocks;
 };
 LlamaCounts llama_counts() {
-  const RunConfig c = sharded_llama(Shard::kShardNone, 1);
+  const RunConfig c = sharded_llama(Shard::kNone, 1);
   MemoryTrace trace;
   model_registry().get("llama").trace_step(resolve_arch(c), c.batch, trace);
   LlamaCounts n;
@@ -45,7 +45,7 @@ LlamaCounts llama_counts() {
 }
 
 int64_t largest_param() {
-  const RunConfig c = sharded_llama(Shard::kShardNone, 1);
+  const RunConfig c = sharded_llama(Shard::kNone, 1);
   MemoryTrace trace;
   model_registry().get("llama").trace_step(resolve_arch(c), c.batch, trace);
   int64_t most = 0;
@@ -58,9 +58,9 @@ int64_t steady_bytes(const MemoryEstimate& e) {
 }
 
 TEST(EstimateShard, OneRankOrNoShardIsOneProcess) {
-  const MemoryEstimate one = estimate_run(sharded_llama(Shard::kShardNone, 1), 0);
+  const MemoryEstimate one = estimate_run(sharded_llama(Shard::kNone, 1), 0);
   EXPECT_FALSE(one.sharded);
-  for (Shard s : {Shard::kShardDdp, Shard::kShardZero1, Shard::kShardZero2, Shard::kShardFsdp}) {
+  for (Shard s : {Shard::kDdp, Shard::kZero1, Shard::kZero2, Shard::kFsdp}) {
     const MemoryEstimate e = estimate_run(sharded_llama(s, 1), 0);
     EXPECT_FALSE(e.sharded) << shard_name(s);
     EXPECT_EQ(e.peak_bytes, one.peak_bytes) << shard_name(s);
@@ -70,8 +70,8 @@ TEST(EstimateShard, OneRankOrNoShardIsOneProcess) {
 }
 
 TEST(EstimateShard, DdpKeepsEverythingAndAddsTheBuckets) {
-  const MemoryEstimate one = estimate_run(sharded_llama(Shard::kShardNone, 1), 0);
-  const MemoryEstimate e = estimate_run(sharded_llama(Shard::kShardDdp, 2), 0);
+  const MemoryEstimate one = estimate_run(sharded_llama(Shard::kNone, 1), 0);
+  const MemoryEstimate e = estimate_run(sharded_llama(Shard::kDdp, 2), 0);
   ASSERT_TRUE(e.sharded);
   EXPECT_EQ(e.params_bytes, one.params_bytes);
   EXPECT_EQ(e.grads_bytes, one.grads_bytes);
@@ -91,8 +91,8 @@ TEST(EstimateShard, DdpKeepsEverythingAndAddsTheBuckets) {
 
 TEST(EstimateShard, ZeroOneHalvesTheOptimizerState) {
   const int64_t P = llama_counts().total, S = (P + 1) / 2;
-  const MemoryEstimate one = estimate_run(sharded_llama(Shard::kShardNone, 1), 0);
-  const MemoryEstimate e = estimate_run(sharded_llama(Shard::kShardZero1, 2), 0);
+  const MemoryEstimate one = estimate_run(sharded_llama(Shard::kNone, 1), 0);
+  const MemoryEstimate e = estimate_run(sharded_llama(Shard::kZero1, 2), 0);
   ASSERT_TRUE(e.sharded);
   // Adam: two moments per element of the rank's shard.
   EXPECT_EQ(one.optimizer_state_bytes, 2 * P * 4);
@@ -112,7 +112,7 @@ TEST(EstimateShard, ZeroTwoKeepsTheGradientShard) {
   const int64_t all = llama_counts().total;
   for (int64_t n : {2, 3, 8}) {
     const int64_t S = (all + n - 1) / n;
-    RunConfig c = sharded_llama(Shard::kShardZero2, n);
+    RunConfig c = sharded_llama(Shard::kZero2, n);
     c.log_grad_norm = false;
     const MemoryEstimate e = estimate_run(c, 0);
     ASSERT_TRUE(e.sharded);
@@ -128,7 +128,7 @@ TEST(EstimateShard, ZeroTwoKeepsTheGradientShard) {
   // Gradients go as they are copied into the buckets: never more than zero1 holds. With
   // small buckets (so the all-gather's chunks are small too), the drain after backward is the
   // communication's peak.
-  RunConfig c1 = sharded_llama(Shard::kShardZero1, 2), c2 = sharded_llama(Shard::kShardZero2, 2);
+  RunConfig c1 = sharded_llama(Shard::kZero1, 2), c2 = sharded_llama(Shard::kZero2, 2);
   c1.bucket_bytes = c2.bucket_bytes = 64 << 10;
   const MemoryEstimate z1 = estimate_run(c1, 0), z2 = estimate_run(c2, 0);
   const int64_t P = llama_counts().total;
@@ -152,8 +152,8 @@ TEST(EstimateShard, FsdpShardsTheBlocksParameters) {
     largest_unit = std::max(largest_unit, N * ((b + N - 1) / N));
   }
   const int64_t outside_shard = (n.outside_blocks + N - 1) / N;
-  const MemoryEstimate one = estimate_run(sharded_llama(Shard::kShardNone, 1), 0);
-  const MemoryEstimate e = estimate_run(sharded_llama(Shard::kShardFsdp, N), 0);
+  const MemoryEstimate one = estimate_run(sharded_llama(Shard::kNone, 1), 0);
+  const MemoryEstimate e = estimate_run(sharded_llama(Shard::kFsdp, N), 0);
   ASSERT_TRUE(e.sharded);
   EXPECT_EQ(e.params_bytes, (n.outside_blocks + blocks_shard) * 4);
   EXPECT_EQ(e.grads_bytes, (outside_shard + blocks_shard) * 4);
@@ -161,11 +161,11 @@ TEST(EstimateShard, FsdpShardsTheBlocksParameters) {
   // A block is gathered whole for its forward.
   EXPECT_GE(e.collective_buffers_bytes, largest_unit * 4);
   EXPECT_GE(e.forward_peak_bytes, steady_bytes(e) + one.activations_bytes);
-  EXPECT_LT(e.peak_bytes, estimate_run(sharded_llama(Shard::kShardZero2, N), 0).peak_bytes);
+  EXPECT_LT(e.peak_bytes, estimate_run(sharded_llama(Shard::kZero2, N), 0).peak_bytes);
 }
 
 TEST(EstimateShard, AccumulationReducesOnlyTheLastMicroBatch) {
-  RunConfig c = sharded_llama(Shard::kShardZero2, 2);
+  RunConfig c = sharded_llama(Shard::kZero2, 2);
   c.accum_steps = 4;
   const MemoryEstimate e = estimate_run(c, 0);
   ASSERT_TRUE(e.sharded);
@@ -176,11 +176,11 @@ TEST(EstimateShard, AccumulationReducesOnlyTheLastMicroBatch) {
 }
 
 TEST(EstimateShard, RefusedCombinationsAreNotedNotModelled) {
-  RunConfig c = sharded_llama(Shard::kShardZero1, 2);
+  RunConfig c = sharded_llama(Shard::kZero1, 2);
   c.optimizer = "muon";
   RunConfig single = c;
   single.nproc = 1;
-  single.shard = Shard::kShardNone;
+  single.shard = Shard::kNone;
   const MemoryEstimate e = estimate_run(c, 0);
   EXPECT_FALSE(e.sharded);
   EXPECT_EQ(e.peak_bytes, estimate_run(single, 0).peak_bytes);
@@ -189,12 +189,12 @@ TEST(EstimateShard, RefusedCombinationsAreNotedNotModelled) {
   EXPECT_TRUE(noted);
   EXPECT_FALSE(estimate_to_json(e).contains("per_rank"));
   // ddp takes it.
-  c.shard = Shard::kShardDdp;
+  c.shard = Shard::kDdp;
   EXPECT_TRUE(estimate_run(c, 0).sharded);
 }
 
 TEST(EstimateShard, JsonCarriesThePerRankFigures) {
-  const MemoryEstimate e = estimate_run(sharded_llama(Shard::kShardZero2, 2), 0);
+  const MemoryEstimate e = estimate_run(sharded_llama(Shard::kZero2, 2), 0);
   const nlohmann::json j = estimate_to_json(e);
   EXPECT_EQ(j.at("per_rank").at("nproc"), 2);
   EXPECT_EQ(j.at("per_rank").at("shard"), "zero2");
@@ -205,8 +205,8 @@ TEST(EstimateShard, JsonCarriesThePerRankFigures) {
 }
 
 TEST(EstimateShard, MaxBatchIsPerRank) {
-  RunConfig c = sharded_llama(Shard::kShardZero2, 4);
-  const int64_t budget = estimate_run(sharded_llama(Shard::kShardNone, 1), 0).peak_bytes * 2;
+  RunConfig c = sharded_llama(Shard::kZero2, 4);
+  const int64_t budget = estimate_run(sharded_llama(Shard::kNone, 1), 0).peak_bytes * 2;
   const int64_t b = max_batch_within(c, 0, budget);
   ASSERT_GT(b, 0);
   c.batch = b;
@@ -214,7 +214,7 @@ TEST(EstimateShard, MaxBatchIsPerRank) {
   c.batch = b + 1;
   EXPECT_GT(estimate_run(c, 0).peak_bytes, budget);
   // A rank keeps a quarter of the state: its micro-batch is at least one process's.
-  RunConfig one = sharded_llama(Shard::kShardNone, 1);
+  RunConfig one = sharded_llama(Shard::kNone, 1);
   EXPECT_GE(b, max_batch_within(one, 0, budget));
 }
 
@@ -237,7 +237,7 @@ class RecordingOverlay : public MemoryTrace::Overlay {
 };
 
 TEST(EstimateShard, ReplayTellsTheOverlayBlocksAndGradients) {
-  const RunConfig c = sharded_llama(Shard::kShardNone, 1);
+  const RunConfig c = sharded_llama(Shard::kNone, 1);
   MemoryTrace trace;
   model_registry().get("llama").trace_step(resolve_arch(c), 2, trace);
   const int64_t L = trace.block_count();

@@ -164,13 +164,13 @@ TEST(EstimateFlops, RecomputeAttentionIsTheAttentionSubLayersByHand) {
   c.model = "llama";
   c.preset = "tiny";
   c.batch = 8;
-  c.recompute = Recompute::kRecomputeAttention;
+  c.recompute = Recompute::kAttention;
   const MemoryEstimate e = estimate_run(c, 0);
   const double T = 64, C = 64, q = 64, kv = 32;
   const double attention = 2 * T * (C * q + 2 * C * kv + q * C) + 2 * 2 * T * T * q;
   EXPECT_DOUBLE_EQ(e.hardware_flops_per_step - e.model_flops_per_step, 8 * 2 * attention);
   // The MLP policy recomputes the gate, up and down projections instead: 2 T x 3 C I.
-  c.recompute = Recompute::kRecomputeMlp;
+  c.recompute = Recompute::kMlp;
   const MemoryEstimate m = estimate_run(c, 0);
   EXPECT_DOUBLE_EQ(m.hardware_flops_per_step - m.model_flops_per_step,
                    8 * 2 * (2 * T * 3 * C * 192));
@@ -181,7 +181,7 @@ TEST(EstimateFlops, CheckpointEveryWrapsEveryKthBlock) {
   c.model = "llama";
   c.preset = "tiny";
   c.batch = 8;
-  c.recompute = Recompute::kRecomputeMlp;
+  c.recompute = Recompute::kMlp;
   c.checkpoint_every = 2;  // block 0 of the 2
   const double T = 64, C = 64, I = 192;
   const MemoryEstimate e = estimate_run(c, 0);
@@ -197,7 +197,7 @@ TEST(EstimateFlops, NanoVlmRecomputeIsCountedPerTower) {
   c.model = "nanovlm";
   c.preset = "tiny";
   c.batch = 2;
-  c.recompute = Recompute::kRecomputeFull;
+  c.recompute = Recompute::kFull;
   const nlohmann::json arch = resolve_arch(c);
   const double Tv = 16, Cv = 64, Iv = 256;
   const double vision_block = (2 * Tv * 4 * Cv * Cv + 2 * 2 * Tv * Tv * Cv) + 2 * Tv * 2 * Cv * Iv;

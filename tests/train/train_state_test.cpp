@@ -29,7 +29,7 @@ RunConfig state_config(const std::string& strategy, const std::string& optimizer
   c.steps = 5;
   c.warmup_steps = 1;
   c.dropout = 0.1;
-  c.lr_schedule = LrSchedule::kLrScheduleCosine;
+  c.lr_schedule = LrSchedule::kCosine;
   c.lr_warmup_steps = 2;
   c.eval_every = 3;
   c.threads = 1;

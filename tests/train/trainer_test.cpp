@@ -11,7 +11,7 @@
 #include "gradscope/measure/memory.h"
 #include "gradscope/train/estimate.h"
 #include "gradscope/train/phase_timer.h"
-#include "gradscope/train/run_parts.h"
+#include "gradscope/train/record_parts.h"
 #include "gradscope/train/trainer.h"
 #include "test_util.h"
 
@@ -134,7 +134,7 @@ TEST(Trainer, RefusesBadConfigurations) {
       edit(c);
       Trainer t(c);
     } catch (const Error& e) {
-      return e.kind() == ErrorKind::kErrorKindUsage;
+      return e.kind() == ErrorKind::kUsage;
     }
     return false;
   };
@@ -157,7 +157,7 @@ TEST(Trainer, RefusesBadConfigurations) {
 
 TEST(Trainer, CosineScheduleWarmsUpAndDecays) {
   RunConfig c = fixture_config();
-  c.lr_schedule = LrSchedule::kLrScheduleCosine;
+  c.lr_schedule = LrSchedule::kCosine;
   c.lr_warmup_steps = 2;
   c.warmup_steps = 0;
   c.steps = 6;
@@ -350,7 +350,7 @@ TEST(TrainerDtype, Bf16AutocastTrainsCloseToFp32) {
   RunConfig c = fixture_config();
   c.steps = 8;
   const auto fp32 = record_to_json(Trainer(c).run());
-  c.dtype = Dtype::kDtypeBf16;
+  c.dtype = Dtype::kBf16;
   Trainer trainer(c);
   const auto bf16 = record_to_json(trainer.run());
   ASSERT_EQ(bf16["status"], "ok") << bf16["failure"];
@@ -456,7 +456,7 @@ TEST(TrainerFlops, CheckpointedAdafactorRunCountsTheRecomputeInHfu) {
 
 TEST(TrainerFlops, HardwareFlopsAddTheRecomputedSubLayers) {
   RunConfig c = fixture_config();
-  c.recompute = Recompute::kRecomputeAttention;
+  c.recompute = Recompute::kAttention;
   c.steps = 1;
   c.warmup_steps = 0;
   c.sample_period_s = 0;
@@ -501,27 +501,27 @@ struct TwoSteps {
     meter.alloc(100);  // parameters
     meter.reset_peak();
     timer.begin_step();
-    timer.enter(Phase::kPhaseData);
+    timer.enter(Phase::kData);
     meter.alloc(10);  // batch
-    timer.enter(Phase::kPhaseForward);
+    timer.enter(Phase::kForward);
     meter.alloc(700);  // activations: 810 allocated
-    timer.enter(Phase::kPhaseBackward);
+    timer.enter(Phase::kBackward);
     meter.free(700);
     meter.alloc(100);  // gradients
-    timer.enter(Phase::kPhaseOptimizer);
+    timer.enter(Phase::kOptimizer);
     meter.alloc(200);  // the state, made by the first update
     meter.free(100);   // gradients freed
     meter.free(10);    // batch
     timer.close();
     timer.begin_step();
-    timer.enter(Phase::kPhaseData);
+    timer.enter(Phase::kData);
     meter.alloc(10);
-    timer.enter(Phase::kPhaseForward);
+    timer.enter(Phase::kForward);
     meter.alloc(100);
-    timer.enter(Phase::kPhaseBackward);
+    timer.enter(Phase::kBackward);
     meter.free(100);
     meter.alloc(100);
-    timer.enter(Phase::kPhaseOptimizer);
+    timer.enter(Phase::kOptimizer);
     meter.alloc(500);  // a temporary of the update: 910 allocated, the run's peak
     meter.free(500);
     meter.free(100);
@@ -560,11 +560,11 @@ struct ForwardPeak {
   ForwardPeak() {
     meter.alloc(100);
     timer.begin_step();
-    timer.enter(Phase::kPhaseData);
+    timer.enter(Phase::kData);
     meter.alloc(10);
-    timer.enter(Phase::kPhaseForward);
+    timer.enter(Phase::kForward);
     meter.alloc(700);
-    timer.enter(Phase::kPhaseBackward);
+    timer.enter(Phase::kBackward);
     meter.free(700);
     meter.alloc(100);
     timer.close();

@@ -25,7 +25,7 @@ TEST(Verify, EveryStrategyHoldsOnTinyLlama) {
   std::vector<std::string> names;
   for (size_t i = 0; i < checks.size(); ++i) {
     const VerifyCheck& k = checks[i];
-    const bool bf16 = k.dtype == Dtype::kDtypeBf16;
+    const bool bf16 = k.dtype == Dtype::kBf16;
     EXPECT_EQ(bf16, i >= 10) << k.strategy;
     if (!bf16) names.push_back(k.strategy);
     EXPECT_TRUE(k.passed) << k.strategy << " " << dtype_name(k.dtype) << " worst " << k.worst_tensor
@@ -63,7 +63,7 @@ TEST(Verify, Bf16CatchesARecomputeThatLosesAWeightsGradient) {
   options.strategies = {"checkpoint"};
   std::string lost;  // the weight the broken recompute detaches
   options.instrument = [&lost](Model& model, const StepPlan& plan) {
-    if (plan.recompute != Recompute::kRecomputeFull) return;
+    if (plan.recompute != Recompute::kFull) return;
     auto first = model.blocks().front();
     for (const auto& p : first->named_parameters())
       if (p.key().find("weight") != std::string::npos && p.value().dim() == 2) {
@@ -93,7 +93,7 @@ TEST(Verify, Bf16CatchesARecomputeThatLosesAWeightsGradient) {
   // The three policies in fp32, then in bf16; only whole blocks are broken.
   ASSERT_EQ(checks.size(), 6u);
   for (const auto& k : checks) {
-    const bool caught = k.dtype == Dtype::kDtypeBf16 && k.strategy == "checkpoint";
+    const bool caught = k.dtype == Dtype::kBf16 && k.strategy == "checkpoint";
     EXPECT_EQ(k.passed, !caught) << k.strategy << " " << dtype_name(k.dtype) << " "
                                  << k.worst_tensor;
     if (!caught) continue;
@@ -106,10 +106,10 @@ TEST(Verify, Bf16CatchesARecomputeThatLosesAWeightsGradient) {
 TEST(Verify, DtypesCanBeChosen) {
   VerifyOptions options;
   options.strategies = {"accumulation"};
-  options.dtypes = {Dtype::kDtypeBf16};
+  options.dtypes = {Dtype::kBf16};
   const auto checks = verify_strategies(verify_config(), options);
   ASSERT_EQ(checks.size(), 1u);
-  EXPECT_EQ(checks[0].dtype, Dtype::kDtypeBf16);
+  EXPECT_EQ(checks[0].dtype, Dtype::kBf16);
   EXPECT_TRUE(checks[0].passed) << checks[0].grad_max_rel_diff;
 }
 
@@ -191,7 +191,7 @@ TEST(VerifyChunkedLoss, HoldsOnTinyLlama) {
   ASSERT_EQ(checks.size(), 18u);
   std::vector<std::string> chunked;
   for (const auto& k : checks) {
-    const bool bf16 = k.dtype == Dtype::kDtypeBf16;
+    const bool bf16 = k.dtype == Dtype::kBf16;
     EXPECT_TRUE(k.passed) << k.strategy << " " << dtype_name(k.dtype) << " worst " << k.worst_tensor
                           << " rel " << k.grad_max_rel_diff;
     EXPECT_EQ(k.missing_grads, 0);
@@ -221,7 +221,7 @@ TEST(VerifyChunkedLoss, TheConfigurationsChunkIsUsed) {
   c.loss_chunk = 5;
   VerifyOptions options;
   options.strategies = {"accumulation"};
-  options.dtypes = {Dtype::kDtypeFp32};
+  options.dtypes = {Dtype::kFp32};
   const auto checks = verify_strategies(c, options);
   ASSERT_EQ(checks.size(), 3u);
   EXPECT_EQ(checks[0].strategy, "accumulation");

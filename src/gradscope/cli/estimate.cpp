@@ -142,7 +142,7 @@ void add_estimate_command(CLI::App& root, int& exit_code) {
           alt.opt.clear();
           // The shorthand, keeping what a checkpoint recomputes however it was asked for.
           alt.strategy = parse_strategy(strategy);
-          if (c.recompute && *c.recompute != Recompute::kRecomputeNone)
+          if (c.recompute && *c.recompute != Recompute::kNone)
             alt.checkpoint_policy = c.recompute;
           alt.recompute.reset();
           alt.optimizer_step.reset();

@@ -83,27 +83,27 @@ void add_eval_command(CLI::App& root, int& exit_code) {
                 "leave --eval-batches out to read every window once");
     const ResolvedRun resolved = resolve_run(c);
     const ModelFamily& family = model_registry().get(c.model);
-    check_usage(family.kind != ModelKind::kModelKindToy,
+    check_usage(family.kind != ModelKind::kToy,
                 "toy problem '" + c.model + "' has no held-out data to evaluate",
                 "its record's toy part says where the optimizer ended");
     SessionOptions options;
     options.updater = false;
     if (split == "all")
       options.data = make_data_source(family, resolved.arch, resolved.config, nullptr,
-                                      DataSplit::kDataSplitAll);
+                                      DataSplit::kAll);
     Session session(c, options);
     const RunConfig& rc = session.config();
     EvalPass pass;
     pass.batch = rc.batch;
-    pass.bf16 = rc.dtype == Dtype::kDtypeBf16;
+    pass.bf16 = rc.dtype == Dtype::kBf16;
     pass.whole = !as_training;
     pass.micro_batches =
         eval_micro_batches(rc.eval_batches, rc.accum_steps, rc.batch, session.data().val_samples());
     const Evaluation e = evaluate_model(session.model(), session.data(), session.device(), pass);
 
-    const bool text = family.kind != ModelKind::kModelKindImageClassification;
-    const bool causal = family.kind == ModelKind::kModelKindCausalLm ||
-                        family.kind == ModelKind::kModelKindVisionLanguage;
+    const bool text = family.kind != ModelKind::kImageClassification;
+    const bool causal = family.kind == ModelKind::kCausalLm ||
+                        family.kind == ModelKind::kVisionLanguage;
     nlohmann::json out = {
         {"model", rc.model},
         {"preset", rc.preset},

@@ -24,7 +24,7 @@
 #include "gradscope/core/error.h"
 #include "gradscope/core/log.h"
 #include "gradscope/core/record.h"
-#include "gradscope/dist/comm.h"
+#include "gradscope/comm/comm.h"
 #include "gradscope/store/db.h"
 #include "gradscope/train/session.h"
 #include "gradscope/train/train_state.h"

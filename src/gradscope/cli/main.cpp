@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
               << gradscope::terminal_text(e.hint().empty() ? "see `gradscope COMMAND --help`"
                                                            : e.hint())
               << "\n";
-    return e.kind() == gradscope::ErrorKind::kErrorKindUsage ? 2 : 1;
+    return e.kind() == gradscope::ErrorKind::kUsage ? 2 : 1;
   } catch (const c10::Error& e) {
     std::cerr
         << "error: " << first_line(e.what_without_backtrace()) << "\n"

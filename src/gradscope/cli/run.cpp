@@ -16,7 +16,7 @@
 #include "gradscope/core/files.h"
 #include "gradscope/core/log.h"
 #include "gradscope/core/settings.h"
-#include "gradscope/dist/comm.h"
+#include "gradscope/comm/comm.h"
 #include "gradscope/report/summary.h"
 #include "gradscope/store/db.h"
 #include "gradscope/store/schema_guard.h"
@@ -97,7 +97,7 @@ int execute(const RunOptions& o) {
   check_usage(!o.no_db || !c.json_path.empty(), "--no-db needs --json: the run would be lost",
               "add --json FILE (a result file that `gradscope collect` can merge later)");
   check_run_outputs(c, !o.no_db);
-  if (c.quiet) set_log_level(LogLevel::kLogLevelQuiet);  // warnings and errors still print
+  if (c.quiet) set_log_level(LogLevel::kQuiet);  // warnings and errors still print
   // SIGTERM and SIGINT stop the run between steps (saving its state with --save-state), and
   // the record is still written: exit 75. main() blocked them until now; the handlers stay
   // until the process ends, so that a signal while it exits changes nothing.
@@ -123,7 +123,7 @@ int execute(const RunOptions& o) {
   // With several ranks, rank 0 alone writes; the others say only what goes wrong.
   const std::optional<RankEnv> rank_env = c.nproc > 1 ? rank_env_from_environment() : std::nullopt;
   const bool writes = !rank_env || rank_env->rank == 0;
-  if (!writes) set_log_level(LogLevel::kLogLevelQuiet);
+  if (!writes) set_log_level(LogLevel::kQuiet);
 
   // --lr auto trains its trials first, each a Trainer of its own (whose construction refuses
   // bad settings before anything is written); the run's Trainer is built after them, so that

@@ -10,7 +10,7 @@
 #include "gradscope/cli/settings_options.h"
 #include "gradscope/core/error.h"
 #include "gradscope/core/settings.h"
-#include "gradscope/dist/comm.h"
+#include "gradscope/comm/comm.h"
 #include "gradscope/measure/peak.h"
 
 namespace gradscope {
@@ -73,7 +73,7 @@ void add_verify_command(CLI::App& root, int& exit_code) {
     RunConfig c = verify_defaults();
     o->settings.apply(c);
     // Every mode is checked in turn; the settings' check wants one named.
-    if (c.nproc > 1) c.shard = Shard::kShardDdp;
+    if (c.nproc > 1) c.shard = Shard::kDdp;
     check_config(c);
     VerifyOptions options;
     options.strategies = o->strategies;

@@ -22,31 +22,31 @@ const char* name_of(Enum value, const std::pair<Enum, const char*> (&names)[N]) 
   return "?";
 }
 
-constexpr std::pair<Dtype, const char*> kDtypes[] = {{Dtype::kDtypeFp32, "fp32"},
-                                                     {Dtype::kDtypeBf16, "bf16"}};
+constexpr std::pair<Dtype, const char*> kDtypes[] = {{Dtype::kFp32, "fp32"},
+                                                     {Dtype::kBf16, "bf16"}};
 constexpr std::pair<LrSchedule, const char*> kSchedules[] = {
-    {LrSchedule::kLrScheduleConstant, "constant"}, {LrSchedule::kLrScheduleCosine, "cosine"}};
+    {LrSchedule::kConstant, "constant"}, {LrSchedule::kCosine, "cosine"}};
 constexpr std::pair<Recompute, const char*> kRecomputes[] = {
-    {Recompute::kRecomputeNone, "none"},
-    {Recompute::kRecomputeFull, "full"},
-    {Recompute::kRecomputeAttention, "attention"},
-    {Recompute::kRecomputeMlp, "mlp"}};
+    {Recompute::kNone, "none"},
+    {Recompute::kFull, "full"},
+    {Recompute::kAttention, "attention"},
+    {Recompute::kMlp, "mlp"}};
 constexpr std::pair<OptimizerStep, const char*> kOptimizerSteps[] = {
-    {OptimizerStep::kOptimizerStepAfterBackward, "after-backward"},
-    {OptimizerStep::kOptimizerStepInBackward, "in-backward"}};
+    {OptimizerStep::kAfterBackward, "after-backward"},
+    {OptimizerStep::kInBackward, "in-backward"}};
 constexpr std::pair<LossKind, const char*> kLossKinds[] = {{LossKind::kLossFull, "full"},
                                                            {LossKind::kLossChunked, "chunked"}};
 constexpr std::pair<Projections, const char*> kProjections[] = {
-    {Projections::kProjectionsSeparate, "separate"}, {Projections::kProjectionsPacked, "packed"}};
+    {Projections::kSeparate, "separate"}, {Projections::kPacked, "packed"}};
 constexpr std::pair<Attention, const char*> kAttentions[] = {
-    {Attention::kAttentionAuto, "auto"},
-    {Attention::kAttentionSdpa, "sdpa"},
-    {Attention::kAttentionMath, "math"}};
-constexpr std::pair<Shard, const char*> kShards[] = {{Shard::kShardNone, "none"},
-                                                     {Shard::kShardDdp, "ddp"},
-                                                     {Shard::kShardZero1, "zero1"},
-                                                     {Shard::kShardZero2, "zero2"},
-                                                     {Shard::kShardFsdp, "fsdp"}};
+    {Attention::kAuto, "auto"},
+    {Attention::kSdpa, "sdpa"},
+    {Attention::kMath, "math"}};
+constexpr std::pair<Shard, const char*> kShards[] = {{Shard::kNone, "none"},
+                                                     {Shard::kDdp, "ddp"},
+                                                     {Shard::kZero1, "zero1"},
+                                                     {Shard::kZero2, "zero2"},
+                                                     {Shard::kFsdp, "fsdp"}};
 
 }  // namespace
 
@@ -154,9 +154,9 @@ const std::vector<std::string>& lora_target_names() {
 
 std::string StepPlan::strategy_name() const {
   StrategyShorthand s;
-  s.checkpoint = recompute != Recompute::kRecomputeNone;
+  s.checkpoint = recompute != Recompute::kNone;
   s.accumulation = micro_batches;
-  s.fused = optimizer_step == OptimizerStep::kOptimizerStepInBackward;
+  s.fused = optimizer_step == OptimizerStep::kInBackward;
   return gradscope::strategy_name(s);
 }
 
@@ -170,18 +170,18 @@ StepPlan RunConfig::step_plan_as_given() const {
   plan.accum_steps = accum_steps;
   plan.loss = loss;
   plan.loss_chunk = loss_chunk;
-  const Recompute policy = checkpoint_policy.value_or(Recompute::kRecomputeFull);
+  const Recompute policy = checkpoint_policy.value_or(Recompute::kFull);
   if (strategy) {
-    plan.recompute = strategy->checkpoint ? recompute.value_or(policy) : Recompute::kRecomputeNone;
-    if (strategy->checkpoint && plan.recompute == Recompute::kRecomputeNone)
+    plan.recompute = strategy->checkpoint ? recompute.value_or(policy) : Recompute::kNone;
+    if (strategy->checkpoint && plan.recompute == Recompute::kNone)
       plan.recompute = policy;
     plan.micro_batches = strategy->accumulation;
-    plan.optimizer_step = strategy->fused ? OptimizerStep::kOptimizerStepInBackward
-                                          : OptimizerStep::kOptimizerStepAfterBackward;
+    plan.optimizer_step = strategy->fused ? OptimizerStep::kInBackward
+                                          : OptimizerStep::kAfterBackward;
   } else {
-    plan.recompute = recompute.value_or(Recompute::kRecomputeNone);
+    plan.recompute = recompute.value_or(Recompute::kNone);
     plan.micro_batches = accum_steps > 1;
-    plan.optimizer_step = optimizer_step.value_or(OptimizerStep::kOptimizerStepAfterBackward);
+    plan.optimizer_step = optimizer_step.value_or(OptimizerStep::kAfterBackward);
   }
   return plan;
 }
@@ -192,26 +192,26 @@ StepPlan RunConfig::step_plan() const {
   plan.accum_steps = accum_steps;
   plan.loss = loss;
   plan.loss_chunk = loss_chunk;
-  if (recompute && checkpoint_policy && *recompute != Recompute::kRecomputeNone)
+  if (recompute && checkpoint_policy && *recompute != Recompute::kNone)
     check_usage(*checkpoint_policy == *recompute,
                 fmt::format("--recompute {} disagrees with --checkpoint-policy {}",
                             recompute_name(*recompute), recompute_name(*checkpoint_policy)),
                 "give one of them: --recompute none|full|attention|mlp says it all");
   if (!strategy) {
-    plan.recompute = recompute.value_or(Recompute::kRecomputeNone);
+    plan.recompute = recompute.value_or(Recompute::kNone);
     plan.micro_batches = accum_steps > 1;
-    plan.optimizer_step = optimizer_step.value_or(OptimizerStep::kOptimizerStepAfterBackward);
+    plan.optimizer_step = optimizer_step.value_or(OptimizerStep::kAfterBackward);
     return plan;
   }
   const StrategyShorthand& s = *strategy;
   const std::string name = gradscope::strategy_name(s);
   if (s.checkpoint) {
-    check_usage(!recompute || *recompute != Recompute::kRecomputeNone,
+    check_usage(!recompute || *recompute != Recompute::kNone,
                 fmt::format("strategy '{}' recomputes blocks, got --recompute none", name),
                 "pass --recompute full, attention or mlp, or a strategy without checkpoint");
-    plan.recompute = recompute ? *recompute : checkpoint_policy.value_or(Recompute::kRecomputeFull);
+    plan.recompute = recompute ? *recompute : checkpoint_policy.value_or(Recompute::kFull);
   } else {
-    check_usage(!recompute || *recompute == Recompute::kRecomputeNone,
+    check_usage(!recompute || *recompute == Recompute::kNone,
                 fmt::format("strategy '{}' recomputes nothing, got --recompute {}", name,
                             recompute ? recompute_name(*recompute) : ""),
                 "leave --strategy out (the settings then say how a step is computed), or use a "
@@ -223,8 +223,8 @@ StepPlan RunConfig::step_plan() const {
               "use --accum-steps 1, or a strategy that accumulates micro-batches (or leave "
               "--strategy out)");
   plan.micro_batches = s.accumulation;
-  const OptimizerStep step = s.fused ? OptimizerStep::kOptimizerStepInBackward
-                                     : OptimizerStep::kOptimizerStepAfterBackward;
+  const OptimizerStep step = s.fused ? OptimizerStep::kInBackward
+                                     : OptimizerStep::kAfterBackward;
   check_usage(!optimizer_step || *optimizer_step == step,
               fmt::format("strategy '{}' steps the optimizer {}, got --optimizer-step {}", name,
                           optimizer_step_name(step),

@@ -14,28 +14,28 @@ namespace gradscope {
 
 // --dtype: the dtype the matrix products run in.
 enum class Dtype {
-  kDtypeFp32,  // float32 everywhere
-  kDtypeBf16,  // bfloat16 autocast; parameters, gradients and optimizer state stay float32
+  kFp32,  // float32 everywhere
+  kBf16,  // bfloat16 autocast; parameters, gradients and optimizer state stay float32
 };
 
 // --lr-schedule
 enum class LrSchedule {
-  kLrScheduleConstant,
-  kLrScheduleCosine,  // linear warm-up over --lr-warmup-steps, then cosine to 0
+  kConstant,
+  kCosine,  // linear warm-up over --lr-warmup-steps, then cosine to 0
 };
 
 // --recompute (and --checkpoint-policy): what a checkpointed block recomputes in backward.
 enum class Recompute {
-  kRecomputeNone,       // nothing: every activation is kept for backward
-  kRecomputeFull,       // the whole block (least memory, one extra forward of it)
-  kRecomputeAttention,  // only its attention sub-layer (keeps the MLP's activations)
-  kRecomputeMlp,        // only its MLP sub-layer
+  kNone,       // nothing: every activation is kept for backward
+  kFull,       // the whole block (least memory, one extra forward of it)
+  kAttention,  // only its attention sub-layer (keeps the MLP's activations)
+  kMlp,        // only its MLP sub-layer
 };
 
 // --optimizer-step: where the parameters are updated.
 enum class OptimizerStep {
-  kOptimizerStepAfterBackward,  // one optimizer step over all gradients once backward ends
-  kOptimizerStepInBackward,     // each parameter as soon as its gradient is complete (fused)
+  kAfterBackward,  // one optimizer step over all gradients once backward ends
+  kInBackward,     // each parameter as soon as its gradient is complete (fused)
 };
 
 // --loss: how a language-model head takes its cross-entropy.
@@ -47,25 +47,25 @@ enum class LossKind {
 
 // --projections: how the projections that read the same input are multiplied.
 enum class Projections {
-  kProjectionsSeparate,  // one matrix product per projection (q, k, v; gate, up)
-  kProjectionsPacked,    // one product over the stacked weights of q, k and v, and of gate
+  kSeparate,  // one matrix product per projection (q, k, v; gate, up)
+  kPacked,    // one product over the stacked weights of q, k and v, and of gate
                          // and up; the parameters stay separate tensors
 };
 
 // --attention: how attention's softmax(QK^T / sqrt(d) + mask) V is computed.
 enum class Attention {
-  kAttentionAuto,  // sdpa where it runs a fused kernel (CUDA; the CPU without dropout), else math
-  kAttentionSdpa,  // LibTorch's scaled_dot_product_attention, which picks its own kernel
-  kAttentionMath,  // written out: the (B, heads, T, S) scores and weights are materialized
+  kAuto,  // sdpa where it runs a fused kernel (CUDA; the CPU without dropout), else math
+  kSdpa,  // LibTorch's scaled_dot_product_attention, which picks its own kernel
+  kMath,  // written out: the (B, heads, T, S) scores and weights are materialized
 };
 
 // How the work of a step is spread over --nproc ranks (processes, one per device).
 enum class Shard {
-  kShardNone,   // one process
-  kShardDdp,    // every rank holds everything; gradients all-reduced in buckets during backward
-  kShardZero1,  // optimizer state split over the ranks (ZeRO stage 1)
-  kShardZero2,  // optimizer state and gradients split (ZeRO stage 2)
-  kShardFsdp,   // also the parameters, gathered per block for its forward and backward (ZeRO-3)
+  kNone,   // one process
+  kDdp,    // every rank holds everything; gradients all-reduced in buckets during backward
+  kZero1,  // optimizer state split over the ranks (ZeRO stage 1)
+  kZero2,  // optimizer state and gradients split (ZeRO stage 2)
+  kFsdp,   // also the parameters, gathered per block for its forward and backward (ZeRO-3)
 };
 
 // --strategy: the study's memory strategies, each a shorthand for a way of computing a step.
@@ -86,11 +86,11 @@ struct StrategyShorthand {
 // fixes the parts it names, and the settings may only refine them: checkpoint recomputes
 // (full, or as --recompute / --checkpoint-policy say), standard and fused take one batch.
 struct StepPlan {
-  Recompute recompute = Recompute::kRecomputeNone;
+  Recompute recompute = Recompute::kNone;
   int64_t recompute_every = 1;  // blocks 0, k, 2k, ... are recomputed
   int64_t accum_steps = 1;      // micro-batches per optimizer step
   bool micro_batches = false;   // accumulation asked for (by name or by accum_steps > 1)
-  OptimizerStep optimizer_step = OptimizerStep::kOptimizerStepAfterBackward;
+  OptimizerStep optimizer_step = OptimizerStep::kAfterBackward;
   // The loss of a language-model head, which combines with every part above (and is not in
   // the strategy's name).
   LossKind loss = LossKind::kLossFull;
@@ -119,7 +119,7 @@ struct RunConfig {
   double lr_search_span = 1.0;             // decades either side of the default
   std::map<std::string, std::string> opt;  // --opt NAME=VALUE, PyTorch's names
   double weight_decay = 0;
-  LrSchedule lr_schedule = LrSchedule::kLrScheduleConstant;
+  LrSchedule lr_schedule = LrSchedule::kConstant;
   int64_t lr_warmup_steps = 0;
   double clip_grad_norm = 0;  // 0 = off
 
@@ -133,8 +133,8 @@ struct RunConfig {
   std::optional<OptimizerStep> optimizer_step;  // unset = as --strategy says
   LossKind loss = LossKind::kLossFull;
   int64_t loss_chunk = 256;  // positions per chunk of --loss chunked
-  Projections projections = Projections::kProjectionsSeparate;
-  Attention attention = Attention::kAttentionAuto;
+  Projections projections = Projections::kSeparate;
+  Attention attention = Attention::kAuto;
   // Weights to start from instead of a seeded initialisation: a folder with config.json and
   // model.safetensors (or a sharded set), or one .safetensors file; "" = the seed's.
   std::string init_from;
@@ -162,10 +162,10 @@ struct RunConfig {
   // Ranks (processes) that train together; each reads its share of every micro-batch, so a
   // step sees global_batch() samples.
   int64_t nproc = 1;
-  Shard shard = Shard::kShardNone;
+  Shard shard = Shard::kNone;
   int64_t bucket_bytes = 25LL << 20;  // gradients reduced together (ddp, zero) or gathered
   double dist_timeout_s = 120;        // a collective that waits longer fails the run
-  Dtype dtype = Dtype::kDtypeFp32;
+  Dtype dtype = Dtype::kFp32;
   int threads = 0;               // 0 = LibTorch's default
   int64_t memory_cap_bytes = 0;  // 0 = no cap
   double timeout_s = 0;          // 0 = no limit

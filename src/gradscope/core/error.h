@@ -10,8 +10,8 @@
 namespace gradscope {
 
 enum class ErrorKind {
-  kErrorKindUsage,    // bad command line, config value or input file: exit 2
-  kErrorKindRuntime,  // the run itself failed: exit 1
+  kUsage,    // bad command line, config value or input file: exit 2
+  kRuntime,  // the run itself failed: exit 1
 };
 
 class Error : public std::runtime_error {
@@ -28,11 +28,11 @@ class Error : public std::runtime_error {
 
 // Bad usage or bad input (exit code 2).
 [[noreturn]] inline void fail_usage(const std::string& what, const std::string& hint = "") {
-  throw Error(ErrorKind::kErrorKindUsage, what, hint);
+  throw Error(ErrorKind::kUsage, what, hint);
 }
 // A failure while running (exit code 1).
 [[noreturn]] inline void fail_runtime(const std::string& what, const std::string& hint = "") {
-  throw Error(ErrorKind::kErrorKindRuntime, what, hint);
+  throw Error(ErrorKind::kRuntime, what, hint);
 }
 
 inline void check_usage(bool ok, const std::string& what, const std::string& hint = "") {

@@ -4,7 +4,7 @@
 
 namespace gradscope {
 namespace {
-std::atomic<int> g_level{static_cast<int>(LogLevel::kLogLevelInfo)};
+std::atomic<int> g_level{static_cast<int>(LogLevel::kInfo)};
 
 // Unicode's bidirectional controls in UTF-8 at text[i] (0xE2 there): the embeddings and
 // overrides U+202A to U+202E, the isolates U+2066 to U+2069, and the marks U+200E, U+200F.

@@ -8,7 +8,7 @@
 
 namespace gradscope {
 
-enum class LogLevel { kLogLevelQuiet = 0, kLogLevelInfo = 1, kLogLevelDebug = 2 };
+enum class LogLevel { kQuiet = 0, kInfo = 1, kDebug = 2 };
 
 // `text` with terminal control characters (ESC and the other C0 and C1 controls but newline
 // and tab) and Unicode's bidirectional controls shown as '?', so a name or message read from a
@@ -20,7 +20,7 @@ void set_log_level(LogLevel level);
 
 template <typename... Args>
 void log_info(fmt::format_string<Args...> format, Args&&... args) {
-  if (log_level() >= LogLevel::kLogLevelInfo)
+  if (log_level() >= LogLevel::kInfo)
     fmt::print(stderr, "{}\n", terminal_text(fmt::format(format, std::forward<Args>(args)...)));
 }
 

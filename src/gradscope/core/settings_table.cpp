@@ -429,18 +429,18 @@ std::vector<Setting> build_settings_table() {
     const std::string flag = s.flag();
     s.parse = [flag](RunConfig& c, const std::string& text) {
       const auto v = parse_recompute(text);
-      check_usage(v && *v != Recompute::kRecomputeNone, fmt::format("unknown {} '{}'", flag, text),
+      check_usage(v && *v != Recompute::kNone, fmt::format("unknown {} '{}'", flag, text),
                   "valid values: full, attention, mlp");
       c.checkpoint_policy = *v;
     };
     s.text = [](const RunConfig& c) {
-      return std::string(recompute_name(c.checkpoint_policy.value_or(Recompute::kRecomputeFull)));
+      return std::string(recompute_name(c.checkpoint_policy.value_or(Recompute::kFull)));
     };
     s.write = [](const RunConfig& c, json& out, JsonPurpose) {
       const Recompute r = c.step_plan_as_given().recompute;
       out["checkpoint_policy"] = recompute_name(
-          r != Recompute::kRecomputeNone ? r
-                                         : c.checkpoint_policy.value_or(Recompute::kRecomputeFull));
+          r != Recompute::kNone ? r
+                                         : c.checkpoint_policy.value_or(Recompute::kFull));
     };
     t.push_back(std::move(s));
   }
@@ -516,7 +516,7 @@ std::vector<Setting> build_settings_table() {
         parse_projections, projections_name, {"separate", "packed"});
     s.write = [](const RunConfig& c, json& out, JsonPurpose purpose) {
       if (purpose == JsonPurpose::kPurposeRecord ||
-          c.projections != Projections::kProjectionsSeparate)
+          c.projections != Projections::kSeparate)
         out["projections"] = projections_name(c.projections);
     };
     t.push_back(std::move(s));
@@ -530,7 +530,7 @@ std::vector<Setting> build_settings_table() {
         "and on the CPU wherever no dropout is applied to the attention weights; math there)",
         parse_attention, attention_name, {"auto", "sdpa", "math"});
     s.write = [](const RunConfig& c, json& out, JsonPurpose purpose) {
-      if (purpose == JsonPurpose::kPurposeRecord || c.attention != Attention::kAttentionAuto)
+      if (purpose == JsonPurpose::kPurposeRecord || c.attention != Attention::kAuto)
         out["attention"] = attention_name(c.attention);
     };
     t.push_back(std::move(s));
@@ -650,7 +650,7 @@ std::vector<Setting> build_settings_table() {
       check_usage(c.nproc >= 1 && c.nproc <= 1024,
                   fmt::format("{} {} must be between 1 and 1024", flag, c.nproc),
                   "pass the number of ranks, e.g. --nproc 2");
-      check_usage(c.nproc == 1 || c.shard != Shard::kShardNone,
+      check_usage(c.nproc == 1 || c.shard != Shard::kNone,
                   fmt::format("{} {} needs a way to share the work: --shard", flag, c.nproc),
                   "add --shard ddp (or zero1, zero2, fsdp)");
       check_usage(c.nproc == 1 || !c.lr_auto,
@@ -671,7 +671,7 @@ std::vector<Setting> build_settings_table() {
         "(also gradients), fsdp (also parameters, gathered per block)",
         parse_shard, shard_name, {"none", "ddp", "zero1", "zero2", "fsdp"});
     s.write = [](const RunConfig& c, json& out, JsonPurpose purpose) {
-      if (purpose == JsonPurpose::kPurposeRecord || c.shard != Shard::kShardNone)
+      if (purpose == JsonPurpose::kPurposeRecord || c.shard != Shard::kNone)
         out["shard"] = shard_name(c.shard);
     };
     t.push_back(std::move(s));
@@ -688,7 +688,7 @@ std::vector<Setting> build_settings_table() {
                   "write a size such as 25MiB");
     };
     s.write = [](const RunConfig& c, json& out, JsonPurpose purpose) {
-      if (purpose == JsonPurpose::kPurposeRecord || c.shard != Shard::kShardNone)
+      if (purpose == JsonPurpose::kPurposeRecord || c.shard != Shard::kNone)
         out["bucket_bytes"] = c.bucket_bytes;
     };
     t.push_back(std::move(s));

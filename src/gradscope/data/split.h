@@ -10,10 +10,10 @@
 namespace gradscope {
 
 enum class DataSplit {
-  kDataSplitRun,       // train: the training side; evaluate: the validation side
-  kDataSplitLrSearch,  // train: the training side less the search split; evaluate: the search
+  kRun,       // train: the training side; evaluate: the validation side
+  kLrSearch,  // train: the training side less the search split; evaluate: the search
                        // split
-  kDataSplitAll,       // text only, for `gradscope eval`: no training side; evaluate: every
+  kAll,       // text only, for `gradscope eval`: no training side; evaluate: every
                        // token of the data set
 };
 

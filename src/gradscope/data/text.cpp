@@ -246,10 +246,10 @@ TextCorpus::TextCorpus(const std::string& dataset, const Tokenizer& tokenizer,
 
   const auto n = static_cast<int64_t>(tokens_.size());
   // The last 2% (rounded down) is validation; the search split is as long, just before it.
-  const bool search = split == DataSplit::kDataSplitLrSearch;
+  const bool search = split == DataSplit::kLrSearch;
   held_end_ = search ? n - n / 50 : n;
   split_ = held_end_ - n / 50;
-  if (split == DataSplit::kDataSplitAll) {
+  if (split == DataSplit::kAll) {
     // Every token is held out; there is nothing to train on.
     split_ = 0;
     check_usage(val_windows() >= 1,

@@ -4,7 +4,7 @@
 // Semantics (docs/metrics.md, "Steps, samples, tokens"):
 // - documents are joined with the tokenizer's eot id, in a fixed order (sorted file names);
 // - the last 2% of tokens are the validation split; --lr auto's search split
-//   (DataSplit::kDataSplitLrSearch) is the same number of tokens just before them, and a
+//   (DataSplit::kLrSearch) is the same number of tokens just before them, and a
 //   corpus made for the search trains on the tokens before that and evaluates on it;
 // - the training tokens are cut into W = floor((N_train - 1) / seq_len) windows, window w
 //   covering tokens [w*seq_len, w*seq_len + seq_len + 1);
@@ -64,10 +64,10 @@ class TextCorpus {
   // Loads the named data set ("sotu", "moby-dick", "brown", or a path to a .txt file or a
   // directory of .txt files), tokenizes it with a cache under data_dir/cache, and splits it.
   // Throws a usage error when the data is missing (the hint names the fetch command) or
-  // yields fewer tokens than one window. With kDataSplitLrSearch the held-out tokens are the
+  // yields fewer tokens than one window. With kLrSearch the held-out tokens are the
   // search split and the validation tokens are never read (see the top of this file).
   TextCorpus(const std::string& dataset, const Tokenizer& tokenizer, const std::string& data_dir,
-             int64_t seq_len, uint64_t seed, DataSplit split = DataSplit::kDataSplitRun);
+             int64_t seq_len, uint64_t seed, DataSplit split = DataSplit::kRun);
 
   // Samples [first, first + count) of the training stream.
   TextBatch train_batch(int64_t first, int64_t count) const;

@@ -24,7 +24,7 @@ using nlohmann::json;
 // Configurations: the architecture keys with a published name, the published keys whose value
 // gradscope's model fixes, and the keys written for the published loaders only.
 
-enum class KeyKind { kKeyKindInteger, kKeyKindNumber, kKeyKindFlag, kKeyKindText, kKeyKindObject };
+enum class KeyKind { kInteger, kNumber, kFlag, kText, kObject };
 
 struct KeyName {
   const char* arch;       // the architecture's key
@@ -48,9 +48,9 @@ struct ConfigNames {
   std::vector<std::string> special;
 };
 
-constexpr KeyKind kInt = KeyKind::kKeyKindInteger, kNum = KeyKind::kKeyKindNumber,
-                  kFlag = KeyKind::kKeyKindFlag, kText = KeyKind::kKeyKindText,
-                  kObject = KeyKind::kKeyKindObject;
+constexpr KeyKind kInt = KeyKind::kInteger, kNum = KeyKind::kNumber,
+                  kFlag = KeyKind::kFlag, kText = KeyKind::kText,
+                  kObject = KeyKind::kObject;
 
 const ConfigNames& config_names(const std::string& model) {
   static const ConfigNames llama{"LlamaForCausalLM",
@@ -145,15 +145,15 @@ const ConfigNames& config_names(const std::string& model) {
 
 const char* kind_text(KeyKind kind) {
   switch (kind) {
-    case KeyKind::kKeyKindInteger:
+    case KeyKind::kInteger:
       return "a whole number";
-    case KeyKind::kKeyKindNumber:
+    case KeyKind::kNumber:
       return "a number";
-    case KeyKind::kKeyKindFlag:
+    case KeyKind::kFlag:
       return "true or false";
-    case KeyKind::kKeyKindText:
+    case KeyKind::kText:
       return "a string";
-    case KeyKind::kKeyKindObject:
+    case KeyKind::kObject:
       return "an object or null";
   }
   return "?";
@@ -175,21 +175,21 @@ json config_value(const json& v, KeyKind kind, const std::string& key, const std
   bool ok = false;
   json out = v;
   switch (kind) {
-    case KeyKind::kKeyKindInteger:
+    case KeyKind::kInteger:
       ok = v.is_number_integer();
       if (ok) out = v.get<int64_t>();
       break;
-    case KeyKind::kKeyKindNumber:
+    case KeyKind::kNumber:
       ok = v.is_number();
       if (ok) out = v.get<double>();
       break;
-    case KeyKind::kKeyKindFlag:
+    case KeyKind::kFlag:
       ok = v.is_boolean();
       break;
-    case KeyKind::kKeyKindText:
+    case KeyKind::kText:
       ok = v.is_string();
       break;
-    case KeyKind::kKeyKindObject:
+    case KeyKind::kObject:
       ok = v.is_object();
       break;
   }

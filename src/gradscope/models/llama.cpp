@@ -199,8 +199,8 @@ torch::Tensor LlamaBlock::forward(const torch::Tensor& x, const BlockContext& ct
   SubLayerFn mlp_sublayer = [this, drop](const torch::Tensor& in) {
     return in + drop(mlp(post_attention_layernorm(in)));  // (B, T, C)
   };
-  auto h = run_sublayer(SubLayer::kSubLayerAttention, attention_sublayer, x);  // (B, T, C)
-  return run_sublayer(SubLayer::kSubLayerMlp, mlp_sublayer, h);                // (B, T, C)
+  auto h = run_sublayer(SubLayer::kAttention, attention_sublayer, x);  // (B, T, C)
+  return run_sublayer(SubLayer::kMlp, mlp_sublayer, h);                // (B, T, C)
 }
 
 static RotaryOptions rotary_options(const LlamaConfig& c) {
@@ -331,14 +331,14 @@ MemoryTrace::Id trace_llama_blocks(const LlamaConfig& c, int64_t batch, int64_t 
   shape.batch_mask = mask_bytes > 0;
   shape.causal = true;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    trace.begin(Unit::kUnitBlock, x);
-    trace.begin(Unit::kUnitAttention, x);
+    trace.begin(Unit::kBlock, x);
+    trace.begin(Unit::kAttention, x);
     const auto normed = trace.rms_norm(x, n, C);
     const auto a = trace.self_attention(normed, shape);
     trace.release(normed);
     const auto h = trace.residual(x, a, c.hidden_dropout);
-    trace.end(Unit::kUnitAttention, h);
-    trace.begin(Unit::kUnitMlp, h);
+    trace.end(Unit::kAttention, h);
+    trace.begin(Unit::kMlp, h);
     const auto normed2 = trace.rms_norm(h, n, C);
     // SwiGLU: down(silu(gate(x)) * up(x))
     MemoryTrace::Id product;
@@ -375,8 +375,8 @@ MemoryTrace::Id trace_llama_blocks(const LlamaConfig& c, int64_t batch, int64_t 
     trace.release(product);
     trace.release(normed2);
     const auto out = trace.residual(h, m, c.hidden_dropout);
-    trace.end(Unit::kUnitMlp, out);
-    trace.end(Unit::kUnitBlock, out);
+    trace.end(Unit::kMlp, out);
+    trace.end(Unit::kBlock, out);
     trace.release(x);
     trace.release(h);
     x = out;

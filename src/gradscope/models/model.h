@@ -62,7 +62,7 @@ struct BlockContext {
 
 // The residual sub-layers of a block, which a strategy may treat separately (selective
 // checkpointing recomputes one kind and keeps the other's activations).
-enum class SubLayer { kSubLayerAttention, kSubLayerMlp };
+enum class SubLayer { kAttention, kMlp };
 
 // One residual sub-layer as a function of its input, the residual sum included:
 // x -> x + branch(x), (B, T, C) -> (B, T, C). (With the sum inside, a recompute accumulates

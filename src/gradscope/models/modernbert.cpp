@@ -80,8 +80,8 @@ torch::Tensor ModernBertBlock::forward(const torch::Tensor& x, const BlockContex
   SubLayerFn mlp_sublayer = [this](const torch::Tensor& in) {
     return in + mlp(mlp_norm(in));  // (B, T, C); the MLP drops inside, as Hugging Face's
   };
-  auto h = run_sublayer(SubLayer::kSubLayerAttention, attention_sublayer, x);  // (B, T, C)
-  return run_sublayer(SubLayer::kSubLayerMlp, mlp_sublayer, h);                // (B, T, C)
+  auto h = run_sublayer(SubLayer::kAttention, attention_sublayer, x);  // (B, T, C)
+  return run_sublayer(SubLayer::kMlp, mlp_sublayer, h);                // (B, T, C)
 }
 
 static RotaryOptions rope_options(const ModernBertConfig& c, double theta) {
@@ -309,14 +309,14 @@ void modernbert_trace_step(const json& arch, int64_t batch, MemoryTrace& trace) 
     shape.dropout = c.attention_dropout;
     shape.mask_bytes = global ? 0 : T * T;  // unpadded windows: only local layers mask
     shape.batch_mask = !global;
-    trace.begin(Unit::kUnitBlock, x);
-    trace.begin(Unit::kUnitAttention, x);
+    trace.begin(Unit::kBlock, x);
+    trace.begin(Unit::kAttention, x);
     const auto normed = l > 0 ? trace.layer_norm(x, n, C, c.norm_bias) : x;
     const auto a = trace.self_attention(normed, shape);
     if (normed != x) trace.release(normed);
     const auto mid = trace.residual(x, a, c.hidden_dropout);
-    trace.end(Unit::kUnitAttention, mid);
-    trace.begin(Unit::kUnitMlp, mid);
+    trace.end(Unit::kAttention, mid);
+    trace.begin(Unit::kMlp, mid);
     const auto normed2 = trace.layer_norm(mid, n, C, c.norm_bias);
     // GeGLU: Wo(dropout(gelu(a) * b)) with (a, b) = Wi(x).chunk(2): both halves are views
     // of Wi's output, which the GELU and the product keep.
@@ -337,8 +337,8 @@ void modernbert_trace_step(const json& arch, int64_t batch, MemoryTrace& trace) 
     trace.release(p_dropped);
     trace.release(normed2);
     const auto out = trace.residual(mid, m, 0.0);  // the MLP dropped inside
-    trace.end(Unit::kUnitMlp, out);
-    trace.end(Unit::kUnitBlock, out);
+    trace.end(Unit::kMlp, out);
+    trace.end(Unit::kBlock, out);
     trace.release(x);
     trace.release(mid);
     x = out;

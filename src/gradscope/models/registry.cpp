@@ -23,15 +23,15 @@ Batch Batch::to(const torch::Device& device) const {
 
 const char* model_kind_name(ModelKind kind) {
   switch (kind) {
-    case ModelKind::kModelKindCausalLm:
+    case ModelKind::kCausalLm:
       return "causal-lm";
-    case ModelKind::kModelKindMaskedLm:
+    case ModelKind::kMaskedLm:
       return "masked-lm";
-    case ModelKind::kModelKindImageClassification:
+    case ModelKind::kImageClassification:
       return "image-classification";
-    case ModelKind::kModelKindVisionLanguage:
+    case ModelKind::kVisionLanguage:
       return "vision-language";
-    case ModelKind::kModelKindToy:
+    case ModelKind::kToy:
       return "toy";
   }
   return "?";
@@ -41,7 +41,7 @@ const Registry<ModelFamily>& model_registry() {
   static const Registry<ModelFamily> registry = [] {
     Registry<ModelFamily> r("model");
     r.add("llama", "Llama 3 decoder (paper: Llama 3.2 1B), causal language modelling",
-          {ModelKind::kModelKindCausalLm,
+          {ModelKind::kCausalLm,
            llama_preset,
            llama_count_params,
            make_llama,
@@ -50,7 +50,7 @@ const Registry<ModelFamily>& model_registry() {
            nullptr,
            llama_trace_step});
     r.add("vit", "Vision Transformer (paper: ViT-B/16), image classification",
-          {ModelKind::kModelKindImageClassification,
+          {ModelKind::kImageClassification,
            vit_preset,
            vit_count_params,
            make_vit,
@@ -59,7 +59,7 @@ const Registry<ModelFamily>& model_registry() {
            vit_finalize_arch,
            vit_trace_step});
     r.add("modernbert", "ModernBERT encoder (paper: ModernBERT-base), masked language modelling",
-          {ModelKind::kModelKindMaskedLm,
+          {ModelKind::kMaskedLm,
            modernbert_preset,
            modernbert_count_params,
            make_modernbert,
@@ -69,7 +69,7 @@ const Registry<ModelFamily>& model_registry() {
            modernbert_trace_step});
     r.add("nanovlm",
           "vision-language model (paper: nanoVLM-222M, SigLIP + SmolLM2), image captioning",
-          {ModelKind::kModelKindVisionLanguage,
+          {ModelKind::kVisionLanguage,
            nanovlm_preset,
            nanovlm_count_params,
            make_nanovlm,
@@ -79,14 +79,14 @@ const Registry<ModelFamily>& model_registry() {
            nanovlm_trace_step,
            nanovlm_image_tokens});
     r.add("quadratic", "toy: n-dimensional quadratic with a set condition number, known minimum",
-          {ModelKind::kModelKindToy,
+          {ModelKind::kToy,
            quadratic_preset,
            toy_count_params,
            make_quadratic,
            quadratic_forward_flops,
            {"tiny", "small"}});
     r.add("rosenbrock", "toy: n-dimensional Rosenbrock function, minimum at (1, ..., 1)",
-          {ModelKind::kModelKindToy,
+          {ModelKind::kToy,
            rosenbrock_preset,
            toy_count_params,
            make_rosenbrock,

@@ -17,11 +17,11 @@ namespace gradscope {
 
 // What a model learns, which also picks its data.
 enum class ModelKind {
-  kModelKindCausalLm,             // next token
-  kModelKindMaskedLm,             // masked tokens
-  kModelKindImageClassification,  // labelled images
-  kModelKindVisionLanguage,       // captions of images
-  kModelKindToy,                  // a function with a known minimum, no data
+  kCausalLm,             // next token
+  kMaskedLm,             // masked tokens
+  kImageClassification,  // labelled images
+  kVisionLanguage,       // captions of images
+  kToy,                  // a function with a known minimum, no data
 };
 // "causal-lm", "masked-lm", "image-classification", "vision-language", "toy".
 const char* model_kind_name(ModelKind kind);

@@ -97,8 +97,8 @@ torch::Tensor EncoderBlock::forward(const torch::Tensor& x, const BlockContext& 
   SubLayerFn mlp_sublayer = [this, drop](const torch::Tensor& in) {
     return in + drop(mlp(layernorm_after(in)));  // (B, T, C)
   };
-  auto h = run_sublayer(SubLayer::kSubLayerAttention, attention_sublayer, x);  // (B, T, C)
-  return run_sublayer(SubLayer::kSubLayerMlp, mlp_sublayer, h);                // (B, T, C)
+  auto h = run_sublayer(SubLayer::kAttention, attention_sublayer, x);  // (B, T, C)
+  return run_sublayer(SubLayer::kMlp, mlp_sublayer, h);                // (B, T, C)
 }
 
 VisionEncoderImpl::VisionEncoderImpl(const VisionConfig& config) : config_(config) {
@@ -280,14 +280,14 @@ MemoryTrace::Id trace_vision_encoder(const VisionConfig& c, int64_t batch, Memor
   shape.bias = c.qkv_bias;
   shape.dropout = c.attention_dropout;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    trace.begin(Unit::kUnitBlock, x);
-    trace.begin(Unit::kUnitAttention, x);
+    trace.begin(Unit::kBlock, x);
+    trace.begin(Unit::kAttention, x);
     const auto normed = trace.layer_norm(x, n, C, true);
     const auto a = trace.self_attention(normed, shape);
     trace.release(normed);
     const auto mid = trace.residual(x, a, c.hidden_dropout);
-    trace.end(Unit::kUnitAttention, mid);
-    trace.begin(Unit::kUnitMlp, mid);
+    trace.end(Unit::kAttention, mid);
+    trace.begin(Unit::kMlp, mid);
     const auto normed2 = trace.layer_norm(mid, n, C, true);
     // GELU MLP: fc2(dropout(gelu(fc1(x))))
     const auto up = trace.adapt(normed2, trace.linear(normed2, n, C, c.intermediate_size, true), n,
@@ -301,8 +301,8 @@ MemoryTrace::Id trace_vision_encoder(const VisionConfig& c, int64_t batch, Memor
     trace.release(act_dropped);
     trace.release(normed2);
     const auto out = trace.residual(mid, m, c.hidden_dropout);
-    trace.end(Unit::kUnitMlp, out);
-    trace.end(Unit::kUnitBlock, out);
+    trace.end(Unit::kMlp, out);
+    trace.end(Unit::kBlock, out);
     trace.release(x);
     trace.release(mid);
     x = out;

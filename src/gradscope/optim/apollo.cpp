@@ -67,8 +67,8 @@ void ApolloOptions::serialize(torch::serialize::InputArchive& archive) {
   c10::IValue type;
   archive.read("scale_type", type);
   const int64_t value = type.toInt();
-  TORCH_CHECK(value == static_cast<int64_t>(ApolloScaleType::kApolloScaleTypeChannel) ||
-                  value == static_cast<int64_t>(ApolloScaleType::kApolloScaleTypeTensor),
+  TORCH_CHECK(value == static_cast<int64_t>(ApolloScaleType::kChannel) ||
+                  value == static_cast<int64_t>(ApolloScaleType::kTensor),
               "Invalid scale_type in a saved APOLLO state: ", value);
   scale_type(static_cast<ApolloScaleType>(value));
   _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(int64_t, seed);
@@ -167,7 +167,7 @@ torch::Tensor Apollo::step(LossClosure closure) {
       exp_avg_sq.mul_(beta2).addcmul_(low, low, 1 - beta2);
       const auto normalized = exp_avg / exp_avg_sq.sqrt().add_(options.eps());  // N: R's shape
       torch::Tensor factor;
-      if (options.scale_type() == ApolloScaleType::kApolloScaleTypeChannel) {
+      if (options.scale_type() == ApolloScaleType::kChannel) {
         // Over the r sketch coordinates of each channel: (1, n) for columns, (m, 1) for rows,
         // so the factor broadcasts over G.
         const int64_t dim = left ? 0 : 1;
@@ -247,8 +247,8 @@ std::unique_ptr<torch::optim::Optimizer> build_apollo(const std::string& name, b
                      .weight_decay(weight_decay)
                      .update_proj_gap(static_cast<int64_t>(update_proj_gap))
                      .scale(scale)
-                     .scale_type(scale_type == "tensor" ? ApolloScaleType::kApolloScaleTypeTensor
-                                                        : ApolloScaleType::kApolloScaleTypeChannel)
+                     .scale_type(scale_type == "tensor" ? ApolloScaleType::kTensor
+                                                        : ApolloScaleType::kChannel)
                      .seed(static_cast<int64_t>(seed))
                      .limiter(limiter);
   if (rank) options.rank(static_cast<int64_t>(*rank));

@@ -60,8 +60,8 @@ struct ParamInfo;
 
 // How the scaling factor is shared: per channel (APOLLO) or per tensor (APOLLO-Mini).
 enum class ApolloScaleType {
-  kApolloScaleTypeChannel,  // one factor per column (m < n) or row (m >= n) of the parameter
-  kApolloScaleTypeTensor,   // one factor for the whole parameter
+  kChannel,  // one factor per column (m < n) or row (m >= n) of the parameter
+  kTensor,   // one factor for the whole parameter
 };
 
 struct ApolloOptions : public torch::optim::OptimizerCloneableOptions<ApolloOptions> {
@@ -79,7 +79,7 @@ struct ApolloOptions : public torch::optim::OptimizerCloneableOptions<ApolloOpti
   // at every step anyway); a new P makes the moments mix two sketches for a while.
   TORCH_ARG(int64_t, update_proj_gap) = 200;
   TORCH_ARG(double, scale) = 1.0;  // > 0: the update is multiplied by sqrt(scale)
-  TORCH_ARG(ApolloScaleType, scale_type) = ApolloScaleType::kApolloScaleTypeChannel;
+  TORCH_ARG(ApolloScaleType, scale_type) = ApolloScaleType::kChannel;
   // Seeds P with the parameter's position and the draw's count (>= 0): the same run draws
   // the same matrices, and a run resumed from saved state draws them again.
   TORCH_ARG(int64_t, seed) = 0;

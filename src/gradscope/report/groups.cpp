@@ -291,8 +291,8 @@ void label_groups(GroupedRuns& data) {
           differing[a].insert(k);
           differing[b].insert(k);
         }
-        if (mine[a]->config.shard != Shard::kShardNone &&
-            mine[b]->config.shard != Shard::kShardNone &&
+        if (mine[a]->config.shard != Shard::kNone &&
+            mine[b]->config.shard != Shard::kNone &&
             mine[a]->config.bucket_bytes != mine[b]->config.bucket_bytes)
           bucket_differs[a] = bucket_differs[b] = true;
       }
@@ -314,7 +314,7 @@ void label_groups(GroupedRuns& data) {
       }
       g->base_label = g->label;
       if (ranks) g->label += " " + ranks_text(*g);
-      if (ranks && bucket_differs[i] && g->config.shard != Shard::kShardNone)
+      if (ranks && bucket_differs[i] && g->config.shard != Shard::kNone)
         g->label += " bucket " + format_bytes(static_cast<double>(g->config.bucket_bytes));
     }
   }
@@ -342,7 +342,7 @@ std::optional<double> mean_overlapped_share(const RunRecord& r) {
 }
 
 bool distributed_group(const Group& g) {
-  return g.config.nproc > 1 || g.config.shard != Shard::kShardNone;
+  return g.config.nproc > 1 || g.config.shard != Shard::kNone;
 }
 
 std::string ranks_text(const Group& g) {

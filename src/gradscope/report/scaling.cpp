@@ -39,10 +39,10 @@ std::optional<size_t> scaling_baseline(const GroupedRuns& data, size_t group) {
   for (size_t i = 0; i < data.groups.size(); ++i) {
     const Group& o = data.groups[i];
     if (o.config.nproc != 1 || !same_work(g, o)) continue;
-    if (o.config.shard == Shard::kShardDdp) {
+    if (o.config.shard == Shard::kDdp) {
       if (!ddp) ddp = i;
       if (!ddp_same_bucket && o.config.bucket_bytes == g.config.bucket_bytes) ddp_same_bucket = i;
-    } else if (o.config.shard == Shard::kShardNone && !none) {
+    } else if (o.config.shard == Shard::kNone && !none) {
       none = i;
     }
   }
@@ -93,8 +93,8 @@ std::vector<ScalingLine> scaling_lines(const GroupedRuns& data, const std::strin
   for (const auto& [at, groups] : order) {
     const Group& g = data.groups[groups.front()];
     ScalingLine line;
-    line.title = g.config.shard == Shard::kShardNone ? std::string("1 process") : g.shard;
-    if (g.config.shard != Shard::kShardNone && per_mode[{std::get<0>(at), std::get<1>(at)}] > 1)
+    line.title = g.config.shard == Shard::kNone ? std::string("1 process") : g.shard;
+    if (g.config.shard != Shard::kNone && per_mode[{std::get<0>(at), std::get<1>(at)}] > 1)
       line.title += " bucket " + format_bytes(static_cast<double>(g.config.bucket_bytes));
     if (works.size() > 1) line.title = g.base_label + ", " + line.title;
     line.groups = groups;

@@ -319,7 +319,7 @@ Database::Database(const std::string& path, DatabaseAccess mode) : path_(path) {
     if ((rc = txn.begin(read_only)) != SQLITE_OK) fail_open(rc, "lock");
     int64_t objects = 0;
     {
-      Statement count(db_, path_, "SELECT count(*) FROM sqlite_master", ErrorKind::kErrorKindUsage);
+      Statement count(db_, path_, "SELECT count(*) FROM sqlite_master", ErrorKind::kUsage);
       if (count.step()) objects = count.column_int(0);
     }
     check_usage(objects > 0 || !read_only, fmt::format("database {} is empty", path_),
@@ -329,12 +329,12 @@ Database::Database(const std::string& path, DatabaseAccess mode) : path_(path) {
           "{} is an SQLite database that gradscope did not create (no gradscope meta)", path_);
       Statement meta_table(db_, path_,
                            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'",
-                           ErrorKind::kErrorKindUsage);
+                           ErrorKind::kUsage);
       check_usage(meta_table.step(), foreign, "gradscope leaves it untouched; " + kHint);
       std::string application;
       std::string version_text;
       try {
-        Statement meta(db_, path_, "SELECT key, value FROM meta", ErrorKind::kErrorKindUsage);
+        Statement meta(db_, path_, "SELECT key, value FROM meta", ErrorKind::kUsage);
         while (meta.step()) {
           const std::string key = meta.column_text(0);
           if (key == "application") application = meta.column_text(1);
@@ -445,7 +445,7 @@ int64_t Database::insert_run(const RunRecord& record, bool only_if_new) {
                      "tokens_per_s, peak_bytes, peak_rss_bytes, optimizer_state_bytes, "
                      "disturbed, involuntary_switches_per_s, steal_pct, competing_tasks_mean) "
                      "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                     ErrorKind::kErrorKindRuntime);
+                     ErrorKind::kRuntime);
     int i = 1;
     insert.bind_text(i++, record.run_id);
     bind_value(insert, i++, record.sweep);
@@ -482,7 +482,7 @@ int64_t Database::insert_run(const RunRecord& record, bool only_if_new) {
     Statement insert(db_, path_,
                      "INSERT INTO steps(attempt_id, step, loss, lr, grad_norm, time_s, samples, "
                      "tokens, targets) VALUES (?,?,?,?,?,?,?,?,?)",
-                     ErrorKind::kErrorKindRuntime);
+                     ErrorKind::kRuntime);
     for (const StepEntry& s : record.steps) {
       insert.reset();
       insert.bind_int(1, attempt_id);
@@ -500,7 +500,7 @@ int64_t Database::insert_run(const RunRecord& record, bool only_if_new) {
   {
     Statement insert(db_, path_,
                      "INSERT INTO evals(attempt_id, step, val_loss, accuracy) VALUES (?,?,?,?)",
-                     ErrorKind::kErrorKindRuntime);
+                     ErrorKind::kRuntime);
     for (const EvalEntry& e : record.evals) {
       insert.reset();
       insert.bind_int(1, attempt_id);
@@ -516,7 +516,7 @@ int64_t Database::insert_run(const RunRecord& record, bool only_if_new) {
                      "INSERT INTO samples(attempt_id, sample, t_s, allocated_bytes, util_pct, "
                      "cpu_util_pct, rss_bytes, gpu_util_pct, gpu_memory_used_bytes, power_w, "
                      "sm_clock_mhz, energy_j) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                     ErrorKind::kErrorKindRuntime);
+                     ErrorKind::kRuntime);
     for (size_t n = 0; n < record.timeline.size(); ++n) {
       const TimelineSample& s = record.timeline[n];
       insert.reset();
@@ -543,7 +543,7 @@ std::vector<RunRecord> Database::records(std::vector<std::string>* unreadable) {
   std::vector<RunRecord> out;
   Statement select(db_, path_,
                    "SELECT attempt_id, record_json FROM runs ORDER BY started_at, attempt_id",
-                   ErrorKind::kErrorKindRuntime);
+                   ErrorKind::kRuntime);
   while (select.step()) {
     const int64_t attempt = select.column_int(0);
     if (unreadable == nullptr) {
@@ -573,7 +573,7 @@ std::vector<RunStatus> Database::statuses_of(const std::string& run_id) {
   Statement select(db_, path_,
                    "SELECT attempt_id, status FROM runs WHERE run_id = ? ORDER BY started_at, "
                    "attempt_id",
-                   ErrorKind::kErrorKindRuntime);
+                   ErrorKind::kRuntime);
   select.bind_text(1, run_id);
   std::vector<RunStatus> out;
   while (select.step()) {
@@ -591,7 +591,7 @@ std::optional<RunRecord> Database::latest_record(const std::string& run_id) {
   Statement select(db_, path_,
                    "SELECT attempt_id, record_json FROM runs WHERE run_id = ? ORDER BY "
                    "started_at DESC, attempt_id DESC LIMIT 1",
-                   ErrorKind::kErrorKindRuntime);
+                   ErrorKind::kRuntime);
   select.bind_text(1, run_id);
   if (!select.step()) return std::nullopt;
   return parse_record(select.column_int(0), select.column_text(1));
@@ -600,13 +600,13 @@ std::optional<RunRecord> Database::latest_record(const std::string& run_id) {
 bool Database::has_attempt(const std::string& attempt_uid) {
   Statement select(
       db_, path_, "SELECT 1 FROM runs WHERE json_extract(record_json, '$.attempt_uid') = ? LIMIT 1",
-      ErrorKind::kErrorKindRuntime);
+      ErrorKind::kRuntime);
   select.bind_text(1, attempt_uid);
   return select.step();
 }
 
 int64_t Database::count_runs() {
-  Statement count(db_, path_, "SELECT count(*) FROM runs", ErrorKind::kErrorKindRuntime);
+  Statement count(db_, path_, "SELECT count(*) FROM runs", ErrorKind::kRuntime);
   return count.step() ? count.column_int(0) : 0;
 }
 
@@ -616,7 +616,7 @@ std::vector<json> Database::rows_of(const char* table, const std::vector<const c
   for (const char* c : columns) list += (list.empty() ? "" : ", ") + std::string(c);
   const std::string sql =
       fmt::format("SELECT {} FROM {} WHERE attempt_id = ? ORDER BY {}", list, table, order);
-  Statement select(db_, path_, sql.c_str(), ErrorKind::kErrorKindRuntime);
+  Statement select(db_, path_, sql.c_str(), ErrorKind::kRuntime);
   select.bind_int(1, attempt_id);
   std::vector<json> out;
   while (select.step()) {
@@ -659,7 +659,7 @@ int64_t Database::save_probe(const json& probe) {
   Statement insert(db_, path_,
                    "INSERT INTO probes(host, device_name, threads, created_at, probe_json) "
                    "VALUES (?,?,?,?,?)",
-                   ErrorKind::kErrorKindRuntime);
+                   ErrorKind::kRuntime);
   insert.bind_text(1, probe["host"].get<std::string>());
   insert.bind_text(2, probe["device_name"].get<std::string>());
   insert.bind_int(3, probe["threads"].get<int64_t>());
@@ -673,7 +673,7 @@ json Database::latest_probe(const std::string& host, const std::string& device_n
   Statement select(db_, path_,
                    "SELECT probe_json FROM probes WHERE host = ? AND device_name = ? AND "
                    "threads = ? ORDER BY created_at DESC, probe_id DESC LIMIT 1",
-                   ErrorKind::kErrorKindRuntime);
+                   ErrorKind::kRuntime);
   select.bind_text(1, host);
   select.bind_text(2, device_name);
   select.bind_int(3, threads);

@@ -131,7 +131,7 @@ void check_checkpoint_options(const CheckpointOptions& options) {
   check_usage(options.every >= 1,
               "--checkpoint-every " + std::to_string(options.every) + " must be at least 1",
               "pass 1 to checkpoint every block, k to checkpoint every k-th block");
-  check_usage(options.policy != Recompute::kRecomputeNone,
+  check_usage(options.policy != Recompute::kNone,
               "a checkpoint runner needs a policy that recomputes something",
               "use --recompute full, attention or mlp");
 }
@@ -147,10 +147,10 @@ CheckpointRunner::CheckpointRunner(const std::vector<std::shared_ptr<Block>>& bl
                                    CheckpointOptions options)
     : options_(options), counters_(std::make_shared<CheckpointCounters>()) {
   check_checkpoint_options(options_);
-  const bool selective = options_.policy != Recompute::kRecomputeFull;
-  const SubLayer target = options_.policy == Recompute::kRecomputeAttention
-                              ? SubLayer::kSubLayerAttention
-                              : SubLayer::kSubLayerMlp;
+  const bool selective = options_.policy != Recompute::kFull;
+  const SubLayer target = options_.policy == Recompute::kAttention
+                              ? SubLayer::kAttention
+                              : SubLayer::kMlp;
   for (size_t i = 0; i < blocks.size(); ++i) {
     if (!wraps(static_cast<int64_t>(i))) continue;
     wrapped_.insert(blocks[i].get());
@@ -173,7 +173,7 @@ CheckpointRunner::CheckpointRunner(const std::vector<std::shared_ptr<Block>>& bl
 torch::Tensor CheckpointRunner::operator()(Block& block, const torch::Tensor& x,
                                            const BlockContext& ctx) {
   // A selective policy wraps sub-layers from inside the block (see the constructor).
-  if (wrapped_.count(&block) == 0 || options_.policy != Recompute::kRecomputeFull) {
+  if (wrapped_.count(&block) == 0 || options_.policy != Recompute::kFull) {
     ++counters_->plain;
     return block.forward(x, ctx);
   }

@@ -38,7 +38,7 @@ struct CheckpointCounters {
 struct CheckpointOptions {
   int64_t every = 1;  // wrap blocks 0, k, 2k, ... (every k-th block, the first included)
   // What a wrapped block recomputes: full, attention or mlp (never none).
-  Recompute policy = Recompute::kRecomputeFull;
+  Recompute policy = Recompute::kFull;
   // Test switch: false skips saving and restoring the generator state, so the recompute
   // draws fresh dropout masks. Only tests turn it off, to show that the restore matters.
   bool restore_rng = true;

@@ -127,7 +127,7 @@ class InBackward : public PerParameterUpdater {
     UpdateResult r;
     r.out = gradients();
     r.evaluations = 1;
-    observer.enter(Phase::kPhaseOptimizer);
+    observer.enter(Phase::kOptimizer);
     return r;
   }
 
@@ -154,7 +154,7 @@ class FoldInBackward : public PerParameterUpdater, public MicroBatchListener {
     UpdateResult r;
     r.out = gradients();
     r.evaluations = 1;
-    observer.enter(Phase::kPhaseOptimizer);
+    observer.enter(Phase::kOptimizer);
     if (!current_ || current_->index + 1 != current_->count)
       fail_runtime("the step's micro-batches were not all announced before their backwards",
                    "the strategy must tell the updater of each micro-batch "

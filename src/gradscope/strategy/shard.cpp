@@ -343,7 +343,7 @@ class DdpUpdater : public Updater {
         layout_(params, comm_->rank(), comm_->world()),
         reducer_(params, layout_, *comm_, bucket_bytes, true, figures_, buffers_) {
     StepPlan after = plan;
-    after.optimizer_step = OptimizerStep::kOptimizerStepAfterBackward;
+    after.optimizer_step = OptimizerStep::kAfterBackward;
     inner_ = make_updater(after, params, spec, options);
     figures_.flat_elements = layout_.total();
     figures_.shard_elements = layout_.total();
@@ -353,7 +353,7 @@ class DdpUpdater : public Updater {
     UpdateResult r = inner_->step(
         [&] {
           StepOutput out = gradients();
-          observer.enter(Phase::kPhaseComm);
+          observer.enter(Phase::kComm);
           reducer_.finish();
           return out;
         },
@@ -510,7 +510,7 @@ class ZeroUpdater : public Updater {
               int64_t bucket_bytes)
       : options_(options),
         comm_(std::move(comm)),
-        part_(shard == Shard::kShardZero1, params, spec.param_names, spec.param_head_sizes, spec,
+        part_(shard == Shard::kZero1, params, spec.param_names, spec.param_head_sizes, spec,
               *comm_, bucket_bytes, figures_, buffers_) {
     figures_.flat_elements = part_.layout().total();
     figures_.shard_elements = part_.layout().shard();
@@ -520,9 +520,9 @@ class ZeroUpdater : public Updater {
     UpdateResult r;
     r.out = gradients();
     r.evaluations = 1;
-    observer.enter(Phase::kPhaseComm);
+    observer.enter(Phase::kComm);
     const double squares = part_.reduce();
-    observer.enter(Phase::kPhaseOptimizer);
+    observer.enter(Phase::kOptimizer);
     if (options_.clip_grad_norm > 0 || options_.log_grad_norm) {
       // Every rank takes only its shard's squares, so the sum counts each entry once.
       r.grad_norm = global_norm(*comm_, squares);
@@ -530,7 +530,7 @@ class ZeroUpdater : public Updater {
       if (scale < 1) part_.scale_grads(scale);
     }
     part_.update();
-    observer.enter(Phase::kPhaseComm);
+    observer.enter(Phase::kComm);
     part_.gather_parameters();
     figures_.buffer_peak_bytes = buffers_.peak;
     return r;
@@ -673,13 +673,13 @@ class FsdpUpdater : public Updater, public MicroBatchListener {
     UpdateResult r;
     r.out = gradients();
     r.evaluations = 1;
-    observer.enter(Phase::kPhaseComm);
+    observer.enter(Phase::kComm);
     // Units whose gradients did not all arrive (parameters unused this step) reduce now, in
     // unit order on every rank.
     for (FsdpUnit& u : units_)
       if (!u.params.empty() && !u.reduced) reduce(u);
     double squares = root_->reduce();
-    observer.enter(Phase::kPhaseOptimizer);
+    observer.enter(Phase::kOptimizer);
     for (FsdpUnit& u : units_) {
       if (u.params.empty()) continue;
       u.master.mutable_grad() = u.grad_shard;
@@ -707,7 +707,7 @@ class FsdpUpdater : public Updater, public MicroBatchListener {
       u.grad_shard = torch::Tensor();
       u.reduced = false;
     }
-    observer.enter(Phase::kPhaseComm);
+    observer.enter(Phase::kComm);
     root_->gather_parameters();
     figures_.buffer_peak_bytes = buffers_.peak;
     return r;
@@ -889,7 +889,7 @@ const std::vector<std::string>& elementwise_optimizers() {
 }
 
 std::string shard_refusal(Shard shard, const std::string& optimizer) {
-  if (shard == Shard::kShardNone || shard == Shard::kShardDdp) return "";
+  if (shard == Shard::kNone || shard == Shard::kDdp) return "";
   const auto& ok = elementwise_optimizers();
   if (std::find(ok.begin(), ok.end(), optimizer) != ok.end()) return "";
   return fmt::format(
@@ -899,8 +899,8 @@ std::string shard_refusal(Shard shard, const std::string& optimizer) {
 }
 
 void check_shard(const StepPlan& plan, Shard shard, const std::string& optimizer) {
-  if (shard == Shard::kShardNone) return;
-  check_usage(plan.optimizer_step == OptimizerStep::kOptimizerStepAfterBackward,
+  if (shard == Shard::kNone) return;
+  check_usage(plan.optimizer_step == OptimizerStep::kAfterBackward,
               fmt::format("--shard {} reduces gradients across ranks before the optimizer steps; "
                           "the optimizer cannot step inside backward",
                           shard_name(shard)),
@@ -911,7 +911,7 @@ void check_shard(const StepPlan& plan, Shard shard, const std::string& optimizer
   check_usage(refusal.empty(), refusal,
               "use --shard ddp with " + optimizer + ", or one of " + list + " with --shard " +
                   shard_name(shard));
-  check_usage(shard == Shard::kShardDdp || !optimizer_registry().get(optimizer).steps_with_closure,
+  check_usage(shard == Shard::kDdp || !optimizer_registry().get(optimizer).steps_with_closure,
               "optimizer '" + optimizer + "' runs a line search over every parameter",
               "use --shard ddp with it");
 }
@@ -923,15 +923,15 @@ std::unique_ptr<Updater> make_sharded_updater(const StepPlan& plan, Shard shard,
                                               std::shared_ptr<Communicator> comm,
                                               int64_t bucket_bytes, Model* model) {
   check_shard(plan, shard, optimizer.name);
-  check_usage(shard != Shard::kShardFsdp || model != nullptr,
+  check_usage(shard != Shard::kFsdp || model != nullptr,
               "--shard fsdp needs the model, whose blocks it gathers");
-  if (shard == Shard::kShardFsdp)
+  if (shard == Shard::kFsdp)
     return std::make_unique<FsdpUpdater>(*model, params, optimizer, options, std::move(comm),
                                          bucket_bytes);
-  if (shard == Shard::kShardDdp)
+  if (shard == Shard::kDdp)
     return std::make_unique<DdpUpdater>(plan, params, optimizer, options, std::move(comm),
                                         bucket_bytes);
-  check_usage(shard == Shard::kShardZero1 || shard == Shard::kShardZero2,
+  check_usage(shard == Shard::kZero1 || shard == Shard::kZero2,
               fmt::format("--shard {} is not an optimizer step", shard_name(shard)));
   return std::make_unique<ZeroUpdater>(shard, params, optimizer, options, std::move(comm),
                                        bucket_bytes);

@@ -1,6 +1,6 @@
 // The optimizer step shared by several ranks (--shard), each rank running the same Strategy
 // over its own share of every micro-batch (the step's loss normalized by the target count of
-// all ranks, strategy.h), on the collectives of dist/comm.h:
+// all ranks, strategy.h), on the collectives of comm/comm.h:
 //   - ddp: every rank holds every parameter, gradient and optimizer state; gradients are
 //     all-reduced in buckets launched from the parameters' gradient hooks as buckets fill, so
 //     communication overlaps the rest of backward; then the optimizer steps as after backward
@@ -35,7 +35,7 @@
 #include <torch/torch.h>
 
 #include "gradscope/core/config.h"
-#include "gradscope/dist/comm.h"
+#include "gradscope/comm/comm.h"
 #include "gradscope/models/model.h"
 #include "gradscope/strategy/updater.h"
 

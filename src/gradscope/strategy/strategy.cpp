@@ -23,15 +23,15 @@ namespace gradscope {
 
 const char* phase_name(Phase phase) {
   switch (phase) {
-    case Phase::kPhaseData:
+    case Phase::kData:
       return "data";
-    case Phase::kPhaseForward:
+    case Phase::kForward:
       return "forward";
-    case Phase::kPhaseBackward:
+    case Phase::kBackward:
       return "backward";
-    case Phase::kPhaseOptimizer:
+    case Phase::kOptimizer:
       return "optimizer";
-    case Phase::kPhaseComm:
+    case Phase::kComm:
       return "communication";
     default:
       return "unknown";
@@ -42,12 +42,12 @@ Strategy::Strategy(const StepPlan& plan) : plan_(plan) {
   check_usage(plan_.accum_steps >= 1,
               fmt::format("--accum-steps {} must be positive", plan_.accum_steps),
               "pass --accum-steps with a value of at least 1");
-  if (plan_.recompute != Recompute::kRecomputeNone)
+  if (plan_.recompute != Recompute::kNone)
     check_checkpoint_options(checkpoint_options(plan_));
 }
 
 void Strategy::attach(Model& model) {
-  if (plan_.recompute != Recompute::kRecomputeNone)
+  if (plan_.recompute != Recompute::kNone)
     runner_ = install_checkpointing(model, checkpoint_options(plan_));
 }
 
@@ -60,7 +60,7 @@ StepOutput Strategy::compute_gradients(Model& model, const MicroBatchSource& nex
   host.reserve(static_cast<size_t>(k));
   int64_t total = 0;
   for (int64_t i = 0; i < k; ++i) {
-    observer.enter(Phase::kPhaseData);
+    observer.enter(Phase::kData);
     host.push_back(next.fetch(i));
     total += host.back().targets_count;
   }
@@ -73,11 +73,11 @@ StepOutput Strategy::compute_gradients(Model& model, const MicroBatchSource& nex
   step.target_count = total;
   for (int64_t i = 0; i < k; ++i) {
     // The first move belongs to the data phase still running; a later one starts it again.
-    if (i > 0) observer.enter(Phase::kPhaseData);
+    if (i > 0) observer.enter(Phase::kData);
     Batch batch = std::move(host[static_cast<size_t>(i)]);
     host[static_cast<size_t>(i)] = Batch();
     if (next.to_device) batch = next.to_device(batch);  // the host copy is dropped here
-    observer.enter(Phase::kPhaseForward);
+    observer.enter(Phase::kForward);
     LossOutput out = model.loss(batch);
     if (out.target_count != batch.targets_count)
       fail_runtime(fmt::format("micro-batch {} has {} targets but the model counted {}, so the "
@@ -86,7 +86,7 @@ StepOutput Strategy::compute_gradients(Model& model, const MicroBatchSource& nex
                    "the model must take its loss over targets other than kIgnoreIndex");
     // This micro-batch's share of the mean per target over the whole effective batch.
     torch::Tensor loss = out.loss_sum / denominator;
-    observer.enter(Phase::kPhaseBackward);
+    observer.enter(Phase::kBackward);
     const MicroBatchInfo info{i, k, batch.targets_count, total};
     if (listener_) listener_->before_backward(info);
     loss.backward();

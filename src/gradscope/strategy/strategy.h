@@ -23,21 +23,21 @@
 #include <torch/torch.h>
 
 #include "gradscope/core/config.h"
-#include "gradscope/dist/comm.h"
+#include "gradscope/comm/comm.h"
 #include "gradscope/models/model.h"
 #include "gradscope/strategy/checkpoint.h"
 
 namespace gradscope {
 
-// kPhaseComm: waiting on collectives between ranks (--shard), after backward and around the
+// kComm: waiting on collectives between ranks (--shard), after backward and around the
 // optimizer; what they did while backward ran is backward's time.
 enum class Phase {
-  kPhaseData = 0,
-  kPhaseForward,
-  kPhaseBackward,
-  kPhaseOptimizer,
-  kPhaseComm,
-  kPhaseCount
+  kData = 0,
+  kForward,
+  kBackward,
+  kOptimizer,
+  kComm,
+  kCount
 };
 const char* phase_name(Phase phase);
 

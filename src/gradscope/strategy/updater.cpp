@@ -66,7 +66,7 @@ class AfterBackward : public Updater {
         start.restore();
         const StepOutput o = gradients();
         if (!after_first) after_first = RngState::capture(device);
-        observer.enter(Phase::kPhaseOptimizer);
+        observer.enter(Phase::kOptimizer);
         if (r.evaluations++ == 0) {
           r.out = o;
           measure_gradients(r);
@@ -78,7 +78,7 @@ class AfterBackward : public Updater {
     } else {
       r.out = gradients();
       r.evaluations = 1;
-      observer.enter(Phase::kPhaseOptimizer);
+      observer.enter(Phase::kOptimizer);
       if (options_.clip_grad_norm > 0) {
         if (!grads_bytes_) grads_bytes_ = gradscope::grads_bytes(params_);
         r.grad_norm = torch::nn::utils::clip_grad_norm_(params_, options_.clip_grad_norm);
@@ -118,7 +118,7 @@ std::unique_ptr<Updater> make_updater(const StepPlan& plan,
                                       const std::vector<torch::Tensor>& params,
                                       const OptimizerSpec& optimizer,
                                       const UpdaterOptions& options) {
-  if (plan.optimizer_step == OptimizerStep::kOptimizerStepInBackward)
+  if (plan.optimizer_step == OptimizerStep::kInBackward)
     return make_in_backward_updater(plan, params, optimizer, options);
   return std::make_unique<AfterBackward>(params, optimizer, options);
 }

@@ -29,12 +29,12 @@ constexpr int64_t kMaxRuns = 100000;
 
 // What a run key's value must be, checked at load time so a typo fails with file and line.
 enum class ValueKind {
-  kValueKindText,
-  kValueKindInteger,
-  kValueKindNumber,  // integer or float
-  kValueKindLr,      // a number or "auto"
-  kValueKindBytes,   // a positive integer, or text such as "512MiB"
-  kValueKindFlag,    // a boolean: the flag is given when true
+  kText,
+  kInteger,
+  kNumber,  // integer or float
+  kLr,      // a number or "auto"
+  kBytes,   // a positive integer, or text such as "512MiB"
+  kFlag,    // a boolean: the flag is given when true
 };
 
 struct RunKey {
@@ -51,22 +51,22 @@ const std::vector<RunKey>& run_key_table() {
     std::vector<RunKey> out;
     for (const Setting& s : run_settings()) {
       if (s.role == SettingRole::kRoleOutput || s.type == SettingType::kTypePairs) continue;
-      ValueKind kind = ValueKind::kValueKindText;
+      ValueKind kind = ValueKind::kText;
       switch (s.type) {
         case SettingType::kTypeInteger:
-          kind = ValueKind::kValueKindInteger;
+          kind = ValueKind::kInteger;
           break;
         case SettingType::kTypeNumber:
-          kind = ValueKind::kValueKindNumber;
+          kind = ValueKind::kNumber;
           break;
         case SettingType::kTypeLr:
-          kind = ValueKind::kValueKindLr;
+          kind = ValueKind::kLr;
           break;
         case SettingType::kTypeBytes:
-          kind = ValueKind::kValueKindBytes;
+          kind = ValueKind::kBytes;
           break;
         case SettingType::kTypeFlag:
-          kind = ValueKind::kValueKindFlag;
+          kind = ValueKind::kFlag;
           break;
         default:
           break;
@@ -198,23 +198,23 @@ std::string run_value_text(const std::string& file, const RunKey& key, const std
   };
   if (node.is_array() || node.is_table()) return scalar_text(file, what, node, array_hint);
   switch (key.kind) {
-    case ValueKind::kValueKindText:
+    case ValueKind::kText:
       if (!node.is_string()) wrong("text", "\"name\"");
       break;
-    case ValueKind::kValueKindInteger:
+    case ValueKind::kInteger:
       if (!node.is_integer()) wrong("an integer", "4");
       break;
-    case ValueKind::kValueKindNumber:
+    case ValueKind::kNumber:
       if (!node.is_number()) wrong("a number", "0.1");
       break;
-    case ValueKind::kValueKindLr:
+    case ValueKind::kLr:
       if (!node.is_number() && !(node.is_string() && node.as_string()->get() == "auto"))
         wrong("a number or \"auto\"", "3e-4");
       break;
-    case ValueKind::kValueKindFlag:
+    case ValueKind::kFlag:
       if (!node.is_boolean()) wrong("true or false", "true");
       break;
-    case ValueKind::kValueKindBytes:
+    case ValueKind::kBytes:
       if (node.is_integer()) {
         check_usage(node.as_integer()->get() > 0,
                     fmt::format("{}: {} must be a positive byte count, not {}", at, what,

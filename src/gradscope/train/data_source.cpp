@@ -115,7 +115,7 @@ class CausalLmSource : public DataSource {
         tokenizer_(tokenizer_for(arch)),
         corpus_(dataset_, *tokenizer_, data_dir(), arch.at("seq_len").get<int64_t>(), config.seed,
                 split),
-        lr_auto_(config.lr_auto && split == DataSplit::kDataSplitRun) {}
+        lr_auto_(config.lr_auto && split == DataSplit::kRun) {}
 
   Batch train_batch(int64_t first, int64_t count) const override {
     return to_batch(corpus_.train_batch(first, count));
@@ -170,7 +170,7 @@ class MaskedLmSource : public DataSource {
         tokenizer_(tokenizer_for(arch)),
         corpus_(dataset_, *tokenizer_, data_dir(), arch.at("seq_len").get<int64_t>(), config.seed,
                 split),
-        lr_auto_(config.lr_auto && split == DataSplit::kDataSplitRun),
+        lr_auto_(config.lr_auto && split == DataSplit::kRun),
         seed_(config.seed),
         probability_(arch.value("mlm_probability", 0.3)),
         mask_id_(mask_token_id(*tokenizer_, arch.at("vocab_size").get<int64_t>())) {
@@ -275,7 +275,7 @@ class ImageClassificationSource : public DataSource {
         train_(load_idx_split(folder_, "train", idx_classes(dataset_))),
         image_size_(arch.at("image_size").get<int64_t>()),
         tokens_per_image_(arch.at("seq_len").get<int64_t>()) {
-    if (split == DataSplit::kDataSplitLrSearch) {
+    if (split == DataSplit::kLrSearch) {
       carve_search_split(train_, val_);
     } else {
       val_ = load_idx_split(folder_, "test", idx_classes(dataset_));
@@ -364,7 +364,7 @@ class VisionLanguageSource : public DataSource {
       const auto& classes = idx_classes(dataset_);
       train_ = load_idx_split(folder_, "train", classes);
       // A search reads no validation image.
-      if (split == DataSplit::kDataSplitRun) val_ = load_idx_split(folder_, "test", classes);
+      if (split == DataSplit::kRun) val_ = load_idx_split(folder_, "test", classes);
       for (ImageSet* set : {&train_, &val_}) {
         if (set->size() == 0) continue;
         const auto* labels = set->labels.data_ptr<int64_t>();
@@ -372,7 +372,7 @@ class VisionLanguageSource : public DataSource {
           set->captions.push_back(templated_caption(classes[labels[i]], dataset_ == "mnist"));
       }
     }
-    if (split == DataSplit::kDataSplitLrSearch)
+    if (split == DataSplit::kLrSearch)
       carve_search_split(train_, val_);
     else if (config.lr_auto)
       search_ = image_search_description(train_);
@@ -517,21 +517,21 @@ static std::unique_ptr<DataSource> make_source(const ModelFamily& family,
                                                const nlohmann::json& arch, const RunConfig& config,
                                                DataSplit split) {
   check_usage(
-      split != DataSplit::kDataSplitAll || family.kind == ModelKind::kModelKindCausalLm ||
-          family.kind == ModelKind::kModelKindMaskedLm,
+      split != DataSplit::kAll || family.kind == ModelKind::kCausalLm ||
+          family.kind == ModelKind::kMaskedLm,
       std::string("a whole data set can be evaluated for text models only, and this is a ") +
           model_kind_name(family.kind) + " model",
       "evaluate its held-out split instead (--split val)");
   switch (family.kind) {
-    case ModelKind::kModelKindCausalLm:
+    case ModelKind::kCausalLm:
       return std::make_unique<CausalLmSource>(arch, config, split);
-    case ModelKind::kModelKindToy:
+    case ModelKind::kToy:
       return std::make_unique<ToySource>();
-    case ModelKind::kModelKindMaskedLm:
+    case ModelKind::kMaskedLm:
       return std::make_unique<MaskedLmSource>(arch, config, split);
-    case ModelKind::kModelKindImageClassification:
+    case ModelKind::kImageClassification:
       return std::make_unique<ImageClassificationSource>(arch, config, split);
-    case ModelKind::kModelKindVisionLanguage:
+    case ModelKind::kVisionLanguage:
       if (family.image_tokens == nullptr)
         fail_runtime("a vision-language model does not say how many image tokens it has",
                      "set ModelFamily::image_tokens in models/registry.cpp");

@@ -44,6 +44,6 @@ class DataSource {
 std::unique_ptr<DataSource> make_data_source(const ModelFamily& family, const nlohmann::json& arch,
                                              const RunConfig& config,
                                              int64_t* resident_bytes = nullptr,
-                                             DataSplit split = DataSplit::kDataSplitRun);
+                                             DataSplit split = DataSplit::kRun);
 
 }  // namespace gradscope

@@ -126,12 +126,12 @@ OptimizerMemory optimizer_memory(const RunConfig& c,
 
 MemoryTrace::Checkpointing checkpointing_of(const StepPlan& plan) {
   MemoryTrace::Checkpointing ck;
-  ck.enabled = plan.recompute != Recompute::kRecomputeNone;
+  ck.enabled = plan.recompute != Recompute::kNone;
   ck.every = std::max<int64_t>(1, plan.recompute_every);
-  if (plan.recompute == Recompute::kRecomputeAttention)
-    ck.unit = MemoryTrace::Unit::kUnitAttention;
-  else if (plan.recompute == Recompute::kRecomputeMlp)
-    ck.unit = MemoryTrace::Unit::kUnitMlp;
+  if (plan.recompute == Recompute::kAttention)
+    ck.unit = MemoryTrace::Unit::kAttention;
+  else if (plan.recompute == Recompute::kMlp)
+    ck.unit = MemoryTrace::Unit::kMlp;
   return ck;
 }
 
@@ -397,11 +397,11 @@ OptimizerMemory sharded_optimizer_memory(const RunConfig& c,
 // Why a sharded step of this configuration is not modelled ("" when it is): what the run
 // itself refuses.
 std::string unmodelled_sharding(const RunConfig& c, const StepPlan& plan) {
-  if (plan.optimizer_step != OptimizerStep::kOptimizerStepAfterBackward)
+  if (plan.optimizer_step != OptimizerStep::kAfterBackward)
     return "the optimizer cannot step inside backward with --shard";
   std::string refusal = shard_refusal(c.shard, c.optimizer);
   if (!refusal.empty()) return refusal;
-  if (c.shard != Shard::kShardDdp && optimizer_registry().get(c.optimizer).steps_with_closure)
+  if (c.shard != Shard::kDdp && optimizer_registry().get(c.optimizer).steps_with_closure)
     return "optimizer '" + c.optimizer + "' runs a line search over every parameter";
   return "";
 }
@@ -429,7 +429,7 @@ void estimate_rank(const RunConfig& config, const MemoryTrace& trace,
                    const MemoryTrace::Checkpointing& ck, int64_t data_bytes, MemoryEstimate& e) {
   const int64_t world = config.nproc;
   const Shard mode = config.shard;
-  const bool fsdp = mode == Shard::kShardFsdp;
+  const bool fsdp = mode == Shard::kFsdp;
   const int64_t f = MemoryTrace::kFloat;
   const std::vector<MemoryTrace::ParamShape> shapes = trace.trainable_param_shapes();
   std::vector<int64_t> bytes, elements, root_elements;
@@ -463,7 +463,7 @@ void estimate_rank(const RunConfig& config, const MemoryTrace& trace,
   // What the rank keeps between steps.
   OptimizerMemory om{e.optimizer_state_bytes, e.optimizer_scratch_bytes};
   int64_t largest_piece = 0;
-  if (mode == Shard::kShardZero1 || mode == Shard::kShardZero2) {
+  if (mode == Shard::kZero1 || mode == Shard::kZero2) {
     om = sharded_optimizer_memory(config, {elements}, world, largest_piece);
     e.shard_elements = S;
   } else if (fsdp) {
@@ -484,7 +484,7 @@ void estimate_rank(const RunConfig& config, const MemoryTrace& trace,
   // Gradients after the reduction: all (ddp, zero1), this rank's shard (zero2), the blocks'
   // shards and the shard of the rest (fsdp).
   const int64_t full_grads = e.grads_bytes;
-  if (mode == Shard::kShardZero2) e.grads_bytes = S * f;
+  if (mode == Shard::kZero2) e.grads_bytes = S * f;
   if (fsdp) e.grads_bytes = (units_shard + root_shard) * f;
 
   // The micro-batches: only the last one's backward reduces; the earlier ones keep whole
@@ -492,7 +492,7 @@ void estimate_rank(const RunConfig& config, const MemoryTrace& trace,
   auto overlay = [&](bool reduce) -> std::unique_ptr<MemoryTrace::Overlay> {
     if (fsdp) return std::make_unique<FsdpOverlay>(shapes, world, config.bucket_bytes, reduce);
     if (!reduce) return nullptr;
-    const bool zero2 = mode == Shard::kShardZero2;
+    const bool zero2 = mode == Shard::kZero2;
     return std::make_unique<BucketOverlay>(bytes, std::vector<bool>(bytes.size(), true),
                                            config.bucket_bytes, zero2, zero2 ? S * f : 0);
   };
@@ -539,10 +539,10 @@ void estimate_rank(const RunConfig& config, const MemoryTrace& trace,
       fsdp ? 0
            : BucketOverlay(bytes, std::vector<bool>(bytes.size(), true), config.bucket_bytes, false)
                  .copied_total();
-  if (mode == Shard::kShardDdp || mode == Shard::kShardZero1) {
+  if (mode == Shard::kDdp || mode == Shard::kZero1) {
     e.comm_peak_bytes = steady + full_grads + buckets;
     e.collective_buffers_bytes = std::max(e.collective_buffers_bytes, buckets);
-  } else if (mode == Shard::kShardZero2) {
+  } else if (mode == Shard::kZero2) {
     e.comm_peak_bytes = steady + reducing_buffers + S * f;
   } else {  // the blocks' gradient shards, the other parameters' buckets and their shard
     e.comm_peak_bytes = steady + units_shard * f + reducing_buffers + root_shard * f;
@@ -550,18 +550,18 @@ void estimate_rank(const RunConfig& config, const MemoryTrace& trace,
   // After the update, zero and fsdp's parameters outside the blocks gather the shards in
   // chunks of bucket_bytes / 4 / N elements: the rank's chunk and N received, counted as the
   // collective's buffers, and Gloo's flat output of N more.
-  if (mode != Shard::kShardDdp) {
+  if (mode != Shard::kDdp) {
     const int64_t per_chunk = std::max<int64_t>(1, config.bucket_bytes / f / world);
     const int64_t chunk = std::min(per_chunk, fsdp ? root_shard : S) * f;
     e.comm_peak_bytes = std::max(e.comm_peak_bytes, steady + (2 * world + 1) * chunk);
     e.collective_buffers_bytes = std::max(e.collective_buffers_bytes, (world + 1) * chunk);
   }
   const int64_t rank_grads =
-      mode == Shard::kShardZero1 || mode == Shard::kShardDdp ? full_grads : e.grads_bytes;
+      mode == Shard::kZero1 || mode == Shard::kDdp ? full_grads : e.grads_bytes;
   // zero and fsdp take the global gradient norm from each piece's squares: a float64 copy of
   // the piece and its square at once.
   const bool norm = config.clip_grad_norm > 0 || config.log_grad_norm;
-  const int64_t norm_bytes = mode != Shard::kShardDdp && norm ? 4 * largest_piece : 0;
+  const int64_t norm_bytes = mode != Shard::kDdp && norm ? 4 * largest_piece : 0;
   e.optimizer_peak_bytes = steady + rank_grads + std::max(e.optimizer_scratch_bytes, norm_bytes);
   // Evaluation: fsdp gathers each block for its forward as well.
   auto eval_overlay = fsdp ? overlay(false) : nullptr;
@@ -612,10 +612,10 @@ RecomputeFlops recompute_flops(const RunConfig& config, const nlohmann::json& ar
                                int64_t seq_len) {
   RecomputeFlops r;
   const StepPlan plan = config.step_plan();
-  if (plan.recompute == Recompute::kRecomputeNone) return r;
+  if (plan.recompute == Recompute::kNone) return r;
   const int64_t every = std::max<int64_t>(1, plan.recompute_every);
-  const bool attention = plan.recompute != Recompute::kRecomputeMlp;
-  const bool mlp = plan.recompute != Recompute::kRecomputeAttention;
+  const bool attention = plan.recompute != Recompute::kMlp;
+  const bool mlp = plan.recompute != Recompute::kAttention;
   const auto samples = static_cast<double>(config.effective_batch());
   const std::vector<BlockFlops> blocks = block_forward_flops(config.model, arch, seq_len);
   for (size_t i = 0; i < blocks.size(); ++i) {
@@ -640,7 +640,7 @@ MemoryEstimate estimate_run(const RunConfig& config, int64_t data_bytes) {
   const nlohmann::json arch = resolve_arch(config);
   MemoryTrace trace;
   if (plan.loss == LossKind::kLossChunked) trace.set_loss_chunk(plan.loss_chunk);
-  trace.set_packed_projections(config.projections == Projections::kProjectionsPacked);
+  trace.set_packed_projections(config.projections == Projections::kPacked);
   trace.set_attention(config.attention, torch::Device(config.device).is_cuda());
   if (config.lora()) trace.set_lora({config.lora_targets, config.lora_rank, config.lora_dropout});
   family.trace_step(arch, config.batch, trace);
@@ -666,7 +666,7 @@ MemoryEstimate estimate_run(const RunConfig& config, int64_t data_bytes) {
   // Whether a buffer of every gradient exists. Not when the optimizer steps in backward (fused,
   // accumulation+fused): each gradient is applied to its parameter, or folded into the
   // optimizer state, as its AccumulateGrad finishes, and freed there.
-  const bool grad_buffer = plan.optimizer_step != OptimizerStep::kOptimizerStepInBackward;
+  const bool grad_buffer = plan.optimizer_step != OptimizerStep::kInBackward;
   if (!grad_buffer) {
     // The replay with gradients already allocated counts each new gradient as a transient of
     // the node that makes it (made, added, freed): here it is made, used by the optimizer and
@@ -699,7 +699,7 @@ MemoryEstimate estimate_run(const RunConfig& config, int64_t data_bytes) {
 
   e.nproc = config.nproc;
   e.shard = shard_name(config.shard);
-  if (config.nproc > 1 && config.shard != Shard::kShardNone) {
+  if (config.nproc > 1 && config.shard != Shard::kNone) {
     const std::string why = unmodelled_sharding(config, plan);
     if (why.empty())
       estimate_rank(config, trace, ck, data_bytes, e);
@@ -707,7 +707,7 @@ MemoryEstimate estimate_run(const RunConfig& config, int64_t data_bytes) {
       e.notes.push_back("not modelled per rank: " + why + "; the figures are one process's");
   }
   pick_peak(e);
-  if (config.dtype != Dtype::kDtypeFp32)
+  if (config.dtype != Dtype::kFp32)
     e.notes.push_back("activations are modelled in float32; bf16 autocast is not modelled");
 
   const int64_t seq = arch.at("seq_len").get<int64_t>();
@@ -775,7 +775,7 @@ int64_t max_batch_within(RunConfig config, int64_t data_bytes, int64_t budget_by
 
 int64_t resident_data_bytes(const RunConfig& config) {
   const ModelFamily& family = model_registry().get(config.model);
-  if (config.device != "cpu" || family.kind == ModelKind::kModelKindToy) return 0;
+  if (config.device != "cpu" || family.kind == ModelKind::kToy) return 0;
   int64_t bytes = 0;
   make_data_source(family, resolve_arch(config), config, &bytes);
   return bytes;

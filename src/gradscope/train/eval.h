@@ -14,7 +14,7 @@
 
 #include <torch/torch.h>
 
-#include "gradscope/dist/comm.h"
+#include "gradscope/comm/comm.h"
 #include "gradscope/models/model.h"
 #include "gradscope/train/data_source.h"
 

@@ -22,7 +22,7 @@ double default_lr_of(RunConfig config) {
 std::shared_ptr<const DataSource> lr_search_data(const RunConfig& config) {
   const ResolvedRun resolved = resolve_run(config);
   return make_data_source(model_registry().get(resolved.config.model), resolved.arch,
-                          resolved.config, nullptr, DataSplit::kDataSplitLrSearch);
+                          resolved.config, nullptr, DataSplit::kLrSearch);
 }
 
 std::vector<double> lr_search_grid(double center, int64_t trials, double span_decades) {

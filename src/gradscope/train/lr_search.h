@@ -26,7 +26,7 @@ std::vector<double> lr_search_grid(double center, int64_t trials, double span_de
 void check_lr_search(const RunConfig& config);
 
 // The data every trial of the search trains and evaluates on: the configuration's data
-// source made for the search split (DataSplit::kDataSplitLrSearch, data_source.h), carved
+// source made for the search split (DataSplit::kLrSearch, data_source.h), carved
 // from the training side and disjoint from the validation samples the run reports; the trials
 // never see those. Loaded once, shared by the trials.
 std::shared_ptr<const DataSource> lr_search_data(const RunConfig& config);

@@ -19,7 +19,7 @@ void PhaseTimer::enter(Phase phase) {
   start_bytes_ = meter_.current_bytes();
   // Each forward (one per micro-batch) is measured from its own start, so gradients that an
   // earlier micro-batch's backward left behind are not counted as activations.
-  if (phase == Phase::kPhaseForward) forward_start_bytes_ = meter_.current_bytes();
+  if (phase == Phase::kForward) forward_start_bytes_ = meter_.current_bytes();
   started_ = clock_.now_s();
 }
 
@@ -34,7 +34,7 @@ void PhaseTimer::close() {
   const int64_t peak = meter_.peak_bytes();
   const auto phase = static_cast<Phase>(current_);
   phase_peak_[current_] = std::max(phase_peak_[current_], peak);
-  if (phase == Phase::kPhaseForward && forward_start_bytes_ >= 0)
+  if (phase == Phase::kForward && forward_start_bytes_ >= 0)
     activations_peak_ = std::max(activations_peak_, peak - forward_start_bytes_);
   if (!peak_moment_ || peak > peak_moment_->peak_bytes) {
     // The new highest peak: what stood allocated then, as far as the phases tell.
@@ -42,15 +42,15 @@ void PhaseTimer::close() {
     at.step = steps_;
     at.phase = phase;
     at.peak_bytes = peak;
-    const bool in_pass = phase == Phase::kPhaseForward || phase == Phase::kPhaseBackward;
+    const bool in_pass = phase == Phase::kForward || phase == Phase::kBackward;
     at.forward_start_bytes = in_pass ? forward_start_bytes_ : -1;
     // An optimizer phase begins with every gradient of the step allocated.
-    at.grads_exist = backward_in_step_ || phase == Phase::kPhaseOptimizer;
+    at.grads_exist = backward_in_step_ || phase == Phase::kOptimizer;
     at.state_exists = optimizer_done_;
     peak_moment_ = at;
   }
-  if (phase == Phase::kPhaseBackward) backward_in_step_ = true;
-  if (phase == Phase::kPhaseOptimizer) {
+  if (phase == Phase::kBackward) backward_in_step_ = true;
+  if (phase == Phase::kOptimizer) {
     optimizer_done_ = true;
     backward_in_step_ = false;  // the update frees the gradients
   }

@@ -22,7 +22,7 @@ namespace gradscope {
 // (everything above it then is that micro-batch's activations and backward's work).
 struct PeakMoment {
   int64_t step = 0;  // begin_step() calls up to it: 1 is the run's first step (warm-up included)
-  Phase phase = Phase::kPhaseData;
+  Phase phase = Phase::kData;
   int64_t peak_bytes = 0;
   // Bytes allocated when the current micro-batch's forward began; -1 outside forward and
   // backward.
@@ -33,7 +33,7 @@ struct PeakMoment {
 
 class PhaseTimer : public PhaseObserver {
  public:
-  static constexpr int kPhases = static_cast<int>(Phase::kPhaseCount);
+  static constexpr int kPhases = static_cast<int>(Phase::kCount);
 
   // enabled false (--no-phase-timing): phases are tracked (for a failure's report) but neither
   // timed nor measured, so the step pays no synchronization or clock read per phase.
@@ -47,7 +47,7 @@ class PhaseTimer : public PhaseObserver {
 
   bool enabled() const { return enabled_; }
   // The phase running now (data before the first).
-  Phase current() const { return current_ < 0 ? Phase::kPhaseData : static_cast<Phase>(current_); }
+  Phase current() const { return current_ < 0 ? Phase::kData : static_cast<Phase>(current_); }
   // Seconds in each phase during the step begun last.
   double seconds(int phase) const { return seconds_[phase]; }
   // The step's memory at its phase boundaries, in the order entered.

@@ -39,13 +39,13 @@ nlohmann::json resolve_arch(const RunConfig& config) {
   // (a shape they change is then refused by the weights' shapes).
   std::optional<InitSource> init;
   if (!config.init_from.empty()) {
-    check_usage(family.kind != ModelKind::kModelKindToy,
+    check_usage(family.kind != ModelKind::kToy,
                 "toy problem '" + config.model + "' takes no --init-from",
                 "a toy problem starts from its own fixed point; leave --init-from out");
     init = read_init_source(config.init_from);
     arch = apply_init_config(config.model, *init, arch);
   }
-  if (family.kind == ModelKind::kModelKindToy)
+  if (family.kind == ModelKind::kToy)
     check_usage(config.tokenizer.empty() && config.dataset.empty() && !config.dropout &&
                     config.seq_len <= 0,
                 "toy problem '" + config.model +
@@ -54,7 +54,7 @@ nlohmann::json resolve_arch(const RunConfig& config) {
                 "set its size with --arch dim=N (and --arch condition=K for the quadratic)");
   apply_arch_overrides(config.model, config.arch_overrides, arch);
   check_arch_limits(arch, "the architecture (--arch)");
-  if (family.kind == ModelKind::kModelKindImageClassification)
+  if (family.kind == ModelKind::kImageClassification)
     check_usage(config.tokenizer.empty() && config.seq_len <= 0,
                 "model '" + config.model + "' reads images: it takes no --tokenizer or --seq",
                 "its tokens are the image's patches: change --arch image_size=N or patch_size=N");
@@ -152,7 +152,7 @@ void check_step_buffers(const RunConfig& c) {
 void check_cap_holds_parameters(const RunConfig& given, int64_t cap_bytes) {
   RunConfig whole = given;
   whole.nproc = 1;
-  whole.shard = Shard::kShardNone;
+  whole.shard = Shard::kNone;
   int64_t params_bytes = 0;
   try {
     params_bytes = estimate_run(whole, 0).params_bytes;
@@ -213,7 +213,7 @@ Session::Session(const RunConfig& config, const SessionOptions& options)
   process_.set_attention(c.attention);
   lr_ = c.lr;
   if (!c.save_weights.empty()) {
-    check_usage(family_->kind != ModelKind::kModelKindToy,
+    check_usage(family_->kind != ModelKind::kToy,
                 "toy problem '" + c.model + "' has no weights to save", "leave --save-weights out");
     check_weights_folder(c.save_weights, c.save_adapters);
     // Saving over the weights a run started from would replace them (in a Hugging Face cache,
@@ -261,7 +261,7 @@ Session::Session(const RunConfig& config, const SessionOptions& options)
                       "AdamW; with --lora-targets those matrices are frozen, so it would be "
                       "AdamW alone",
                   "use adamw or adam with LoRA, or train without --lora-targets");
-    check_usage(family_->kind != ModelKind::kModelKindToy,
+    check_usage(family_->kind != ModelKind::kToy,
                 "toy problem '" + c.model + "' has no projections to adapt",
                 "leave --lora-targets out");
     LoraOptions& lora = lora_options_;
@@ -293,7 +293,7 @@ Session::Session(const RunConfig& config, const SessionOptions& options)
     loss.chunk_rows = plan.loss_chunk;
     model_->set_loss_options(std::move(loss));
   }
-  model_->set_packed_projections(c.projections == Projections::kProjectionsPacked);
+  model_->set_packed_projections(c.projections == Projections::kPacked);
   model_->to(device_);
   model_->train();
   // Frozen parameters (the base under LoRA) get no gradient and no optimizer state.
@@ -327,7 +327,7 @@ Session::Session(const RunConfig& config, const SessionOptions& options)
         "pass --nproc equal to the launcher's number of ranks");
     comm_ = connect_ranks(*env, device_, c.dist_timeout_s);
     launcher_ = env->launcher;
-  } else if (c.shard != Shard::kShardNone) {
+  } else if (c.shard != Shard::kNone) {
     comm_ = single_rank_communicator();
     launcher_ = "single";
   }
@@ -387,7 +387,7 @@ void Session::build_updater() {
   UpdaterOptions options;
   options.clip_grad_norm = c.clip_grad_norm;
   options.log_grad_norm = c.log_grad_norm;
-  if (c.shard != Shard::kShardNone)
+  if (c.shard != Shard::kNone)
     updater_ = make_sharded_updater(strategy_->plan(), c.shard, parameters_, spec, options,
                                     comm_ ? comm_ : single_rank_communicator(), c.bucket_bytes,
                                     model_.get());

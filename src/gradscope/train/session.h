@@ -16,7 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gradscope/core/config.h"
-#include "gradscope/dist/comm.h"
+#include "gradscope/comm/comm.h"
 #include "gradscope/models/registry.h"
 #include "gradscope/strategy/strategy.h"
 #include "gradscope/strategy/updater.h"
@@ -82,7 +82,7 @@ class ProcessSettings {
 
  private:
   bool threads_set_ = false, cap_set_ = false, attention_set_ = false;
-  Attention attention_before_ = Attention::kAttentionAuto;
+  Attention attention_before_ = Attention::kAuto;
   int threads_before_ = 0;
   int64_t cap_before_ = 0;
   torch::Device cap_device_ = torch::kCPU;

@@ -84,7 +84,7 @@ std::vector<double> numbers_of(const json& v) {
 }
 
 Phase phase_of(const std::string& name) {
-  for (int p = 0; p < static_cast<int>(Phase::kPhaseCount); ++p)
+  for (int p = 0; p < static_cast<int>(Phase::kCount); ++p)
     if (name == phase_name(static_cast<Phase>(p))) return static_cast<Phase>(p);
   fail_usage("the training state names an unknown phase '" + name + "'",
              "the state was written by another version of gradscope");

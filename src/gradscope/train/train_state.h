@@ -33,7 +33,7 @@
 
 #include "gradscope/core/record.h"
 #include "gradscope/train/phase_timer.h"
-#include "gradscope/train/run_parts.h"
+#include "gradscope/train/record_parts.h"
 #include "gradscope/train/session.h"
 
 namespace gradscope {

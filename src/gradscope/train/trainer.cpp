@@ -22,7 +22,7 @@
 #include "gradscope/train/autocast.h"
 #include "gradscope/train/estimate.h"
 #include "gradscope/train/phase_timer.h"
-#include "gradscope/train/run_parts.h"
+#include "gradscope/train/record_parts.h"
 #include "gradscope/train/weights_io.h"
 
 namespace gradscope {
@@ -92,7 +92,7 @@ Trainer::~Trainer() = default;
 double Trainer::lr_at(int64_t step) const {
   const RunConfig& c = config();
   const double lr = session_->lr();
-  if (c.lr_schedule == LrSchedule::kLrScheduleConstant) return lr;
+  if (c.lr_schedule == LrSchedule::kConstant) return lr;
   const int64_t total = c.warmup_steps + c.steps;
   const int64_t warm = c.lr_warmup_steps;
   if (step < warm) return lr * static_cast<double>(step + 1) / static_cast<double>(warm);
@@ -111,7 +111,7 @@ Evaluation Trainer::evaluate() {
   pass.micro_batches = eval_micro_batches(
       c.eval_batches, c.accum_steps, c.batch * session_->world(), session_->data().val_samples());
   pass.comm = session_->world() > 1 ? session_->communicator().get() : nullptr;
-  pass.bf16 = c.dtype == Dtype::kDtypeBf16;
+  pass.bf16 = c.dtype == Dtype::kBf16;
   return evaluate_model(session_->model(), session_->data(), session_->device(), pass);
 }
 
@@ -221,7 +221,7 @@ RunRecord Trainer::run(ProgressSink* progress) {
       const double loss = train_step(loop, step);
       if (!std::isfinite(loss)) {
         record.status = RunStatus::kStatusDiverged;
-        record.failure = failure_at(step + 1, Phase::kPhaseForward,
+        record.failure = failure_at(step + 1, Phase::kForward,
                                     fmt::format("loss is {} at step {}", loss, step + 1));
         ++step;
         break;
@@ -230,7 +230,7 @@ RunRecord Trainer::run(ProgressSink* progress) {
         evaluate_at(loop, step + 1);
       if (out_of_time(loop)) {
         record.status = RunStatus::kStatusTimeout;
-        record.failure = failure_at(step + 1, Phase::kPhaseOptimizer,
+        record.failure = failure_at(step + 1, Phase::kOptimizer,
                                     fmt::format("time limit of {} s reached", c.timeout_s));
         ++step;
         break;
@@ -317,7 +317,7 @@ double Trainer::train_step(Loop& loop, int64_t step) {
   loop.timer.begin_step();
   const MicroBatchSource next = session_->step_batches(step);
   const int64_t sent_before = bytes_sent();
-  const bool bf16 = c.dtype == Dtype::kDtypeBf16;  // autocast around forward and backward
+  const bool bf16 = c.dtype == Dtype::kBf16;  // autocast around forward and backward
   const UpdateResult r = updater.step(
       [&] {
         AutocastScope autocast(loop.device, bf16);

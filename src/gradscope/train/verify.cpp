@@ -123,7 +123,7 @@ StepResult one_step(const RunConfig& config, const std::shared_ptr<const DataSou
   seed_dropout(session.config());
   NullObserver observer;
   const MicroBatchSource next = session.step_batches(0);
-  const bool bf16 = config.dtype == Dtype::kDtypeBf16;
+  const bool bf16 = config.dtype == Dtype::kBf16;
   // As the trainer runs a step: the strategy under autocast, the optimizer outside it.
   const auto gradients = [&] {
     AutocastScope autocast(session.device(), bf16);
@@ -160,7 +160,7 @@ StepResult parameter_updates(const RunConfig& config, const std::shared_ptr<cons
   nonzero_adapters(session);
   seed_dropout(session.config());
   NullObserver observer;
-  const bool bf16 = config.dtype == Dtype::kDtypeBf16;
+  const bool bf16 = config.dtype == Dtype::kBf16;
   std::vector<torch::Tensor> before;
   for (const auto& p : session.model().named_parameters())
     before.push_back(p.value().detach().to(torch::kCPU).to(torch::kFloat64));
@@ -188,7 +188,7 @@ RunConfig with_strategy(const RunConfig& base, const StrategyShorthand& shorthan
                         int64_t micro_batches, int64_t micro_batch) {
   RunConfig c = base;
   // What a checkpoint recomputes, however it was asked for, goes with the shorthand.
-  if (base.recompute && *base.recompute != Recompute::kRecomputeNone)
+  if (base.recompute && *base.recompute != Recompute::kNone)
     c.checkpoint_policy = base.recompute;
   c.strategy = shorthand;
   c.recompute.reset();
@@ -215,7 +215,7 @@ VerifyCheck compare(const std::string& strategy, Dtype dtype, const StepResult& 
   // 1e-6 of the whole gradient's is measured against the whole gradient's norm.
   // Under bf16 that noise is at bfloat16's rounding (2^-8 of the terms summed), so there the
   // fraction is the bf16 accumulation tolerance.
-  const double zero_fraction = dtype == Dtype::kDtypeBf16 ? kAccumulationToleranceBf16 : 1e-6;
+  const double zero_fraction = dtype == Dtype::kBf16 ? kAccumulationToleranceBf16 : 1e-6;
   double whole_sq = 0;
   for (const auto& t : ref.tensors) whole_sq += t.second.pow(2).sum().item<double>();
   const double whole = std::sqrt(whole_sq);
@@ -257,7 +257,7 @@ ShardRun shard_steps(const RunConfig& config, const SessionOptions& options) {
   nonzero_adapters(session);
   seed_dropout(session.config(), session.rank());
   NullObserver observer;
-  const bool bf16 = config.dtype == Dtype::kDtypeBf16;
+  const bool bf16 = config.dtype == Dtype::kBf16;
   Updater& updater = *session.updater();
   const auto snapshot = [&] {
     updater.gather_parameters();  // fsdp: the whole parameters
@@ -318,25 +318,25 @@ std::vector<VerifyCheck> verify_sharding(const RunConfig& config,
   base.strategy.reset();
   base.optimizer_step.reset();
   const ModelFamily& family = model_registry().get(config.model);
-  if (family.kind != ModelKind::kModelKindToy) base.dropout = 0.0;
+  if (family.kind != ModelKind::kToy) base.dropout = 0.0;
   base.lora_dropout = 0.0;
   base.save_state.clear();
   base.resume.clear();
   base.save_weights.clear();
   const std::shared_ptr<const DataSource> data = make_data_source(family, resolve_arch(base), base);
   const std::vector<Dtype> dtypes = options.dtypes.empty()
-                                        ? std::vector<Dtype>{Dtype::kDtypeFp32, Dtype::kDtypeBf16}
+                                        ? std::vector<Dtype>{Dtype::kFp32, Dtype::kBf16}
                                         : options.dtypes;
   std::vector<VerifyCheck> checks;
   for (const Dtype dtype : dtypes) {
     RunConfig one = base;
     one.dtype = dtype;
     one.nproc = 1;
-    one.shard = Shard::kShardNone;
+    one.shard = Shard::kNone;
     one.batch = config.batch * world;
     SessionOptions alone;
     alone.data = data;
-    const double tolerance = dtype == Dtype::kDtypeBf16 ? kShardToleranceBf16 : kShardTolerance;
+    const double tolerance = dtype == Dtype::kBf16 ? kShardToleranceBf16 : kShardTolerance;
     // SGD with momentum on the parameters and losses; the run's optimizer on the losses.
     std::vector<std::pair<RunConfig, bool>> optimizers;
     RunConfig sgd = one;
@@ -349,7 +349,7 @@ std::vector<VerifyCheck> verify_sharding(const RunConfig& config,
       // Every rank computes the reference itself (no collective), from the same seed.
       const ShardRun ref = shard_steps(reference, alone);
       for (const Shard shard :
-           {Shard::kShardDdp, Shard::kShardZero1, Shard::kShardZero2, Shard::kShardFsdp}) {
+           {Shard::kDdp, Shard::kZero1, Shard::kZero2, Shard::kFsdp}) {
         if (!shard_refusal(shard, reference.optimizer).empty()) continue;
         RunConfig c = reference;
         c.nproc = world;
@@ -409,7 +409,7 @@ std::vector<VerifyCheck> verify_strategies(const RunConfig& config, const Verify
     shorthands.push_back(*s);
   }
 
-  check_usage(!config.recompute || *config.recompute != Recompute::kRecomputeNone,
+  check_usage(!config.recompute || *config.recompute != Recompute::kNone,
               "verify checks what checkpointing recomputes; --recompute none leaves nothing",
               "pass --recompute full, attention or mlp, or leave it out to check all three");
   const int64_t micro = config.batch;
@@ -420,7 +420,7 @@ std::vector<VerifyCheck> verify_strategies(const RunConfig& config, const Verify
   // (A toy problem has no dropout: both stay unset there.)
   RunConfig with_dropout = config;
   RunConfig without_dropout = config;
-  if (family.kind != ModelKind::kModelKindToy) {
+  if (family.kind != ModelKind::kToy) {
     with_dropout.dropout = kDropoutForCheckpointCheck;
     without_dropout.dropout = 0.0;
     if (config.lora()) {
@@ -460,11 +460,11 @@ std::vector<VerifyCheck> verify_strategies(const RunConfig& config, const Verify
 
   std::vector<VerifyCheck> checks;
   const std::vector<Dtype> dtypes = options.dtypes.empty()
-                                        ? std::vector<Dtype>{Dtype::kDtypeFp32, Dtype::kDtypeBf16}
+                                        ? std::vector<Dtype>{Dtype::kFp32, Dtype::kBf16}
                                         : options.dtypes;
   const bool cpu = torch::Device(config.device).is_cpu();
   for (const Dtype dtype : dtypes) {
-    const bool bf16 = dtype == Dtype::kDtypeBf16;
+    const bool bf16 = dtype == Dtype::kBf16;
     RunConfig dropout_on = with_dropout;
     RunConfig dropout_off = without_dropout;
     dropout_on.dtype = dtype;
@@ -544,16 +544,16 @@ std::vector<VerifyCheck> verify_strategies(const RunConfig& config, const Verify
         // Checkpointing is checked under each policy (whole blocks, then each residual branch
         // alone) unless the configuration names one.
         const Recompute given = dropout_on.recompute.value_or(
-            dropout_on.checkpoint_policy.value_or(Recompute::kRecomputeFull));
+            dropout_on.checkpoint_policy.value_or(Recompute::kFull));
         std::vector<Recompute> policies = {given};
-        if (s.checkpoint && given == Recompute::kRecomputeFull && exposes_sublayers())
-          policies = {Recompute::kRecomputeFull, Recompute::kRecomputeAttention,
-                      Recompute::kRecomputeMlp};
+        if (s.checkpoint && given == Recompute::kFull && exposes_sublayers())
+          policies = {Recompute::kFull, Recompute::kAttention,
+                      Recompute::kMlp};
         for (const Recompute policy : policies) {
           RunConfig c = with_strategy(dropout_on, s, 1, micro * k);
           c.checkpoint_policy = policy;
           const StepResult got = one_step(c, data, false, options);
-          const std::string label = policy == Recompute::kRecomputeFull
+          const std::string label = policy == Recompute::kFull
                                         ? name
                                         : name + " (" + recompute_name(policy) + ")";
           // Bitwise on the CPU in fp32: the recompute runs the forward's kernels on the
@@ -632,7 +632,7 @@ std::vector<VerifyCheck> verify_strategies(const RunConfig& config, const Verify
         }
       }
     }
-    if (options.attention && family.kind != ModelKind::kModelKindToy) {
+    if (options.attention && family.kind != ModelKind::kToy) {
       // Standard and each strategy with --attention sdpa against standard training with
       // --attention math, dropout off (SDPA's dropout draws masks of its own): that the fused
       // kernel computes what the written-out attention does, under every way of taking a step.
@@ -641,8 +641,8 @@ std::vector<VerifyCheck> verify_strategies(const RunConfig& config, const Verify
         c.attention = a;
         return c;
       };
-      const RunConfig math = with_attention(dropout_off, Attention::kAttentionMath);
-      const RunConfig sdpa = with_attention(dropout_off, Attention::kAttentionSdpa);
+      const RunConfig math = with_attention(dropout_off, Attention::kMath);
+      const RunConfig sdpa = with_attention(dropout_off, Attention::kSdpa);
       const StepResult ref = one_step(with_strategy(math, standard, 1, micro * k), data, false,
                                       options);
       std::optional<StepResult> ref_sgd_step;
@@ -652,8 +652,8 @@ std::vector<VerifyCheck> verify_strategies(const RunConfig& config, const Verify
         const std::string label = name + ", attention sdpa vs math";
         if (s.fused && s.accumulation) {
           // The fold (SGD with momentum): what one step moved the parameters by.
-          const RunConfig c_math = with_attention(folded, Attention::kAttentionMath);
-          const RunConfig c_sdpa = with_attention(folded, Attention::kAttentionSdpa);
+          const RunConfig c_math = with_attention(folded, Attention::kMath);
+          const RunConfig c_sdpa = with_attention(folded, Attention::kSdpa);
           const StepResult fold_ref = parameter_updates(
               with_strategy(c_math, standard, 1, micro * k), data, kFoldSteps, true);
           const StepResult got =
@@ -671,11 +671,11 @@ std::vector<VerifyCheck> verify_strategies(const RunConfig& config, const Verify
           sgd.clip_grad_norm = 0;
           if (!ref_sgd_step)
             ref_sgd_step = one_step(
-                with_strategy(with_attention(sgd, Attention::kAttentionMath), standard, 1,
+                with_strategy(with_attention(sgd, Attention::kMath), standard, 1,
                               micro * k),
                 data, true, options);
           const StepResult got = one_step(
-              with_strategy(with_attention(sgd, Attention::kAttentionSdpa), s, 1, micro * k),
+              with_strategy(with_attention(sgd, Attention::kSdpa), s, 1, micro * k),
               data, true, options);
           checks.push_back(compare(label, dtype, got, *ref_sgd_step, false,
                                    kFusedTolerance + attention_tolerance, true));
@@ -699,7 +699,7 @@ std::vector<VerifyCheck> verify_strategies(const RunConfig& config, const Verify
       for (size_t i = 0; i < names.size(); ++i) {
         const StrategyShorthand& s = shorthands[i];
         if (!s.checkpoint || s.accumulation || s.fused) continue;
-        const RunConfig on = with_attention(dropout_on, Attention::kAttentionSdpa);
+        const RunConfig on = with_attention(dropout_on, Attention::kSdpa);
         if (!ref_sdpa_dropout)
           ref_sdpa_dropout = one_step(with_strategy(on, standard, 1, micro * k), data, false,
                                       options);

@@ -53,14 +53,14 @@
 #include <vector>
 
 #include "gradscope/core/config.h"
-#include "gradscope/dist/comm.h"
+#include "gradscope/comm/comm.h"
 #include "gradscope/models/model.h"
 
 namespace gradscope {
 
 struct VerifyCheck {
   std::string strategy;
-  Dtype dtype = Dtype::kDtypeFp32;
+  Dtype dtype = Dtype::kFp32;
   std::string criterion;     // "bitwise" or "relative <= 1e-05"; "params ..." for fused
   double loss_abs_diff = 0;  // |loss - reference loss|
   double loss_rel_diff = 0;

@@ -146,7 +146,7 @@ const RopeTables& RotaryCache::get(int64_t seq_len, const torch::Device& device)
 // Attention
 
 namespace {
-std::atomic<Attention> g_attention_path{Attention::kAttentionAuto};
+std::atomic<Attention> g_attention_path{Attention::kAuto};
 }  // namespace
 
 void set_attention_path(Attention path) { g_attention_path.store(path); }
@@ -154,10 +154,10 @@ void set_attention_path(Attention path) { g_attention_path.store(path); }
 Attention attention_path() { return g_attention_path.load(); }
 
 Attention resolved_attention(Attention path, const torch::Device& device, double dropout_p) {
-  if (path != Attention::kAttentionAuto) return path;
+  if (path != Attention::kAuto) return path;
   // On the CPU, SDPA with dropout leaves its fused kernel for a math composition of its own
   // (with masks of its own); gradscope's math path is then the one the trace models.
-  return device.is_cpu() && dropout_p > 0 ? Attention::kAttentionMath : Attention::kAttentionSdpa;
+  return device.is_cpu() && dropout_p > 0 ? Attention::kMath : Attention::kSdpa;
 }
 
 torch::Tensor repeat_kv(const torch::Tensor& x, int64_t n_rep) {
@@ -243,7 +243,7 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const to
   const double p = training ? dropout_p : 0.0;
   const int64_t t = q.size(2), s = k.size(2);
 
-  if (resolved_attention(attention_path(), q.device(), p) == Attention::kAttentionSdpa) {
+  if (resolved_attention(attention_path(), q.device(), p) == Attention::kSdpa) {
     if (!mask.defined()) {
       // is_causal lets SDPA pick its fused causal kernels instead of reading a mask.
       return at::scaled_dot_product_attention(q, k_full, v_full, c10::nullopt, p, is_causal);

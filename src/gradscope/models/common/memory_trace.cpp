@@ -51,14 +51,14 @@ void MemoryTrace::node(std::vector<Id> saved, std::vector<Id> grad_inputs, std::
 }
 
 void MemoryTrace::begin(Unit unit, Id in) {
-  if (unit == Unit::kUnitBlock) {
+  if (unit == Unit::kBlock) {
     ++block_depth_;
     open_block_ = blocks_begun_++;
   }
   events_.push_back({Kind::kBegin, in, -1, unit});
 }
 void MemoryTrace::end(Unit unit, Id out) {
-  if (unit == Unit::kUnitBlock) {
+  if (unit == Unit::kBlock) {
     --block_depth_;
     open_block_ = -1;
   }
@@ -134,7 +134,7 @@ Id MemoryTrace::adapt(Id x, Id y, int64_t n, int64_t in, int64_t out, const std:
 int64_t MemoryTrace::block_count() const {
   int64_t n = 0;
   for (const auto& e : events_)
-    if (e.kind == Kind::kBegin && e.unit == Unit::kUnitBlock) ++n;
+    if (e.kind == Kind::kBegin && e.unit == Unit::kBlock) ++n;
   return n;
 }
 
@@ -377,13 +377,13 @@ Id MemoryTrace::self_attention(Id x, const AttentionShape& s) {
 
 bool MemoryTrace::fused_attention(double dropout) const {
   switch (attention_) {
-    case Attention::kAttentionSdpa:
+    case Attention::kSdpa:
       // On the CPU with dropout SDPA runs a math composition of its own, estimated as
       // gradscope's math path (docs/strategies.md).
       return cuda_ || dropout <= 0;
-    case Attention::kAttentionMath:
+    case Attention::kMath:
       return false;
-    case Attention::kAttentionAuto:
+    case Attention::kAuto:
       break;
   }
   return cuda_ || dropout <= 0;
@@ -562,7 +562,7 @@ class MemoryTrace::Replayer {
     for (size_t i = 0; i < t_.events_.size(); ++i) {
       const Event& e = t_.events_[i];
       if (e.kind == Kind::kBegin) {
-        if (e.unit == MemoryTrace::Unit::kUnitBlock) ++block;
+        if (e.unit == MemoryTrace::Unit::kBlock) ++block;
         open.push_back(i);
       } else if (e.kind == Kind::kEnd) {
         if (open.empty()) throw std::logic_error("memory trace: unit ended twice");
@@ -572,7 +572,7 @@ class MemoryTrace::Replayer {
                              e.unit == ck_.unit && open.size() <= 1;
         unit_at_[b] = static_cast<int>(units_.size());
         units_.push_back({b, i, t_.events_[b].id, e.id, wrapped, block,
-                          e.unit == MemoryTrace::Unit::kUnitBlock});
+                          e.unit == MemoryTrace::Unit::kBlock});
       }
     }
     if (!open.empty()) throw std::logic_error("memory trace: a unit was not ended");
@@ -646,7 +646,7 @@ class MemoryTrace::Replayer {
           break;
         }
         case Kind::kEnd:
-          if (overlay_ && !in_backward_ && e.unit == MemoryTrace::Unit::kUnitBlock)
+          if (overlay_ && !in_backward_ && e.unit == MemoryTrace::Unit::kBlock)
             moved(overlay_->enter_block(-1, false));
           break;
       }

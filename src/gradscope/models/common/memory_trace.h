@@ -42,7 +42,7 @@ class MemoryTrace {
 
   // Marks a block (blocks count in the order of model.blocks()) or a residual sub-layer of
   // one, the units checkpointing wraps: `in` is its input, `out` the tensor it returns.
-  enum class Unit { kUnitBlock, kUnitAttention, kUnitMlp };
+  enum class Unit { kBlock, kAttention, kMlp };
   void begin(Unit unit, Id in);
   void end(Unit unit, Id out);
 
@@ -157,7 +157,7 @@ class MemoryTrace {
   struct Checkpointing {
     bool enabled = false;
     int64_t every = 1;             // blocks 0, k, 2k, ... are wrapped
-    Unit unit = Unit::kUnitBlock;  // what a wrapped block recomputes: all, attention or MLP
+    Unit unit = Unit::kBlock;  // what a wrapped block recomputes: all, attention or MLP
   };
   // Replays the forward and backward. `grads_exist`: parameter gradients from an earlier
   // micro-batch are already allocated (accumulation), so new ones are added and freed.
@@ -195,7 +195,7 @@ class MemoryTrace {
     int64_t block = -1;         // the block of model.blocks() it belongs to; -1: none
   };
   std::vector<ParamShape> trainable_param_shapes() const;
-  // Blocks marked with begin(kUnitBlock, ...).
+  // Blocks marked with begin(kBlock, ...).
   int64_t block_count() const;
 
  private:
@@ -207,7 +207,7 @@ class MemoryTrace {
     Kind kind;
     Id id = -1;  // alloc, release; begin/end: the unit's input/output
     int node = -1;
-    Unit unit = Unit::kUnitBlock;
+    Unit unit = Unit::kBlock;
   };
   struct Tensor {
     int64_t bytes;
@@ -241,7 +241,7 @@ class MemoryTrace {
   std::vector<Event> events_;
   Id loss_ = -1;
   bool packed_projections_ = false;
-  Attention attention_ = Attention::kAttentionAuto;
+  Attention attention_ = Attention::kAuto;
   bool cuda_ = false;
   Id head_first_ = -1;
   int64_t loss_chunk_ = 0;

@@ -11,7 +11,7 @@
 #include <torch/torch.h>
 
 #include "gradscope/core/error.h"
-#include "gradscope/dist/comm.h"
+#include "gradscope/comm/comm.h"
 #include "test_util.h"
 
 namespace gradscope {
@@ -177,7 +177,7 @@ TEST(Comm, ARankThatNeverComesIsATimeoutNotAHang) {
     connect_ranks(env, torch::kCPU, 2);
     ADD_FAILURE() << "met a rank that was never started";
   } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kErrorKindRuntime) << e.what();
+    EXPECT_EQ(e.kind(), ErrorKind::kRuntime) << e.what();
   }
 }
 

@@ -30,7 +30,7 @@ namespace gradscope {
 class PeerLost : public Error {
  public:
   PeerLost(const std::string& what, std::string hint)
-      : Error(ErrorKind::kErrorKindRuntime, what, std::move(hint)) {}
+      : Error(ErrorKind::kRuntime, what, std::move(hint)) {}
 };
 
 // This process's place among the ranks of a run.

@@ -1,6 +1,6 @@
 // Ranks from a launcher's environment, and collectives on c10d's process groups: Gloo on the
 // CPU, NCCL on CUDA (in a build against a CUDA LibTorch).
-#include "gradscope/dist/comm.h"
+#include "gradscope/comm/comm.h"
 
 #include <chrono>
 #include <cstdlib>

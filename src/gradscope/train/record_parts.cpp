@@ -1,4 +1,4 @@
-#include "gradscope/train/run_parts.h"
+#include "gradscope/train/record_parts.h"
 
 #include <algorithm>
 #include <cmath>
@@ -166,7 +166,7 @@ RunTime time_part(const RunTally& tally, double wall_s, bool phase_timing, bool 
     t.forward_s = tally.phase_totals[1];
     t.backward_s = tally.phase_totals[2];
     t.optimizer_s = tally.phase_totals[3];
-    if (comm) t.comm_s = tally.phase_totals[static_cast<int>(Phase::kPhaseComm)];
+    if (comm) t.comm_s = tally.phase_totals[static_cast<int>(Phase::kComm)];
   }
   t.timed_steps = static_cast<int64_t>(tally.step_times.size());
   return t;
@@ -214,7 +214,7 @@ RunMemory memory_part(const RunTally& tally, const PhaseTimer& timer, const Memo
   if (collective_buffer_bytes) {
     const bool buffers_then =
         !known ||
-        (!after_steps && (at->phase == Phase::kPhaseBackward || at->phase == Phase::kPhaseComm));
+        (!after_steps && (at->phase == Phase::kBackward || at->phase == Phase::kComm));
     m.breakdown.collective_buffers = take(buffers_then ? *collective_buffer_bytes : 0);
   }
   if (known) {
@@ -243,7 +243,7 @@ RunMemory memory_part(const RunTally& tally, const PhaseTimer& timer, const Memo
     m.phase_peak_bytes = PhasePeaks{timer.phase_peak(0), timer.phase_peak(1), timer.phase_peak(2),
                                     timer.phase_peak(3), std::nullopt};
     if (collective_buffer_bytes)
-      m.phase_peak_bytes->comm = timer.phase_peak(static_cast<int>(Phase::kPhaseComm));
+      m.phase_peak_bytes->comm = timer.phase_peak(static_cast<int>(Phase::kComm));
   }
   m.reserved_peak_bytes = meter.reserved_peak_bytes();
   const int64_t rss = peak_rss_bytes();  // 0: the system says nothing
