@@ -71,7 +71,7 @@ void trace_llama_head(const LlamaConfig& c, MemoryTrace::Id x, int64_t rows, int
 MemoryTrace::Id trace_llama_blocks(const LlamaConfig& c, int64_t batch, int64_t tokens,
                                    MemoryTrace::Id x, int64_t mask_bytes, MemoryTrace& trace);
 
-// Presets "tiny", "small", "paper" (README.md, "Models"); any other name is a
+// Presets "tiny", "small", "paper" (docs/usage.md, "Models"); any other name is a
 // usage error listing them.
 nlohmann::json llama_preset(const std::string& preset);
 

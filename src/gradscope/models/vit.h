@@ -128,7 +128,7 @@ class ViTModel : public Model {
   torch::nn::Linear classifier{nullptr};  // C -> K
 };
 
-// Presets "tiny", "small", "paper" (README.md, "Models").
+// Presets "tiny", "small", "paper" (docs/usage.md, "Models").
 nlohmann::json vit_preset(const std::string& preset);
 int64_t vit_count_params(const nlohmann::json& arch);
 // Forward FLOPs per token (patches and class token), head included, at the architecture's
