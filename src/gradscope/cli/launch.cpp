@@ -54,16 +54,12 @@ std::string ending(int status) {
   return fmt::format("exited with code {}", WEXITSTATUS(status));
 }
 
-}  // namespace
-
-void set_run_command_line(std::vector<std::string> args) { command_line() = std::move(args); }
-
-int launch_local_ranks(const RunConfig& c, const std::function<void(const RunRecord&)>& store) {
-  const std::vector<std::string>& args = command_line();
+// The checks before any rank starts: a command that takes ranks, ranks and threads this
+// machine can give, a warning when the ranks outnumber its cores.
+void check_rank_launch(const std::vector<std::string>& args, const RunConfig& c) {
   check_usage(!args.empty() && (args[0] == "run" || args[0] == "verify"),
               "--nproc starts ranks of `gradscope run` and `gradscope verify` only",
               "start the ranks with gradscope run --nproc N");
-  const bool run = args[0] == "run";
   check_local_ranks_here(c.nproc);
   if (c.threads > 0) check_threads_here(c.threads);  // each rank's, before any is started
   const int64_t cores = usable_cores();
@@ -72,60 +68,68 @@ int launch_local_ranks(const RunConfig& c, const std::function<void(const RunRec
         "--nproc {} starts more ranks than this machine has cores ({}): they take turns on the "
         "cores, and step times measure that",
         c.nproc, cores);
+}
 
-  HostedStore meeting(static_cast<int>(c.nproc), c.dist_timeout_s);
-  // Rank 0 creates this file once its record is written: without it, the run ended without a
-  // record, and this process writes the crashed one.
-  std::string marker_dir =
-      (std::filesystem::temp_directory_path() / "gradscope-ranks-XXXXXX").string();
-  if (!mkdtemp(marker_dir.data()))
-    fail_runtime(std::string("cannot make a private temporary folder: ") + std::strerror(errno));
-  const std::string marker = (std::filesystem::path(marker_dir) / "recorded").string();
-  const std::string port = std::to_string(meeting.port());
-  const std::string world = std::to_string(c.nproc);
-
-  // Everything a child needs, built before fork: after it only exec.
-  std::vector<std::string> arg_text = {"gradscope"};
-  arg_text.insert(arg_text.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : arg_text) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  // The ranks share this process's threads (LibTorch's default: OMP_NUM_THREADS, else the
-  // cores) unless --threads says each one's. Through OMP_NUM_THREADS, as torchrun does
-  // (which sets 1), so that N ranks of the default never run N times the cores' threads.
-  const std::string rank_threads =
-      std::to_string(std::max<int64_t>(1, at::get_num_threads() / c.nproc));
-  std::vector<std::vector<std::string>> env_text(static_cast<size_t>(c.nproc));
-  std::vector<std::vector<char*>> envp(static_cast<size_t>(c.nproc));
-  const char* const launcher_names[] = {
-      "RANK=",         "WORLD_SIZE=",   "LOCAL_RANK=",
-      "MASTER_ADDR=",  "MASTER_PORT=",  "GRADSCOPE_RANK_LAUNCHER=",
-      "SLURM_NTASKS=", "SLURM_PROCID=", "GRADSCOPE_RECORD_MARKER=", "OMP_NUM_THREADS="};
-  for (int r = 0; r < c.nproc; ++r) {
-    auto& e = env_text[static_cast<size_t>(r)];
-    for (char** v = environ; *v; ++v) {
-      bool ours = false;
-      for (const char* name : launcher_names)
-        ours = ours || std::strncmp(*v, name, std::strlen(name)) == 0;
-      if (!ours) e.emplace_back(*v);
+// Everything the ranks' processes need, built before fork (after it only exec): the command
+// line, and each rank's environment (this one's, less the launcher's variables, plus its
+// own). Built in place and never moved, so that the pointers stay valid.
+class RankCommands {
+ public:
+  RankCommands(const std::vector<std::string>& args, const RunConfig& c, const std::string& port,
+               const std::string& marker) {
+    arg_text_ = {"gradscope"};
+    arg_text_.insert(arg_text_.end(), args.begin(), args.end());
+    for (auto& a : arg_text_) argv_.push_back(a.data());
+    argv_.push_back(nullptr);
+    // The ranks share this process's threads (LibTorch's default: OMP_NUM_THREADS, else the
+    // cores) unless --threads says each one's. Through OMP_NUM_THREADS, as torchrun does
+    // (which sets 1), so that N ranks of the default never run N times the cores' threads.
+    const std::string rank_threads =
+        std::to_string(std::max<int64_t>(1, at::get_num_threads() / c.nproc));
+    const std::string world = std::to_string(c.nproc);
+    env_text_.resize(static_cast<size_t>(c.nproc));
+    envp_.resize(static_cast<size_t>(c.nproc));
+    const char* const launcher_names[] = {
+        "RANK=",         "WORLD_SIZE=",   "LOCAL_RANK=",
+        "MASTER_ADDR=",  "MASTER_PORT=",  "GRADSCOPE_RANK_LAUNCHER=",
+        "SLURM_NTASKS=", "SLURM_PROCID=", "GRADSCOPE_RECORD_MARKER=", "OMP_NUM_THREADS="};
+    for (int r = 0; r < c.nproc; ++r) {
+      auto& e = env_text_[static_cast<size_t>(r)];
+      for (char** v = environ; *v; ++v) {
+        bool ours = false;
+        for (const char* name : launcher_names)
+          ours = ours || std::strncmp(*v, name, std::strlen(name)) == 0;
+        if (!ours) e.emplace_back(*v);
+      }
+      e.push_back("RANK=" + std::to_string(r));
+      e.push_back("WORLD_SIZE=" + world);
+      e.push_back("LOCAL_RANK=" + std::to_string(r));
+      e.push_back("MASTER_ADDR=127.0.0.1");
+      e.push_back("MASTER_PORT=" + port);
+      e.push_back(std::string(kLauncherVariable) + "=gradscope");
+      e.push_back("OMP_NUM_THREADS=" + rank_threads);
+      if (r == 0) e.push_back(std::string(kRecordMarkerVariable) + "=" + marker);
+      for (auto& s : e) envp_[static_cast<size_t>(r)].push_back(s.data());
+      envp_[static_cast<size_t>(r)].push_back(nullptr);
     }
-    e.push_back("RANK=" + std::to_string(r));
-    e.push_back("WORLD_SIZE=" + world);
-    e.push_back("LOCAL_RANK=" + std::to_string(r));
-    e.push_back("MASTER_ADDR=127.0.0.1");
-    e.push_back("MASTER_PORT=" + port);
-    e.push_back(std::string(kLauncherVariable) + "=gradscope");
-    e.push_back("OMP_NUM_THREADS=" + rank_threads);
-    if (r == 0) e.push_back(std::string(kRecordMarkerVariable) + "=" + marker);
-    for (auto& s : e) envp[static_cast<size_t>(r)].push_back(s.data());
-    envp[static_cast<size_t>(r)].push_back(nullptr);
   }
-  const std::string started_at = utc_now_iso8601();
-  const auto t0 = std::chrono::steady_clock::now();
+  RankCommands(const RankCommands&) = delete;
+  RankCommands& operator=(const RankCommands&) = delete;
+  char* const* argv() const { return argv_.data(); }
+  char* const* envp(int rank) const { return envp_[static_cast<size_t>(rank)].data(); }
 
-  std::vector<Rank> ranks(static_cast<size_t>(c.nproc));
+ private:
+  std::vector<std::string> arg_text_;
+  std::vector<char*> argv_;
+  std::vector<std::vector<std::string>> env_text_;
+  std::vector<std::vector<char*>> envp_;
+};
+
+// Forks and execs every rank; a rank that cannot start kills those started before it.
+std::vector<Rank> start_ranks(const RankCommands& commands, int64_t nproc) {
+  std::vector<Rank> ranks(static_cast<size_t>(nproc));
   const pid_t launcher_pid = getpid();
-  for (int r = 0; r < c.nproc; ++r) {
+  for (int r = 0; r < nproc; ++r) {
     const pid_t pid = fork();
     if (pid < 0) {
       for (const Rank& k : ranks)
@@ -142,19 +146,22 @@ int launch_local_ranks(const RunConfig& c, const std::function<void(const RunRec
       sigaddset(&stops, SIGTERM);
       sigaddset(&stops, SIGINT);
       sigprocmask(SIG_BLOCK, &stops, nullptr);
-      execve("/proc/self/exe", argv.data(), envp[static_cast<size_t>(r)].data());
+      execve("/proc/self/exe", commands.argv(), commands.envp(r));
       _exit(127);
     }
     ranks[static_cast<size_t>(r)] = {pid, true, 0};
   }
+  return ranks;
+}
 
-  // Waits for every rank. Once one fails, the others get --dist-timeout (at most) to notice it
-  // and record it, then they are killed.
+// Waits for every rank, forwarding a stop. Once one fails, the others get --dist-timeout (at
+// most) to notice it and record it, then they are killed.
+void wait_for_ranks(std::vector<Rank>& ranks, const RunConfig& c) {
   using Clock = std::chrono::steady_clock;
   bool deadline_set = false;
   Clock::time_point deadline{};
   bool forwarded = false;
-  int running = static_cast<int>(c.nproc);
+  int running = static_cast<int>(ranks.size());
   while (running > 0) {
     if (stop_requested() && !forwarded) {
       for (const Rank& k : ranks)
@@ -194,6 +201,56 @@ int launch_local_ranks(const RunConfig& c, const std::function<void(const RunRec
       }
     }
   }
+}
+
+// Rank 0 died without a record: the run crashed, and the database says so (through `store`).
+[[noreturn]] void record_crash(const RunConfig& c,
+                               const std::function<void(const RunRecord&)>& store,
+                               const std::string& message, const std::string& started_at,
+                               std::chrono::steady_clock::time_point t0) {
+  RunRecord r;
+  const ResolvedRun resolved = resolve_run(c);
+  r.run_id = resolved.run_id;
+  r.attempt_uid = new_attempt_uid();
+  if (!c.sweep.empty()) r.sweep = c.sweep;
+  r.config = resolved.config;
+  r.arch = resolved.arch;
+  r.status = RunStatus::kStatusCrashed;
+  r.failure = RunFailure{std::nullopt, std::nullopt, message};
+  RunTime time;
+  time.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.time = time;
+  r.started_at = started_at;
+  r.finished_at = utc_now_iso8601();
+  store(r);
+  fail_runtime(message + "; the run is recorded as crashed",
+               "its output above says why; with --save-state, --resume continues from the last "
+               "saved step");
+}
+
+}  // namespace
+
+void set_run_command_line(std::vector<std::string> args) { command_line() = std::move(args); }
+
+int launch_local_ranks(const RunConfig& c, const std::function<void(const RunRecord&)>& store) {
+  const std::vector<std::string>& args = command_line();
+  check_rank_launch(args, c);
+  const bool run = args[0] == "run";
+
+  HostedStore meeting(static_cast<int>(c.nproc), c.dist_timeout_s);
+  // Rank 0 creates this file once its record is written: without it, the run ended without a
+  // record, and this process writes the crashed one.
+  std::string marker_dir =
+      (std::filesystem::temp_directory_path() / "gradscope-ranks-XXXXXX").string();
+  if (!mkdtemp(marker_dir.data()))
+    fail_runtime(std::string("cannot make a private temporary folder: ") + std::strerror(errno));
+  const std::string marker = (std::filesystem::path(marker_dir) / "recorded").string();
+  const RankCommands commands(args, c, std::to_string(meeting.port()), marker);
+  const std::string started_at = utc_now_iso8601();
+  const auto t0 = std::chrono::steady_clock::now();
+
+  std::vector<Rank> ranks = start_ranks(commands, c.nproc);
+  wait_for_ranks(ranks, c);
 
   const int status0 = ranks[0].status;
   std::error_code ec;
@@ -206,26 +263,7 @@ int launch_local_ranks(const RunConfig& c, const std::function<void(const RunRec
   }
   if (!run) fail_runtime(fmt::format("rank 0 {}", ending(status0)), "its output above says why");
   if (recorded) return 1;
-  // Rank 0 died without a record: the run crashed, and the database says so.
-  const std::string message = fmt::format("rank 0 {}", ending(status0));
-  RunRecord r;
-  const ResolvedRun resolved = resolve_run(c);
-  r.run_id = resolved.run_id;
-  r.attempt_uid = new_attempt_uid();
-  if (!c.sweep.empty()) r.sweep = c.sweep;
-  r.config = resolved.config;
-  r.arch = resolved.arch;
-  r.status = RunStatus::kStatusCrashed;
-  r.failure = RunFailure{std::nullopt, std::nullopt, message};
-  RunTime time;
-  time.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
-  r.time = time;
-  r.started_at = started_at;
-  r.finished_at = utc_now_iso8601();
-  store(r);
-  fail_runtime(message + "; the run is recorded as crashed",
-               "its output above says why; with --save-state, --resume continues from the last "
-               "saved step");
+  record_crash(c, store, fmt::format("rank 0 {}", ending(status0)), started_at, t0);
 }
 
 }  // namespace gradscope

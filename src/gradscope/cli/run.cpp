@@ -92,108 +92,69 @@ std::optional<std::string> keep_unstored_record(const std::string& db_path,
   }
 }
 
-int execute(const RunOptions& o) {
-  RunConfig c = config_of(o);
-  check_usage(!o.no_db || !c.json_path.empty(), "--no-db needs --json: the run would be lost",
-              "add --json FILE (a result file that `gradscope collect` can merge later)");
-  check_run_outputs(c, !o.no_db);
-  if (c.quiet) set_log_level(LogLevel::kQuiet);  // warnings and errors still print
-  // SIGTERM and SIGINT stop the run between steps (saving its state with --save-state), and
-  // the record is still written: exit 75. main() blocked them until now; the handlers stay
-  // until the process ends, so that a signal while it exits changes nothing.
-  const StopSignals stop_signals(StopSignals::Scope::kUntilExit);
+// Ranks a launcher started, each told it is the run's only process: each would train the
+// whole run and store it, the result doubled.
+void check_not_a_lone_rank(const RunConfig& c) {
+  if (c.nproc != 1) return;
+  if (const std::optional<RankEnv> env = rank_env_from_environment(); env && env->world > 1)
+    fail_usage(fmt::format("{} started this process as rank {} of {}, but --nproc is 1: every "
+                           "rank would train the whole run and store it",
+                           env->launcher, env->rank, env->world),
+               fmt::format("pass --nproc {} (and --shard) to train one run over the ranks, or "
+                           "start a single process",
+                           env->world));
+}
 
-  // Ranks a launcher started, each told it is the run's only process: each would train the
-  // whole run and store it, the result doubled.
-  if (c.nproc == 1)
-    if (const std::optional<RankEnv> env = rank_env_from_environment(); env && env->world > 1)
-      fail_usage(fmt::format("{} started this process as rank {} of {}, but --nproc is 1: every "
-                             "rank would train the whole run and store it",
-                             env->launcher, env->rank, env->world),
-                 fmt::format("pass --nproc {} (and --shard) to train one run over the ranks, or "
-                             "start a single process",
-                             env->world));
-  // Several ranks and no launcher around this process: it becomes the launcher.
-  if (c.nproc > 1 && !rank_env_from_environment()) {
-    return launch_local_ranks(c, [&](const RunRecord& crashed) {
-      if (!c.json_path.empty()) write_json_atomically(c.json_path, record_to_json(crashed));
-      if (!o.no_db) Database(c.db_path).write_run_if_new(crashed);
-    });
-  }
-  // With several ranks, rank 0 alone writes; the others say only what goes wrong.
-  const std::optional<RankEnv> rank_env = c.nproc > 1 ? rank_env_from_environment() : std::nullopt;
-  const bool writes = !rank_env || rank_env->rank == 0;
-  if (!writes) set_log_level(LogLevel::kQuiet);
-
-  // --lr auto trains its trials first, each a Trainer of its own (whose construction refuses
-  // bad settings before anything is written); the run's Trainer is built after them, so that
-  // no trial shares the process's memory (or a --memory-cap) with the run's model.
-  // A resumed run trains with the rate its state holds: no search.
-  const bool search_lr = c.lr_auto && c.resume.empty();
-  LrSearchResult search;
-  if (search_lr) {
-    check_lr_search(c);
-    const auto stopped_in_search = [&] {
-      fmt::print(stderr, "stopped during the learning-rate search: no run was recorded\n");
-      return kExitStopped;
-    };
-    try {
-      search = search_learning_rate(c, [&](const LrTrial& t, int64_t i, int64_t n) {
-        if (c.quiet) return;
-        fmt::print(stderr, "lr search {}/{}: lr {:.3g} -> {} after {} steps ({})\n", i, n, t.lr,
-                   t.val_loss ? fmt::format("search-split loss {:.4f}", *t.val_loss)
-                              : "no search-split loss",
-                   t.steps, t.status);
-      });
-    } catch (const Error&) {
-      if (stop_requested()) return stopped_in_search();
-      throw;
-    }
-    if (stop_requested()) return stopped_in_search();
-    if (!c.quiet) fmt::print(stderr, "lr search: training with lr {:.3g}\n", search.best_lr);
-  }
-  Trainer trainer(c);
-  if (search_lr) {
-    trainer.use_learning_rate(search.best_lr);
-    trainer.set_lr_search(search.trials);
-  }
-  if (!writes) {
-    // The other ranks' figures are in rank 0's record; save errors are this rank's own.
-    const RunRecord record = trainer.run(nullptr);
-    if (record.status == RunStatus::kStatusInterrupted) return kExitStopped;
-    // What every rank agreed on (ok, diverged, a timeout) is rank 0's to report; this rank
-    // fails only for what happened to it.
-    const bool own_failure = record.status == RunStatus::kStatusError ||
-                             record.status == RunStatus::kStatusOom ||
-                             record.status == RunStatus::kStatusCrashed;
-    return own_failure ? 1 : 0;
-  }
-  if (!c.quiet && trainer.resumed_state())
-    fmt::print(stderr, "resuming from step {} of {} ({})\n", trainer.resumed_state()->step,
-               trainer.resumed_state()->total_steps, trainer.resumed_state()->dir);
-  // Opened before training so that a bad database path fails now, not after the run.
-  std::unique_ptr<Database> db;
-  if (!o.no_db) db = std::make_unique<Database>(c.db_path);
-  const std::string started_at = utc_now_iso8601();
-  std::unique_ptr<ProgressSink> progress;
-  if (!c.quiet) progress = make_console_progress(stderr, isatty(fileno(stderr)) != 0);
-  RunRecord record = trainer.run(progress.get());
-  // What a result file needs to be merged later, once (gradscope collect).
-  record.attempt_uid = new_attempt_uid();
-  if (!c.sweep.empty()) record.sweep = c.sweep;
-  // A probe stored in the database counts too.
-  if (db && record.env)
-    apply_device_peak(
-        record, db->latest_probe(record.env->host, record.env->device_name, record.env->threads));
-  record.started_at = started_at;
-  record.finished_at = utc_now_iso8601();
-  // The record file first: when the database cannot take the run, the file still holds it
-  // for `gradscope collect`; when the file cannot be written, the database is still tried.
-  // The launcher of the ranks learns that the record exists (it writes a crashed one else).
-  const auto mark_recorded = [] {
-    const char* marker = std::getenv(kRecordMarkerVariable);
-    if (marker && *marker) std::ofstream(marker).put('\n');
+// --lr auto's trials, each a Trainer of its own, printed as they end. Nullopt when a stop
+// signal ended the search (then no run is recorded).
+std::optional<LrSearchResult> search_lr_first(const RunConfig& c) {
+  check_lr_search(c);
+  const auto stopped_in_search = [] {
+    fmt::print(stderr, "stopped during the learning-rate search: no run was recorded\n");
+    return std::nullopt;
   };
+  LrSearchResult search;
+  try {
+    search = search_learning_rate(c, [&](const LrTrial& t, int64_t i, int64_t n) {
+      if (c.quiet) return;
+      fmt::print(stderr, "lr search {}/{}: lr {:.3g} -> {} after {} steps ({})\n", i, n, t.lr,
+                 t.val_loss ? fmt::format("search-split loss {:.4f}", *t.val_loss)
+                            : "no search-split loss",
+                 t.steps, t.status);
+    });
+  } catch (const Error&) {
+    if (stop_requested()) return stopped_in_search();
+    throw;
+  }
+  if (stop_requested()) return stopped_in_search();
+  if (!c.quiet) fmt::print(stderr, "lr search: training with lr {:.3g}\n", search.best_lr);
+  return search;
+}
+
+// A rank other than 0 trains its part and writes nothing: the other ranks' figures are in
+// rank 0's record; save errors are this rank's own.
+int run_silent_rank(Trainer& trainer) {
+  const RunRecord record = trainer.run(nullptr);
+  if (record.status == RunStatus::kStatusInterrupted) return kExitStopped;
+  // What every rank agreed on (ok, diverged, a timeout) is rank 0's to report; this rank
+  // fails only for what happened to it.
+  const bool own_failure = record.status == RunStatus::kStatusError ||
+                           record.status == RunStatus::kStatusOom ||
+                           record.status == RunStatus::kStatusCrashed;
+  return own_failure ? 1 : 0;
+}
+
+// The launcher of the ranks learns that the record exists (it writes a crashed one else).
+void mark_recorded() {
+  const char* marker = std::getenv(kRecordMarkerVariable);
+  if (marker && *marker) std::ofstream(marker).put('\n');
+}
+
+// Writes the record: the record file first, so that when the database cannot take the run,
+// the file still holds it for `gradscope collect`; when the file cannot be written, the
+// database is still tried. Returns the attempt the database stored (0: a collect had stored
+// it already, or no database); an error says where the record is, if anywhere.
+int64_t write_record(const RunConfig& c, Database* db, const RunRecord& record) {
   std::optional<Error> json_failed;
   if (!c.json_path.empty()) {
     try {
@@ -236,6 +197,31 @@ int execute(const RunOptions& o) {
         json_failed->what(),
         fmt::format("the run is stored in the database {} (attempt {})", c.db_path, attempt));
   }
+  return attempt;
+}
+
+// Trains the run as rank 0 or the only process, then writes and summarises its record.
+int train_and_record(const RunConfig& c, const RunOptions& o, Trainer& trainer) {
+  if (!c.quiet && trainer.resumed_state())
+    fmt::print(stderr, "resuming from step {} of {} ({})\n", trainer.resumed_state()->step,
+               trainer.resumed_state()->total_steps, trainer.resumed_state()->dir);
+  // Opened before training so that a bad database path fails now, not after the run.
+  std::unique_ptr<Database> db;
+  if (!o.no_db) db = std::make_unique<Database>(c.db_path);
+  const std::string started_at = utc_now_iso8601();
+  std::unique_ptr<ProgressSink> progress;
+  if (!c.quiet) progress = make_console_progress(stderr, isatty(fileno(stderr)) != 0);
+  RunRecord record = trainer.run(progress.get());
+  // What a result file needs to be merged later, once (gradscope collect).
+  record.attempt_uid = new_attempt_uid();
+  if (!c.sweep.empty()) record.sweep = c.sweep;
+  // A probe stored in the database counts too.
+  if (db && record.env)
+    apply_device_peak(
+        record, db->latest_probe(record.env->host, record.env->device_name, record.env->threads));
+  record.started_at = started_at;
+  record.finished_at = utc_now_iso8601();
+  const int64_t attempt = write_record(c, db.get(), record);
   if (!c.quiet) {
     std::vector<std::pair<std::string, std::string>> where;
     if (db)
@@ -252,6 +238,48 @@ int execute(const RunOptions& o) {
                  "--save-state, a stopped run can be resumed instead)");
   if (record.status == RunStatus::kStatusInterrupted) return kExitStopped;
   return record.ok() ? 0 : 1;
+}
+
+int execute(const RunOptions& o) {
+  RunConfig c = config_of(o);
+  check_usage(!o.no_db || !c.json_path.empty(), "--no-db needs --json: the run would be lost",
+              "add --json FILE (a result file that `gradscope collect` can merge later)");
+  check_run_outputs(c, !o.no_db);
+  if (c.quiet) set_log_level(LogLevel::kQuiet);  // warnings and errors still print
+  // SIGTERM and SIGINT stop the run between steps (saving its state with --save-state), and
+  // the record is still written: exit 75. main() blocked them until now; the handlers stay
+  // until the process ends, so that a signal while it exits changes nothing.
+  const StopSignals stop_signals(StopSignals::Scope::kUntilExit);
+
+  check_not_a_lone_rank(c);
+  // Several ranks and no launcher around this process: it becomes the launcher.
+  if (c.nproc > 1 && !rank_env_from_environment()) {
+    return launch_local_ranks(c, [&](const RunRecord& crashed) {
+      if (!c.json_path.empty()) write_json_atomically(c.json_path, record_to_json(crashed));
+      if (!o.no_db) Database(c.db_path).write_run_if_new(crashed);
+    });
+  }
+  // With several ranks, rank 0 alone writes; the others say only what goes wrong.
+  const std::optional<RankEnv> rank_env = c.nproc > 1 ? rank_env_from_environment() : std::nullopt;
+  const bool writes = !rank_env || rank_env->rank == 0;
+  if (!writes) set_log_level(LogLevel::kQuiet);
+
+  // --lr auto trains its trials first, each a Trainer of its own (whose construction refuses
+  // bad settings before anything is written); the run's Trainer is built after them, so that
+  // no trial shares the process's memory (or a --memory-cap) with the run's model.
+  // A resumed run trains with the rate its state holds: no search.
+  std::optional<LrSearchResult> search;
+  if (c.lr_auto && c.resume.empty()) {
+    search = search_lr_first(c);
+    if (!search) return kExitStopped;
+  }
+  Trainer trainer(c);
+  if (search) {
+    trainer.use_learning_rate(search->best_lr);
+    trainer.set_lr_search(search->trials);
+  }
+  if (!writes) return run_silent_rank(trainer);
+  return train_and_record(c, o, trainer);
 }
 
 void define_run_options(CLI::App* cmd, RunOptions& o) {

@@ -84,8 +84,8 @@ void warn_if_busy() {
       load.cpus);
 }
 
-int execute_sweep(SweepCliOptions& o) {
-  const Sweep sweep = load_sweep(o.file);
+// How the sweep runs here: each flag given overrides the file's [sweep] setting.
+SweepOptions run_options(const SweepCliOptions& o, const Sweep& sweep) {
   SweepOptions run;
   run.db_path =
       !o.db.empty() ? o.db : (!sweep.settings.db.empty() ? sweep.settings.db : "gradscope.db");
@@ -94,11 +94,13 @@ int execute_sweep(SweepCliOptions& o) {
   run.memory_limit_bytes =
       !o.memory_limit.empty() ? parse_bytes(o.memory_limit) : sweep.settings.memory_limit_bytes;
   run.executable = self_executable();
-  const SelfExecutable binary;  // children start from this binary even if it is rebuilt
-  run.executable_fd = binary.get();
   run.log_dir = !o.log_dir.empty() ? o.log_dir : run.db_path + ".logs";
   run.heartbeat_s = o.heartbeat_s;
+  return run;
+}
 
+// The Slurm flags go with --emit slurm alone, and --emit's own with it.
+void check_emit_flags(const SweepCliOptions& o) {
   const bool slurm_flags = o.submit || !o.slurm.partition.empty() || !o.slurm.account.empty() ||
                            !o.slurm.time.empty() || !o.slurm.mem.empty() ||
                            !o.slurm.gpus_per_task.empty() || o.slurm.cpus_per_task != 0;
@@ -106,68 +108,62 @@ int execute_sweep(SweepCliOptions& o) {
               "--submit, --partition, --account, --time, --mem, --gpus-per-task and "
               "--cpus-per-task go with --emit slurm",
               "add --emit slurm --out DIR, or drop them to run the sweep here");
-  if (!o.emit.empty()) {
-    check_usage(o.submit_watch_s >= 0 && o.submit_watch_s <= 3600,
-                "--submit-watch must be between 0 and 3600 seconds");
-    check_usage(o.only.empty(), "--only does not combine with --emit",
-                "a cluster job runs the whole grid; run single runs here with --only");
-    check_usage(o.emit == "slurm", "unknown --emit target '" + o.emit + "'", "valid: slurm");
-    check_usage(!o.out.empty(), "--emit slurm needs --out DIR", "e.g. --out cluster/paper");
-    SlurmSettings slurm = sweep.slurm;
-    for (auto [flag, file] : {std::pair{&o.slurm.partition, &slurm.partition},
-                              {&o.slurm.account, &slurm.account},
-                              {&o.slurm.time, &slurm.time},
-                              {&o.slurm.mem, &slurm.mem},
-                              {&o.slurm.gpus_per_task, &slurm.gpus_per_task}})
-      if (!flag->empty()) *file = *flag;
-    if (o.slurm.cpus_per_task != 0) slurm.cpus_per_task = o.slurm.cpus_per_task;
-    // Every run resolved (a bad one named) before anything is written.
-    const std::vector<PlannedRun> plan = resolve_sweep(sweep, parse_run_arguments);
-    const SlurmEmit emitted =
-        emit_slurm(sweep, plan, o.out, run.executable, slurm, slurm_node_cpus(slurm.partition));
-    for (const SlurmArray& array : emitted.arrays)
-      fmt::print("wrote {}: {} array task{}{}\n", array.script, array.tasks.size(),
-                 array.tasks.size() == 1 ? "" : "s",
-                 array.nproc > 1 ? fmt::format(" of {} ranks each", array.nproc) : "");
-    fmt::print("{}\n", emitted.note);
-    if (o.submit) {
-      submit_slurm(emitted, o.out, o.submit_watch_s, stdout);
-    } else {
-      for (const SlurmArray& array : emitted.arrays)
-        fmt::print("submit: sbatch {}\n", array.script);
-    }
-    fmt::print("then: gradscope collect {} --db {}\n", o.out, run.db_path);
-    return 0;
-  }
+  if (o.emit.empty()) return;
+  check_usage(o.submit_watch_s >= 0 && o.submit_watch_s <= 3600,
+              "--submit-watch must be between 0 and 3600 seconds");
+  check_usage(o.only.empty(), "--only does not combine with --emit",
+              "a cluster job runs the whole grid; run single runs here with --only");
+  check_usage(o.emit == "slurm", "unknown --emit target '" + o.emit + "'", "valid: slurm");
+  check_usage(!o.out.empty(), "--emit slurm needs --out DIR", "e.g. --out cluster/paper");
+}
 
-  // Every run resolved and --only checked before the database is opened: a sweep refused
-  // here creates no database and leaves an existing one as it was.
-  std::vector<PlannedRun> plan = resolve_sweep(sweep, parse_run_arguments);
-  if (!o.only.empty()) {
-    std::vector<PlannedRun> kept;
-    for (const std::string& id : o.only) {
-      const auto it = std::find_if(plan.begin(), plan.end(),
-                                   [&](const PlannedRun& p) { return p.run_id == id; });
-      check_usage(it != plan.end(),
-                  fmt::format("--only {}: no run of {} has that id", terminal_text(id), o.file),
-                  "the ids are in `gradscope sweep FILE --dry-run` and a report's runs.csv");
-      if (std::none_of(kept.begin(), kept.end(),
-                       [&](const PlannedRun& p) { return p.run_id == id; }))
-        kept.push_back(*it);
-    }
-    plan = std::move(kept);
+// --emit slurm: writes the job folder (and submits it with --submit) instead of running.
+int emit_sweep(const SweepCliOptions& o, const Sweep& sweep, const SweepOptions& run) {
+  SlurmSettings slurm = sweep.slurm;
+  for (auto [flag, file] : {std::pair{&o.slurm.partition, &slurm.partition},
+                            {&o.slurm.account, &slurm.account},
+                            {&o.slurm.time, &slurm.time},
+                            {&o.slurm.mem, &slurm.mem},
+                            {&o.slurm.gpus_per_task, &slurm.gpus_per_task}})
+    if (!flag->empty()) *file = *flag;
+  if (o.slurm.cpus_per_task != 0) slurm.cpus_per_task = o.slurm.cpus_per_task;
+  // Every run resolved (a bad one named) before anything is written.
+  const std::vector<PlannedRun> plan = resolve_sweep(sweep, parse_run_arguments);
+  const SlurmEmit emitted =
+      emit_slurm(sweep, plan, o.out, run.executable, slurm, slurm_node_cpus(slurm.partition));
+  for (const SlurmArray& array : emitted.arrays)
+    fmt::print("wrote {}: {} array task{}{}\n", array.script, array.tasks.size(),
+               array.tasks.size() == 1 ? "" : "s",
+               array.nproc > 1 ? fmt::format(" of {} ranks each", array.nproc) : "");
+  fmt::print("{}\n", emitted.note);
+  if (o.submit) {
+    submit_slurm(emitted, o.out, o.submit_watch_s, stdout);
+  } else {
+    for (const SlurmArray& array : emitted.arrays) fmt::print("submit: sbatch {}\n", array.script);
   }
-  // A dry run only reads: the database as it is, or none yet (an empty one in memory).
-  if (o.dry_run) {
-    std::error_code ec;
-    const bool none = !std::filesystem::exists(run.db_path, ec) ||
-                      std::filesystem::file_size(run.db_path, ec) == 0;
-    Database db = none ? Database(":memory:")
-                       : Database(run.db_path, DatabaseAccess::kReadOnly);
-    decide_actions(plan, db, run.log_dir);
-    print_plan(sweep, plan);
-    return 0;
+  fmt::print("then: gradscope collect {} --db {}\n", o.out, run.db_path);
+  return 0;
+}
+
+// --only: the runs of the plan with those ids, each once, in the order given.
+std::vector<PlannedRun> only_runs(const std::vector<PlannedRun>& plan,
+                                  const SweepCliOptions& o) {
+  std::vector<PlannedRun> kept;
+  for (const std::string& id : o.only) {
+    const auto it = std::find_if(plan.begin(), plan.end(),
+                                 [&](const PlannedRun& p) { return p.run_id == id; });
+    check_usage(it != plan.end(),
+                fmt::format("--only {}: no run of {} has that id", terminal_text(id), o.file),
+                "the ids are in `gradscope sweep FILE --dry-run` and a report's runs.csv");
+    if (std::none_of(kept.begin(), kept.end(),
+                     [&](const PlannedRun& p) { return p.run_id == id; }))
+      kept.push_back(*it);
   }
+  return kept;
+}
+
+// Runs the plan here, holding the database's sweep lock, then prints the summary.
+int run_here(const Sweep& sweep, std::vector<PlannedRun>& plan, SweepOptions& run) {
   Database db(run.db_path);
   std::optional<SweepLock> lock;  // held from the plan to the last stored record
   lock.emplace(run.db_path);
@@ -189,6 +185,32 @@ int execute_sweep(SweepCliOptions& o) {
     return kExitStopped;
   }
   return failed == 0 ? 0 : 1;
+}
+
+int execute_sweep(SweepCliOptions& o) {
+  const Sweep sweep = load_sweep(o.file);
+  SweepOptions run = run_options(o, sweep);
+  const SelfExecutable binary;  // children start from this binary even if it is rebuilt
+  run.executable_fd = binary.get();
+  check_emit_flags(o);
+  if (!o.emit.empty()) return emit_sweep(o, sweep, run);
+
+  // Every run resolved and --only checked before the database is opened: a sweep refused
+  // here creates no database and leaves an existing one as it was.
+  std::vector<PlannedRun> plan = resolve_sweep(sweep, parse_run_arguments);
+  if (!o.only.empty()) plan = only_runs(plan, o);
+  // A dry run only reads: the database as it is, or none yet (an empty one in memory).
+  if (o.dry_run) {
+    std::error_code ec;
+    const bool none = !std::filesystem::exists(run.db_path, ec) ||
+                      std::filesystem::file_size(run.db_path, ec) == 0;
+    Database db = none ? Database(":memory:")
+                       : Database(run.db_path, DatabaseAccess::kReadOnly);
+    decide_actions(plan, db, run.log_dir);
+    print_plan(sweep, plan);
+    return 0;
+  }
+  return run_here(sweep, plan, run);
 }
 
 }  // namespace

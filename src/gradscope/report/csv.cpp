@@ -1,5 +1,6 @@
 #include "gradscope/report/csv.h"
 
+#include <functional>
 #include <optional>
 #include <type_traits>
 
@@ -33,112 +34,150 @@ std::string breakdown_cell(const RunRecord& r, std::optional<int64_t> MemoryBrea
   return r.memory ? cell(r.memory->breakdown.*member) : "";
 }
 
+// One row of runs.csv: a run, its group (the configuration it belongs to) and its loss at the
+// curve's last step (loss_at: the loss_last_tenth column).
+struct CsvRun {
+  const Group& group;
+  const ReportRun& run;
+  const RunRecord& r;
+  const RunConfig& c;
+  std::optional<double> tail;
+};
+
+// A column of runs.csv: its header and how a run's cell is written.
+struct CsvColumn {
+  const char* name;
+  std::function<std::string(const CsvRun&)> value;
+};
+
+// Which run, of which configuration, and the settings that define it.
+const std::vector<CsvColumn>& configuration_columns() {
+  static const std::vector<CsvColumn> columns = {
+      {"run_id", [](const CsvRun& x) { return x.r.run_id; }},
+      {"sweep", [](const CsvRun& x) { return x.r.sweep.value_or(""); }},
+      {"configuration", [](const CsvRun& x) { return x.group.label; }},
+      {"model", [](const CsvRun& x) { return x.group.model; }},
+      {"preset", [](const CsvRun& x) { return x.group.preset; }},
+      {"optimizer", [](const CsvRun& x) { return x.group.optimizer; }},
+      {"strategy", [](const CsvRun& x) { return x.group.strategy; }},
+      {"seed", [](const CsvRun& x) { return std::to_string(x.c.seed); }},
+      {"lr", [](const CsvRun& x) { return csv_number(x.c.lr); }},
+      {"batch", [](const CsvRun& x) { return csv_number(static_cast<double>(x.c.batch)); }},
+      {"accum_steps",
+       [](const CsvRun& x) { return csv_number(static_cast<double>(x.c.accum_steps)); }},
+      {"seq_len", [](const CsvRun& x) { return csv_number(static_cast<double>(x.c.seq_len)); }},
+      {"steps", [](const CsvRun& x) { return csv_number(static_cast<double>(x.c.steps)); }},
+      {"dtype", [](const CsvRun& x) { return dtype_name(x.c.dtype); }},
+      {"device", [](const CsvRun& x) { return x.c.device; }},
+      {"nproc", [](const CsvRun& x) { return std::to_string(x.c.nproc); }},
+      {"shard", [](const CsvRun& x) { return shard_name(x.c.shard); }},
+  };
+  return columns;
+}
+
+// How the run ended: its status, losses, accuracy, times and throughput.
+const std::vector<CsvColumn>& outcome_columns() {
+  static const std::vector<CsvColumn> columns = {
+      {"status", [](const CsvRun& x) { return status_name(x.r.status); }},
+      {"final_loss", [](const CsvRun& x) { return cell(x.r.final_loss); }},
+      {"loss_last_tenth", [](const CsvRun& x) { return cell(x.tail); }},
+      {"final_val_loss", [](const CsvRun& x) { return cell(x.r.final_val_loss); }},
+      {"final_accuracy", [](const CsvRun& x) { return cell(x.r.final_accuracy); }},
+      {"step_median_s", [](const CsvRun& x) { return cell(x.r.time, &RunTime::step_median_s); }},
+      {"total_s", [](const CsvRun& x) { return cell(x.r.time, &RunTime::total_s); }},
+      {"comm_s", [](const CsvRun& x) { return cell(x.r.time, &RunTime::comm_s); }},
+      {"samples_per_s",
+       [](const CsvRun& x) { return cell(x.r.throughput, &RunThroughput::samples_per_s); }},
+      {"tokens_per_s",
+       [](const CsvRun& x) { return cell(x.r.throughput, &RunThroughput::tokens_per_s); }},
+  };
+  return columns;
+}
+
+// The peak memory and its parts.
+const std::vector<CsvColumn>& memory_columns() {
+  static const std::vector<CsvColumn> columns = {
+      {"peak_bytes", [](const CsvRun& x) { return cell(x.r.memory, &RunMemory::peak_bytes); }},
+      {"params_bytes",
+       [](const CsvRun& x) { return breakdown_cell(x.r, &MemoryBreakdown::params); }},
+      {"frozen_params_bytes",
+       [](const CsvRun& x) { return breakdown_cell(x.r, &MemoryBreakdown::frozen_params); }},
+      {"grads_bytes", [](const CsvRun& x) { return breakdown_cell(x.r, &MemoryBreakdown::grads); }},
+      {"optimizer_state_bytes",
+       [](const CsvRun& x) { return breakdown_cell(x.r, &MemoryBreakdown::optimizer_state); }},
+      {"activations_bytes",
+       [](const CsvRun& x) { return breakdown_cell(x.r, &MemoryBreakdown::activations); }},
+      {"activations_logits_bytes",
+       [](const CsvRun& x) { return breakdown_cell(x.r, &MemoryBreakdown::logits); }},
+      {"other_bytes", [](const CsvRun& x) { return breakdown_cell(x.r, &MemoryBreakdown::other); }},
+      {"collective_buffers_bytes",
+       [](const CsvRun& x) { return breakdown_cell(x.r, &MemoryBreakdown::collective_buffers); }},
+  };
+  return columns;
+}
+
+// What else was measured: communication, energy, utilization, FLOPs and what competed with
+// the run for the CPUs.
+const std::vector<CsvColumn>& measurement_columns() {
+  static const std::vector<CsvColumn> columns = {
+      {"bytes_sent_per_step",
+       [](const CsvRun& x) -> std::string {
+         const RankFigures* zero = rank_zero_figures(x.r);
+         return zero ? cell(zero->bytes_sent_per_step) : "";
+       }},
+      {"overlapped_share", [](const CsvRun& x) { return cell(mean_overlapped_share(x.r)); }},
+      {"energy_j", [](const CsvRun& x) { return cell(x.r.energy, &RunEnergy::joules); }},
+      {"energy_source",
+       [](const CsvRun& x) -> std::string {
+         return x.r.energy && x.r.energy->source ? *x.r.energy->source : "";
+       }},
+      {"utilization_mean_pct",
+       [](const CsvRun& x) { return cell(x.r.utilization, &RunUtilization::mean_pct); }},
+      {"flops_per_step", [](const CsvRun& x) { return cell(x.r.flops, &RunFlops::per_step); }},
+      {"achieved_flops_per_s",
+       [](const CsvRun& x) { return cell(x.r.flops, &RunFlops::achieved_per_s); }},
+      {"mfu", [](const CsvRun& x) { return cell(x.r.flops, &RunFlops::mfu); }},
+      {"timing_disturbed",
+       [](const CsvRun& x) -> std::string {
+         return x.r.contention ? (x.r.contention->disturbed ? "true" : "false") : "";
+       }},
+      {"involuntary_switches_per_s",
+       [](const CsvRun& x) {
+         return cell(x.r.contention, &RunContention::involuntary_switches_per_s);
+       }},
+      {"steal_pct",
+       [](const CsvRun& x) { return cell(x.r.contention, &RunContention::steal_pct); }},
+      {"competing_tasks_mean",
+       [](const CsvRun& x) { return cell(x.r.contention, &RunContention::competing_tasks_mean); }},
+  };
+  return columns;
+}
+
+// Every column of runs.csv, in order.
+std::vector<const CsvColumn*> runs_columns() {
+  std::vector<const CsvColumn*> out;
+  for (const auto* part :
+       {&configuration_columns(), &outcome_columns(), &memory_columns(), &measurement_columns()})
+    for (const CsvColumn& column : *part) out.push_back(&column);
+  return out;
+}
+
 }  // namespace
 
 std::string runs_csv(const GroupedRuns& data) {
-  std::string csv = csv_row({"run_id",
-                             "sweep",
-                             "configuration",
-                             "model",
-                             "preset",
-                             "optimizer",
-                             "strategy",
-                             "seed",
-                             "lr",
-                             "batch",
-                             "accum_steps",
-                             "seq_len",
-                             "steps",
-                             "dtype",
-                             "device",
-                             "nproc",
-                             "shard",
-                             "status",
-                             "final_loss",
-                             "loss_last_tenth",
-                             "final_val_loss",
-                             "final_accuracy",
-                             "step_median_s",
-                             "total_s",
-                             "comm_s",
-                             "samples_per_s",
-                             "tokens_per_s",
-                             "peak_bytes",
-                             "params_bytes",
-                             "frozen_params_bytes",
-                             "grads_bytes",
-                             "optimizer_state_bytes",
-                             "activations_bytes",
-                             "activations_logits_bytes",
-                             "other_bytes",
-                             "collective_buffers_bytes",
-                             "bytes_sent_per_step",
-                             "overlapped_share",
-                             "energy_j",
-                             "energy_source",
-                             "utilization_mean_pct",
-                             "flops_per_step",
-                             "achieved_flops_per_s",
-                             "mfu",
-                             "timing_disturbed",
-                             "involuntary_switches_per_s",
-                             "steal_pct",
-                             "competing_tasks_mean"});
+  const std::vector<const CsvColumn*> columns = runs_columns();
+  std::vector<std::string> cells;
+  for (const CsvColumn* column : columns) cells.push_back(column->name);
+  std::string csv = csv_row(cells);
   for (const Group& g : data.groups) {
     for (size_t i : g.runs) {
       const ReportRun& run = data.runs[i];
-      const RunRecord& r = run.record;
-      const RunConfig& c = r.config;
       const auto tail = run.curve.empty() ? std::nullopt
                                           : loss_at(run.curve, Axis::kSteps, run.curve.back().step);
-      csv += csv_row({r.run_id,
-                      r.sweep.value_or(""),
-                      g.label,
-                      g.model,
-                      g.preset,
-                      g.optimizer,
-                      g.strategy,
-                      std::to_string(c.seed),
-                      csv_number(c.lr),
-                      csv_number(static_cast<double>(c.batch)),
-                      csv_number(static_cast<double>(c.accum_steps)),
-                      csv_number(static_cast<double>(c.seq_len)),
-                      csv_number(static_cast<double>(c.steps)),
-                      dtype_name(c.dtype),
-                      c.device,
-                      std::to_string(c.nproc),
-                      shard_name(c.shard),
-                      status_name(r.status),
-                      cell(r.final_loss),
-                      cell(tail),
-                      cell(r.final_val_loss),
-                      cell(r.final_accuracy),
-                      cell(r.time, &RunTime::step_median_s),
-                      cell(r.time, &RunTime::total_s),
-                      cell(r.time, &RunTime::comm_s),
-                      cell(r.throughput, &RunThroughput::samples_per_s),
-                      cell(r.throughput, &RunThroughput::tokens_per_s),
-                      cell(r.memory, &RunMemory::peak_bytes),
-                      breakdown_cell(r, &MemoryBreakdown::params),
-                      breakdown_cell(r, &MemoryBreakdown::frozen_params),
-                      breakdown_cell(r, &MemoryBreakdown::grads),
-                      breakdown_cell(r, &MemoryBreakdown::optimizer_state),
-                      breakdown_cell(r, &MemoryBreakdown::activations),
-                      breakdown_cell(r, &MemoryBreakdown::logits),
-                      breakdown_cell(r, &MemoryBreakdown::other),
-                      breakdown_cell(r, &MemoryBreakdown::collective_buffers),
-                      rank_zero_figures(r) ? cell(rank_zero_figures(r)->bytes_sent_per_step) : "",
-                      cell(mean_overlapped_share(r)),
-                      cell(r.energy, &RunEnergy::joules),
-                      r.energy && r.energy->source ? *r.energy->source : "",
-                      cell(r.utilization, &RunUtilization::mean_pct),
-                      cell(r.flops, &RunFlops::per_step),
-                      cell(r.flops, &RunFlops::achieved_per_s),
-                      cell(r.flops, &RunFlops::mfu),
-                      r.contention ? (r.contention->disturbed ? "true" : "false") : "",
-                      cell(r.contention, &RunContention::involuntary_switches_per_s),
-                      cell(r.contention, &RunContention::steal_pct),
-                      cell(r.contention, &RunContention::competing_tasks_mean)});
+      const CsvRun row{g, run, run.record, run.record.config, tail};
+      cells.clear();
+      for (const CsvColumn* column : columns) cells.push_back(column->value(row));
+      csv += csv_row(cells);
     }
   }
   return csv;

@@ -3,7 +3,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -221,27 +220,6 @@ std::string loss_text(const std::optional<double>& v) {
 
 }  // namespace
 
-RunRecord failure_record(const PlannedRun& run, const std::string& sweep, RunStatus status,
-                         const std::string& message, const std::string& log,
-                         const std::string& started_at, double elapsed_s, int64_t threads) {
-  RunRecord r;
-  r.run_id = run.run_id;
-  r.attempt_uid = new_attempt_uid();
-  r.sweep = sweep;
-  r.config = run.resolved.config;
-  if (threads > 0) r.config.threads = static_cast<int>(threads);
-  r.arch = run.resolved.arch;
-  r.status = status;
-  r.failure = RunFailure{std::nullopt, std::nullopt, message};
-  RunTime time;
-  time.wall_s = elapsed_s;
-  r.time = time;
-  r.log = log;
-  r.started_at = started_at;
-  r.finished_at = utc_now_iso8601();
-  return r;
-}
-
 std::string run_state_folder(const std::string& log_dir, const std::string& run_id) {
   return (fs::path(log_dir) / (run_id + ".state")).string();
 }
@@ -290,28 +268,6 @@ void decide_actions(std::vector<PlannedRun>& plan, Database& db, const std::stri
   }
 }
 
-std::optional<RunRecord> read_result_file(const std::string& path, std::string* why) {
-  const auto refuse = [why](const std::string& reason) -> std::optional<RunRecord> {
-    if (why) *why = reason;
-    return std::nullopt;
-  };
-  try {
-    const std::string text = read_input_file(path, "result file", kMaxRecordBytes);
-    std::optional<nlohmann::json> j = try_parse_json(text, why);
-    if (!j) return std::nullopt;
-    // A parser keeps one of two equal keys: a record with a repeated key is ambiguous.
-    const std::string repeated = repeated_key_problem(text);
-    if (!repeated.empty()) return refuse(repeated);
-    RunRecord record = record_from_json(*j);
-    if (record.attempt_uid.empty()) return refuse("it has no attempt_uid");
-    return record;
-  } catch (const Error& e) {
-    return refuse(e.what());
-  } catch (const std::exception& e) {  // a record that breaks an assumption of the reader
-    return refuse(std::string("it does not follow the run record: ") + e.what());
-  }
-}
-
 namespace {
 
 // The run record a child left in its result file, when it is one of this run.
@@ -325,319 +281,337 @@ std::optional<RunRecord> finished_record(const std::string& path, const std::str
 
 }  // namespace
 
-SweepLock::SweepLock(const std::string& db_path) {
-  // Beside the file the path resolves to, so that two spellings of one database (a
-  // symbolic link, a relative path) take one lock. Not through a link at the lock's own
-  // name: the holder's note is written into the file.
-  std::error_code ec;
-  const fs::path real = fs::weakly_canonical(db_path, ec);
-  const std::string path = (ec ? fs::path(db_path) : real).string() + ".sweep-lock";
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
-  if (fd_ < 0)
-    fail_usage(fmt::format("cannot open the sweep lock {}: {}", path, std::strerror(errno)),
-               "the database's folder must be writable");
-  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-    const int error = errno;
-    char holder[256] = {};
-    const ssize_t n = ::pread(fd_, holder, sizeof(holder) - 1, 0);
-    std::string who = n > 0 ? std::string(holder, static_cast<size_t>(n)) : "";
-    while (!who.empty() && (who.back() == '\n' || who.back() == ' ')) who.pop_back();
-    ::close(fd_);
-    fd_ = -1;
-    if (error != EWOULDBLOCK)
-      fail_usage(fmt::format("cannot lock {}: {}", path, std::strerror(error)),
-                 "the database's file system must support flock");
-    fail_usage(fmt::format("another sweep is running on {}{}", db_path,
-                           who.empty() ? "" : " (" + who + ")"),
-               "one sweep at a time per database, and a sweep's runs hold its lock until they "
-               "end (a killed sweep's runs save their state and stop): wait for them, or pass "
-               "another --db (`gradscope sweep --dry-run` shows the plan meanwhile)");
+namespace {
+
+// One sweep's execution: the queue of pending runs, the children running (each in one of
+// `jobs` places, each place a GPU where the runs use CUDA) and the tallies that its progress
+// lines print.
+class SweepExecution {
+ public:
+  SweepExecution(const Sweep& sweep, std::vector<PlannedRun>& plan, Database& db,
+                 const SweepOptions& o);
+  // Runs the queue to its end, or until a stop signal has stopped the running children.
+  void run();
+  int64_t failed() const { return static_cast<int64_t>(failed_); }
+  // The runs the stop left for the next sweep: recorded interrupted, or kept from starting.
+  int64_t left_interrupted() const {
+    return left_interrupted_ + (stopping_ ? static_cast<int64_t>(queue_.size()) : 0);
   }
-  char host[256] = {};
-  if (::gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
-  const std::string holder =
-      fmt::format("pid {} on {}, since {}\n", getpid(), host, utc_now_iso8601());
-  if (::ftruncate(fd_, 0) == 0) {
-    const ssize_t written = ::pwrite(fd_, holder.data(), holder.size(), 0);
-    (void)written;  // the note is for people; the lock is what counts
-  }
-}
 
-SweepLock::~SweepLock() {
-  if (fd_ >= 0) ::close(fd_);  // releases the lock
-}
+ private:
+  void print_header() const;
+  bool confirm_resume(const PlannedRun& run, const Attempt& a, int64_t& run_threads) const;
+  std::vector<std::string> child_args(const PlannedRun& run, Attempt& a, int64_t run_threads,
+                                      bool resume) const;
+  void launch(size_t index);
+  RunStatus settle(const Attempt& a, int wait_status, double elapsed, std::string& detail);
+  RunStatus failure_without_record(const Attempt& a, int wait_status, double elapsed,
+                                   std::string& message) const;
+  void reap(Attempt& a, int wait_status);
+  void begin_stop();
+  void watch_running();
 
-SelfExecutable::SelfExecutable() { fd_ = ::open("/proc/self/exe", O_RDONLY | O_CLOEXEC); }
-
-SelfExecutable::~SelfExecutable() {
-  if (fd_ >= 0) ::close(fd_);
-}
-
-std::string free_attempt_stem(const std::string& log_dir, const std::string& run_id, int& counter) {
-  while (true) {
-    const std::string stem = fmt::format("{}-{}", run_id, ++counter);
-    std::error_code ec;
-    if (fs::exists(fs::path(log_dir) / (stem + ".json"), ec)) continue;
-    // The log is claimed by creating it, so that two sweeps sharing a log folder (on two
-    // databases) never take one name; the child's output is then written into it.
-    const std::string log = (fs::path(log_dir) / (stem + ".log")).string();
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd >= 0) {
-      ::close(fd);
-      return stem;
-    }
-    if (errno != EEXIST)
-      fail_runtime(fmt::format("cannot write the run log {}: {}", log, std::strerror(errno)),
-                   "check that the log folder is writable");
-  }
-}
-
-int64_t run_sweep(const Sweep& sweep, std::vector<PlannedRun>& plan, Database& db,
-                  const SweepOptions& o, int64_t* interrupted) {
-  FILE* out = o.out;
-  fs::create_directories(o.log_dir);
+  const Sweep& sweep_;
+  std::vector<PlannedRun>& plan_;
+  Database& db_;
+  const SweepOptions& o_;
+  FILE* out_;
   // SIGTERM and SIGINT stop the sweep: its children are stopped and recorded, none starts.
-  const StopSignals stop_signals;
-  bool stopping = false;
-  std::chrono::steady_clock::time_point stop_started;
-  int64_t left_interrupted = 0;
+  const StopSignals stop_signals_;
+  bool stopping_ = false;
+  std::chrono::steady_clock::time_point stop_started_;
+  int64_t left_interrupted_ = 0;
+  bool cuda_ = false;  // the runs use CUDA: one GPU each
+  int gpus_ = 0;
+  int64_t jobs_ = 1;
+  int64_t threads_ = 1;  // --threads of each child that sets none itself
+  std::deque<size_t> queue_;
+  size_t total_ = 0, finished_ = 0, failed_ = 0;
+  double finished_seconds_ = 0;
+  std::map<pid_t, Attempt> active_;
+  std::vector<bool> slot_busy_;
+  int attempt_counter_ = 0;
+};
 
+SweepExecution::SweepExecution(const Sweep& sweep, std::vector<PlannedRun>& plan, Database& db,
+                               const SweepOptions& o)
+    : sweep_(sweep), plan_(plan), db_(db), o_(o), out_(o.out) {
   // CUDA runs get one GPU each: as many places as GPUs, each child sees its own.
-  const bool cuda = std::any_of(plan.begin(), plan.end(), [](const PlannedRun& p) {
+  cuda_ = std::any_of(plan.begin(), plan.end(), [](const PlannedRun& p) {
     return p.pending() && p.resolved.config.device.rfind("cuda", 0) == 0;
   });
-  int64_t jobs = std::max<int64_t>(1, o.jobs);
-  const int gpus = cuda ? visible_gpus() : 0;
-  if (cuda && gpus > 0) jobs = std::min<int64_t>(jobs, gpus);
+  jobs_ = std::max<int64_t>(1, o.jobs);
+  gpus_ = cuda_ ? visible_gpus() : 0;
+  if (cuda_ && gpus_ > 0) jobs_ = std::min<int64_t>(jobs_, gpus_);
   // CPU threads split between the children, unless a run sets its own: the threads a run here
   // would take by default (LibTorch's: OMP_NUM_THREADS, else the machine's cores).
   const int64_t cores = std::max(1, at::get_num_threads());
-  const int64_t threads = std::max<int64_t>(1, cores / jobs);
+  threads_ = std::max<int64_t>(1, cores / jobs_);
 
-  std::deque<size_t> queue;
   for (size_t i = 0; i < plan.size(); ++i)
-    if (plan[i].pending()) queue.push_back(i);
-  const size_t total = queue.size();
-  size_t finished = 0, failed = 0;
+    if (plan[i].pending()) queue_.push_back(i);
+  total_ = queue_.size();
   for (PlannedRun& run : plan)  // the plan was made before; a state may have gone since
     if (run.action == "resume" && !state_kept(o.log_dir, run.run_id, run.resolved.config.nproc))
       run.action = decide(run.previous, false);
-  double finished_seconds = 0;
+  slot_busy_.assign(static_cast<size_t>(jobs_), false);
+  print_header();
+}
+
+void SweepExecution::print_header() const {
   fmt::print(
-      out,
+      out_,
       "sweep {}: {} runs, {} to run, {} done, {} given up; {} at a time, {} "
       "thread{} each\n",
-      sweep.name, plan.size(), total,
-      std::count_if(plan.begin(), plan.end(), [](auto& p) { return p.action == "done"; }),
-      std::count_if(plan.begin(), plan.end(), [](auto& p) { return p.action == "given up"; }), jobs,
-      threads, threads == 1 ? "" : "s");
-  std::fflush(out);
+      sweep_.name, plan_.size(), total_,
+      std::count_if(plan_.begin(), plan_.end(), [](auto& p) { return p.action == "done"; }),
+      std::count_if(plan_.begin(), plan_.end(), [](auto& p) { return p.action == "given up"; }),
+      jobs_, threads_, threads_ == 1 ? "" : "s");
+  std::fflush(out_);
+}
 
-  std::map<pid_t, Attempt> active;
-  std::vector<bool> slot_busy(static_cast<size_t>(jobs), false);
-  int attempt_counter = 0;
+// Whether a run to resume can be: with ranks, every rank's part of its state must be there,
+// of this build and run, at one step. A resumed run continues with the threads its state was
+// saved with (a setting of how it is measured, which a resume must keep), into `run_threads`.
+bool SweepExecution::confirm_resume(const PlannedRun& run, const Attempt& a,
+                                    int64_t& run_threads) const {
+  std::string why;
+  const std::optional<TrainStateInfo> info =
+      resumable_state(a.state, run.resolved.config.nproc, run.run_id, &why);
+  if (!info) {
+    fmt::print(out_, "{}: its training state cannot be resumed ({}); starting it again\n",
+               run.label, terminal_text(why.empty() ? "it is gone" : why));
+    return false;
+  }
+  const nlohmann::json saved = info->config.value("threads", nlohmann::json(nullptr));
+  if (saved.is_number_integer() && saved.get<int64_t>() > 0) run_threads = saved.get<int64_t>();
+  return true;
+}
 
-  const auto launch = [&](size_t index) {
-    PlannedRun& run = plan[index];
-    Attempt a;
-    a.index = index;
-    a.slot =
-        static_cast<int>(std::find(slot_busy.begin(), slot_busy.end(), false) - slot_busy.begin());
-    slot_busy[static_cast<size_t>(a.slot)] = true;
-    const std::string stem = free_attempt_stem(o.log_dir, run.run_id, attempt_counter);
-    a.log = (fs::path(o.log_dir) / (stem + ".log")).string();
-    a.result = (fs::path(o.log_dir) / (stem + ".json")).string();
-    a.state = run_state_folder(o.log_dir, run.run_id);
-    // A resumed run continues with the threads its state was saved with (a setting of how it
-    // is measured, which a resume must keep); a damaged state is dropped and the run starts
-    // again.
-    int64_t run_threads = threads;
-    bool resume = run.action == "resume";
-    if (resume) {
-      // With ranks, every rank's part must be there, of this build and run, at one step.
-      std::string why;
-      const std::optional<TrainStateInfo> info =
-          resumable_state(a.state, run.resolved.config.nproc, run.run_id, &why);
-      if (info) {
-        const nlohmann::json saved = info->config.value("threads", nlohmann::json(nullptr));
-        if (saved.is_number_integer() && saved.get<int64_t>() > 0)
-          run_threads = saved.get<int64_t>();
-      } else {
-        fmt::print(out, "{}: its training state cannot be resumed ({}); starting it again\n",
-                   run.label, terminal_text(why.empty() ? "it is gone" : why));
-        resume = false;
-      }
-    }
-    if (!resume) remove_train_state(a.state);  // a state of an earlier attempt
-    std::vector<std::string> args = {"run"};
-    if (!run.spec.values.count("threads")) {
-      args.push_back("--threads");
-      args.push_back(std::to_string(run_threads));
-      a.threads = run_threads;
-    }
-    const auto spec_args = run.spec.args();
-    args.insert(args.end(), spec_args.begin(), spec_args.end());
-    for (const std::string& extra :
-         {std::string("--db"), o.db_path, std::string("--sweep"), sweep.name, std::string("--json"),
-          a.result, std::string("--save-state"), a.state})
-      args.push_back(extra);
-    if (resume) {
-      args.push_back("--resume");
-      args.push_back(a.state);
-    }
-    std::vector<std::string> env;
-    if (cuda && gpus > 0) env.push_back(fmt::format("CUDA_VISIBLE_DEVICES={}", a.slot));
-    a.stored_before = static_cast<int64_t>(db.statuses_of(run.run_id).size());
-    a.started = std::chrono::steady_clock::now();
-    a.started_at = utc_now_iso8601();
-    a.child = std::make_unique<Child>(o.executable, o.executable_fd, args, env, a.log,
-                                      o.memory_limit_bytes, o.lock_fd);
-    fmt::print(out, "[{}/{}] {} ({}{}) started, pid {}, log {}\n", finished + active.size() + 1,
-               total, run.label, run.run_id,
-               resume                  ? ", resumed"
-               : run.action == "retry" ? ", retry"
-                                       : "",
-               a.child->pid(), a.log);
-    std::fflush(out);
-    active.emplace(a.child->pid(), std::move(a));
-  };
+// The child's `gradscope run` arguments: the run's own, what the sweep decides (threads
+// unless the run sets them, the database, the result file, the state folder), a resume.
+std::vector<std::string> SweepExecution::child_args(const PlannedRun& run, Attempt& a,
+                                                    int64_t run_threads, bool resume) const {
+  std::vector<std::string> args = {"run"};
+  if (!run.spec.values.count("threads")) {
+    args.push_back("--threads");
+    args.push_back(std::to_string(run_threads));
+    a.threads = run_threads;
+  }
+  const auto spec_args = run.spec.args();
+  args.insert(args.end(), spec_args.begin(), spec_args.end());
+  for (const std::string& extra :
+       {std::string("--db"), o_.db_path, std::string("--sweep"), sweep_.name,
+        std::string("--json"), a.result, std::string("--save-state"), a.state})
+    args.push_back(extra);
+  if (resume) {
+    args.push_back("--resume");
+    args.push_back(a.state);
+  }
+  return args;
+}
 
-  const auto reap = [&](Attempt& a, int wait_status) {
-    PlannedRun& run = plan[a.index];
-    slot_busy[static_cast<size_t>(a.slot)] = false;
+void SweepExecution::launch(size_t index) {
+  PlannedRun& run = plan_[index];
+  Attempt a;
+  a.index = index;
+  a.slot =
+      static_cast<int>(std::find(slot_busy_.begin(), slot_busy_.end(), false) - slot_busy_.begin());
+  slot_busy_[static_cast<size_t>(a.slot)] = true;
+  const std::string stem = free_attempt_stem(o_.log_dir, run.run_id, attempt_counter_);
+  a.log = (fs::path(o_.log_dir) / (stem + ".log")).string();
+  a.result = (fs::path(o_.log_dir) / (stem + ".json")).string();
+  a.state = run_state_folder(o_.log_dir, run.run_id);
+  // A damaged state is dropped and the run starts again.
+  int64_t run_threads = threads_;
+  bool resume = run.action == "resume";
+  if (resume) resume = confirm_resume(run, a, run_threads);
+  if (!resume) remove_train_state(a.state);  // a state of an earlier attempt
+  const std::vector<std::string> args = child_args(run, a, run_threads, resume);
+  std::vector<std::string> env;
+  if (cuda_ && gpus_ > 0) env.push_back(fmt::format("CUDA_VISIBLE_DEVICES={}", a.slot));
+  a.stored_before = static_cast<int64_t>(db_.statuses_of(run.run_id).size());
+  a.started = std::chrono::steady_clock::now();
+  a.started_at = utc_now_iso8601();
+  a.child = std::make_unique<Child>(o_.executable, o_.executable_fd, args, env, a.log,
+                                    o_.memory_limit_bytes, o_.lock_fd);
+  fmt::print(out_, "[{}/{}] {} ({}{}) started, pid {}, log {}\n", finished_ + active_.size() + 1,
+             total_, run.label, run.run_id,
+             resume                  ? ", resumed"
+             : run.action == "retry" ? ", retry"
+                                     : "",
+             a.child->pid(), a.log);
+  std::fflush(out_);
+  active_.emplace(a.child->pid(), std::move(a));
+}
+
+// The status of an attempt that has ended, and a line on it (`detail`): from the record it
+// left, else from the database, else from how it ended (then recorded here).
+RunStatus SweepExecution::settle(const Attempt& a, int wait_status, double elapsed,
+                                 std::string& detail) {
+  const PlannedRun& run = plan_[a.index];
+  if (std::optional<RunRecord> left = finished_record(a.result, run.run_id)) {
+    // The child finished and wrote its record file first. It stored the record too, or
+    // could not (the database was locked or refused it): then it is stored from the file.
+    // Its attempt_uid says which, whatever else reached the database meanwhile.
+    db_.write_run_if_new(*left);
+    detail = left->failure ? left->failure->message
+                           : fmt::format("loss {}", loss_text(left->final_loss));
+    return left->status;
+  }
+  if (static_cast<int64_t>(db_.statuses_of(run.run_id).size()) > a.stored_before) {
+    // No record file but a new attempt stored (a child without --json support, or its
+    // file removed): take the status from the database.
+    const std::optional<RunRecord> record = db_.latest_record(run.run_id);
+    if (!record) return RunStatus::kStatusError;
+    detail = record->failure ? record->failure->message
+                             : fmt::format("loss {}", loss_text(record->final_loss));
+    return record->status;
+  }
+  const RunStatus status = failure_without_record(a, wait_status, elapsed, detail);
+  db_.write_run(failure_record(run, sweep_.name, status, detail, a.log, a.started_at, elapsed,
+                               a.threads));
+  return status;
+}
+
+// How an attempt that left no record ended: past its run_timeout, stopped, killed, or exited
+// with an error (out of memory where its log says so).
+RunStatus SweepExecution::failure_without_record(const Attempt& a, int wait_status,
+                                                 double elapsed, std::string& message) const {
+  const int code = WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : -1;
+  if (a.timed_out) {
+    message = fmt::format("stopped after {:.0f} s (run_timeout)", elapsed);
+    return RunStatus::kStatusTimeout;
+  }
+  if ((stopping_ && WIFSIGNALED(wait_status)) || code == kExitStopped) {
+    // Stopped before its training began (exit 75 without a record), or with the sweep and
+    // killed before it could record itself (its state, if it saved one, is whole).
+    message = WIFSIGNALED(wait_status)
+                  ? fmt::format("stopped with the sweep: killed by {}",
+                                signal_name(WTERMSIG(wait_status)))
+                  : fmt::format("stopped before its training began (exit code {})", code);
+    return RunStatus::kStatusInterrupted;
+  }
+  const std::string tail = file_tail(a.log);
+  if (WIFSIGNALED(wait_status)) {
+    message = fmt::format("killed by {}", signal_name(WTERMSIG(wait_status)));
+    return o_.memory_limit_bytes > 0 && looks_like_oom(tail) ? RunStatus::kStatusOom
+                                                             : RunStatus::kStatusCrashed;
+  }
+  message = fmt::format("exit code {}: {}", code, failure_message(a.log));
+  return looks_like_oom(tail) ? RunStatus::kStatusOom
+         : code == 2          ? RunStatus::kStatusError
+                              : RunStatus::kStatusCrashed;
+}
+
+// An attempt has ended: its status settled, the run's next action decided (retried at once,
+// left for the next sweep, or done), and its progress line printed.
+void SweepExecution::reap(Attempt& a, int wait_status) {
+  PlannedRun& run = plan_[a.index];
+  slot_busy_[static_cast<size_t>(a.slot)] = false;
+  const double elapsed = seconds_since(a.started);
+  std::string detail;
+  const RunStatus status = settle(a, wait_status, elapsed, detail);
+  std::error_code ec;
+  fs::remove(a.result, ec);
+  const bool stopped = status == RunStatus::kStatusInterrupted;
+  // Kept for the next sweep to resume from; of no use once the run has any other status.
+  if (!stopped) remove_train_state(a.state);
+  run.previous.push_back(status);
+  run.action = decide(run.previous, state_kept(o_.log_dir, run.run_id, run.resolved.config.nproc));
+  // An interrupted run was asked to stop: the next sweep resumes it, this one does not.
+  const bool retry = run.pending() && !stopped;
+  if (stopped) {
+    ++left_interrupted_;
+  } else if (retry) {
+    queue_.push_front(a.index);
+  } else {
+    ++finished_;
+    finished_seconds_ += elapsed;
+    if (!is_final_status(status)) ++failed_;
+  }
+  const size_t left = queue_.size() + active_.size();  // `a` has left `active_` already
+  const double eta = finished_ > 0 ? finished_seconds_ / static_cast<double>(finished_) *
+                                         static_cast<double>(left) / static_cast<double>(jobs_)
+                                   : 0.0;
+  const char* next = retry                    ? ", will retry once"
+                     : !stopped               ? ""
+                     : run.action == "resume" ? ", the next sweep resumes it"
+                                              : ", the next sweep starts it again";
+  fmt::print(out_, "[{}/{}] {}: {} in {} ({}){}; done {}, failed {}, left {}{}\n", finished_,
+             total_, run.label, status_name(status), format_duration(elapsed),
+             terminal_text(detail), next, finished_ - failed_, failed_, left,
+             finished_ > 0 && left > 0 && !stopping_ ? ", eta " + format_duration(eta) : "");
+  std::fflush(out_);
+}
+
+// A stop signal came: the running children are asked to save and stop, none starts.
+void SweepExecution::begin_stop() {
+  stopping_ = true;
+  stop_started_ = std::chrono::steady_clock::now();
+  fmt::print(out_,
+             "stopping: {} running run{} asked to save and stop (up to {}), {} not "
+             "started\n",
+             active_.size(), active_.size() == 1 ? "" : "s", format_duration(o_.stop_grace_s),
+             queue_.size());
+  std::fflush(out_);
+  for (const auto& [child_pid, a] : active_) kill(child_pid, SIGTERM);
+}
+
+// The running children: one past its run_timeout is killed, a long one reports its last step.
+void SweepExecution::watch_running() {
+  for (auto& [child_pid, a] : active_) {
     const double elapsed = seconds_since(a.started);
-    RunStatus status = RunStatus::kStatusError;
-    std::string detail;
-    if (std::optional<RunRecord> left = finished_record(a.result, run.run_id)) {
-      // The child finished and wrote its record file first. It stored the record too, or
-      // could not (the database was locked or refused it): then it is stored from the file.
-      // Its attempt_uid says which, whatever else reached the database meanwhile.
-      db.write_run_if_new(*left);
-      status = left->status;
-      detail = left->failure ? left->failure->message
-                             : fmt::format("loss {}", loss_text(left->final_loss));
-    } else if (static_cast<int64_t>(db.statuses_of(run.run_id).size()) > a.stored_before) {
-      // No record file but a new attempt stored (a child without --json support, or its
-      // file removed): take the status from the database.
-      const std::optional<RunRecord> record = db.latest_record(run.run_id);
-      if (record) {
-        status = record->status;
-        detail = record->failure ? record->failure->message
-                                 : fmt::format("loss {}", loss_text(record->final_loss));
-      }
-    } else {
-      std::string message;
-      const int code = WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : -1;
-      if (a.timed_out) {
-        status = RunStatus::kStatusTimeout;
-        message = fmt::format("stopped after {:.0f} s (run_timeout)", elapsed);
-      } else if ((stopping && WIFSIGNALED(wait_status)) || code == kExitStopped) {
-        // Stopped before its training began (exit 75 without a record), or with the sweep and
-        // killed before it could record itself (its state, if it saved one, is whole).
-        status = RunStatus::kStatusInterrupted;
-        message = WIFSIGNALED(wait_status)
-                      ? fmt::format("stopped with the sweep: killed by {}",
-                                    signal_name(WTERMSIG(wait_status)))
-                      : fmt::format("stopped before its training began (exit code {})", code);
-      } else if (WIFSIGNALED(wait_status)) {
-        const std::string tail = file_tail(a.log);
-        status = o.memory_limit_bytes > 0 && looks_like_oom(tail) ? RunStatus::kStatusOom
-                                                                  : RunStatus::kStatusCrashed;
-        message = fmt::format("killed by {}", signal_name(WTERMSIG(wait_status)));
-      } else {
-        const std::string tail = file_tail(a.log);
-        status = looks_like_oom(tail) ? RunStatus::kStatusOom
-                 : code == 2          ? RunStatus::kStatusError
-                                      : RunStatus::kStatusCrashed;
-        message = fmt::format("exit code {}: {}", code, failure_message(a.log));
-      }
-      db.write_run(failure_record(run, sweep.name, status, message, a.log, a.started_at, elapsed,
-                                  a.threads));
-      detail = message;
+    if (o_.run_timeout_s > 0 && elapsed > o_.run_timeout_s && !a.timed_out) {
+      a.timed_out = true;
+      kill(child_pid, SIGKILL);
     }
-    std::error_code ec;
-    fs::remove(a.result, ec);
-    const bool stopped = status == RunStatus::kStatusInterrupted;
-    // Kept for the next sweep to resume from; of no use once the run has any other status.
-    if (!stopped) remove_train_state(a.state);
-    run.previous.push_back(status);
-    run.action = decide(run.previous, state_kept(o.log_dir, run.run_id, run.resolved.config.nproc));
-    // An interrupted run was asked to stop: the next sweep resumes it, this one does not.
-    const bool retry = run.pending() && !stopped;
-    if (stopped) {
-      ++left_interrupted;
-    } else if (retry) {
-      queue.push_front(a.index);
-    } else {
-      ++finished;
-      finished_seconds += elapsed;
-      if (!is_final_status(status)) ++failed;
+    if (o_.heartbeat_s > 0 && elapsed - a.last_heartbeat_s >= o_.heartbeat_s) {
+      a.last_heartbeat_s = elapsed;
+      const std::string step = last_line_with(file_tail(a.log), "step ");
+      fmt::print(out_, "  ... {}: {} running{}\n", plan_[a.index].label, format_duration(elapsed),
+                 step.empty() ? "" : ", " + step);
+      std::fflush(out_);
     }
-    const size_t left = queue.size() + active.size();  // `a` has left `active` already
-    const double eta = finished > 0 ? finished_seconds / static_cast<double>(finished) *
-                                          static_cast<double>(left) / static_cast<double>(jobs)
-                                    : 0.0;
-    const char* next = retry                    ? ", will retry once"
-                       : !stopped               ? ""
-                       : run.action == "resume" ? ", the next sweep resumes it"
-                                                : ", the next sweep starts it again";
-    fmt::print(out, "[{}/{}] {}: {} in {} ({}){}; done {}, failed {}, left {}{}\n", finished, total,
-               run.label, status_name(status), format_duration(elapsed), terminal_text(detail),
-               next, finished - failed, failed, left,
-               finished > 0 && left > 0 && !stopping ? ", eta " + format_duration(eta) : "");
-    std::fflush(out);
-  };
+  }
+}
 
-  while ((!queue.empty() && !stopping) || !active.empty()) {
-    if (stop_requested() && !stopping) {
-      stopping = true;
-      stop_started = std::chrono::steady_clock::now();
-      fmt::print(out,
-                 "stopping: {} running run{} asked to save and stop (up to {}), {} not "
-                 "started\n",
-                 active.size(), active.size() == 1 ? "" : "s", format_duration(o.stop_grace_s),
-                 queue.size());
-      std::fflush(out);
-      for (const auto& [child_pid, a] : active) kill(child_pid, SIGTERM);
-    }
-    if (stopping && seconds_since(stop_started) > o.stop_grace_s)
-      for (auto& [child_pid, a] : active) kill(child_pid, SIGKILL);
-    while (!stopping && !queue.empty() && static_cast<int64_t>(active.size()) < jobs) {
-      const size_t next = queue.front();
-      queue.pop_front();
+void SweepExecution::run() {
+  while ((!queue_.empty() && !stopping_) || !active_.empty()) {
+    if (stop_requested() && !stopping_) begin_stop();
+    if (stopping_ && seconds_since(stop_started_) > o_.stop_grace_s)
+      for (auto& [child_pid, a] : active_) kill(child_pid, SIGKILL);
+    while (!stopping_ && !queue_.empty() && static_cast<int64_t>(active_.size()) < jobs_) {
+      const size_t next = queue_.front();
+      queue_.pop_front();
       launch(next);
     }
     int wait_status = 0;
     const pid_t pid = waitpid(-1, &wait_status, WNOHANG);
     if (pid > 0) {
-      auto it = active.find(pid);
-      if (it != active.end()) {
+      auto it = active_.find(pid);
+      if (it != active_.end()) {
         Attempt attempt = std::move(it->second);
-        active.erase(it);
+        active_.erase(it);
         reap(attempt, wait_status);
       }
       continue;
     }
-    for (auto& [child_pid, a] : active) {
-      const double elapsed = seconds_since(a.started);
-      if (o.run_timeout_s > 0 && elapsed > o.run_timeout_s && !a.timed_out) {
-        a.timed_out = true;
-        kill(child_pid, SIGKILL);
-      }
-      if (o.heartbeat_s > 0 && elapsed - a.last_heartbeat_s >= o.heartbeat_s) {
-        a.last_heartbeat_s = elapsed;
-        const std::string step = last_line_with(file_tail(a.log), "step ");
-        fmt::print(out, "  ... {}: {} running{}\n", plan[a.index].label, format_duration(elapsed),
-                   step.empty() ? "" : ", " + step);
-        std::fflush(out);
-      }
-    }
+    watch_running();
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+}
+
+}  // namespace
+
+int64_t run_sweep(const Sweep& sweep, std::vector<PlannedRun>& plan, Database& db,
+                  const SweepOptions& o, int64_t* interrupted) {
+  fs::create_directories(o.log_dir);
+  SweepExecution execution(sweep, plan, db, o);
+  execution.run();
   // Runs the stop kept from starting (or from their retry) are left for the next sweep too.
-  if (stopping) left_interrupted += static_cast<int64_t>(queue.size());
-  if (interrupted) *interrupted = left_interrupted;
-  return static_cast<int64_t>(failed);
+  if (interrupted) *interrupted = execution.left_interrupted();
+  return execution.failed();
 }
 
 std::string sweep_summary(const std::vector<PlannedRun>& plan, Database& db) {

@@ -1,20 +1,14 @@
 #include "gradscope/sweep/slurm.h"
 
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
-#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
-#include <thread>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -78,33 +72,6 @@ std::optional<int64_t> env_count(const char* name) {
                      "Slurm sets it to a non-negative integer; unset it outside a job");
 }
 
-// A command's output as lines, trailing white space (and carriage returns) removed.
-std::vector<std::string> text_lines(const std::string& text) {
-  std::vector<std::string> lines;
-  size_t start = 0;
-  while (start < text.size()) {
-    size_t end = text.find('\n', start);
-    if (end == std::string::npos) end = text.size();
-    std::string line = text.substr(start, end - start);
-    while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
-    lines.push_back(std::move(line));
-    start = end + 1;
-  }
-  return lines;
-}
-
-// The first line of a command's output that says something.
-std::string output_line(const std::string& text) {
-  for (const std::string& line : text_lines(text))
-    if (!line.empty()) return line.substr(0, 500);
-  return "(no output)";
-}
-
-std::string lower_text(std::string text) {
-  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return text;
-}
-
 std::string script_text(const Sweep& sweep, const std::string& root, const std::string& exe,
                         const SlurmArray& array, const std::string& directives) {
   const std::string ranks =
@@ -142,105 +109,23 @@ TASK="${{SLURM_ARRAY_TASK_ID:?set SLURM_ARRAY_TASK_ID (sbatch does)}}"
   // clang-format on
 }
 
-}  // namespace
-
-CommandOutput run_command(const std::vector<std::string>& argv, double timeout_s) {
-  CommandOutput result;
-  if (argv.empty()) return result;
-  int out_fds[2], err_fds[2];
-  if (pipe2(out_fds, O_CLOEXEC) != 0) return result;
-  if (pipe2(err_fds, O_CLOEXEC) != 0) {
-    close(out_fds[0]);
-    close(out_fds[1]);
-    return result;
-  }
-  std::vector<char*> cargv;
-  for (const std::string& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
-  cargv.push_back(nullptr);
-  const pid_t pid = fork();
-  if (pid < 0) {
-    for (int fd : {out_fds[0], out_fds[1], err_fds[0], err_fds[1]}) close(fd);
-    return result;
-  }
-  if (pid == 0) {
-    dup2(out_fds[1], STDOUT_FILENO);
-    dup2(err_fds[1], STDERR_FILENO);
-    const int null_fd = open("/dev/null", O_RDONLY);
-    if (null_fd >= 0) dup2(null_fd, STDIN_FILENO);
-    execvp(cargv[0], cargv.data());
-    _exit(127);
-  }
-  close(out_fds[1]);
-  close(err_fds[1]);
-  const auto deadline =
-      std::chrono::steady_clock::now() +
-      std::chrono::milliseconds(static_cast<int64_t>(std::max(0.0, timeout_s) * 1000));
-  bool timed_out = false;
-  char buf[4096];
-  pollfd fds[2] = {{out_fds[0], POLLIN, 0}, {err_fds[0], POLLIN, 0}};
-  std::string* sinks[2] = {&result.output, &result.errors};
-  int open_fds = 2;
-  while (open_fds > 0) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          deadline - std::chrono::steady_clock::now())
-                          .count();
-    if (left <= 0) {
-      timed_out = true;
-      break;
-    }
-    const int ready = poll(fds, 2, static_cast<int>(std::min<int64_t>(left, 1000)));
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready <= 0) continue;
-    for (int i = 0; i < 2; ++i) {
-      if (fds[i].fd < 0 || fds[i].revents == 0) continue;
-      const ssize_t n = read(fds[i].fd, buf, sizeof(buf));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        close(fds[i].fd);
-        fds[i].fd = -1;  // poll skips it
-        --open_fds;
-        continue;
-      }
-      if (sinks[i]->size() < (1u << 20)) sinks[i]->append(buf, static_cast<size_t>(n));
-    }
-  }
-  for (const pollfd& p : fds)
-    if (p.fd >= 0) close(p.fd);
-  if (timed_out) kill(pid, SIGKILL);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (!timed_out && WIFEXITED(status)) result.code = WEXITSTATUS(status);
-  if (result.code == 127 && result.output.empty() && result.errors.empty())
-    result.code = -1;  // not found
-  return result;
+// "the default partition" or "partition NAME", for messages.
+std::string partition_text(const SlurmSettings& slurm) {
+  return slurm.partition.empty() ? "the default partition" : "partition " + slurm.partition;
 }
 
-std::optional<int64_t> slurm_node_cpus(const std::string& partition) {
-  std::vector<std::string> argv = {"sinfo", "--noheader", "--Node", "--format=%c"};
-  if (!partition.empty()) argv.push_back("--partition=" + partition);
-  const CommandOutput r = run_command(argv, 15);
-  if (r.code != 0) return std::nullopt;
-  std::optional<int64_t> most;
-  for (const std::string& line : text_lines(r.output)) {
-    char* stop = nullptr;
-    const long long n = std::strtoll(line.c_str(), &stop, 10);
-    if (stop != line.c_str() && n > 0) most = std::max<int64_t>(most.value_or(0), n);
-  }
-  return most;
-}
-
-SlurmEmit emit_slurm(const Sweep& sweep, const std::vector<PlannedRun>& plan,
-                     const std::string& dir, const std::string& executable,
-                     const SlurmSettings& slurm, std::optional<int64_t> node_cpus) {
-  check_usage(!plan.empty(), "the sweep has no runs to emit");
+// The names that go into the scripts: the sweep's and the executable's path.
+void check_script_names(const Sweep& sweep, const std::string& executable) {
   check_usage(is_plain_name(sweep.name, 64),
               fmt::format("the sweep name '{}' is not a plain name", terminal_text(sweep.name)),
               "write name = \"...\" with letters, digits, '.', '_' or '-'");
   check_usage(!executable.empty() && !has_control_character(executable),
               "the gradscope executable's path holds a control character",
               "install gradscope under a plain path");
-  const std::string root = checked_job_folder(dir);
+}
+
+// The resources asked for, each of the form Slurm takes.
+void check_resources(const SlurmSettings& slurm) {
   for (const auto& [key, value] :
        std::vector<std::pair<std::string, std::string>>{{"partition", slurm.partition},
                                                         {"account", slurm.account},
@@ -250,56 +135,66 @@ SlurmEmit emit_slurm(const Sweep& sweep, const std::vector<PlannedRun>& plan,
     if (!value.empty()) check_slurm_setting(key, value);
   check_usage(slurm.cpus_per_task >= 0,
               fmt::format("--cpus-per-task {} must be at least 1", slurm.cpus_per_task));
+}
 
-  SlurmEmit emitted;
+// The checks against the cluster's largest node (`node_cpus`, from sinfo): the CPUs asked
+// for per task, and each run's ranks, which share one node (--nodes=1), a CPU each at least.
+void check_node_fit(const std::vector<PlannedRun>& plan, const SlurmSettings& slurm,
+                    std::optional<int64_t> node_cpus) {
   check_usage(!node_cpus || slurm.cpus_per_task <= *node_cpus,
               fmt::format("--cpus-per-task {}: no node of {} has that many CPUs (the largest "
                           "has {}); the job could never start",
-                          slurm.cpus_per_task,
-                          slurm.partition.empty() ? "the default partition"
-                                                  : "partition " + slurm.partition,
-                          node_cpus.value_or(0)),
+                          slurm.cpus_per_task, partition_text(slurm), node_cpus.value_or(0)),
               fmt::format("ask for at most {} (or leave it out: gradscope fits it)",
                           node_cpus.value_or(0)));
-  // CPUs per rank: as asked; else up to 4 with a run's ranks on one node; else the cluster's.
-  auto cpus_for = [&](int64_t nproc) -> int64_t {
-    if (slurm.cpus_per_task > 0) return slurm.cpus_per_task;
-    if (node_cpus) return std::max<int64_t>(1, std::min<int64_t>(4, *node_cpus / nproc));
-    return 0;
-  };
-  emitted.note =
-      slurm.cpus_per_task > 0 ? fmt::format("{} CPUs per task, as asked", slurm.cpus_per_task)
-      : node_cpus             ? fmt::format(
-                                    "CPUs per task: up to 4, a run's ranks within the largest node's {} "
-                                                "(sinfo)",
-                                    *node_cpus)
-                  : fmt::format(
-                        "CPUs per task left to the cluster (one by default): sinfo named no "
-                        "node{} here; pass --cpus-per-task N",
-                        slurm.partition.empty() ? "" : " of partition " + slurm.partition);
-
-  // A run's ranks share one node (--nodes=1), a CPU each at least.
   for (size_t i = 0; node_cpus && i < plan.size(); ++i) {
     const int64_t nproc = std::max<int64_t>(1, plan[i].resolved.config.nproc);
     check_usage(nproc <= *node_cpus,
                 fmt::format("run {} ({}) has {} ranks, but the largest node of {} has {} CPUs; "
                             "its ranks share one node, so the job could never start",
-                            i, terminal_text(plan[i].label), nproc,
-                            slurm.partition.empty() ? "the default partition"
-                                                    : "partition " + slurm.partition,
+                            i, terminal_text(plan[i].label), nproc, partition_text(slurm),
                             *node_cpus),
                 "use fewer ranks (nproc), or a partition of larger nodes");
   }
+}
 
-  // Group the runs by their ranks: an array's tasks all ask for the same resources.
+// How the CPUs per task were chosen, for the line emit prints.
+std::string cpus_note(const SlurmSettings& slurm, std::optional<int64_t> node_cpus) {
+  if (slurm.cpus_per_task > 0)
+    return fmt::format("{} CPUs per task, as asked", slurm.cpus_per_task);
+  if (node_cpus)
+    return fmt::format(
+        "CPUs per task: up to 4, a run's ranks within the largest node's {} (sinfo)", *node_cpus);
+  return fmt::format(
+      "CPUs per task left to the cluster (one by default): sinfo named no node{} here; pass "
+      "--cpus-per-task N",
+      slurm.partition.empty() ? "" : " of partition " + slurm.partition);
+}
+
+// CPUs per rank: as asked; else up to 4 with a run's ranks on one node; else the cluster's
+// choice (0).
+int64_t cpus_per_rank(const SlurmSettings& slurm, std::optional<int64_t> node_cpus,
+                      int64_t nproc) {
+  if (slurm.cpus_per_task > 0) return slurm.cpus_per_task;
+  if (node_cpus) return std::max<int64_t>(1, std::min<int64_t>(4, *node_cpus / nproc));
+  return 0;
+}
+
+// The runs of runs.json, grouped by their ranks (an array's tasks all ask for the same
+// resources), and whether any runs on CUDA (then each task asks for a GPU).
+struct EmittedRuns {
+  nlohmann::json runs = nlohmann::json::array();
   std::map<int64_t, std::vector<size_t>> by_nproc;
   bool cuda = false;
-  nlohmann::json runs = nlohmann::json::array();
+};
+
+EmittedRuns emitted_runs(const Sweep& sweep, const std::vector<PlannedRun>& plan) {
+  EmittedRuns out;
   for (size_t i = 0; i < plan.size(); ++i) {
     const PlannedRun& p = plan[i];
     const RunConfig& c = p.resolved.config;
-    by_nproc[std::max<int64_t>(1, c.nproc)].push_back(i);
-    cuda = cuda || c.device.rfind("cuda", 0) == 0;
+    out.by_nproc[std::max<int64_t>(1, c.nproc)].push_back(i);
+    out.cuda = out.cuda || c.device.rfind("cuda", 0) == 0;
     // Under Slurm a run past run_timeout must record timeout itself, as a local sweep's
     // does, before Slurm's own limit (run_timeout + 5 minutes) stops it.
     std::vector<std::string> args = p.spec.args();
@@ -307,14 +202,20 @@ SlurmEmit emit_slurm(const Sweep& sweep, const std::vector<PlannedRun>& plan,
       args.push_back("--timeout");
       args.push_back(fmt::format("{}", sweep.settings.run_timeout_s));
     }
-    runs.push_back({{"index", i},
-                    {"run_id", p.run_id},
-                    {"label", p.label},
-                    {"nproc", std::max<int64_t>(1, c.nproc)},
-                    {"sets_threads", p.spec.values.count("threads") > 0},
-                    {"args", args}});
+    out.runs.push_back({{"index", i},
+                        {"run_id", p.run_id},
+                        {"label", p.label},
+                        {"nproc", std::max<int64_t>(1, c.nproc)},
+                        {"sets_threads", p.spec.values.count("threads") > 0},
+                        {"args", args}});
   }
+  return out;
+}
 
+// The #SBATCH lines every array of the sweep shares: its name, log files, requeue, and the
+// partition, account, time and GPUs asked for.
+std::string common_directives(const Sweep& sweep, const std::string& root,
+                              const SlurmSettings& slurm, bool cuda) {
   std::string common = fmt::format("#SBATCH --job-name=gradscope-{}\n", sweep.name);
   common += fmt::format("#SBATCH --output={}/logs/task-%a.log\n", root);
   common += "#SBATCH --open-mode=append\n#SBATCH --requeue\n";
@@ -327,51 +228,88 @@ SlurmEmit emit_slurm(const Sweep& sweep, const std::vector<PlannedRun>& plan,
                           static_cast<int64_t>(std::ceil(sweep.settings.run_timeout_s / 60.0)) + 5);
   const std::string gpus = !slurm.gpus_per_task.empty() ? slurm.gpus_per_task : cuda ? "1" : "";
   if (!gpus.empty()) common += "#SBATCH --gpus-per-task=" + gpus + "\n";
+  return common;
+}
 
-  for (const auto& [nproc, tasks] : by_nproc) {
+// One array's #SBATCH lines: the common ones, its tasks, its ranks, CPUs and memory.
+std::string array_directives(const std::string& common, const SlurmArray& array,
+                             const Sweep& sweep, const SlurmSettings& slurm) {
+  std::string d = common + "#SBATCH --array=" + index_ranges(array.tasks) + "\n";
+  // A run's ranks on one node: the CPUs and memory asked for are sized for that.
+  if (array.nproc > 1) d += fmt::format("#SBATCH --nodes=1\n#SBATCH --ntasks={}\n", array.nproc);
+  if (array.cpus_per_task > 0)
+    d += fmt::format("#SBATCH --cpus-per-task={}\n", array.cpus_per_task);
+  // --mem is per node: the ranks of a run share it.
+  if (!slurm.mem.empty())
+    d += "#SBATCH --mem=" + slurm.mem + "\n";
+  else if (sweep.settings.memory_limit_bytes > 0)
+    d += fmt::format("#SBATCH --mem={}M\n",
+                     array.nproc * ((sweep.settings.memory_limit_bytes + (1 << 20) - 1) >> 20));
+  d.pop_back();  // the template ends the line
+  return d;
+}
+
+// Tasks of an earlier emit still queued would read the new runs.json and run other runs
+// into the same result files: a folder holds one grid.
+void check_folder_holds_grid(const std::string& root, const std::vector<PlannedRun>& plan) {
+  std::error_code ec;
+  if (!fs::exists(root + "/runs.json", ec)) return;
+  bool same = false;
+  try {
+    const RunsFile before = read_runs_file(root);
+    same = before.runs.size() == plan.size();
+    for (size_t i = 0; same && i < plan.size(); ++i)
+      same = before.runs[i].run_id == plan[i].run_id;
+  } catch (const Error&) {
+  }
+  check_usage(
+      same, fmt::format("{} holds the job of another grid (its runs.json lists other runs)", root),
+      "choose a new --out folder; remove that one only once its jobs have ended and "
+      "its results are collected");
+}
+
+// A script of an earlier emit for ranks this grid no longer has would run stale indices.
+void remove_stale_scripts(const std::string& root, const std::vector<SlurmArray>& arrays) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    const std::string name = entry.path().filename().string();
+    const bool ours = name == "sweep.sbatch" ||
+                      (name.rfind("sweep-n", 0) == 0 && entry.path().extension() == ".sbatch");
+    if (ours && std::none_of(arrays.begin(), arrays.end(), [&](const SlurmArray& a) {
+          return a.script == entry.path().string();
+        }))
+      fs::remove(entry.path(), ec);
+  }
+}
+
+}  // namespace
+
+SlurmEmit emit_slurm(const Sweep& sweep, const std::vector<PlannedRun>& plan,
+                     const std::string& dir, const std::string& executable,
+                     const SlurmSettings& slurm, std::optional<int64_t> node_cpus) {
+  check_usage(!plan.empty(), "the sweep has no runs to emit");
+  check_script_names(sweep, executable);
+  const std::string root = checked_job_folder(dir);
+  check_resources(slurm);
+  check_node_fit(plan, slurm, node_cpus);
+  SlurmEmit emitted;
+  emitted.note = cpus_note(slurm, node_cpus);
+
+  const EmittedRuns runs = emitted_runs(sweep, plan);
+  const std::string common = common_directives(sweep, root, slurm, runs.cuda);
+  for (const auto& [nproc, tasks] : runs.by_nproc) {
     SlurmArray array;
     array.nproc = nproc;
     array.tasks = tasks;
-    array.cpus_per_task = cpus_for(nproc);
+    array.cpus_per_task = cpus_per_rank(slurm, node_cpus, nproc);
     array.script =
         root + "/" +
         (nproc == 1 ? std::string("sweep.sbatch") : fmt::format("sweep-n{}.sbatch", nproc));
     emitted.arrays.push_back(std::move(array));
   }
-  auto directives_of = [&](const SlurmArray& array) {
-    std::string d = common + "#SBATCH --array=" + index_ranges(array.tasks) + "\n";
-    // A run's ranks on one node: the CPUs and memory asked for are sized for that.
-    if (array.nproc > 1) d += fmt::format("#SBATCH --nodes=1\n#SBATCH --ntasks={}\n", array.nproc);
-    if (array.cpus_per_task > 0)
-      d += fmt::format("#SBATCH --cpus-per-task={}\n", array.cpus_per_task);
-    // --mem is per node: the ranks of a run share it.
-    if (!slurm.mem.empty())
-      d += "#SBATCH --mem=" + slurm.mem + "\n";
-    else if (sweep.settings.memory_limit_bytes > 0)
-      d += fmt::format("#SBATCH --mem={}M\n",
-                       array.nproc * ((sweep.settings.memory_limit_bytes + (1 << 20) - 1) >> 20));
-    d.pop_back();  // the template ends the line
-    return d;
-  };
 
+  check_folder_holds_grid(root, plan);
   std::error_code ec;
-  // Tasks of an earlier emit still queued would read the new runs.json and run other runs
-  // into the same result files: a folder holds one grid.
-  if (fs::exists(root + "/runs.json", ec)) {
-    bool same = false;
-    try {
-      const RunsFile before = read_runs_file(root);
-      same = before.runs.size() == plan.size();
-      for (size_t i = 0; same && i < plan.size(); ++i)
-        same = before.runs[i].run_id == plan[i].run_id;
-    } catch (const Error&) {
-    }
-    check_usage(
-        same,
-        fmt::format("{} holds the job of another grid (its runs.json lists other runs)", root),
-        "choose a new --out folder; remove that one only once its jobs have ended and "
-        "its results are collected");
-  }
   for (const char* sub : {"results", "logs", "state"})
     fs::create_directories(fs::path(root) / sub, ec);
   check_usage(!ec && fs::is_directory(fs::path(root) / "state"),
@@ -381,131 +319,16 @@ SlurmEmit emit_slurm(const Sweep& sweep, const std::vector<PlannedRun>& plan,
                                {"version", kRunsVersion},
                                {"sweep", sweep.name},
                                {"source", sweep.path},
-                               {"runs", runs}};
+                               {"runs", runs.runs}};
   write_file_atomically(root + "/runs.json", file.dump(1) + "\n");
   for (const SlurmArray& array : emitted.arrays) {
-    const std::string directives = directives_of(array);
+    const std::string directives = array_directives(common, array, sweep, slurm);
     write_file_atomically(array.script, script_text(sweep, root, executable, array, directives));
     fs::permissions(array.script, fs::perms::owner_exec | fs::perms::group_exec,
                     fs::perm_options::add, ec);
   }
-  // A script of an earlier emit for ranks this grid no longer has would run stale indices.
-  for (const auto& entry : fs::directory_iterator(root, ec)) {
-    const std::string name = entry.path().filename().string();
-    const bool ours = name == "sweep.sbatch" ||
-                      (name.rfind("sweep-n", 0) == 0 && entry.path().extension() == ".sbatch");
-    if (ours &&
-        std::none_of(emitted.arrays.begin(), emitted.arrays.end(),
-                     [&](const SlurmArray& a) { return a.script == entry.path().string(); }))
-      fs::remove(entry.path(), ec);
-  }
+  remove_stale_scripts(root, emitted.arrays);
   return emitted;
-}
-
-std::vector<std::string> submit_slurm(const SlurmEmit& emitted, const std::string& dir,
-                                      double watch_s, std::FILE* out) {
-  const std::string hint =
-      "change the resources ([slurm] in the sweep file, or --partition, --time, --mem, "
-      "--cpus-per-task, --gpus-per-task) to what the cluster has";
-  auto said = [](const CommandOutput& r) {
-    return terminal_text(output_line(r.errors.empty() ? r.output : r.errors));
-  };
-  for (const SlurmArray& array : emitted.arrays) {
-    const CommandOutput test = run_command({"sbatch", "--test-only", array.script}, 60);
-    check_usage(test.code != -1, "sbatch did not run (or did not answer in 60 s)",
-                "submit on a machine of the cluster (where sbatch is), or drop --submit");
-    check_usage(test.code == 0, fmt::format("Slurm refuses {}: {}", array.script, said(test)),
-                hint);
-  }
-  // Each id is appended to jobs.txt as soon as sbatch gives it (O_APPEND: lines of two
-  // submissions at once do not mix), so no queued job goes unrecorded.
-  const std::string jobs_path = (fs::path(dir) / "jobs.txt").string();
-  auto record_job = [&](const std::string& id) {
-    const int fd = open(jobs_path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-    const std::string line = id + "\n";
-    const bool ok =
-        fd >= 0 && write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
-    if (fd >= 0) close(fd);
-    if (!ok)
-      log_warn("job {} is queued but could not be added to {}: {}", id, jobs_path,
-               std::strerror(errno));
-  };
-  std::vector<std::string> ids;
-  auto cancel = [&](const std::vector<std::string>& which) {
-    if (which.empty()) return;
-    std::vector<std::string> argv = {"scancel"};
-    argv.insert(argv.end(), which.begin(), which.end());
-    run_command(argv, 30);
-  };
-  for (const SlurmArray& array : emitted.arrays) {
-    const CommandOutput r = run_command({"sbatch", "--parsable", array.script}, 60);
-    // --parsable prints "ID" or "ID;CLUSTER" on stdout, the last line; warnings go to stderr.
-    std::string id;
-    for (std::string line : text_lines(r.output)) {
-      line = line.substr(0, line.find(';'));
-      if (!line.empty() && line.size() <= 20 &&
-          std::all_of(line.begin(), line.end(), [](char c) { return c >= '0' && c <= '9'; }))
-        id = line;
-    }
-    if (r.code != 0 || id.empty()) {
-      cancel(ids);
-      fail_usage(
-          fmt::format("sbatch {} {}: {}{}", array.script,
-                      r.code == -1 ? "did not answer in 60 s" : "failed", said(r),
-                      ids.empty() ? "" : fmt::format(" (cancelled the jobs submitted before it)")),
-          r.code == 0 || r.code == -1
-              ? "the job may be queued all the same: see squeue --name gradscope-<sweep name>"
-              : hint);
-    }
-    ids.push_back(id);
-    record_job(id);
-    fmt::print(out, "submitted job {}: {} ({} task{})\n", id, array.script, array.tasks.size(),
-               array.tasks.size() == 1 ? "" : "s");
-  }
-  std::string list;
-  for (const std::string& id : ids) list += (list.empty() ? "" : ",") + id;
-  // Reasons a pending task keeps whatever it waits: the cluster has no place for it.
-  static const char* const never[] = {
-      "PartitionConfig", "PartitionNodeLimit", "PartitionTimeLimit", "BadConstraints",
-      "InvalidAccount",  "InvalidQOS",         "AccountNotAllowed"};
-  const auto until = std::chrono::steady_clock::now() +
-                     std::chrono::milliseconds(static_cast<int64_t>(watch_s * 1000));
-  std::map<std::string, int64_t> counts;
-  for (;;) {
-    // %F: the array's job id (the one sbatch gave), %i: the task's.
-    const CommandOutput q = run_command(
-        {"squeue", "--noheader", "--array", "--jobs=" + list, "--format=%F|%i|%T|%r"}, 30);
-    counts.clear();
-    for (const std::string& line :
-         q.code == 0 ? text_lines(q.output) : std::vector<std::string>{}) {
-      const size_t a = line.find('|'), b = line.find('|', a + 1), c = line.rfind('|');
-      if (a == std::string::npos || b == std::string::npos || c <= b) continue;
-      const std::string job = line.substr(0, a), task = line.substr(a + 1, b - a - 1),
-                        state = line.substr(b + 1, c - b - 1), reason = line.substr(c + 1);
-      if (state == "PENDING")
-        for (const char* n : never)
-          if (reason == n) {
-            // That array alone: the others' tasks may be running and are left alone.
-            const bool ours = std::find(ids.begin(), ids.end(), job) != ids.end();
-            if (ours) cancel({job});
-            fail_usage(fmt::format("task {} cannot start: Slurm says {}{}", terminal_text(task),
-                                   terminal_text(reason),
-                                   ours ? fmt::format(" (cancelled job {})", job) : ""),
-                       hint);
-          }
-      ++counts[state == "PENDING" ? "pending (" + reason + ")" : lower_text(state)];
-    }
-    const bool waiting = std::any_of(counts.begin(), counts.end(), [](const auto& kv) {
-      return kv.first.rfind("pending", 0) == 0;
-    });
-    if (!waiting || std::chrono::steady_clock::now() >= until) break;
-    std::this_thread::sleep_for(std::chrono::seconds(1));
-  }
-  std::string where;
-  for (const auto& [state, n] : counts)
-    where += fmt::format("{}{} {}", where.empty() ? "" : ", ", n, terminal_text(state));
-  fmt::print(out, "tasks: {}\n", where.empty() ? "none queued (done, or gone)" : where);
-  return ids;
 }
 
 RunsFile read_runs_file(const std::string& dir) {
