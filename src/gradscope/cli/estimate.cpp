@@ -56,6 +56,82 @@ void print_estimate(const RunConfig& c, const MemoryEstimate& e) {
   for (const auto& note : e.notes) fmt::print("  note: {}\n", note);
 }
 
+// The alternatives to the run, at the same effective batch: every optimizer the estimate
+// compares (OptimizerEntry::compared_in_estimate) under each strategy, printed as a table and
+// returned as JSON.
+nlohmann::json compare_alternatives(const RunConfig& c, const MemoryEstimate& e, int64_t data,
+                                    int64_t budget) {
+  // Accumulation splits the effective batch in k micro-batches (k = --accum-steps, or 4 when
+  // that is 1 and divides the batch).
+  const int64_t effective = c.effective_batch();
+  const int64_t k = c.accum_steps > 1 ? c.accum_steps : (effective % 4 == 0 ? 4 : 2);
+  nlohmann::json combos = nlohmann::json::array();
+  fmt::print("{:<12} {:<26} {:>8} {:>12}  {}\n", "optimizer", "strategy", "micro", "peak",
+             "fits");
+  for (const std::string& opt :
+       optimizers_where([](const OptimizerEntry& entry) { return entry.compared_in_estimate; })) {
+    for (const char* strategy : {"standard", "checkpoint", "accumulation"}) {
+      RunConfig alt = c;
+      alt.optimizer = opt;
+      alt.opt.clear();
+      // The shorthand, keeping what a checkpoint recomputes however it was asked for.
+      alt.strategy = parse_strategy(strategy);
+      if (c.recompute && *c.recompute != Recompute::kNone)
+        alt.checkpoint_policy = c.recompute;
+      alt.recompute.reset();
+      alt.optimizer_step.reset();
+      const bool accum = std::string(strategy) == "accumulation";
+      if (accum && effective % k != 0) continue;
+      alt.accum_steps = accum ? k : 1;
+      alt.batch = effective / alt.accum_steps;
+      const std::string label =
+          accum ? fmt::format("accumulation (k={})", k) : std::string(strategy);
+      const MemoryEstimate a = estimate_run(alt, data);
+      if (e.sharded && !a.sharded) {
+        // The sharded step refuses this optimizer: no figure of one process stands in.
+        fmt::print("{:<12} {:<26} {:>8} {:>12}  {}\n", opt, label, alt.batch, "-",
+                   "refused with --shard " + e.shard);
+        combos.push_back({{"optimizer", opt},
+                          {"strategy", strategy},
+                          {"batch", alt.batch},
+                          {"accum_steps", alt.accum_steps},
+                          {"refused", true}});
+        continue;
+      }
+      const bool ok = a.peak_bytes <= budget;
+      fmt::print("{:<12} {:<26} {:>8} {:>12}  {}\n", opt, label, alt.batch,
+                 format_bytes(a.peak_bytes), ok ? "yes" : "no");
+      combos.push_back({{"optimizer", opt},
+                        {"strategy", strategy},
+                        {"batch", alt.batch},
+                        {"accum_steps", alt.accum_steps},
+                        {"peak_bytes", a.peak_bytes},
+                        {"fits", ok}});
+    }
+  }
+  return combos;
+}
+
+// The largest micro-batch within the budget (--max-batch), printed with its peak; 0 when
+// none fits.
+int64_t print_max_batch(const RunConfig& c, const MemoryEstimate& e, int64_t data,
+                        int64_t budget) {
+  const int64_t b = max_batch_within(c, data, budget);
+  if (b > 0) {
+    RunConfig at = c;
+    at.batch = b;
+    const int64_t peak = estimate_run(at, data).peak_bytes;
+    at.batch = b + 1;
+    fmt::print("\nlargest micro-batch within {}{}: {} (peak {}; batch {} needs {})\n",
+               format_bytes(budget), e.sharded ? " per rank" : "", b, format_bytes(peak),
+               b + 1, format_bytes(estimate_run(at, data).peak_bytes));
+  } else {
+    fmt::print("\nnot even a micro-batch of 1 fits in {}{}\n", format_bytes(budget),
+               e.sharded ? " per rank" : "");
+  }
+  return b;
+}
+
 }  // namespace
 
 void add_estimate_command(CLI::App& root, int& exit_code) {
@@ -127,71 +203,8 @@ void add_estimate_command(CLI::App& root, int& exit_code) {
                  fits ? "to spare" : "over");
       out["budget_bytes"] = budget;
       out["fits"] = fits;
-      // The alternatives, at the same effective batch: accumulation splits it in k micro-
-      // batches (k = --accum-steps, or 4 when that is 1 and divides the batch).
-      const int64_t effective = c.effective_batch();
-      const int64_t k = c.accum_steps > 1 ? c.accum_steps : (effective % 4 == 0 ? 4 : 2);
-      nlohmann::json combos = nlohmann::json::array();
-      fmt::print("{:<12} {:<26} {:>8} {:>12}  {}\n", "optimizer", "strategy", "micro", "peak",
-                 "fits");
-      for (const char* opt :
-           {"sgd", "adam", "adagrad", "adadelta", "cg", "adamw", "lion", "adam8bit"}) {
-        for (const char* strategy : {"standard", "checkpoint", "accumulation"}) {
-          RunConfig alt = c;
-          alt.optimizer = opt;
-          alt.opt.clear();
-          // The shorthand, keeping what a checkpoint recomputes however it was asked for.
-          alt.strategy = parse_strategy(strategy);
-          if (c.recompute && *c.recompute != Recompute::kNone)
-            alt.checkpoint_policy = c.recompute;
-          alt.recompute.reset();
-          alt.optimizer_step.reset();
-          const bool accum = std::string(strategy) == "accumulation";
-          if (accum && effective % k != 0) continue;
-          alt.accum_steps = accum ? k : 1;
-          alt.batch = effective / alt.accum_steps;
-          const std::string label =
-              accum ? fmt::format("accumulation (k={})", k) : std::string(strategy);
-          const MemoryEstimate a = estimate_run(alt, data);
-          if (e.sharded && !a.sharded) {
-            // The sharded step refuses this optimizer: no figure of one process stands in.
-            fmt::print("{:<12} {:<26} {:>8} {:>12}  {}\n", opt, label, alt.batch, "-",
-                       "refused with --shard " + e.shard);
-            combos.push_back({{"optimizer", opt},
-                              {"strategy", strategy},
-                              {"batch", alt.batch},
-                              {"accum_steps", alt.accum_steps},
-                              {"refused", true}});
-            continue;
-          }
-          const bool ok = a.peak_bytes <= budget;
-          fmt::print("{:<12} {:<26} {:>8} {:>12}  {}\n", opt, label, alt.batch,
-                     format_bytes(a.peak_bytes), ok ? "yes" : "no");
-          combos.push_back({{"optimizer", opt},
-                            {"strategy", strategy},
-                            {"batch", alt.batch},
-                            {"accum_steps", alt.accum_steps},
-                            {"peak_bytes", a.peak_bytes},
-                            {"fits", ok}});
-        }
-      }
-      out["combinations"] = combos;
-      if (o->max_batch) {
-        const int64_t b = max_batch_within(c, data, budget);
-        if (b > 0) {
-          RunConfig at = c;
-          at.batch = b;
-          const int64_t peak = estimate_run(at, data).peak_bytes;
-          at.batch = b + 1;
-          fmt::print("\nlargest micro-batch within {}{}: {} (peak {}; batch {} needs {})\n",
-                     format_bytes(budget), e.sharded ? " per rank" : "", b, format_bytes(peak),
-                     b + 1, format_bytes(estimate_run(at, data).peak_bytes));
-        } else {
-          fmt::print("\nnot even a micro-batch of 1 fits in {}{}\n", format_bytes(budget),
-                     e.sharded ? " per rank" : "");
-        }
-        out["max_batch"] = b;
-      }
+      out["combinations"] = compare_alternatives(c, e, data, budget);
+      if (o->max_batch) out["max_batch"] = print_max_batch(c, e, data, budget);
     }
     if (!o->json.empty()) write_json_atomically(o->json, out);
     exit_code = 0;

@@ -68,7 +68,7 @@ void print_text(const nlohmann::json& j) {
     for (const auto& preset : m["preset_order"]) {
       const auto& p = m["presets"][preset.get<std::string>()];
       const auto& a = p["arch"];
-      if (m["kind"] == "toy") {
+      if (m["kind"] == model_kind_name(ModelKind::kToy)) {
         fmt::print("    {:<6} {:>15} params  {}-dimensional{}\n", preset.get<std::string>(),
                    with_commas(p["params"].get<int64_t>()), a["dim"].get<int64_t>(),
                    a.contains("condition")

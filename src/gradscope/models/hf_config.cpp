@@ -21,38 +21,13 @@ namespace hf_weights_detail {
 using nlohmann::json;
 
 // ---------------------------------------------------------------------------------------
-// Configurations: the architecture keys with a published name, the published keys whose value
-// gradscope's model fixes, and the keys written for the published loaders only.
-
-enum class KeyKind { kInteger, kNumber, kFlag, kText, kObject };
-
-struct KeyName {
-  const char* arch;       // the architecture's key
-  const char* published;  // the config's key
-  KeyKind kind;
-};
-
-// A published key whose value gradscope's model fixes: written, and when a config gives it,
-// checked (unless `checked` is false: it changes nothing gradscope builds).
-struct FixedKey {
-  const char* published;
-  json value;
-  bool checked = true;
-};
-
-struct ConfigNames {
-  const char* architecture_class;  // "architectures": [...]; null for nanoVLM (none)
-  std::vector<KeyName> keys;
-  std::vector<FixedKey> fixed;
-  // Architecture keys with a published spelling that is not one key (ViT's num_labels).
-  std::vector<std::string> special;
-};
+// Configurations (hf_weights_detail.h).
 
 constexpr KeyKind kInt = KeyKind::kInteger, kNum = KeyKind::kNumber,
                   kFlag = KeyKind::kFlag, kText = KeyKind::kText,
                   kObject = KeyKind::kObject;
 
-const ConfigNames& config_names(const std::string& model) {
+const ConfigNames& llama_config_names() {
   static const ConfigNames llama{"LlamaForCausalLM",
                                  {{"model_type", "model_type", kText},
                                   {"vocab_size", "vocab_size", kInt},
@@ -72,6 +47,10 @@ const ConfigNames& config_names(const std::string& model) {
                                   {"initializer_range", "initializer_range", kNum}},
                                  {{"hidden_act", "silu"}, {"pretraining_tp", 1, false}},
                                  {}};
+  return llama;
+}
+
+const ConfigNames& modernbert_config_names() {
   static const ConfigNames modernbert{
       "ModernBertForMaskedLM",
       {{"model_type", "model_type", kText},
@@ -99,6 +78,10 @@ const ConfigNames& config_names(const std::string& model) {
        // not fit a smaller vocabulary.
        {"pad_token_id", nullptr, false}},
       {}};
+  return modernbert;
+}
+
+const ConfigNames& vit_config_names() {
   static const ConfigNames vit{"ViTForImageClassification",
                                {{"model_type", "model_type", kText},
                                 {"hidden_size", "hidden_size", kInt},
@@ -116,6 +99,10 @@ const ConfigNames& config_names(const std::string& model) {
                                 {"attention_dropout", "attention_probs_dropout_prob", kNum}},
                                {},
                                {"num_labels"}};
+  return vit;
+}
+
+const ConfigNames& nanovlm_config_names() {
   static const ConfigNames nanovlm{
       nullptr,
       {{"vision_hidden_size", "vit_hidden_dim", kInt},
@@ -137,9 +124,6 @@ const ConfigNames& config_names(const std::string& model) {
        {"pixel_shuffle_factor", "mp_pixel_shuffle_factor", kInt}},
       {{"vit_cls_flag", false}, {"lm_attn_scaling", 1.0}, {"lm_use_tokens", false, false}},
       {}};
-  if (model == "llama") return llama;
-  if (model == "modernbert") return modernbert;
-  if (model == "vit") return vit;
   return nanovlm;
 }
 
@@ -231,117 +215,130 @@ json gradscope_value(const json& v, const json* slot, const std::string& key,
 }
 
 // Keys written for the published loaders, derived from the architecture and never read back.
-void write_derived(const std::string& model, const json& arch, json& out) {
-  const json* seq = arch.contains("seq_len") ? &arch["seq_len"] : nullptr;
-  if (model == "llama") {
-    // The length gradscope trained at; Hugging Face's Llama computes rotary tables for any
-    // position, so this only documents the model.
-    if (seq) out["max_position_embeddings"] = *seq;
-  } else if (model == "modernbert") {
-    if (seq) out["max_position_embeddings"] = *seq;
-    // gradscope's one hidden dropout is Hugging Face's embedding and MLP dropouts (its
-    // attention_dropout also drops the attention output).
-    if (arch.contains("hidden_dropout")) {
-      out["embedding_dropout"] = arch["hidden_dropout"];
-      out["mlp_dropout"] = arch["hidden_dropout"];
-    }
-  } else if (model == "vit") {
-    const int64_t labels = vit_num_labels(arch);
-    json id2label = json::object(), label2id = json::object();
-    for (int64_t i = 0; i < labels; ++i) {
-      id2label[std::to_string(i)] = fmt::format("LABEL_{}", i);
-      label2id[fmt::format("LABEL_{}", i)] = i;
-    }
-    out["id2label"] = id2label;
-    out["label2id"] = label2id;
-  } else if (model == "nanovlm") {
-    // nanoVLM rescales its rotary frequencies past lm_max_position_embeddings, gradscope never:
-    // nanoVLM's default, or the whole sequence when longer.
-    const int64_t positions = nanovlm_config(arch).image_tokens() + (seq ? seq->get<int64_t>() : 0);
-    out["lm_max_position_embeddings"] = std::max<int64_t>(8192, positions);
-    if (seq) out["lm_max_length"] = *seq;  // caption tokens
+
+// The length gradscope trained at; Hugging Face's Llama computes rotary tables for any
+// position, so this only documents the model.
+void llama_write_derived(const json& arch, json& out) {
+  if (arch.contains("seq_len")) out["max_position_embeddings"] = arch["seq_len"];
+}
+
+void modernbert_write_derived(const json& arch, json& out) {
+  if (arch.contains("seq_len")) out["max_position_embeddings"] = arch["seq_len"];
+  // gradscope's one hidden dropout is Hugging Face's embedding and MLP dropouts (its
+  // attention_dropout also drops the attention output).
+  if (arch.contains("hidden_dropout")) {
+    out["embedding_dropout"] = arch["hidden_dropout"];
+    out["mlp_dropout"] = arch["hidden_dropout"];
   }
 }
 
-// Hugging Face's newer spelling of rotary settings (rope_parameters), and ViT's labels.
-void read_special(const std::string& model, const json& config, json& arch,
-                  const std::string& source) {
-  auto object_at = [&](const json& parent, const char* key, const std::string& name) {
-    const json& v = parent.at(key);
-    if (!v.is_object())
-      fail_config(source, fmt::format("'{}' must be an object, got {}", name, v.dump()), model);
-    return v;
-  };
-  if (model == "llama" && config.contains("rope_parameters") &&
-      !config["rope_parameters"].is_null()) {
-    const json rp = object_at(config, "rope_parameters", "rope_parameters");
-    if (!config.contains("rope_theta") && rp.contains("rope_theta"))
-      arch["rope_theta"] =
-          config_value(rp["rope_theta"], kNum, "rope_parameters.rope_theta", source, model);
-    if (!config.contains("rope_scaling")) {
-      const json type = rp.value("rope_type", json("default"));
-      if (type == "default") {
-        arch["rope_scaling"] = nullptr;
-      } else {
-        json scaling = rp;
-        scaling.erase("rope_theta");
-        arch["rope_scaling"] = scaling;
-      }
+void vit_write_derived(const json& arch, json& out) {
+  const int64_t labels = vit_num_labels(arch);
+  json id2label = json::object(), label2id = json::object();
+  for (int64_t i = 0; i < labels; ++i) {
+    id2label[std::to_string(i)] = fmt::format("LABEL_{}", i);
+    label2id[fmt::format("LABEL_{}", i)] = i;
+  }
+  out["id2label"] = id2label;
+  out["label2id"] = label2id;
+}
+
+// nanoVLM rescales its rotary frequencies past lm_max_position_embeddings, gradscope never:
+// nanoVLM's default, or the whole sequence when longer.
+void nanovlm_write_derived(const json& arch, json& out) {
+  const json* seq = arch.contains("seq_len") ? &arch["seq_len"] : nullptr;
+  const int64_t positions = nanovlm_config(arch).image_tokens() + (seq ? seq->get<int64_t>() : 0);
+  out["lm_max_position_embeddings"] = std::max<int64_t>(8192, positions);
+  if (seq) out["lm_max_length"] = *seq;  // caption tokens
+}
+
+// An object-valued key of `parent`, or a usage error naming it (`name`).
+json object_at(const json& parent, const char* key, const std::string& name,
+               const std::string& source, const std::string& model) {
+  const json& v = parent.at(key);
+  if (!v.is_object())
+    fail_config(source, fmt::format("'{}' must be an object, got {}", name, v.dump()), model);
+  return v;
+}
+
+// Hugging Face's newer spelling of rotary settings (rope_parameters).
+void llama_read_special(const json& config, json& arch, const std::string& source) {
+  const std::string model = "llama";
+  if (!config.contains("rope_parameters") || config["rope_parameters"].is_null()) return;
+  const json rp = object_at(config, "rope_parameters", "rope_parameters", source, model);
+  if (!config.contains("rope_theta") && rp.contains("rope_theta"))
+    arch["rope_theta"] =
+        config_value(rp["rope_theta"], kNum, "rope_parameters.rope_theta", source, model);
+  if (!config.contains("rope_scaling")) {
+    const json type = rp.value("rope_type", json("default"));
+    if (type == "default") {
+      arch["rope_scaling"] = nullptr;
+    } else {
+      json scaling = rp;
+      scaling.erase("rope_theta");
+      arch["rope_scaling"] = scaling;
     }
   }
-  if (model == "modernbert") {
-    if (config.contains("rope_parameters") && !config["rope_parameters"].is_null()) {
-      const json rp = object_at(config, "rope_parameters", "rope_parameters");
-      const std::pair<const char*, const char*> kinds[] = {
-          {"full_attention", "global_rope_theta"}, {"sliding_attention", "local_rope_theta"}};
-      for (const auto& [kind, key] : kinds) {
-        if (!rp.contains(kind) || config.contains(key)) continue;
-        const std::string name = std::string("rope_parameters.") + kind;
-        const json p = object_at(rp, kind, name);
-        const json type = p.value("rope_type", json("default"));
-        if (type != "default")
-          fail_config(source,
-                      fmt::format("'{}.rope_type' is {}; gradscope's ModernBERT has only "
-                                  "\"default\" rotary embeddings",
-                                  name, type.dump()),
-                      model);
-        if (p.contains("rope_theta"))
-          arch[key] = config_value(p["rope_theta"], kNum, name + ".rope_theta", source, model);
-      }
-    }
-    if (config.contains("layer_types") && !config["layer_types"].is_null()) {
-      const json& types = config["layer_types"];
-      const ArchReader r(arch, "modernbert");
-      const int64_t every = r.positive("global_attn_every_n_layers", 3);
-      bool ok =
-          types.is_array() && static_cast<int64_t>(types.size()) == r.positive("num_hidden_layers");
-      for (size_t i = 0; ok && i < types.size(); ++i)
-        ok = types[i] ==
-             (static_cast<int64_t>(i) % every == 0 ? "full_attention" : "sliding_attention");
-      if (!ok)
+}
+
+// Hugging Face's newer spelling of rotary settings (rope_parameters per attention kind), and
+// layer_types, which must be what global_attn_every_n_layers builds.
+void modernbert_read_special(const json& config, json& arch, const std::string& source) {
+  const std::string model = "modernbert";
+  if (config.contains("rope_parameters") && !config["rope_parameters"].is_null()) {
+    const json rp = object_at(config, "rope_parameters", "rope_parameters", source, model);
+    const std::pair<const char*, const char*> kinds[] = {{"full_attention", "global_rope_theta"},
+                                                         {"sliding_attention", "local_rope_theta"}};
+    for (const auto& [kind, key] : kinds) {
+      if (!rp.contains(kind) || config.contains(key)) continue;
+      const std::string name = std::string("rope_parameters.") + kind;
+      const json p = object_at(rp, kind, name, source, model);
+      const json type = p.value("rope_type", json("default"));
+      if (type != "default")
         fail_config(source,
-                    fmt::format("'layer_types' {} is not global attention on every {}th layer "
-                                "from layer 0, which is all gradscope's ModernBERT builds",
-                                types.dump(), every),
+                    fmt::format("'{}.rope_type' is {}; gradscope's ModernBERT has only "
+                                "\"default\" rotary embeddings",
+                                name, type.dump()),
                     model);
+      if (p.contains("rope_theta"))
+        arch[key] = config_value(p["rope_theta"], kNum, name + ".rope_theta", source, model);
     }
   }
-  if (model == "vit") {
-    std::optional<int64_t> labels;
-    if (config.contains("num_labels") && !config["num_labels"].is_null())
-      labels = config_value(config["num_labels"], kInt, "num_labels", source, model).get<int64_t>();
-    if (config.contains("id2label") && !config["id2label"].is_null()) {
-      const json id2label = object_at(config, "id2label", "id2label");
-      const auto n = static_cast<int64_t>(id2label.size());
-      if (labels && *labels != n)
-        fail_config(
-            source,
-            fmt::format("'num_labels' {} disagrees with the {} labels of 'id2label'", *labels, n),
-            model);
-      labels = n;
-    }
-    if (labels) arch["num_labels"] = *labels;
+  if (config.contains("layer_types") && !config["layer_types"].is_null()) {
+    const json& types = config["layer_types"];
+    const ArchReader r(arch, "modernbert");
+    const int64_t every = r.positive("global_attn_every_n_layers", 3);
+    bool ok =
+        types.is_array() && static_cast<int64_t>(types.size()) == r.positive("num_hidden_layers");
+    for (size_t i = 0; ok && i < types.size(); ++i)
+      ok = types[i] ==
+           (static_cast<int64_t>(i) % every == 0 ? "full_attention" : "sliding_attention");
+    if (!ok)
+      fail_config(source,
+                  fmt::format("'layer_types' {} is not global attention on every {}th layer "
+                              "from layer 0, which is all gradscope's ModernBERT builds",
+                              types.dump(), every),
+                  model);
   }
+}
+
+// The labels: num_labels, or as many as id2label has.
+void vit_read_special(const json& config, json& arch, const std::string& source) {
+  const std::string model = "vit";
+  std::optional<int64_t> labels;
+  if (config.contains("num_labels") && !config["num_labels"].is_null())
+    labels = config_value(config["num_labels"], kInt, "num_labels", source, model).get<int64_t>();
+  if (config.contains("id2label") && !config["id2label"].is_null()) {
+    const json id2label = object_at(config, "id2label", "id2label", source, model);
+    const auto n = static_cast<int64_t>(id2label.size());
+    if (labels && *labels != n)
+      fail_config(
+          source,
+          fmt::format("'num_labels' {} disagrees with the {} labels of 'id2label'", *labels, n),
+          model);
+    labels = n;
+  }
+  if (labels) arch["num_labels"] = *labels;
 }
 
 // Which published class or kind of config this is; a usage error unless it is the model's.
@@ -378,7 +375,8 @@ void check_class(const std::string& model, const ConfigNames& names, const json&
 nlohmann::json hf_config(const std::string& model, const nlohmann::json& arch) {
   hf_weights_detail::check_published(model);
   model_registry().get(model).count_params(arch);  // a usage error when not an architecture
-  const hf_weights_detail::ConfigNames& names = hf_weights_detail::config_names(model);
+  const PublishedNames& names_of = hf_weights_detail::published_names(model);
+  const hf_weights_detail::ConfigNames& names = names_of.config_names();
   nlohmann::json out = nlohmann::json::object();
   if (names.architecture_class) out["architectures"] = {names.architecture_class};
   std::set<std::string> published;
@@ -387,7 +385,7 @@ nlohmann::json hf_config(const std::string& model, const nlohmann::json& arch) {
     if (arch.contains(key.arch)) out[key.published] = arch[key.arch];
   }
   for (const auto& fixed : names.fixed) out[fixed.published] = fixed.value;
-  hf_weights_detail::write_derived(model, arch, out);
+  names_of.write_derived(arch, out);
   for (const auto& key : names.special) published.insert(key);
   nlohmann::json own = nlohmann::json::object();
   for (const auto& [key, value] : arch.items())
@@ -411,7 +409,8 @@ nlohmann::json arch_from_hf_config(const std::string& model, const nlohmann::jso
               "config.json holds the model's configuration as Hugging Face writes it");
   if (!base.is_null() && !base.is_object())
     fail_runtime("arch_from_hf_config: the base architecture is not an object");
-  const hf_weights_detail::ConfigNames& names = hf_weights_detail::config_names(model);
+  const PublishedNames& names_of = hf_weights_detail::published_names(model);
+  const hf_weights_detail::ConfigNames& names = names_of.config_names();
   hf_weights_detail::check_class(model, names, config, source);
 
   nlohmann::json arch = base.is_object() ? base : nlohmann::json::object();
@@ -424,7 +423,7 @@ nlohmann::json arch_from_hf_config(const std::string& model, const nlohmann::jso
       check_arch_limit(arch[key.arch], key.arch, source, key.published);
     }
   }
-  hf_weights_detail::read_special(model, config, arch, source);
+  if (names_of.read_special) names_of.read_special(config, arch, source);
   for (const auto& fixed : names.fixed) {
     if (!fixed.checked || !config.contains(fixed.published)) continue;
     const nlohmann::json& v = config[fixed.published];

@@ -5,6 +5,7 @@
 #include <set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "gradscope/core/error.h"
 #include "gradscope/models/common/arch.h"
@@ -20,25 +21,8 @@ namespace gradscope {
 namespace hf_weights_detail {
 
 using nlohmann::json;
-using Shape = std::vector<int64_t>;
-
 // ---------------------------------------------------------------------------------------
-// Tensor layouts: each published tensor, in the published state_dict's order, with the
-// gradscope parameters it is made of.
-
-struct HfTensor {
-  std::string name;                 // the published name
-  std::vector<std::string> parts;   // gradscope parameter names, stacked by rows when several
-  Shape shape;                      // the published shape
-  std::string head_alias;           // a tied embedding: the head's published name
-  bool rotary_frequencies = false;  // nanoVLM's inv_freq buffer: from the configuration
-};
-
-struct Layout {
-  const char* published_as = "";  // the published class, for messages
-  std::vector<HfTensor> tensors;
-  std::optional<RotaryOptions> rotary;  // the frequencies of a rotary_frequencies entry
-};
+// Tensor layouts (hf_weights_detail.h).
 
 class LayoutBuilder {
  public:
@@ -247,42 +231,60 @@ Layout nanovlm_layout(const NanoVlmConfig& c) {
   return layout;
 }
 
-const char* const kPublishedModels[] = {"llama", "modernbert", "vit", "nanovlm"};
-
 void check_published(const std::string& model) {
-  model_registry().get(model);  // an unknown name lists the valid ones
-  for (const char* m : kPublishedModels)
-    if (model == m) return;
+  if (model_registry().get(model).published) return;  // an unknown name lists the valid ones
+  std::vector<std::string> names;
+  for (const auto& item : model_registry().items())
+    if (item.entry.published) names.push_back(item.name);
+  const std::string last = names.empty() ? "" : names.back();
+  if (!names.empty()) names.pop_back();
   fail_usage(fmt::format("model '{}' has no published weights or config names", model),
-             "Hugging Face names exist for llama, modernbert, vit and nanovlm");
+             fmt::format("Hugging Face names exist for {}{}{}", fmt::join(names, ", "),
+                         names.empty() ? "" : " and ", last));
 }
 
 int64_t vit_num_labels(const json& arch) { return ArchReader(arch, "vit").positive("num_labels"); }
 
-Layout layout_of_arch(const std::string& model, const json& arch) {
-  check_published(model);
-  if (model == "llama") return llama_layout(llama_config(arch));
-  if (model == "modernbert") return modernbert_layout(modernbert_config(arch));
-  if (model == "vit") return vit_layout(vision_config(arch, "vit"), vit_num_labels(arch));
-  return nanovlm_layout(nanovlm_config(arch));
-}
-
 template <typename T>
-T& model_as(const std::string& model, Model& m) {
+T& model_as(const char* family, Model& m) {
   auto* typed = dynamic_cast<T*>(&m);
-  if (!typed) fail_runtime(fmt::format("the model passed as '{}' is another model", model));
+  if (!typed) fail_runtime(fmt::format("the model passed as '{}' is another model", family));
   return *typed;
 }
 
-Layout layout_of_model(const std::string& model, Model& m) {
+Layout llama_layout_of_arch(const json& arch) { return llama_layout(llama_config(arch)); }
+Layout llama_layout_of_model(Model& m) {
+  return llama_layout(model_as<LlamaModel>("llama", m).config());
+}
+Layout modernbert_layout_of_arch(const json& arch) {
+  return modernbert_layout(modernbert_config(arch));
+}
+Layout modernbert_layout_of_model(Model& m) {
+  return modernbert_layout(model_as<ModernBertModel>("modernbert", m).config());
+}
+Layout vit_layout_of_arch(const json& arch) {
+  return vit_layout(vision_config(arch, "vit"), vit_num_labels(arch));
+}
+Layout vit_layout_of_model(Model& m) {
+  auto& vit = model_as<ViTModel>("vit", m);
+  return vit_layout(vit.encoder->config(), vit.classifier->options.out_features());
+}
+Layout nanovlm_layout_of_arch(const json& arch) { return nanovlm_layout(nanovlm_config(arch)); }
+Layout nanovlm_layout_of_model(Model& m) {
+  return nanovlm_layout(model_as<NanoVlmModel>("nanovlm", m).config());
+}
+
+const PublishedNames& published_names(const std::string& model) {
   check_published(model);
-  if (model == "llama") return llama_layout(model_as<LlamaModel>(model, m).config());
-  if (model == "modernbert") return modernbert_layout(model_as<ModernBertModel>(model, m).config());
-  if (model == "vit") {
-    auto& vit = model_as<ViTModel>(model, m);
-    return vit_layout(vit.encoder->config(), vit.classifier->options.out_features());
-  }
-  return nanovlm_layout(model_as<NanoVlmModel>(model, m).config());
+  return *model_registry().get(model).published;
+}
+
+Layout layout_of_arch(const std::string& model, const json& arch) {
+  return published_names(model).layout_of_arch(arch);
+}
+
+Layout layout_of_model(const std::string& model, Model& m) {
+  return published_names(model).layout_of_model(m);
 }
 
 std::string shape_text(at::IntArrayRef shape) {
@@ -460,9 +462,9 @@ AdapterExport hf_adapters(const std::string& model, Model& m, const LoraOptions&
       found = true;
     }
   }
-  const bool causal = model == "llama";
+  const char* task_type = hf_weights_detail::published_names(model).peft_task_type;
   out.config = {{"peft_type", "LORA"},
-                {"task_type", causal ? nlohmann::json("CAUSAL_LM") : nlohmann::json(nullptr)},
+                {"task_type", task_type ? nlohmann::json(task_type) : nlohmann::json(nullptr)},
                 {"base_model_name_or_path",
                  base_model.empty() ? nlohmann::json(nullptr) : nlohmann::json(base_model)},
                 {"r", options.rank},

@@ -2,6 +2,8 @@
 
 #include "gradscope/core/error.h"
 #include "gradscope/core/json_input.h"
+#include "gradscope/models/block_flops.h"
+#include "gradscope/models/hf_weights_detail.h"
 #include "gradscope/models/llama.h"
 #include "gradscope/models/modernbert.h"
 #include "gradscope/models/nanovlm.h"
@@ -37,6 +39,27 @@ const char* model_kind_name(ModelKind kind) {
   return "?";
 }
 
+namespace {
+
+namespace hfd = hf_weights_detail;
+const PublishedNames kLlamaNames{hfd::llama_layout_of_arch, hfd::llama_layout_of_model,
+                                 hfd::llama_config_names,   hfd::llama_write_derived,
+                                 hfd::llama_read_special,   "CAUSAL_LM"};
+const PublishedNames kVitNames{hfd::vit_layout_of_arch, hfd::vit_layout_of_model,
+                               hfd::vit_config_names,   hfd::vit_write_derived,
+                               hfd::vit_read_special,   nullptr};
+const PublishedNames kModernBertNames{hfd::modernbert_layout_of_arch,
+                                      hfd::modernbert_layout_of_model,
+                                      hfd::modernbert_config_names,
+                                      hfd::modernbert_write_derived,
+                                      hfd::modernbert_read_special,
+                                      nullptr};
+const PublishedNames kNanoVlmNames{hfd::nanovlm_layout_of_arch, hfd::nanovlm_layout_of_model,
+                                   hfd::nanovlm_config_names,   hfd::nanovlm_write_derived,
+                                   nullptr,                    nullptr};
+
+}  // namespace
+
 const Registry<ModelFamily>& model_registry() {
   static const Registry<ModelFamily> registry = [] {
     Registry<ModelFamily> r("model");
@@ -48,7 +71,10 @@ const Registry<ModelFamily>& model_registry() {
            llama_forward_flops_per_token,
            {"tiny", "small", "paper"},
            nullptr,
-           llama_trace_step});
+           llama_trace_step,
+           nullptr,
+           llama_block_flops,
+           &kLlamaNames});
     r.add("vit", "Vision Transformer (paper: ViT-B/16), image classification",
           {ModelKind::kImageClassification,
            vit_preset,
@@ -57,7 +83,10 @@ const Registry<ModelFamily>& model_registry() {
            vit_forward_flops_per_token,
            {"tiny", "small", "paper"},
            vit_finalize_arch,
-           vit_trace_step});
+           vit_trace_step,
+           nullptr,
+           vit_block_flops,
+           &kVitNames});
     r.add("modernbert", "ModernBERT encoder (paper: ModernBERT-base), masked language modelling",
           {ModelKind::kMaskedLm,
            modernbert_preset,
@@ -66,7 +95,10 @@ const Registry<ModelFamily>& model_registry() {
            modernbert_forward_flops_per_token,
            {"tiny", "small", "paper"},
            nullptr,
-           modernbert_trace_step});
+           modernbert_trace_step,
+           nullptr,
+           modernbert_block_flops,
+           &kModernBertNames});
     r.add("nanovlm",
           "vision-language model (paper: nanoVLM-222M, SigLIP + SmolLM2), image captioning",
           {ModelKind::kVisionLanguage,
@@ -77,7 +109,9 @@ const Registry<ModelFamily>& model_registry() {
            {"tiny", "small", "paper"},
            nullptr,
            nanovlm_trace_step,
-           nanovlm_image_tokens});
+           nanovlm_image_tokens,
+           nanovlm_block_flops,
+           &kNanoVlmNames});
     r.add("quadratic", "toy: n-dimensional quadratic with a set condition number, known minimum",
           {ModelKind::kToy,
            quadratic_preset,

@@ -1,4 +1,5 @@
-// The model registry: every architecture gradscope trains, with its presets.
+// The model registry: every architecture gradscope trains, with its presets and what it
+// supports. Code outside the registry asks a family's entry, never its name, what it has.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gradscope/core/registry.h"
+#include "gradscope/models/block_flops.h"
 #include "gradscope/models/common/memory_trace.h"
 #include "gradscope/models/model.h"
 
@@ -25,6 +27,9 @@ enum class ModelKind {
 };
 // "causal-lm", "masked-lm", "image-classification", "vision-language", "toy".
 const char* model_kind_name(ModelKind kind);
+
+// A family's published weight and config names (hf_weights_detail.h).
+struct PublishedNames;
 
 struct ModelFamily {
   ModelKind kind;
@@ -48,6 +53,12 @@ struct ModelFamily {
   // Vision-language models: the image tokens the decoder sees before the caption, which the
   // data source leaves without targets; null for the other kinds.
   int64_t (*image_tokens)(const nlohmann::json& arch) = nullptr;
+  // The forward FLOPs of each block of model.blocks() at sequence length seq_len, split as
+  // checkpointing splits a block (`gradscope estimate`'s recompute); null for toy problems.
+  std::vector<BlockFlops> (*block_flops)(const nlohmann::json& arch, int64_t seq_len) = nullptr;
+  // Its published names (Hugging Face's, nanoVLM's own): the tensors' and config.json's, for
+  // --init-from, --save-weights and `gradscope convert`; null when it has none (the toys).
+  const PublishedNames* published = nullptr;
 };
 
 const Registry<ModelFamily>& model_registry();

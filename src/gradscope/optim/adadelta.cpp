@@ -1,7 +1,9 @@
 #include "gradscope/optim/adadelta.h"
 
+#include <fmt/format.h>
 #include <torch/optim/serialize.h>
 
+#include "gradscope/optim/factory.h"
 #include "gradscope/optim/state_key.h"
 
 namespace gradscope {
@@ -69,6 +71,51 @@ torch::Tensor Adadelta::step(LossClosure closure) {
         acc_delta.mul_(rho).addcmul_(delta, delta, 1 - rho);
         p.add_(delta, -options.lr());
       });
+}
+
+namespace {
+
+// A function-local static: the registry may be built during another file's static
+// initialization.
+const std::vector<std::string>& adadelta_keys() {
+  static const std::vector<std::string> keys = {"rho", "eps", "maximize"};
+  return keys;
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_adadelta(std::vector<torch::Tensor> params,
+                                                       const ParamInfo& /*info*/, double lr,
+                                                       double weight_decay,
+                                                       const OptSettings& opt) {
+  OptReader r("adadelta", opt, adadelta_keys());
+  const double rho = r.number("rho", 0.9);
+  const double eps = r.number("eps", 1e-6);
+  check_range(rho >= 0 && rho <= 1, fmt::format("adadelta rho={} must lie in [0, 1]", rho));
+  check_range(eps >= 0, fmt::format("adadelta eps={} must be >= 0", eps));
+  auto options = AdadeltaOptions(lr)
+                     .rho(rho)
+                     .eps(eps)
+                     .weight_decay(weight_decay)
+                     .maximize(r.flag("maximize", false));
+  return construct_optimizer<Adadelta>("adadelta", std::move(params), options);
+}
+
+// square_avg, acc_delta; the update's delta and its denominator.
+OptimizerMemory adadelta_memory(const MemoryRuleInput& in) {
+  return {2 * in.total(), 2 * in.largest() + in.decay()};
+}
+
+}  // namespace
+
+OptimizerEntry adadelta_entry() {
+  OptimizerEntry e;
+  e.make = make_adadelta;
+  e.default_lr = 1.0;
+  e.keys = adadelta_keys();
+  e.steps_in_backward = true;
+  e.elementwise = true;
+  e.memory = adadelta_memory;
+  e.compared_in_estimate = true;
+  return e;
 }
 
 }  // namespace gradscope

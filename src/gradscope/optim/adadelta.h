@@ -56,4 +56,8 @@ class Adadelta : public SerializingOptimizer<AdadeltaParamState, AdadeltaOptions
   torch::Tensor step(LossClosure closure = nullptr) override;
 };
 
+struct OptimizerEntry;
+// The registry entry (factory.h).
+OptimizerEntry adadelta_entry();
+
 }  // namespace gradscope

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 
+#include <fmt/format.h>
 #include <torch/optim/serialize.h>
 
+#include "gradscope/optim/factory.h"
 #include "gradscope/optim/state_key.h"
 
 namespace gradscope {
@@ -142,6 +144,64 @@ torch::Tensor Adafactor::step(LossClosure closure) {
     p.sub_(update);
   };
   return step_each_parameter<AdafactorOptions>(*this, "Adafactor", closure, update_one);
+}
+
+namespace {
+
+// A function-local static: the registry may be built during another file's static
+// initialization.
+const std::vector<std::string>& adafactor_keys() {
+  static const std::vector<std::string> keys = {
+      "beta1", "decay_rate", "clip_threshold", "eps", "relative_step", "scale_parameter",
+      "warmup_init"};
+  return keys;
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_adafactor(std::vector<torch::Tensor> params,
+                                                        const ParamInfo& /*info*/, double lr,
+                                                        double weight_decay,
+                                                        const OptSettings& opt) {
+  OptReader r("adafactor", opt, adafactor_keys());
+  const auto beta1 = r.maybe_number("beta1");
+  const double decay_rate = r.number("decay_rate", -0.8);
+  const double clip_threshold = r.number("clip_threshold", 1.0);
+  const auto eps = r.pair("eps", {1e-30, 1e-3});
+  const bool relative_step = r.flag("relative_step", true);
+  const bool warmup_init = r.flag("warmup_init", false);
+  check_range(!beta1 || (*beta1 >= 0 && *beta1 < 1),
+              fmt::format("adafactor beta1={} must lie in [0, 1)", beta1.value_or(0)));
+  check_range(decay_rate >= -1 && decay_rate < 0,
+              fmt::format("adafactor decay_rate={} must lie in [-1, 0)", decay_rate));
+  check_range(clip_threshold > 0,
+              fmt::format("adafactor clip_threshold={} must be > 0", clip_threshold));
+  check_range(eps.first >= 0 && eps.second >= 0,
+              fmt::format("adafactor eps={},{} must be >= 0", eps.first, eps.second));
+  check_range(!warmup_init || relative_step, "adafactor warmup_init=true needs relative_step=true");
+  auto options = AdafactorOptions(lr)
+                     .eps1(eps.first)
+                     .eps2(eps.second)
+                     .clip_threshold(clip_threshold)
+                     .decay_rate(decay_rate)
+                     .beta1(beta1 ? c10::optional<double>(*beta1) : c10::nullopt)
+                     .weight_decay(weight_decay)
+                     .scale_parameter(r.flag("scale_parameter", true))
+                     .relative_step(relative_step)
+                     .warmup_init(warmup_init);
+  return construct_optimizer<Adafactor>("adafactor", std::move(params), options);
+}
+
+}  // namespace
+
+OptimizerEntry adafactor_entry() {
+  OptimizerEntry e;
+  e.make = make_adafactor;
+  e.default_lr = 1e-2;
+  e.keys = adafactor_keys();
+  e.lr_by_model = toy_learning_rates(1e-1);
+  e.no_memory_model =
+      "its factored second moment follows each parameter's whole shape (a row and a column "
+      "statistic per matrix, every dimension of larger tensors), which is not modelled";
+  return e;
 }
 
 }  // namespace gradscope

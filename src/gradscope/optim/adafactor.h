@@ -77,4 +77,8 @@ class Adafactor : public SerializingOptimizer<AdafactorParamState, AdafactorOpti
   torch::Tensor step(LossClosure closure = nullptr) override;
 };
 
+struct OptimizerEntry;
+// The registry entry (factory.h).
+OptimizerEntry adafactor_entry();
+
 }  // namespace gradscope

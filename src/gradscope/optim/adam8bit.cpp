@@ -7,8 +7,10 @@
 #include <utility>
 #include <vector>
 
+#include <fmt/format.h>
 #include <torch/optim/serialize.h>
 
+#include "gradscope/optim/factory.h"
 #include "gradscope/optim/state_key.h"
 
 namespace gradscope {
@@ -170,94 +172,146 @@ Adam8bit::Adam8bit(std::vector<torch::optim::OptimizerParamGroup> param_groups,
 }
 
 torch::Tensor Adam8bit::step(LossClosure closure) {
-  torch::NoGradGuard no_grad;
-  torch::Tensor loss = {};
-  if (closure != nullptr) {
-    at::AutoGradMode enable_grad(true);
-    loss = closure();
-  }
-  for (auto& group : param_groups_) {
-    const auto& options = static_cast<const Adam8bitOptions&>(group.options());
+  auto update_one = [](const Adam8bitOptions& options, torch::Tensor& p, auto& slot) {
     const auto [beta1, beta2] = options.betas();
     const int64_t block_size = options.block_size();
-    for (auto& p : group.params()) {
-      if (!p.grad().defined()) continue;
-      TORCH_CHECK(!p.grad().is_sparse(), "Adam8bit does not support sparse gradients");
-      TORCH_CHECK(p.is_floating_point(), "Adam8bit needs floating-point parameters, got ",
-                  p.scalar_type());
-      auto& slot = state_[param_state_key(p)];
-      if (!slot) {
-        auto state = std::make_unique<Adam8bitParamState>();
-        if (p.numel() >= options.min_8bit_size()) {
-          const auto& m_map = dynamic_tree_map(/*is_signed=*/true, p.device());
-          const auto& v_map = dynamic_tree_map(/*is_signed=*/false, p.device());
-          const auto codes = p.options().dtype(torch::kByte);
-          const auto floats = p.options().dtype(torch::kFloat);
-          const int64_t blocks = blocks_of(p.numel(), block_size);
-          state->exp_avg_code(torch::full({p.numel()}, zero_code(m_map), codes));
-          state->exp_avg_absmax(torch::zeros({blocks}, floats));
-          state->exp_avg_sq_code(torch::full({p.numel()}, zero_code(v_map), codes));
-          state->exp_avg_sq_absmax(torch::zeros({blocks}, floats));
-        } else {
-          const auto dtype = p.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
-          state->exp_avg(
-              torch::zeros_like(p, p.options().dtype(dtype), at::MemoryFormat::Preserve));
-          state->exp_avg_sq(
-              torch::zeros_like(p, p.options().dtype(dtype), at::MemoryFormat::Preserve));
-        }
-        slot = std::move(state);
-      }
-      auto& state = static_cast<Adam8bitParamState&>(*slot);
-      const bool quantized = state.exp_avg_code().defined();
-      state.step(state.step() + 1);
-      const double bias_correction1 = 1 - std::pow(beta1, state.step());
-      const double bias_correction2 = 1 - std::pow(beta2, state.step());
-
-      // The moments, in p's shape: the state itself, or float32 copies dequantized from it.
-      torch::Tensor exp_avg, exp_avg_sq;
-      if (quantized) {
-        TORCH_CHECK(state.exp_avg_code().numel() == p.numel(), "Adam8bit state holds ",
-                    state.exp_avg_code().numel(), " codes for a parameter of ", p.numel());
+    TORCH_CHECK(p.is_floating_point(), "Adam8bit needs floating-point parameters, got ",
+                p.scalar_type());
+    if (!slot) {
+      auto state = std::make_unique<Adam8bitParamState>();
+      if (p.numel() >= options.min_8bit_size()) {
         const auto& m_map = dynamic_tree_map(/*is_signed=*/true, p.device());
         const auto& v_map = dynamic_tree_map(/*is_signed=*/false, p.device());
-        exp_avg =
-            dequantize_blockwise(state.exp_avg_code(), state.exp_avg_absmax(), m_map, block_size)
-                .view(p.sizes());
-        exp_avg_sq = dequantize_blockwise(state.exp_avg_sq_code(), state.exp_avg_sq_absmax(), v_map,
-                                          block_size)
-                         .view(p.sizes());
+        const auto codes = p.options().dtype(torch::kByte);
+        const auto floats = p.options().dtype(torch::kFloat);
+        const int64_t blocks = blocks_of(p.numel(), block_size);
+        state->exp_avg_code(torch::full({p.numel()}, zero_code(m_map), codes));
+        state->exp_avg_absmax(torch::zeros({blocks}, floats));
+        state->exp_avg_sq_code(torch::full({p.numel()}, zero_code(v_map), codes));
+        state->exp_avg_sq_absmax(torch::zeros({blocks}, floats));
       } else {
-        exp_avg = state.exp_avg();
-        exp_avg_sq = state.exp_avg_sq();
+        const auto dtype = p.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
+        state->exp_avg(
+            torch::zeros_like(p, p.options().dtype(dtype), at::MemoryFormat::Preserve));
+        state->exp_avg_sq(
+            torch::zeros_like(p, p.options().dtype(dtype), at::MemoryFormat::Preserve));
       }
-
-      // torch::optim::Adam's arithmetic, op for op, in the moments' dtype.
-      auto grad = p.grad();
-      if (options.weight_decay() != 0) grad = grad.add(p, options.weight_decay());
-      grad = grad.to(exp_avg.scalar_type());
-      exp_avg.mul_(beta1).add_(grad, 1 - beta1);
-      exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1 - beta2);
-      auto denom = (exp_avg_sq.sqrt() / std::sqrt(bias_correction2)).add_(options.eps());
-      const double step_size = options.lr() / bias_correction1;
-      if (p.scalar_type() == exp_avg.scalar_type()) {
-        p.addcdiv_(exp_avg, denom, -step_size);
-      } else {
-        p.add_(exp_avg.div(denom).mul_(-step_size).to(p.scalar_type()));
-      }
-
-      if (quantized) {
-        const auto m = quantize_blockwise(exp_avg, dynamic_tree_map(/*is_signed=*/true, p.device()),
-                                          block_size);
-        const auto v = quantize_blockwise(
-            exp_avg_sq, dynamic_tree_map(/*is_signed=*/false, p.device()), block_size);
-        state.exp_avg_code().copy_(m.codes);
-        state.exp_avg_absmax().copy_(m.absmax);
-        state.exp_avg_sq_code().copy_(v.codes);
-        state.exp_avg_sq_absmax().copy_(v.absmax);
-      }
+      slot = std::move(state);
     }
+    auto& state = static_cast<Adam8bitParamState&>(*slot);
+    const bool quantized = state.exp_avg_code().defined();
+    state.step(state.step() + 1);
+    const double bias_correction1 = 1 - std::pow(beta1, state.step());
+    const double bias_correction2 = 1 - std::pow(beta2, state.step());
+
+    // The moments, in p's shape: the state itself, or float32 copies dequantized from it.
+    torch::Tensor exp_avg, exp_avg_sq;
+    if (quantized) {
+      TORCH_CHECK(state.exp_avg_code().numel() == p.numel(), "Adam8bit state holds ",
+                  state.exp_avg_code().numel(), " codes for a parameter of ", p.numel());
+      const auto& m_map = dynamic_tree_map(/*is_signed=*/true, p.device());
+      const auto& v_map = dynamic_tree_map(/*is_signed=*/false, p.device());
+      exp_avg =
+          dequantize_blockwise(state.exp_avg_code(), state.exp_avg_absmax(), m_map, block_size)
+              .view(p.sizes());
+      exp_avg_sq = dequantize_blockwise(state.exp_avg_sq_code(), state.exp_avg_sq_absmax(), v_map,
+                                        block_size)
+                       .view(p.sizes());
+    } else {
+      exp_avg = state.exp_avg();
+      exp_avg_sq = state.exp_avg_sq();
+    }
+
+    // torch::optim::Adam's arithmetic, op for op, in the moments' dtype.
+    auto grad = p.grad();
+    if (options.weight_decay() != 0) grad = grad.add(p, options.weight_decay());
+    grad = grad.to(exp_avg.scalar_type());
+    exp_avg.mul_(beta1).add_(grad, 1 - beta1);
+    exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1 - beta2);
+    auto denom = (exp_avg_sq.sqrt() / std::sqrt(bias_correction2)).add_(options.eps());
+    const double step_size = options.lr() / bias_correction1;
+    if (p.scalar_type() == exp_avg.scalar_type()) {
+      p.addcdiv_(exp_avg, denom, -step_size);
+    } else {
+      p.add_(exp_avg.div(denom).mul_(-step_size).to(p.scalar_type()));
+    }
+
+    if (quantized) {
+      const auto m = quantize_blockwise(exp_avg, dynamic_tree_map(/*is_signed=*/true, p.device()),
+                                        block_size);
+      const auto v = quantize_blockwise(
+          exp_avg_sq, dynamic_tree_map(/*is_signed=*/false, p.device()), block_size);
+      state.exp_avg_code().copy_(m.codes);
+      state.exp_avg_absmax().copy_(m.absmax);
+      state.exp_avg_sq_code().copy_(v.codes);
+      state.exp_avg_sq_absmax().copy_(v.absmax);
+    }
+  };
+  return step_each_parameter<Adam8bitOptions>(*this, "Adam8bit", closure, update_one);
+}
+
+namespace {
+
+// A function-local static: the registry may be built during another file's static
+// initialization.
+const std::vector<std::string>& adam8bit_keys() {
+  static const std::vector<std::string> keys = {"betas", "eps", "block_size", "min_8bit_size"};
+  return keys;
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_adam8bit(std::vector<torch::Tensor> params,
+                                                       const ParamInfo& /*info*/, double lr,
+                                                       double weight_decay,
+                                                       const OptSettings& opt) {
+  OptReader r("adam8bit", opt, adam8bit_keys());
+  const auto betas = r.pair("betas", {0.9, 0.999});
+  const double eps = r.number("eps", 1e-8);
+  const double block_size = r.number("block_size", 2048);
+  const double min_8bit_size = r.number("min_8bit_size", 4096);
+  check_betas("adam8bit", betas);
+  check_range(eps >= 0, fmt::format("adam8bit eps={} must be >= 0", eps));
+  // Whole numbers, and small enough to convert to int64_t exactly.
+  check_range(block_size >= 1 && block_size == std::floor(block_size) && block_size < 9.0e15,
+              fmt::format("adam8bit block_size={} must be a positive integer", block_size));
+  check_range(
+      min_8bit_size >= 0 && min_8bit_size == std::floor(min_8bit_size) && min_8bit_size < 9.0e15,
+      fmt::format("adam8bit min_8bit_size={} must be an integer >= 0", min_8bit_size));
+  auto options = Adam8bitOptions(lr)
+                     .betas(std::make_tuple(betas.first, betas.second))
+                     .eps(eps)
+                     .weight_decay(weight_decay)
+                     .block_size(static_cast<int64_t>(block_size))
+                     .min_8bit_size(static_cast<int64_t>(min_8bit_size));
+  return construct_optimizer<Adam8bit>("adam8bit", std::move(params), options);
+}
+
+// Two 8-bit moments with a float32 scale per block for tensors of at least min_8bit_size
+// elements; float32 moments below it. An update dequantizes one tensor's moments. The
+// optimizer's own defaults, so that the two cannot drift apart.
+OptimizerMemory adam8bit_memory(const MemoryRuleInput& in) {
+  const Adam8bitOptions defaults;
+  const auto block = static_cast<int64_t>(in.setting("block_size", defaults.block_size()));
+  const auto min8 = static_cast<int64_t>(in.setting("min_8bit_size", defaults.min_8bit_size()));
+  const int64_t f = kOptimizerFloatBytes;
+  int64_t state = 0;
+  for (const ParamExtent& p : in.params()) {
+    const int64_t n = p.bytes / f;
+    state += n >= min8 ? 2 * (n + (n + block - 1) / block * f) : 2 * p.bytes;
   }
-  return loss;
+  return {state, 4 * in.largest() + in.decay()};
+}
+
+}  // namespace
+
+OptimizerEntry adam8bit_entry() {
+  OptimizerEntry e;
+  e.make = make_adam8bit;
+  e.default_lr = 1e-3;
+  e.keys = adam8bit_keys();
+  e.lr_by_model = toy_learning_rates(1e-1);
+  e.memory = adam8bit_memory;
+  e.compared_in_estimate = true;
+  return e;
 }
 
 }  // namespace gradscope

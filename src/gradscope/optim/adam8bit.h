@@ -120,4 +120,8 @@ class Adam8bit : public SerializingOptimizer<Adam8bitParamState, Adam8bitOptions
   torch::Tensor step(LossClosure closure = nullptr) override;
 };
 
+struct OptimizerEntry;
+// The registry entry (factory.h).
+OptimizerEntry adam8bit_entry();
+
 }  // namespace gradscope

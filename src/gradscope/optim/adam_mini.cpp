@@ -105,44 +105,33 @@ AdamMini::AdamMini(std::vector<torch::optim::OptimizerParamGroup> param_groups,
 }
 
 torch::Tensor AdamMini::step(LossClosure closure) {
-  torch::NoGradGuard no_grad;
-  torch::Tensor loss = {};
-  if (closure != nullptr) {
-    at::AutoGradMode enable_grad(true);
-    loss = closure();
-  }
-  for (auto& group : param_groups_) {
-    const auto& options = static_cast<const AdamMiniOptions&>(group.options());
+  auto update_one = [](const AdamMiniOptions& options, torch::Tensor& p, auto& slot) {
+    if (p.numel() == 0) return;
     const auto [beta1, beta2] = options.betas();
     const double lr = options.lr();
-    for (auto& p : group.params()) {
-      if (!p.grad().defined() || p.numel() == 0) continue;
-      TORCH_CHECK(!p.grad().is_sparse(), "Adam-mini does not support sparse gradients");
-      auto& slot = state_[param_state_key(p)];
-      if (!slot) {
-        auto state = std::make_unique<AdamMiniParamState>();
-        state->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Contiguous));
-        state->exp_avg_sq(torch::zeros({blocks_for(options, p.sizes())}, p.options()));
-        slot = std::move(state);
-      }
-      auto& state = static_cast<AdamMiniParamState&>(*slot);
-      auto& exp_avg = state.exp_avg();
-      auto& exp_avg_sq = state.exp_avg_sq();
-      // The blocks come from v, so a loaded state keeps the partition it was saved with.
-      const int64_t blocks = exp_avg_sq.numel();
-      const auto grad = p.grad().reshape({blocks, -1});  // (B, numel / B)
-      exp_avg_sq.mul_(beta2).add_(grad.square().mean(1), 1 - beta2);
-      state.step(state.step() + 1);
-      if (options.weight_decay() != 0) p.mul_(1 - lr * options.weight_decay());
-      exp_avg.lerp_(p.grad(), 1 - beta1);  // the reference's lerp: m + (1 - beta1) (g - m)
-      const double bias_correction1 = 1 - std::pow(beta1, state.step());
-      const double bias_correction2 = 1 - std::pow(beta2, state.step());
-      const auto denom = (exp_avg_sq.sqrt() / std::sqrt(bias_correction2)).add_(options.eps());
-      const auto step_size = denom.reciprocal().mul_(lr / bias_correction1).unsqueeze(1);  // (B, 1)
-      p.sub_((exp_avg.view({blocks, -1}) * step_size).view(p.sizes()));
+    if (!slot) {
+      auto state = std::make_unique<AdamMiniParamState>();
+      state->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Contiguous));
+      state->exp_avg_sq(torch::zeros({blocks_for(options, p.sizes())}, p.options()));
+      slot = std::move(state);
     }
-  }
-  return loss;
+    auto& state = static_cast<AdamMiniParamState&>(*slot);
+    auto& exp_avg = state.exp_avg();
+    auto& exp_avg_sq = state.exp_avg_sq();
+    // The blocks come from v, so a loaded state keeps the partition it was saved with.
+    const int64_t blocks = exp_avg_sq.numel();
+    const auto grad = p.grad().reshape({blocks, -1});  // (B, numel / B)
+    exp_avg_sq.mul_(beta2).add_(grad.square().mean(1), 1 - beta2);
+    state.step(state.step() + 1);
+    if (options.weight_decay() != 0) p.mul_(1 - lr * options.weight_decay());
+    exp_avg.lerp_(p.grad(), 1 - beta1);  // the reference's lerp: m + (1 - beta1) (g - m)
+    const double bias_correction1 = 1 - std::pow(beta1, state.step());
+    const double bias_correction2 = 1 - std::pow(beta2, state.step());
+    const auto denom = (exp_avg_sq.sqrt() / std::sqrt(bias_correction2)).add_(options.eps());
+    const auto step_size = denom.reciprocal().mul_(lr / bias_correction1).unsqueeze(1);  // (B, 1)
+    p.sub_((exp_avg.view({blocks, -1}) * step_size).view(p.sizes()));
+  };
+  return step_each_parameter<AdamMiniOptions>(*this, "Adam-mini", closure, update_one);
 }
 
 AdamMiniRole adam_mini_role(const std::string& name) {
@@ -165,6 +154,8 @@ AdamMiniRole adam_mini_role(const std::string& name) {
   role.partition = query_or_key ? "head" : "row";
   return role;
 }
+
+namespace {
 
 // A function-local static: the registry may be built during another file's static
 // initialization.
@@ -232,6 +223,26 @@ std::unique_ptr<torch::optim::Optimizer> make_adam_mini(std::vector<torch::Tenso
   }
   if (groups.empty()) groups.emplace_back(std::vector<torch::Tensor>{});
   return construct_optimizer<AdamMini>("adam-mini", std::move(groups), defaults);
+}
+
+// m per element; v one float per block: per row (per head for q and k, fewer), per element
+// of a bias, one for a norm's vector. Rows bound the blocks from above.
+OptimizerMemory adam_mini_memory(const MemoryRuleInput& in) {
+  int64_t blocks = 0;
+  for (const ParamExtent& p : in.params()) blocks += p.rows;
+  return {in.total() + blocks * kOptimizerFloatBytes, 2 * in.largest()};
+}
+
+}  // namespace
+
+OptimizerEntry adam_mini_entry() {
+  OptimizerEntry e;
+  e.make = make_adam_mini;
+  e.default_lr = 1e-3;
+  e.keys = adam_mini_keys();
+  e.lr_by_model = toy_learning_rates(1e-1);
+  e.memory = adam_mini_memory;
+  return e;
 }
 
 }  // namespace gradscope

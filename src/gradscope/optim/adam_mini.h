@@ -40,7 +40,6 @@
 
 namespace gradscope {
 
-struct ParamInfo;
 
 struct AdamMiniOptions : public torch::optim::OptimizerCloneableOptions<AdamMiniOptions> {
   AdamMiniOptions(double lr = 1e-3) : lr_(lr) {}  // NOLINT: implicit, like LibTorch's options
@@ -98,14 +97,9 @@ struct AdamMiniRole {
 // contains "norm", "ln" or "bias".
 AdamMiniRole adam_mini_role(const std::string& name);
 
-// The registry's adam-mini: settings betas and eps; refuses parameters without names, and a
-// query or key weight without its head size, as runtime errors.
-std::unique_ptr<torch::optim::Optimizer> make_adam_mini(std::vector<torch::Tensor> params,
-                                                        const ParamInfo& info, double lr,
-                                                        double weight_decay,
-                                                        const OptSettings& opt);
-
-// The --opt names adam-mini accepts.
-const std::vector<std::string>& adam_mini_keys();
+// The registry's adam-mini (factory.h): settings betas and eps; refuses parameters without
+// names, and a query or key weight without its head size, as runtime errors.
+struct OptimizerEntry;
+OptimizerEntry adam_mini_entry();
 
 }  // namespace gradscope

@@ -202,6 +202,21 @@ torch::Tensor Apollo::step(LossClosure closure) {
 
 namespace {
 
+// Function-local statics: the registry may be built during another file's static
+// initialization.
+const std::vector<std::string>& apollo_keys() {
+  static const std::vector<std::string> keys = {"rank",   "update_proj_gap", "scale", "scale_type",
+                                                "seed",   "limiter",         "betas", "eps",
+                                                "targets"};
+  return keys;
+}
+
+const std::vector<std::string>& apollo_mini_keys() {
+  static const std::vector<std::string> keys = {"update_proj_gap", "scale", "seed",   "limiter",
+                                                "betas",           "eps",   "targets"};
+  return keys;
+}
+
 // rank, update_proj_gap and seed are whole numbers read as numbers, so that rank=1.5 is refused
 // naming it. The matrices galore_projects picks form a projecting group, every other parameter
 // a group with project=false (AdamW), as in the reference code.
@@ -258,21 +273,6 @@ std::unique_ptr<torch::optim::Optimizer> build_apollo(const std::string& name, b
   return construct_optimizer<Apollo>(name, std::move(groups), options);
 }
 
-}  // namespace
-
-const std::vector<std::string>& apollo_keys() {
-  static const std::vector<std::string> keys = {"rank",   "update_proj_gap", "scale", "scale_type",
-                                                "seed",   "limiter",         "betas", "eps",
-                                                "targets"};
-  return keys;
-}
-
-const std::vector<std::string>& apollo_mini_keys() {
-  static const std::vector<std::string> keys = {"update_proj_gap", "scale", "seed",   "limiter",
-                                                "betas",           "eps",   "targets"};
-  return keys;
-}
-
 std::unique_ptr<torch::optim::Optimizer> make_apollo(std::vector<torch::Tensor> params,
                                                      const ParamInfo& info, double lr,
                                                      double weight_decay, const OptSettings& opt) {
@@ -284,6 +284,39 @@ std::unique_ptr<torch::optim::Optimizer> make_apollo_mini(std::vector<torch::Ten
                                                           double weight_decay,
                                                           const OptSettings& opt) {
   return build_apollo("apollo-mini", /*mini=*/true, std::move(params), info, lr, weight_decay, opt);
+}
+
+// Moments in a rank-r space for the blocks' matrices (apollo-mini: rank 1) and one float for
+// the norm limiter, AdamW's elsewhere; the projection is drawn again each step, not kept.
+OptimizerMemory apollo_memory(const MemoryRuleInput& in) {
+  return projected_moments_memory(in, in.setting("rank", 0), /*keeps_projector=*/false);
+}
+OptimizerMemory apollo_mini_memory(const MemoryRuleInput& in) {
+  return projected_moments_memory(in, 1.0, /*keeps_projector=*/false);
+}
+
+}  // namespace
+
+OptimizerEntry apollo_entry() {
+  OptimizerEntry e;
+  e.make = make_apollo;
+  e.default_lr = 1e-2;
+  e.keys = apollo_keys();
+  e.lr_by_model = toy_learning_rates(1e-1);
+  e.updates_block_matrices = true;
+  e.memory = apollo_memory;
+  return e;
+}
+
+OptimizerEntry apollo_mini_entry() {
+  OptimizerEntry e;
+  e.make = make_apollo_mini;
+  e.default_lr = 1e-2;
+  e.keys = apollo_mini_keys();
+  e.lr_by_model = toy_learning_rates(1e-1);
+  e.updates_block_matrices = true;
+  e.memory = apollo_mini_memory;
+  return e;
 }
 
 }  // namespace gradscope

@@ -56,7 +56,6 @@
 
 namespace gradscope {
 
-struct ParamInfo;
 
 // How the scaling factor is shared: per channel (APOLLO) or per tensor (APOLLO-Mini).
 enum class ApolloScaleType {
@@ -138,19 +137,12 @@ class Apollo : public SerializingOptimizer<ApolloParamState, ApolloOptions> {
 torch::Tensor apollo_projection(int64_t seed, int64_t index, int64_t draw, int64_t rows,
                                 int64_t cols, int64_t rank, const torch::TensorOptions& options);
 
-// The registry's builders (factory.cpp). Both project the matrices galore_projects picks by
-// name (`targets`) and give every other parameter AdamW; both need the parameters' names.
-// apollo: channel-wise, rank unset (min(m, n) / 4 per matrix), scale 1. Settings:
-// apollo_keys().
-std::unique_ptr<torch::optim::Optimizer> make_apollo(std::vector<torch::Tensor> params,
-                                                     const ParamInfo& info, double lr,
-                                                     double weight_decay, const OptSettings& opt);
-// apollo-mini: rank 1, tensor-wise, scale 128 (alpha = sqrt(128)). Settings: apollo_mini_keys().
-std::unique_ptr<torch::optim::Optimizer> make_apollo_mini(std::vector<torch::Tensor> params,
-                                                          const ParamInfo& info, double lr,
-                                                          double weight_decay,
-                                                          const OptSettings& opt);
-const std::vector<std::string>& apollo_keys();
-const std::vector<std::string>& apollo_mini_keys();
+// The registry's entries (factory.h). Both project the matrices galore_projects picks by name
+// (`targets`) and give every other parameter AdamW; both need the parameters' names.
+// apollo: channel-wise, rank unset (min(m, n) / 4 per matrix), scale 1. apollo-mini: rank 1,
+// tensor-wise, scale 128 (alpha = sqrt(128)).
+struct OptimizerEntry;
+OptimizerEntry apollo_entry();
+OptimizerEntry apollo_mini_entry();
 
 }  // namespace gradscope

@@ -3,8 +3,10 @@
 #include <cmath>
 #include <limits>
 
+#include <fmt/format.h>
 #include <torch/optim/serialize.h>
 
+#include "gradscope/optim/factory.h"
 #include "gradscope/optim/state_key.h"
 
 namespace gradscope {
@@ -219,6 +221,42 @@ double strong_wolfe_search(Line& line, const LinePoint& origin, double t0, doubl
   return best.t;
 }
 
+// beta of `rule` (fr, pr+, hs, dy) from the step's dot products: g.g, g.y, g_prev.g_prev and
+// d_prev.y (y = g - g_prev). Sets `restart` and returns 0 when it has no finite value.
+double conjugate_beta(const std::string& rule, double gg, double gy, double prev_prev, double dy,
+                      bool& restart) {
+  double numerator = 0, denominator = 0;
+  if (rule == "fr") {
+    numerator = gg, denominator = prev_prev;
+  } else if (rule == "pr+") {
+    numerator = gy, denominator = prev_prev;
+  } else if (rule == "hs") {
+    numerator = gy, denominator = dy;
+  } else {  // dy
+    numerator = gg, denominator = dy;
+  }
+  double beta = numerator / denominator;
+  if (rule == "pr+") beta = std::max(0.0, beta);
+  if (denominator == 0 || !std::isfinite(beta)) restart = true;
+  return restart ? 0 : beta;
+}
+
+// The line search's step along `dirs` from `origin`: Armijo's from lr, or strong Wolfe's from
+// lr at a restart and else from the last step's size scaled by the slopes (N&W eq. 3.60).
+double search_step(Line& line, const std::vector<torch::Tensor>& dirs, const LinePoint& origin,
+                   bool restart, const ConjugateGradientParamState& first,
+                   const ConjugateGradientOptions& o) {
+  if (o.line_search() == "armijo") return armijo_search(line, origin, o.lr(), o);
+  double t0 = o.lr();
+  if (!restart) {
+    const double guess = first.step_size() * first.slope() / origin.slope;
+    if (std::isfinite(guess) && guess > 0) t0 = guess;
+  }
+  double scale = 0;  // largest |d| entry: a bracket narrower than tolerance / scale
+  for (const auto& d : dirs) scale = std::max(scale, d.abs().max().item<double>());
+  return strong_wolfe_search(line, origin, t0, scale, o);
+}
+
 }  // namespace
 
 ConjugateGradient::ConjugateGradient(std::vector<torch::optim::OptimizerParamGroup> param_groups,
@@ -305,23 +343,7 @@ torch::Tensor ConjugateGradient::step(LossClosure closure) {
   const double gy = gg - g_prev;            // g.y with y = g - g_prev
   const double dy = d_g - d_prev;           // d_prev.y
 
-  double beta = 0;
-  if (!restart) {
-    double numerator = 0, denominator = 0;
-    if (o.beta_rule() == "fr") {
-      numerator = gg, denominator = prev_prev;
-    } else if (o.beta_rule() == "pr+") {
-      numerator = gy, denominator = prev_prev;
-    } else if (o.beta_rule() == "hs") {
-      numerator = gy, denominator = dy;
-    } else {  // dy
-      numerator = gg, denominator = dy;
-    }
-    beta = numerator / denominator;
-    if (o.beta_rule() == "pr+") beta = std::max(0.0, beta);
-    if (denominator == 0 || !std::isfinite(beta)) restart = true;
-  }
-  if (restart) beta = 0;
+  double beta = restart ? 0 : conjugate_beta(o.beta_rule(), gg, gy, prev_prev, dy, restart);
   // d = -g + beta d_prev; its slope g.d = -g.g + beta d_prev.g.
   for (size_t i = 0; i < params.size(); ++i) dirs[i].mul_(beta).sub_(grads[i]);
   double slope = -gg + beta * d_g;
@@ -345,18 +367,7 @@ torch::Tensor ConjugateGradient::step(LossClosure closure) {
       // g + wd x above) that is f + wd / 2 ||x||^2, in the origin as at every trial point.
       const LinePoint origin{0, loss.item<double>() + 0.5 * o.weight_decay() * xx, slope};
       Line line(params, dirs, o.weight_decay(), closure, last_evaluations_);
-      if (o.line_search() == "armijo") {
-        t = armijo_search(line, origin, o.lr(), o);
-      } else {
-        double t0 = o.lr();
-        if (!restart) {
-          const double guess = first.step_size() * first.slope() / slope;  // N&W eq. 3.60
-          if (std::isfinite(guess) && guess > 0) t0 = guess;
-        }
-        double scale = 0;  // largest |d| entry: a bracket narrower than tolerance / scale
-        for (const auto& d : dirs) scale = std::max(scale, d.abs().max().item<double>());
-        t = strong_wolfe_search(line, origin, t0, scale, o);
-      }
+      t = search_step(line, dirs, origin, restart, first, o);
     }
   }
   const int64_t restarts = first.restarts() + (restart && k > 0 ? 1 : 0);
@@ -377,6 +388,69 @@ int64_t ConjugateGradient::restarts() const {
         return static_cast<const ConjugateGradientParamState&>(*it->second).restarts();
     }
   return 0;
+}
+
+namespace {
+
+// A function-local static: the registry may be built during another file's static
+// initialization.
+const std::vector<std::string>& cg_keys() {
+  static const std::vector<std::string> keys = {
+      "beta_rule", "line_search", "restart_every", "c1", "c2", "backtrack", "max_evals",
+      "tolerance_change"};
+  return keys;
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_cg(std::vector<torch::Tensor> params,
+                                                 const ParamInfo& /*info*/, double lr,
+                                                 double weight_decay, const OptSettings& opt) {
+  OptReader r("cg", opt, cg_keys());
+  const auto rule = r.choice("beta_rule", "pr+", {"fr", "pr+", "hs", "dy"});
+  const auto search = r.choice("line_search", "strong_wolfe", {"none", "armijo", "strong_wolfe"});
+  const int64_t restart_every = r.integer("restart_every", 0);
+  const double c1 = r.number("c1", 1e-4);
+  const double c2 = r.number("c2", 0.1);
+  const double backtrack = r.number("backtrack", 0.5);
+  const int64_t max_evals = r.integer("max_evals", 25);
+  const double tolerance = r.number("tolerance_change", 1e-12);
+  check_range(
+      restart_every >= 0,
+      fmt::format("cg restart_every={} must be >= 0 (0 = no scheduled restarts)", restart_every));
+  check_range(c1 > 0 && c1 < c2 && c2 < 1,
+              fmt::format("cg c1={}, c2={} must satisfy 0 < c1 < c2 < 1", c1, c2));
+  check_range(backtrack > 0 && backtrack < 1,
+              fmt::format("cg backtrack={} must lie in (0, 1)", backtrack));
+  check_range(max_evals >= 1, fmt::format("cg max_evals={} must be >= 1", max_evals));
+  check_range(tolerance >= 0, fmt::format("cg tolerance_change={} must be >= 0", tolerance));
+  auto options = ConjugateGradientOptions(lr)
+                     .beta_rule(rule)
+                     .line_search(search)
+                     .restart_every(restart_every)
+                     .c1(c1)
+                     .c2(c2)
+                     .backtrack(backtrack)
+                     .max_evals(max_evals)
+                     .tolerance_change(tolerance)
+                     .weight_decay(weight_decay);
+  return construct_optimizer<ConjugateGradient>("cg", std::move(params), options);
+}
+
+// The previous gradient and the direction; the line search's trial point and its gradient.
+OptimizerMemory cg_memory(const MemoryRuleInput& in) {
+  return {2 * in.total(), 2 * in.largest() + in.decay()};
+}
+
+}  // namespace
+
+OptimizerEntry cg_entry() {
+  OptimizerEntry e;
+  e.make = make_cg;
+  e.default_lr = 1e-2;
+  e.keys = cg_keys();
+  e.steps_with_closure = true;
+  e.memory = cg_memory;
+  e.compared_in_estimate = true;
+  return e;
 }
 
 }  // namespace gradscope

@@ -104,4 +104,8 @@ class ConjugateGradient
   double last_beta_ = 0;
 };
 
+struct OptimizerEntry;
+// The registry entry (factory.h).
+OptimizerEntry cg_entry();
+
 }  // namespace gradscope

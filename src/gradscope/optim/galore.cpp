@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 
+#include <fmt/format.h>
 #include <torch/optim/serialize.h>
 
+#include "gradscope/optim/factory.h"
 #include "gradscope/optim/low_rank.h"
 #include "gradscope/optim/state_key.h"
 
@@ -158,6 +160,77 @@ torch::Tensor Galore::step(LossClosure closure) {
     p.add_(update, -options.lr() * options.scale());
   };
   return step_each_parameter<GaloreOptions>(*this, "GaLore", closure, update_one);
+}
+
+namespace {
+
+// A function-local static: the registry may be built during another file's static
+// initialization.
+const std::vector<std::string>& galore_keys() {
+  static const std::vector<std::string> keys = {
+      "rank", "update_gap", "scale", "betas", "eps", "targets"};
+  return keys;
+}
+
+// rank and update_gap are integers read as numbers, so that rank=1.5 is refused naming it.
+// The matrices the paper projects (galore_projects, by name) form a projecting group, every
+// other parameter a group with project=false (AdamW), as in GaLore's reference code.
+std::unique_ptr<torch::optim::Optimizer> make_galore(std::vector<torch::Tensor> params,
+                                                     const ParamInfo& info, double lr,
+                                                     double weight_decay, const OptSettings& opt) {
+  OptReader r("galore", opt, galore_keys());
+  const auto rank = r.maybe_number("rank");  // unset: max(1, min(m, n) / 4) per matrix
+  const double update_gap = r.number("update_gap", 200);
+  const double scale = r.number("scale", 0.25);
+  const auto betas = r.pair("betas", {0.9, 0.999});
+  const double eps = r.number("eps", 1e-8);
+  const auto targets = r.names("targets", galore_default_targets());
+  auto positive_integer = [](double v) { return v >= 1 && v <= 9.0e15 && v == std::floor(v); };
+  check_range(!rank || positive_integer(*rank),
+              fmt::format("galore rank={} must be a positive integer (leave it unset for "
+                          "min(m, n) / 4 per matrix)",
+                          rank.value_or(0)));
+  check_range(positive_integer(update_gap),
+              fmt::format("galore update_gap={} must be a positive integer", update_gap));
+  check_range(scale > 0, fmt::format("galore scale={} must be > 0", scale));
+  check_betas("galore", betas);
+  check_range(eps >= 0, fmt::format("galore eps={} must be >= 0", eps));
+  const auto& names = info.names;
+  if (names.empty() && !params.empty())
+    fail_runtime(
+        "galore needs the parameters' names to tell the blocks' attention and MLP "
+        "matrices from embeddings, heads and classifiers",
+        "build it with make_optimizer(name, params, names, ...) "
+        "(torch::nn::Module::named_parameters())");
+  auto options = GaloreOptions(lr)
+                     .betas(std::make_tuple(betas.first, betas.second))
+                     .eps(eps)
+                     .weight_decay(weight_decay)
+                     .update_gap(static_cast<int64_t>(update_gap))
+                     .scale(scale);
+  if (rank) options.rank(static_cast<int64_t>(*rank));
+
+  auto groups = projection_groups(std::string("galore"), params, names, targets, opt, options);
+  // A rank above min(m, n) of some matrix is refused by the constructor: a usage error here.
+  return construct_optimizer<Galore>("galore", std::move(groups), options);
+}
+
+// Moments in a rank-r space and the projector for the blocks' matrices, AdamW's elsewhere.
+OptimizerMemory galore_memory(const MemoryRuleInput& in) {
+  return projected_moments_memory(in, in.setting("rank", 0), /*keeps_projector=*/true);
+}
+
+}  // namespace
+
+OptimizerEntry galore_entry() {
+  OptimizerEntry e;
+  e.make = make_galore;
+  e.default_lr = 1e-2;
+  e.keys = galore_keys();
+  e.lr_by_model = toy_learning_rates(1e-1);
+  e.updates_block_matrices = true;
+  e.memory = galore_memory;
+  return e;
 }
 
 }  // namespace gradscope

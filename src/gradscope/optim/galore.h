@@ -137,4 +137,8 @@ std::vector<torch::optim::OptimizerParamGroup> projection_groups(
   return groups;
 }
 
+struct OptimizerEntry;
+// The registry entry (factory.h).
+OptimizerEntry galore_entry();
+
 }  // namespace gradscope

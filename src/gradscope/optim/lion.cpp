@@ -1,7 +1,9 @@
 #include "gradscope/optim/lion.h"
 
+#include <fmt/format.h>
 #include <torch/optim/serialize.h>
 
+#include "gradscope/optim/factory.h"
 #include "gradscope/optim/state_key.h"
 
 namespace gradscope {
@@ -54,6 +56,43 @@ torch::Tensor Lion::step(LossClosure closure) {
         p.add_(update, -options.lr());
         exp_avg.mul_(beta2).add_(grad, 1 - beta2);
       });
+}
+
+namespace {
+
+// A function-local static: the registry may be built during another file's static
+// initialization.
+const std::vector<std::string>& lion_keys() {
+  static const std::vector<std::string> keys = {"betas"};
+  return keys;
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_lion(std::vector<torch::Tensor> params,
+                                                   const ParamInfo& /*info*/, double lr,
+                                                   double weight_decay, const OptSettings& opt) {
+  OptReader r("lion", opt, lion_keys());
+  const auto betas = r.pair("betas", {0.9, 0.99});
+  check_betas("lion", betas);
+  auto options =
+      LionOptions(lr).betas(std::make_tuple(betas.first, betas.second)).weight_decay(weight_decay);
+  return construct_optimizer<Lion>("lion", std::move(params), options);
+}
+
+// momentum; the sign of the blend.
+OptimizerMemory lion_memory(const MemoryRuleInput& in) { return {in.total(), in.largest()}; }
+
+}  // namespace
+
+OptimizerEntry lion_entry() {
+  OptimizerEntry e;
+  e.make = make_lion;
+  e.default_lr = 1e-4;
+  e.keys = lion_keys();
+  e.lr_by_model = toy_learning_rates(1e-2);
+  e.elementwise = true;
+  e.memory = lion_memory;
+  e.compared_in_estimate = true;
+  return e;
 }
 
 }  // namespace gradscope

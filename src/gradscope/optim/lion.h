@@ -54,4 +54,8 @@ class Lion : public SerializingOptimizer<LionParamState, LionOptions> {
   torch::Tensor step(LossClosure closure = nullptr) override;
 };
 
+struct OptimizerEntry;
+// The registry entry (factory.h).
+OptimizerEntry lion_entry();
+
 }  // namespace gradscope

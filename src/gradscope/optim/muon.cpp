@@ -158,6 +158,8 @@ torch::Tensor Muon::step(LossClosure closure) {
   return step_each_parameter<MuonOptions>(*this, "Muon", closure, update_one);
 }
 
+namespace {
+
 // A function-local static: the registry may be built during another file's static
 // initialization.
 const std::vector<std::string>& muon_keys() {
@@ -219,6 +221,27 @@ std::unique_ptr<torch::optim::Optimizer> make_muon(std::vector<torch::Tensor> pa
     groups.emplace_back(std::move(others),
                         std::make_unique<MuonOptions>(MuonOptions(options).use_muon(false)));
   return construct_optimizer<Muon>("muon", std::move(groups), options);
+}
+
+// Momentum for the blocks' matrices, AdamW's two moments for the rest. An update of the
+// largest matrix: its momentum blend, Newton-Schulz's iterates (about three of its size in
+// bfloat16) and the orthogonalized update.
+OptimizerMemory muon_memory(const MemoryRuleInput& in) {
+  int64_t state = 0;
+  for (const ParamExtent& p : in.params()) state += p.block_matrix ? p.bytes : 2 * p.bytes;
+  return {state, std::max(2 * in.largest(), 4 * in.largest_matrix())};
+}
+
+}  // namespace
+
+OptimizerEntry muon_entry() {
+  OptimizerEntry e;
+  e.make = make_muon;
+  e.default_lr = 2e-2;
+  e.keys = muon_keys();
+  e.updates_block_matrices = true;
+  e.memory = muon_memory;
+  return e;
 }
 
 }  // namespace gradscope

@@ -41,7 +41,6 @@
 
 namespace gradscope {
 
-struct ParamInfo;
 
 struct MuonOptions : public torch::optim::OptimizerCloneableOptions<MuonOptions> {
   MuonOptions(double lr = 0.02) : lr_(lr) {}  // NOLINT: implicit, like LibTorch's options
@@ -104,14 +103,10 @@ class Muon : public SerializingOptimizer<MuonParamState, MuonOptions> {
 // NS5(U) for a matrix U (m, n), computed in `dtype` and returned in it (see above).
 torch::Tensor newton_schulz5(const torch::Tensor& u, int64_t steps, torch::ScalarType dtype);
 
-// The registry's muon: the blocks' 2-D attention and MLP weights (galore_projects with
-// galore_default_targets) get Muon, every other parameter AdamW. Refuses parameters without
-// names (a runtime error).
-std::unique_ptr<torch::optim::Optimizer> make_muon(std::vector<torch::Tensor> params,
-                                                   const ParamInfo& info, double lr,
-                                                   double weight_decay, const OptSettings& opt);
-
-// The --opt names muon accepts.
-const std::vector<std::string>& muon_keys();
+// The registry's muon (factory.h): the blocks' 2-D attention and MLP weights (galore_projects
+// with galore_default_targets) get Muon, every other parameter AdamW. Refuses parameters
+// without names (a runtime error).
+struct OptimizerEntry;
+OptimizerEntry muon_entry();
 
 }  // namespace gradscope

@@ -267,6 +267,14 @@ class FoldAfterAccumulate : public torch::autograd::FunctionPostHook {
   size_t index_;
 };
 
+// The hint of a refused fold: the settings that fold, where the optimizer's entry names some.
+std::string fold_refusal_hint(const std::string& optimizer) {
+  const char* settings = optimizer_registry().get(optimizer).fold_hint;
+  const std::string buffer =
+      "use --optimizer-step after-backward to accumulate in a gradient buffer";
+  return settings ? std::string(settings) + ", or " + buffer : buffer;
+}
+
 FoldInBackward::FoldInBackward(const StepPlan& plan, const std::vector<torch::Tensor>& params,
                                const OptimizerSpec& spec)
     : plan_count_(plan.accum_steps) {
@@ -283,10 +291,7 @@ FoldInBackward::FoldInBackward(const StepPlan& plan, const std::vector<torch::Te
                   fmt::format("strategy '{}' folds each micro-batch into the optimizer state, and "
                               "optimizer '{}' cannot take it: {}",
                               plan.strategy_name(), spec.name, refusal),
-                  spec.name == "sgd"
-                      ? "pass --opt momentum=0.9 (and no nesterov), or use --optimizer-step "
-                        "after-backward to accumulate in a gradient buffer"
-                      : "use --optimizer-step after-backward to accumulate in a gradient buffer");
+                  fold_refusal_hint(spec.name));
     }
     folds_.emplace_back(*optimizers_.back(), p);
     c10::intrusive_ptr<torch::autograd::Node> node = torch::autograd::impl::grad_accumulator(p);
@@ -302,12 +307,14 @@ FoldInBackward::FoldInBackward(const StepPlan& plan, const std::vector<torch::Te
 }  // namespace
 
 const std::vector<std::string>& fused_optimizers() {
-  static const std::vector<std::string> names = {"sgd", "adam", "adagrad", "adadelta"};
+  static const std::vector<std::string> names =
+      optimizers_where([](const OptimizerEntry& e) { return e.steps_in_backward; });
   return names;
 }
 
 const std::vector<std::string>& folding_optimizers() {
-  static const std::vector<std::string> names = {"sgd", "adam", "adamw"};
+  static const std::vector<std::string> names =
+      optimizers_where([](const OptimizerEntry& e) { return e.folds_micro_batches; });
   return names;
 }
 

@@ -883,15 +883,15 @@ torch::autograd::variable_list GatherBeforeBackward::backward(
 }  // namespace
 
 const std::vector<std::string>& elementwise_optimizers() {
-  static const std::vector<std::string> names = {"sgd",     "adam",     "adamw",
-                                                 "adagrad", "adadelta", "lion"};
+  static const std::vector<std::string> names =
+      optimizers_where([](const OptimizerEntry& e) { return e.elementwise; });
   return names;
 }
 
 std::string shard_refusal(Shard shard, const std::string& optimizer) {
   if (shard == Shard::kNone || shard == Shard::kDdp) return "";
-  const auto& ok = elementwise_optimizers();
-  if (std::find(ok.begin(), ok.end(), optimizer) != ok.end()) return "";
+  const auto& registry = optimizer_registry();
+  if (registry.contains(optimizer) && registry.get(optimizer).elementwise) return "";
   return fmt::format(
       "--shard {} gives each rank a slice of the flat parameters, and optimizer '{}' needs "
       "whole matrices, blocks or sums over every parameter, which no rank holds",

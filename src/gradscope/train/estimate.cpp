@@ -9,12 +9,7 @@
 #include "gradscope/core/env.h"
 #include "gradscope/core/error.h"
 #include "gradscope/models/common/memory_trace.h"
-#include "gradscope/models/llama.h"
-#include "gradscope/models/modernbert.h"
-#include "gradscope/models/nanovlm.h"
 #include "gradscope/models/registry.h"
-#include "gradscope/models/vit.h"
-#include "gradscope/optim/adam8bit.h"
 #include "gradscope/optim/factory.h"
 #include "gradscope/strategy/shard.h"
 #include "gradscope/train/data_source.h"
@@ -23,105 +18,25 @@
 namespace gradscope {
 namespace {
 
-double setting(const RunConfig& c, const std::string& key, double fallback) {
-  auto it = c.opt.find(key);
-  if (it == c.opt.end()) return fallback;
-  if (it->second == "true") return 1;
-  if (it->second == "false") return 0;
-  try {
-    return std::stod(it->second);
-  } catch (const std::exception&) {
-    return fallback;
-  }
-}
-
-// Optimizer state and the temporaries of one update, from each optimizer's update rule as
-// gradscope and LibTorch implement it: `per_param` holds the parameters' sizes in bytes.
-struct OptimizerMemory {
-  int64_t state = 0;
-  int64_t scratch = 0;
-};
-
+// Optimizer state and the temporaries of one update, by the optimizer's memory rule
+// (optim/memory_rule.h) over the trainable parameters' shapes.
 OptimizerMemory optimizer_memory(const RunConfig& c,
                                  const std::vector<MemoryTrace::ParamShape>& shapes) {
-  std::vector<int64_t> per_param;
-  int64_t total = 0, largest = 0, largest_matrix = 0;
-  for (const auto& s : shapes) {
-    per_param.push_back(s.bytes);
-    total += s.bytes;
-    largest = std::max(largest, s.bytes);
-    if (s.block_matrix) largest_matrix = std::max(largest_matrix, s.bytes);
+  const OptimizerEntry& entry = optimizer_registry().get(c.optimizer);
+  if (!entry.memory) {
+    const std::vector<std::string> names =
+        optimizers_where([](const OptimizerEntry& e) { return e.memory != nullptr; });
+    std::string modelled;
+    for (size_t i = 0; i < names.size(); ++i)
+      modelled += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + names[i];
+    fail_usage(fmt::format("no memory model for optimizer '{}': {}", c.optimizer,
+                           entry.no_memory_model ? entry.no_memory_model : "none declared"),
+               "estimate models " + modelled);
   }
-  const bool decay_in_grad = c.weight_decay > 0;  // grad.add(p, wd): one parameter-sized copy
-  const int64_t decay = decay_in_grad ? largest : 0;
-  const std::string& o = c.optimizer;
-  if (o == "sgd") {
-    const bool momentum = setting(c, "momentum", 0) > 0;
-    const bool nesterov = setting(c, "nesterov", 0) > 0;
-    return {momentum ? total : 0, decay + (nesterov ? largest : 0)};
-  }
-  if (o == "adam" || o == "adamw") {
-    // exp_avg, exp_avg_sq (and max_exp_avg_sq); denom = sqrt(v) / c then + eps: two
-    // temporaries of the parameter's size at once.
-    const bool amsgrad = setting(c, "amsgrad", 0) > 0;
-    return {(amsgrad ? 3 : 2) * total, 2 * largest + (o == "adam" ? decay : 0)};
-  }
-  if (o == "adagrad") return {total, largest + decay};           // sum; std = sqrt(sum) + eps
-  if (o == "adadelta") return {2 * total, 2 * largest + decay};  // square_avg, acc_delta
-  if (o == "cg") return {2 * total, 2 * largest + decay};        // previous gradient, direction
-  if (o == "lion") return {total, largest};                      // momentum; sign of the blend
-  if (o == "adam8bit") {
-    // Two 8-bit moments with a float32 scale per block for tensors of at least min_8bit_size
-    // elements; float32 moments below it. An update dequantizes one tensor's moments.
-    // The optimizer's own defaults, so that the two cannot drift apart.
-    const Adam8bitOptions defaults;
-    const auto block = static_cast<int64_t>(setting(c, "block_size", defaults.block_size()));
-    const auto min8 = static_cast<int64_t>(setting(c, "min_8bit_size", defaults.min_8bit_size()));
-    int64_t state = 0;
-    for (int64_t b : per_param) {
-      const int64_t n = b / MemoryTrace::kFloat;
-      state += n >= min8 ? 2 * (n + (n + block - 1) / block * MemoryTrace::kFloat) : 2 * b;
-    }
-    return {state, 4 * largest + decay};
-  }
-  if (o == "adam-mini") {
-    // m per element; v one float per block: per row (per head for q and k, fewer), per element
-    // of a bias, one for a norm's vector. Rows bound the blocks from above.
-    int64_t blocks = 0;
-    for (const auto& s : shapes) blocks += s.rows;
-    return {total + blocks * MemoryTrace::kFloat, 2 * largest};
-  }
-  if (o == "muon") {
-    // Momentum for the blocks' matrices, AdamW's two moments for the rest. An update of the
-    // largest matrix: its momentum blend, Newton-Schulz's iterates (about three of its size in
-    // bfloat16) and the orthogonalized update.
-    int64_t state = 0;
-    for (const auto& s : shapes) state += s.block_matrix ? s.bytes : 2 * s.bytes;
-    return {state, std::max(2 * largest, 4 * largest_matrix)};
-  }
-  if (o == "galore" || o == "apollo" || o == "apollo-mini") {
-    // Moments in a rank-r space for the blocks' (m, n) matrices, AdamW's for the rest. galore
-    // also keeps its projector (min(m, n) x r); apollo draws its projection again each step
-    // and keeps one float for its norm limiter; apollo-mini has rank 1.
-    const double rank = o == "apollo-mini" ? 1.0 : setting(c, "rank", 0);
-    int64_t state = 0, scratch = 2 * largest;
-    for (const auto& s : shapes) {
-      if (!s.block_matrix) {
-        state += 2 * s.bytes;
-        continue;
-      }
-      const int64_t lo = std::min(s.rows, s.cols), hi = std::max(s.rows, s.cols);
-      const int64_t r = rank >= 1 ? static_cast<int64_t>(rank) : std::max<int64_t>(1, lo / 4);
-      const int64_t f = MemoryTrace::kFloat;
-      state += o == "galore" ? f * (lo * r + 2 * r * hi) : f * (2 * r * hi + 1);
-      // The projection, the projected gradient, the moments' update and the full-size update.
-      scratch = std::max(scratch, f * (lo * r + 3 * r * hi) + s.bytes);
-    }
-    return {state, scratch};
-  }
-  fail_usage("no memory model for optimizer '" + o + "'",
-             "estimate models sgd, adam, adamw, adagrad, adadelta, cg, lion, adam8bit, adam-mini, "
-             "muon, galore, apollo and apollo-mini");
+  std::vector<ParamExtent> params;
+  params.reserve(shapes.size());
+  for (const auto& s : shapes) params.push_back({s.bytes, s.rows, s.cols, s.block_matrix});
+  return entry.memory(MemoryRuleInput(std::move(params), c.opt, c.weight_decay));
 }
 
 MemoryTrace::Checkpointing checkpointing_of(const StepPlan& plan) {
@@ -133,32 +48,6 @@ MemoryTrace::Checkpointing checkpointing_of(const StepPlan& plan) {
   else if (plan.recompute == Recompute::kMlp)
     ck.unit = MemoryTrace::Unit::kMlp;
   return ck;
-}
-
-// A decoder block of Llama (and NanoVLM's decoder) over T positions, as
-// llama_forward_flops_per_token counts it.
-BlockFlops llama_block_flops(const LlamaConfig& c, int64_t tokens, const char* tower) {
-  const double C = static_cast<double>(c.hidden_size), T = static_cast<double>(tokens);
-  const double q = static_cast<double>(c.num_attention_heads * c.head_dim);
-  const double kv = static_cast<double>(c.num_key_value_heads * c.head_dim);
-  const double I = static_cast<double>(c.intermediate_size);
-  BlockFlops b;
-  b.tower = tower;
-  b.attention = 2.0 * T * (C * q + 2 * C * kv + q * C) + 2.0 * 2.0 * T * T * q;
-  b.mlp = 2.0 * T * 3 * C * I;  // gate, up, down
-  return b;
-}
-
-// An encoder block of ViT (and NanoVLM's vision tower), as vision_forward_flops_per_image
-// counts it.
-BlockFlops vision_block_flops(const VisionConfig& c, const char* tower) {
-  const double C = static_cast<double>(c.hidden_size), I = static_cast<double>(c.intermediate_size);
-  const double T = static_cast<double>(c.num_tokens());
-  BlockFlops b;
-  b.tower = tower;
-  b.attention = 2.0 * T * 4 * C * C + 2.0 * 2.0 * T * T * C;  // q, k, v, o; scores, sum
-  b.mlp = 2.0 * T * 2 * C * I;                                // fc1, fc2
-  return b;
 }
 
 // ---- several ranks (strategy/shard.cpp) ----
@@ -422,6 +311,93 @@ void pick_peak(MemoryEstimate& e) {
   consider(e.comm_peak_bytes, "communication");
 }
 
+// The trainable parameters as the sharded step lays them out: end to end (zero), or the
+// blocks' as one flat unit each and the rest end to end (fsdp).
+struct FlatLayout {
+  std::vector<MemoryTrace::ParamShape> shapes;
+  std::vector<int64_t> bytes, elements, root_elements;
+  std::vector<std::vector<int64_t>> unit_elements;  // per block: {elements}, or empty
+  int64_t trainable = 0, root_bytes = 0;
+};
+
+FlatLayout flat_layout(const MemoryTrace& trace) {
+  const int64_t f = MemoryTrace::kFloat;
+  FlatLayout l;
+  l.shapes = trace.trainable_param_shapes();
+  for (const auto& p : l.shapes) {
+    l.bytes.push_back(p.bytes);
+    l.elements.push_back(p.bytes / f);
+    l.trainable += p.bytes;
+    if (p.block < 0) {
+      l.root_elements.push_back(p.bytes / f);
+      l.root_bytes += p.bytes;
+    } else {
+      if (l.unit_elements.size() <= static_cast<size_t>(p.block))
+        l.unit_elements.resize(static_cast<size_t>(p.block) + 1);
+      auto& u = l.unit_elements[static_cast<size_t>(p.block)];
+      if (u.empty()) u.push_back(0);
+      u[0] += p.bytes / f;  // a unit is one flat tensor to the optimizer
+    }
+  }
+  return l;
+}
+
+// The overlay of one micro-batch's backward: fsdp gathers in every one; the others reduce in
+// the last only (`reduce`), zero2 into a shard of `shard_bytes`.
+std::unique_ptr<MemoryTrace::Overlay> rank_overlay(const RunConfig& config, const FlatLayout& l,
+                                                   int64_t shard_bytes, bool reduce) {
+  if (config.shard == Shard::kFsdp)
+    return std::make_unique<FsdpOverlay>(l.shapes, config.nproc, config.bucket_bytes, reduce);
+  if (!reduce) return nullptr;
+  const bool zero2 = config.shard == Shard::kZero2;
+  return std::make_unique<BucketOverlay>(l.bytes, std::vector<bool>(l.bytes.size(), true),
+                                         config.bucket_bytes, zero2, zero2 ? shard_bytes : 0);
+}
+
+int64_t overlay_buffers_peak(const MemoryTrace::Overlay* o) {
+  if (const auto* b = dynamic_cast<const BucketOverlay*>(o)) return b->buffers_peak();
+  if (const auto* d = dynamic_cast<const FsdpOverlay*>(o)) return d->buffers_peak();
+  return 0;
+}
+
+// The buffers of a reducing backward still alive when it ends (zero2 keeps a few; fsdp's
+// parameters outside the blocks likewise).
+int64_t overlay_buffers_left(const MemoryTrace::Overlay* o) {
+  if (const auto* b = dynamic_cast<const BucketOverlay*>(o)) return b->buffers();
+  if (const auto* d = dynamic_cast<const FsdpOverlay*>(o)) return d->root().buffers();
+  return 0;
+}
+
+// The forward and backward peaks of the rank's micro-batches and their collective buffers,
+// into `e`; returns the buffers the reducing backward leaves alive. Only the last micro-batch's
+// backward reduces; the earlier ones keep whole gradients (`full_grads`).
+int64_t replay_rank_micro_batches(const RunConfig& config, const MemoryTrace& trace,
+                                  const MemoryTrace::Checkpointing& ck, const FlatLayout& l,
+                                  int64_t shard_bytes, int64_t steady, int64_t full_grads,
+                                  MemoryEstimate& e) {
+  const bool accumulates = config.accum_steps > 1;
+  auto first_overlay = rank_overlay(config, l, shard_bytes, !accumulates);
+  const auto first = trace.replay(ck, false, true, first_overlay.get());
+  e.collective_buffers_bytes = overlay_buffers_peak(first_overlay.get());
+  int64_t reducing_buffers = accumulates ? 0 : overlay_buffers_left(first_overlay.get());
+  e.forward_peak_bytes = steady + first.forward_peak;
+  e.backward_peak_bytes = steady + first.backward_peak;
+  if (!accumulates) return reducing_buffers;
+  // Later micro-batches, with the earlier ones' whole gradients; the last reduces.
+  for (bool reduce : {true, false}) {
+    if (!reduce && config.accum_steps < 3) continue;
+    auto o = rank_overlay(config, l, shard_bytes, reduce);
+    const auto later = trace.replay(ck, true, true, o.get());
+    e.collective_buffers_bytes =
+        std::max(e.collective_buffers_bytes, overlay_buffers_peak(o.get()));
+    if (reduce) reducing_buffers = std::max(reducing_buffers, overlay_buffers_left(o.get()));
+    e.forward_peak_bytes = std::max(e.forward_peak_bytes, steady + full_grads + later.forward_peak);
+    e.backward_peak_bytes =
+        std::max(e.backward_peak_bytes, steady + full_grads + later.backward_peak);
+  }
+  return reducing_buffers;
+}
+
 // One rank's memory under --shard with N ranks, replacing the one-process figures of `e`:
 // what each mode keeps of the parameters, gradients and optimizer state, and the collectives'
 // buffers over the step (strategy/shard.cpp).
@@ -431,49 +407,31 @@ void estimate_rank(const RunConfig& config, const MemoryTrace& trace,
   const Shard mode = config.shard;
   const bool fsdp = mode == Shard::kFsdp;
   const int64_t f = MemoryTrace::kFloat;
-  const std::vector<MemoryTrace::ParamShape> shapes = trace.trainable_param_shapes();
-  std::vector<int64_t> bytes, elements, root_elements;
-  std::vector<std::vector<int64_t>> unit_elements;
-  int64_t trainable = 0, root_bytes = 0;
-  for (const auto& p : shapes) {
-    bytes.push_back(p.bytes);
-    elements.push_back(p.bytes / f);
-    trainable += p.bytes;
-    if (p.block < 0) {
-      root_elements.push_back(p.bytes / f);
-      root_bytes += p.bytes;
-    } else {
-      if (unit_elements.size() <= static_cast<size_t>(p.block))
-        unit_elements.resize(static_cast<size_t>(p.block) + 1);
-      auto& u = unit_elements[static_cast<size_t>(p.block)];
-      if (u.empty()) u.push_back(0);
-      u[0] += p.bytes / f;  // a unit is one flat tensor to the optimizer
-    }
-  }
+  const FlatLayout l = flat_layout(trace);
   e.sharded = true;
   e.nproc = world;
   e.shard = shard_name(mode);
-  e.flat_elements = trainable / f;
+  e.flat_elements = l.trainable / f;
   const int64_t S = ceil_div(e.flat_elements, world);
-  const int64_t root_shard = ceil_div(root_bytes / f, world);
+  const int64_t root_shard = ceil_div(l.root_bytes / f, world);
   int64_t units_shard = 0;  // the blocks' shards, fsdp
-  for (const auto& u : unit_elements)
+  for (const auto& u : l.unit_elements)
     if (!u.empty()) units_shard += ceil_div(u[0], world);
 
   // What the rank keeps between steps.
   OptimizerMemory om{e.optimizer_state_bytes, e.optimizer_scratch_bytes};
   int64_t largest_piece = 0;
   if (mode == Shard::kZero1 || mode == Shard::kZero2) {
-    om = sharded_optimizer_memory(config, {elements}, world, largest_piece);
+    om = sharded_optimizer_memory(config, {l.elements}, world, largest_piece);
     e.shard_elements = S;
   } else if (fsdp) {
-    std::vector<std::vector<int64_t>> spaces = {root_elements};
-    for (const auto& u : unit_elements)
+    std::vector<std::vector<int64_t>> spaces = {l.root_elements};
+    for (const auto& u : l.unit_elements)
       if (!u.empty()) spaces.push_back(u);
     om = sharded_optimizer_memory(config, spaces, world, largest_piece);
     e.shard_elements = root_shard + units_shard;
     // The blocks' parameters are a shard of S_b each; the rest, frozen ones included, whole.
-    e.params_bytes = e.params_bytes - (trainable - root_bytes) + units_shard * f;
+    e.params_bytes = e.params_bytes - (l.trainable - l.root_bytes) + units_shard * f;
   } else {
     e.shard_elements = e.flat_elements;
   }
@@ -486,58 +444,16 @@ void estimate_rank(const RunConfig& config, const MemoryTrace& trace,
   const int64_t full_grads = e.grads_bytes;
   if (mode == Shard::kZero2) e.grads_bytes = S * f;
   if (fsdp) e.grads_bytes = (units_shard + root_shard) * f;
-
-  // The micro-batches: only the last one's backward reduces; the earlier ones keep whole
-  // gradients. fsdp gathers in every one.
-  auto overlay = [&](bool reduce) -> std::unique_ptr<MemoryTrace::Overlay> {
-    if (fsdp) return std::make_unique<FsdpOverlay>(shapes, world, config.bucket_bytes, reduce);
-    if (!reduce) return nullptr;
-    const bool zero2 = mode == Shard::kZero2;
-    return std::make_unique<BucketOverlay>(bytes, std::vector<bool>(bytes.size(), true),
-                                           config.bucket_bytes, zero2, zero2 ? S * f : 0);
-  };
-  auto buffers_peak = [](const MemoryTrace::Overlay* o) -> int64_t {
-    if (const auto* b = dynamic_cast<const BucketOverlay*>(o)) return b->buffers_peak();
-    if (const auto* d = dynamic_cast<const FsdpOverlay*>(o)) return d->buffers_peak();
-    return 0;
-  };
-  const bool accumulates = config.accum_steps > 1;
-  auto first_overlay = overlay(!accumulates);
-  const auto first = trace.replay(ck, false, true, first_overlay.get());
-  e.collective_buffers_bytes = buffers_peak(first_overlay.get());
-  // The buffers of the reducing backward still alive when it ends (zero2 keeps a few; fsdp's
-  // parameters outside the blocks likewise).
-  int64_t reducing_buffers = 0;
-  auto note_reducing = [&](const MemoryTrace::Overlay* o) {
-    if (const auto* b = dynamic_cast<const BucketOverlay*>(o))
-      reducing_buffers = std::max(reducing_buffers, b->buffers());
-    if (const auto* d = dynamic_cast<const FsdpOverlay*>(o))
-      reducing_buffers = std::max(reducing_buffers, d->root().buffers());
-  };
-  if (!accumulates) note_reducing(first_overlay.get());
-  e.forward_peak_bytes = steady + first.forward_peak;
-  e.backward_peak_bytes = steady + first.backward_peak;
-  if (accumulates) {
-    // Later micro-batches, with the earlier ones' whole gradients; the last reduces.
-    for (bool reduce : {true, false}) {
-      if (!reduce && config.accum_steps < 3) continue;
-      auto o = overlay(reduce);
-      const auto later = trace.replay(ck, true, true, o.get());
-      e.collective_buffers_bytes = std::max(e.collective_buffers_bytes, buffers_peak(o.get()));
-      if (reduce) note_reducing(o.get());
-      e.forward_peak_bytes =
-          std::max(e.forward_peak_bytes, steady + full_grads + later.forward_peak);
-      e.backward_peak_bytes =
-          std::max(e.backward_peak_bytes, steady + full_grads + later.backward_peak);
-    }
-  }
+  const int64_t reducing_buffers =
+      replay_rank_micro_batches(config, trace, ck, l, S * f, steady, full_grads, e);
 
   // After backward: the reductions still running are waited for and drained. ddp and zero1
   // copy the buckets into the whole gradients; zero2 into a shard of zeros made first.
   // Every bucket's buffer alive at once (but those reduced in place).
   const int64_t buckets =
       fsdp ? 0
-           : BucketOverlay(bytes, std::vector<bool>(bytes.size(), true), config.bucket_bytes, false)
+           : BucketOverlay(l.bytes, std::vector<bool>(l.bytes.size(), true), config.bucket_bytes,
+                           false)
                  .copied_total();
   if (mode == Shard::kDdp || mode == Shard::kZero1) {
     e.comm_peak_bytes = steady + full_grads + buckets;
@@ -564,7 +480,7 @@ void estimate_rank(const RunConfig& config, const MemoryTrace& trace,
   const int64_t norm_bytes = mode != Shard::kDdp && norm ? 4 * largest_piece : 0;
   e.optimizer_peak_bytes = steady + rank_grads + std::max(e.optimizer_scratch_bytes, norm_bytes);
   // Evaluation: fsdp gathers each block for its forward as well.
-  auto eval_overlay = fsdp ? overlay(false) : nullptr;
+  auto eval_overlay = fsdp ? rank_overlay(config, l, S * f, false) : nullptr;
   e.eval_peak_bytes = steady + trace.replay(ck, false, false, eval_overlay.get()).forward_peak;
   e.notes.push_back(fmt::format(
       "per rank of {} ranks (--shard {}): activations of its micro-batch of {}; collective "
@@ -576,36 +492,8 @@ void estimate_rank(const RunConfig& config, const MemoryTrace& trace,
 
 std::vector<BlockFlops> block_forward_flops(const std::string& model, const nlohmann::json& arch,
                                             int64_t seq_len) {
-  std::vector<BlockFlops> blocks;
-  if (model == "llama") {
-    const LlamaConfig c = llama_config(arch);
-    blocks.assign(static_cast<size_t>(c.num_hidden_layers),
-                  llama_block_flops(c, seq_len, "decoder"));
-  } else if (model == "vit") {
-    const VisionConfig c = vision_config(arch, "vit");
-    blocks.assign(static_cast<size_t>(c.num_hidden_layers), vision_block_flops(c, "encoder"));
-  } else if (model == "modernbert") {
-    // As modernbert_forward_flops_per_token: attention over the full T x T matrix, which the
-    // kernels compute whatever the sliding window keeps; GeGLU's Wi maps C -> 2I.
-    const ModernBertConfig c = modernbert_config(arch);
-    const double C = static_cast<double>(c.hidden_size),
-                 I = static_cast<double>(c.intermediate_size);
-    const double T = static_cast<double>(seq_len);
-    BlockFlops b;
-    b.tower = "encoder";
-    b.attention = 2.0 * T * 4 * C * C + 2.0 * 2.0 * T * T * C;
-    b.mlp = 2.0 * T * 3 * C * I;
-    blocks.assign(static_cast<size_t>(c.num_hidden_layers), b);
-  } else if (model == "nanovlm") {
-    // model.blocks() lists the vision tower's blocks, then the decoder's; the decoder runs
-    // over the image tokens and the caption.
-    const NanoVlmConfig c = nanovlm_config(arch);
-    blocks.assign(static_cast<size_t>(c.vision.num_hidden_layers),
-                  vision_block_flops(c.vision, "vision"));
-    const BlockFlops d = llama_block_flops(c.decoder, c.image_tokens() + seq_len, "decoder");
-    blocks.insert(blocks.end(), static_cast<size_t>(c.decoder.num_hidden_layers), d);
-  }
-  return blocks;
+  const ModelFamily& family = model_registry().get(model);
+  return family.block_flops ? family.block_flops(arch, seq_len) : std::vector<BlockFlops>{};
 }
 
 RecomputeFlops recompute_flops(const RunConfig& config, const nlohmann::json& arch,

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gradscope/core/config.h"
+#include "gradscope/models/block_flops.h"
 
 namespace gradscope {
 
@@ -59,16 +60,9 @@ struct MemoryEstimate {
   std::vector<std::string> notes;
 };
 
-// The forward FLOPs of one block of model.blocks() for one sample, split as checkpointing
-// splits a block: the attention sub-layer (q, k, v, o and the attention products) and the
-// MLP sub-layer, as the model's analytical count (forward_flops_per_token) has them.
-struct BlockFlops {
-  std::string tower;  // "decoder", "encoder" or "vision"
-  double attention = 0;
-  double mlp = 0;
-};
-// Every block of the model, in the order of model.blocks() (NanoVLM: the vision tower's
-// blocks, then the decoder's), at sequence length `seq_len`; empty for a toy problem.
+// Every block of the model (models/block_flops.h), in the order of model.blocks() (NanoVLM:
+// the vision tower's blocks, then the decoder's), at sequence length `seq_len`; empty for a
+// toy problem.
 std::vector<BlockFlops> block_forward_flops(const std::string& model, const nlohmann::json& arch,
                                             int64_t seq_len);
 

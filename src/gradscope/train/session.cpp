@@ -237,53 +237,8 @@ Session::Session(const RunConfig& config, const SessionOptions& options)
     check_cap_holds_parameters(resolved_.given, c.memory_cap_bytes);
     process_.set_memory_cap(device_, c.memory_cap_bytes);
   }
-  try {
-    model_ = family_->build(resolved_.arch, c.seed);
-  } catch (const c10::Error& e) {
-    std::string what = e.what_without_backtrace();
-    // A model the estimate has no figures for (a toy problem) meets the cap here.
-    check_usage(c.memory_cap_bytes <= 0 || what.find("memory cap") == std::string::npos,
-                fmt::format("--memory-cap {} is too small to build {}'s parameters",
-                            format_bytes(static_cast<double>(c.memory_cap_bytes)), c.model),
-                "pass a larger --memory-cap (`gradscope estimate` gives the parameters' bytes)");
-    fail_usage(
-        "cannot build " + c.model + " from its architecture: " + what.substr(0, what.find('\n')),
-        "check the --arch overrides against the preset (`gradscope list --json`)");
-  }
-  if (!c.init_from.empty()) load_init_weights(c.model, *model_, read_init_source(c.init_from));
-  if (c.lora()) {
-    // These pick the blocks' weight matrices by name for their own update and give every
-    // other parameter AdamW: under LoRA no such matrix trains, so they would be AdamW alone.
-    for (const char* by_matrix : {"muon", "galore", "apollo", "apollo-mini"})
-      check_usage(c.optimizer != by_matrix,
-                  "optimizer '" + c.optimizer +
-                      "' updates the blocks' weight matrices its own way and the rest with "
-                      "AdamW; with --lora-targets those matrices are frozen, so it would be "
-                      "AdamW alone",
-                  "use adamw or adam with LoRA, or train without --lora-targets");
-    check_usage(family_->kind != ModelKind::kToy,
-                "toy problem '" + c.model + "' has no projections to adapt",
-                "leave --lora-targets out");
-    LoraOptions& lora = lora_options_;
-    lora.targets = c.lora_targets;
-    lora.rank = c.lora_rank;
-    lora.alpha = c.lora_alpha;
-    lora.dropout = c.lora_dropout;
-    auto gen = at::detail::createCPUGenerator(hash3(c.seed, kLoraStream, 0));
-    std::vector<std::string> adapted;
-    try {
-      adapted = model_->add_lora(lora, gen);
-    } catch (const c10::Error& e) {
-      std::string what = e.what_without_backtrace();
-      fail_usage("cannot add LoRA adapters to " + c.model + ": " + what.substr(0, what.find('\n')),
-                 "check --lora-rank against the model's widths");
-    }
-    std::string names;
-    for (const auto& t : c.lora_targets) names += (names.empty() ? "" : ",") + t;
-    check_usage(!adapted.empty(),
-                c.model + " has no projection that --lora-targets " + names + " names",
-                "name projections the model has (docs/lora.md lists them per model)");
-  }
+  build_model();
+  if (c.lora()) add_lora_adapters();
   check_usage(plan.loss == LossKind::kLossFull || model_->has_lm_head(),
               fmt::format("--loss chunked needs a language-model head, and {} has none", c.model),
               "use --loss chunked with llama, nanovlm or modernbert, or leave --loss out");
@@ -312,6 +267,71 @@ Session::Session(const RunConfig& config, const SessionOptions& options)
   check_shard(plan, c.shard, c.optimizer);
   // The ranks meet last, once this one has refused what it would refuse: a rank that stops
   // on bad input stops before the others wait for it.
+  meet_ranks(options);
+  strategy_ = std::make_unique<Strategy>(plan);
+  strategy_->attach(*model_);
+  strategy_->set_communicator(comm_);
+  if (options.updater) build_updater();
+}
+
+// The model from its architecture and seed, then the --init-from weights.
+void Session::build_model() {
+  const RunConfig& c = resolved_.config;
+  try {
+    model_ = family_->build(resolved_.arch, c.seed);
+  } catch (const c10::Error& e) {
+    std::string what = e.what_without_backtrace();
+    // A model the estimate has no figures for (a toy problem) meets the cap here.
+    check_usage(c.memory_cap_bytes <= 0 || what.find("memory cap") == std::string::npos,
+                fmt::format("--memory-cap {} is too small to build {}'s parameters",
+                            format_bytes(static_cast<double>(c.memory_cap_bytes)), c.model),
+                "pass a larger --memory-cap (`gradscope estimate` gives the parameters' bytes)");
+    fail_usage(
+        "cannot build " + c.model + " from its architecture: " + what.substr(0, what.find('\n')),
+        "check the --arch overrides against the preset (`gradscope list --json`)");
+  }
+  if (!c.init_from.empty()) load_init_weights(c.model, *model_, read_init_source(c.init_from));
+}
+
+// LoRA's adapters on the --lora-targets projections (the base frozen).
+void Session::add_lora_adapters() {
+  const RunConfig& c = resolved_.config;
+  // Optimizers that pick the blocks' weight matrices by name for their own update give every
+  // other parameter AdamW: under LoRA no such matrix trains, so they would be AdamW alone.
+  check_usage(!optimizer_registry().get(c.optimizer).updates_block_matrices,
+              "optimizer '" + c.optimizer +
+                  "' updates the blocks' weight matrices its own way and the rest with "
+                  "AdamW; with --lora-targets those matrices are frozen, so it would be "
+                  "AdamW alone",
+              "use adamw or adam with LoRA, or train without --lora-targets");
+  check_usage(family_->kind != ModelKind::kToy,
+              "toy problem '" + c.model + "' has no projections to adapt",
+              "leave --lora-targets out");
+  LoraOptions& lora = lora_options_;
+  lora.targets = c.lora_targets;
+  lora.rank = c.lora_rank;
+  lora.alpha = c.lora_alpha;
+  lora.dropout = c.lora_dropout;
+  auto gen = at::detail::createCPUGenerator(hash3(c.seed, kLoraStream, 0));
+  std::vector<std::string> adapted;
+  try {
+    adapted = model_->add_lora(lora, gen);
+  } catch (const c10::Error& e) {
+    std::string what = e.what_without_backtrace();
+    fail_usage("cannot add LoRA adapters to " + c.model + ": " + what.substr(0, what.find('\n')),
+               "check --lora-rank against the model's widths");
+  }
+  std::string names;
+  for (const auto& t : c.lora_targets) names += (names.empty() ? "" : ",") + t;
+  check_usage(!adapted.empty(),
+              c.model + " has no projection that --lora-targets " + names + " names",
+              "name projections the model has (docs/lora.md lists them per model)");
+}
+
+// The collectives with the other ranks: the given ones, the launcher's, or a single rank's
+// for --shard alone.
+void Session::meet_ranks(const SessionOptions& options) {
+  const RunConfig& c = resolved_.config;
   if (options.comm) {
     comm_ = options.comm;
   } else if (c.nproc > 1) {
@@ -331,10 +351,6 @@ Session::Session(const RunConfig& config, const SessionOptions& options)
     comm_ = single_rank_communicator();
     launcher_ = "single";
   }
-  strategy_ = std::make_unique<Strategy>(plan);
-  strategy_->attach(*model_);
-  strategy_->set_communicator(comm_);
-  if (options.updater) build_updater();
 }
 
 void ProcessSettings::set_threads(int threads) {

@@ -140,6 +140,9 @@ class Session {
   MicroBatchSource step_batches(int64_t step) const;
 
  private:
+  void build_model();
+  void add_lora_adapters();
+  void meet_ranks(const SessionOptions& options);
   void build_updater();
 
   ProcessSettings process_;  // first: restored last, after everything built under it
