@@ -65,5 +65,21 @@ TEST(EvalCli, BadInputIsExitTwo) {
   }
 }
 
+// eval takes the run settings that decide a forward pass over held-out data, and none that
+// only training reads.
+TEST(EvalCli, TakesTheSettingsThatDecideTheLoss) {
+  const auto r = run_gradscope("eval --help");
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* flag : {"--model", "--preset", "--init-from", "--arch", "--dataset",
+                           "--tokenizer", "--seq", "--seed", "--batch", "--accum-steps",
+                           "--eval-batches", "--dtype", "--device", "--threads", "--loss",
+                           "--loss-chunk", "--projections", "--split", "--text", "--json"})
+    EXPECT_TRUE(contains(r.out, std::string(flag) + " ")) << flag << "\n" << r.out;
+  for (const char* flag : {"--dropout", "--lora-rank", "--optimizer", "--lr", "--steps",
+                           "--eval-every", "--recompute", "--attention", "--nproc", "--timeout",
+                           "--sample-period", "--db", "--quiet"})
+    EXPECT_FALSE(contains(r.out, std::string(flag) + " ")) << flag << "\n" << r.out;
+}
+
 }  // namespace
 }  // namespace gradscope

@@ -21,6 +21,7 @@
 #include "gradscope/core/error.h"
 #include "gradscope/core/json_input.h"
 #include "gradscope/core/settings.h"
+#include "gradscope/store/record_tables.h"
 #include "gradscope/store/schema_guard.h"
 
 namespace gradscope {
@@ -38,43 +39,38 @@ constexpr char kDamagedRowHint[] =
 constexpr char kSqliteMagic[] = "SQLite format 3";  // the first 16 bytes, NUL included
 
 const char* const kMetaSql = "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT)";
-// Columns added to the schema's tables since databases were first written: the schema below
-// lists them, and opening an older database for writing adds them (their rows stay null,
-// unmeasured).
-const std::vector<AddedColumn> kAddedColumns = {{"runs", "disturbed INTEGER"},
-                                                {"runs", "involuntary_switches_per_s REAL"},
-                                                {"runs", "steal_pct REAL"},
-                                                {"runs", "competing_tasks_mean REAL"}};
-const char* const kSchemaSql = R"sql(
-CREATE TABLE IF NOT EXISTS runs(
-  attempt_id INTEGER PRIMARY KEY,
-  run_id TEXT, sweep TEXT, status TEXT, started_at TEXT, finished_at TEXT,
-  config_json TEXT, record_json TEXT,
-  model TEXT, preset TEXT, optimizer TEXT, strategy TEXT,
-  params INTEGER, final_loss REAL, final_val_loss REAL,
-  total_s REAL, step_median_s REAL, samples_per_s REAL, tokens_per_s REAL,
-  peak_bytes INTEGER, peak_rss_bytes INTEGER, optimizer_state_bytes INTEGER,
-  disturbed INTEGER, involuntary_switches_per_s REAL, steal_pct REAL,
-  competing_tasks_mean REAL);
+// What the schema holds beside the record tables (store/record_tables.h).
+const char* const kIndexAndProbesSql = R"sql(
 CREATE INDEX IF NOT EXISTS runs_run_id ON runs(run_id);
 CREATE INDEX IF NOT EXISTS runs_sweep ON runs(sweep);
-CREATE TABLE IF NOT EXISTS steps(
-  attempt_id INTEGER, step INTEGER, loss REAL, lr REAL, grad_norm REAL, time_s REAL,
-  samples INTEGER, tokens INTEGER, targets INTEGER,
-  PRIMARY KEY(attempt_id, step));
-CREATE TABLE IF NOT EXISTS evals(
-  attempt_id INTEGER, step INTEGER, val_loss REAL, accuracy REAL,
-  PRIMARY KEY(attempt_id, step));
-CREATE TABLE IF NOT EXISTS samples(
-  attempt_id INTEGER, sample INTEGER, t_s REAL, allocated_bytes INTEGER, util_pct REAL,
-  cpu_util_pct REAL, rss_bytes INTEGER, gpu_util_pct REAL, gpu_memory_used_bytes INTEGER,
-  power_w REAL, sm_clock_mhz REAL, energy_j REAL,
-  PRIMARY KEY(attempt_id, sample));
 CREATE TABLE IF NOT EXISTS probes(
   probe_id INTEGER PRIMARY KEY,
   host TEXT, device_name TEXT, threads INTEGER, created_at TEXT, probe_json TEXT);
 CREATE INDEX IF NOT EXISTS probes_device ON probes(host, device_name, threads);
 )sql";
+
+// The whole schema: the record tables, their indexes and the probes.
+const std::string& schema_sql() {
+  static const std::string sql = [] {
+    std::string out;
+    for (const RecordTable& t : record_tables()) out += create_table_sql(t);
+    return out + kIndexAndProbesSql;
+  }();
+  return sql;
+}
+
+// Columns added to the record tables since databases were first written: the schema lists
+// them, and opening an older database for writing adds them (their rows stay null).
+const std::vector<AddedColumn>& added_columns() {
+  static const std::vector<AddedColumn> added = [] {
+    std::vector<AddedColumn> out;
+    for (const RecordTable& t : record_tables())
+      for (const RecordColumn& c : t.columns)
+        if (c.added) out.push_back({t.name, std::string(c.name) + " " + c.type});
+    return out;
+  }();
+  return added;
+}
 
 std::string sqlite_message(sqlite3* db, int rc) {
   return db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
@@ -177,18 +173,30 @@ class Transaction {
   bool open_ = false;
 };
 
-// Binds an optional value: NULL where it was not measured, never 0.
-void bind_value(Statement& stmt, int index, const std::optional<double>& v) {
-  if (v && std::isfinite(*v)) return stmt.bind_real(index, *v);
+// Binds a value of a record's JSON: NULL where it was not measured (null, or not finite),
+// never 0; true and false as 1 and 0.
+void bind_json(Statement& stmt, int index, const json& v) {
+  if (v.is_string()) return stmt.bind_text(index, v.get_ref<const std::string&>());
+  if (v.is_boolean()) return stmt.bind_int(index, v.get<bool>() ? 1 : 0);
+  if (v.is_number_integer()) return stmt.bind_int(index, v.get<int64_t>());
+  if (v.is_number_float() && std::isfinite(v.get<double>()))
+    return stmt.bind_real(index, v.get<double>());
   stmt.bind_null(index);
 }
-void bind_value(Statement& stmt, int index, const std::optional<int64_t>& v) {
-  if (v) return stmt.bind_int(index, *v);
-  stmt.bind_null(index);
-}
-void bind_value(Statement& stmt, int index, const std::optional<std::string>& v) {
-  if (v && !v->empty()) return stmt.bind_text(index, *v);
-  stmt.bind_null(index);
+
+// "INSERT INTO table(attempt_id, columns...) VALUES (?, ...)".
+std::string insert_sql(const RecordTable& table) {
+  std::string names = "attempt_id", marks = "?";
+  for (const RecordColumn& c : table.columns) {
+    names += std::string(", ") + c.name;
+    marks += ",?";
+  }
+  // runs numbers its rows itself (attempt_id INTEGER PRIMARY KEY).
+  if (table.entries == nullptr) {
+    names.erase(0, std::strlen("attempt_id, "));
+    marks.erase(0, 2);
+  }
+  return fmt::format("INSERT INTO {}({}) VALUES ({})", table.name, names, marks);
 }
 
 bool has_sqlite_header(const std::string& path) {
@@ -217,92 +225,149 @@ std::string sqlite_uri(const std::string& path, const std::string& query) {
   return uri + "?" + query;
 }
 
-}  // namespace
+namespace fs = std::filesystem;
 
-Database::Database(const std::string& path, DatabaseAccess mode) : path_(path) {
-  namespace fs = std::filesystem;
-  const bool read_only = mode == DatabaseAccess::kReadOnly;
-  const std::string kHint = "pass another --db path, or a directory that exists and is writable";
-  check_usage(!path_.empty(), "the database path is empty", "pass --db FILE.db");
-  fs::path dir = fs::path(path_).parent_path();
+constexpr char kPathHint[] = "pass another --db path, or a directory that exists and is writable";
+
+// What is checked before SQLite opens the file, so that a file gradscope must not touch
+// never is: its folder (for writing), and that an existing file is a readable (writable)
+// regular file with SQLite's header.
+void check_database_file(const std::string& path, bool read_only) {
+  const std::string kHint = kPathHint;
+  check_usage(!path.empty(), "the database path is empty", "pass --db FILE.db");
+  fs::path dir = fs::path(path).parent_path();
   if (dir.empty()) dir = ".";
   std::error_code ec;
   if (!read_only) {
     check_usage(
         fs::is_directory(dir, ec),
-        fmt::format("cannot create database {}: directory {} does not exist", path_, dir.string()),
+        fmt::format("cannot create database {}: directory {} does not exist", path, dir.string()),
         fmt::format("create it first (mkdir -p {}), or {}", dir.string(), kHint));
     check_usage(
         access(dir.c_str(), W_OK | X_OK) == 0,
-        fmt::format("cannot use database {}: directory {} is not writable", path_, dir.string()),
+        fmt::format("cannot use database {}: directory {} is not writable", path, dir.string()),
         "SQLite needs to write its journal beside the database; " + kHint);
   }
-
-  // A file that is not SQLite is refused before SQLite opens it, so it is never touched.
-  const bool exists = fs::exists(path_, ec);
-  check_usage(exists || !read_only, fmt::format("no database at {}", path_),
+  const bool exists = fs::exists(path, ec);
+  check_usage(exists || !read_only, fmt::format("no database at {}", path),
               "pass the file given to `gradscope run --db` or `gradscope sweep --db`");
-  if (exists) {
-    check_usage(fs::is_regular_file(path_, ec),
-                fmt::format("database path {} exists and is not a file", path_), kHint);
-    check_usage(access(path_.c_str(), read_only ? R_OK : R_OK | W_OK) == 0,
-                fmt::format("database {} is not {}", path_,
-                            read_only ? "readable" : "readable and writable"),
-                "fix its permissions, or " + kHint);
-    check_usage((!read_only && fs::file_size(path_, ec) == 0) || has_sqlite_header(path_),
-                fmt::format("{} is not an SQLite database", path_),
-                "gradscope leaves it untouched; " + kHint);
-  }
+  if (!exists) return;
+  check_usage(fs::is_regular_file(path, ec),
+              fmt::format("database path {} exists and is not a file", path), kHint);
+  check_usage(access(path.c_str(), read_only ? R_OK : R_OK | W_OK) == 0,
+              fmt::format("database {} is not {}", path,
+                          read_only ? "readable" : "readable and writable"),
+              "fix its permissions, or " + kHint);
+  check_usage((!read_only && fs::file_size(path, ec) == 0) || has_sqlite_header(path),
+              fmt::format("{} is not an SQLite database", path),
+              "gradscope leaves it untouched; " + kHint);
+}
 
+[[noreturn]] void fail_open(sqlite3* db, const std::string& path, bool read_only, int rc,
+                            const std::string& what) {
+  fail_usage(fmt::format("cannot open database {}: {}: {}", path, what, sqlite_message(db, rc)),
+             read_only ? "check that the file is a gradscope database"
+                       : "check that the file is a gradscope database on a local, writable disk, "
+                         "or " +
+                             std::string(kPathHint));
+}
+
+// mode=ro reads a database whose folder or file we may not write. A database in WAL mode
+// needs its shared-memory file, which a read-only open cannot create. Only where that is the
+// failure and nothing is pending (no write-ahead log with frames in it, no rollback journal)
+// is the file read as immutable: it then holds every committed transaction, and no one can be
+// writing it without those files. Any other failure (a lock held by a writer, a journal left
+// by a crashed one) is reported instead. Returns SQLite's result; `db` is set either way.
+int open_read_only(sqlite3*& db, const std::string& path) {
+  int rc = sqlite3_open_v2(sqlite_uri(path, "mode=ro").c_str(), &db,
+                           SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, nullptr);
+  if (rc == SQLITE_OK) {
+    sqlite3_extended_result_codes(db, 1);
+    sqlite3_busy_timeout(db, kBusyTimeoutMs);
+    rc = sqlite3_exec(db, "SELECT count(*) FROM sqlite_master", nullptr, nullptr, nullptr);
+  }
+  const int primary = rc & 0xff;
+  std::error_code ec, size_error;
+  const bool log_empty =
+      !fs::exists(path + "-wal", ec) || fs::file_size(path + "-wal", size_error) == 0;
+  const bool no_journal = !fs::exists(path + "-journal", ec);
+  if ((primary == SQLITE_CANTOPEN || primary == SQLITE_READONLY) && log_empty && no_journal) {
+    sqlite3_close_v2(db);
+    db = nullptr;
+    return sqlite3_open_v2(sqlite_uri(path, "mode=ro&immutable=1").c_str(), &db,
+                           SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, nullptr);
+  }
+  if (rc != SQLITE_OK)
+    fail_usage(fmt::format("cannot read database {}: {}", path, sqlite_message(db, rc)),
+               primary == SQLITE_BUSY
+                   ? "a writer holds it; try again when the sweep or run using it has ended"
+                   : "a write was left unfinished (a journal or write-ahead log beside the "
+                     "file): open it once where it can be written (any gradscope command with "
+                     "--db) to complete it, then report");
+  return rc;
+}
+
+// Refuses a database that is not empty and not gradscope's, or of a newer schema, or whose
+// schema would run SQL of its own on gradscope's writes. Inside the opening transaction.
+void check_gradscope_database(sqlite3* db, const std::string& path, bool read_only) {
+  const std::string kHint = kPathHint;
+  int64_t objects = 0;
+  {
+    Statement count(db, path, "SELECT count(*) FROM sqlite_master", ErrorKind::kUsage);
+    if (count.step()) objects = count.column_int(0);
+  }
+  check_usage(objects > 0 || !read_only, fmt::format("database {} is empty", path),
+              "pass the file given to `gradscope run --db` or `gradscope sweep --db`");
+  if (objects == 0) return;
+  const std::string foreign = fmt::format(
+      "{} is an SQLite database that gradscope did not create (no gradscope meta)", path);
+  Statement meta_table(db, path,
+                       "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'",
+                       ErrorKind::kUsage);
+  check_usage(meta_table.step(), foreign, "gradscope leaves it untouched; " + kHint);
+  std::string application;
+  std::string version_text;
+  try {
+    Statement meta(db, path, "SELECT key, value FROM meta", ErrorKind::kUsage);
+    while (meta.step()) {
+      const std::string key = meta.column_text(0);
+      if (key == "application") application = meta.column_text(1);
+      if (key == "schema_version") version_text = meta.column_text(1);
+    }
+  } catch (const Error&) {
+    application.clear();  // a `meta` table of another shape: someone else's
+  }
+  check_usage(application == kApplication, foreign, "gradscope leaves it untouched; " + kHint);
+  int version = 0;
+  try {
+    version = std::stoi(version_text);
+  } catch (const std::exception&) {
+    fail_usage(fmt::format("database {} has no valid schema_version (\"{}\")", path, version_text),
+               "the file is damaged; " + kHint);
+  }
+  check_usage(version <= Database::kSchemaVersion,
+              fmt::format("database {} has schema version {}, newer than the {} this "
+                          "gradscope (version {}) knows",
+                          path, version, Database::kSchemaVersion, GRADSCOPE_VERSION),
+              "open it with a newer gradscope, or " + kHint);
+  // Triggers, and gradscope's tables defined otherwise, would change what it writes.
+  check_database_schema(db, path, schema_sql().c_str(), kMetaSql, added_columns());
+}
+
+}  // namespace
+
+Database::Database(const std::string& path, DatabaseAccess mode) : path_(path) {
+  const bool read_only = mode == DatabaseAccess::kReadOnly;
+  // A file that is not SQLite is refused before SQLite opens it, so it is never touched.
+  check_database_file(path_, read_only);
   // Everything after sqlite3_open_v2 runs under this try, so that the handle (which SQLite
   // allocates even when the open fails) is closed on every error, after any transaction
   // guard has rolled back.
-  const auto fail_open = [&](int rc, const std::string& what) {
-    fail_usage(fmt::format("cannot open database {}: {}: {}", path_, what, sqlite_message(db_, rc)),
-               read_only ? "check that the file is a gradscope database"
-                         : "check that the file is a gradscope database on a local, writable disk, "
-                           "or " +
-                               kHint);
-  };
   try {
-    int rc = SQLITE_OK;
-    if (read_only) {
-      // mode=ro reads a database whose folder or file we may not write. A database in WAL
-      // mode needs its shared-memory file, which a read-only open cannot create. Only where
-      // that is the failure and nothing is pending (no write-ahead log with frames in it,
-      // no rollback journal) is the file read as immutable: it then holds every committed
-      // transaction, and no one can be writing it without those files. Any other failure
-      // (a lock held by a writer, a journal left by a crashed one) is reported instead.
-      rc = sqlite3_open_v2(sqlite_uri(path_, "mode=ro").c_str(), &db_,
-                           SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, nullptr);
-      if (rc == SQLITE_OK) {
-        sqlite3_extended_result_codes(db_, 1);
-        sqlite3_busy_timeout(db_, kBusyTimeoutMs);
-        rc = sqlite3_exec(db_, "SELECT count(*) FROM sqlite_master", nullptr, nullptr, nullptr);
-      }
-      const int primary = rc & 0xff;
-      std::error_code size_error;
-      const bool log_empty =
-          !fs::exists(path_ + "-wal", ec) || fs::file_size(path_ + "-wal", size_error) == 0;
-      const bool no_journal = !fs::exists(path_ + "-journal", ec);
-      if ((primary == SQLITE_CANTOPEN || primary == SQLITE_READONLY) && log_empty && no_journal) {
-        sqlite3_close_v2(db_);
-        db_ = nullptr;
-        rc = sqlite3_open_v2(sqlite_uri(path_, "mode=ro&immutable=1").c_str(), &db_,
-                             SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, nullptr);
-      } else if (rc != SQLITE_OK) {
-        fail_usage(fmt::format("cannot read database {}: {}", path_, sqlite_message(db_, rc)),
-                   primary == SQLITE_BUSY
-                       ? "a writer holds it; try again when the sweep or run using it has ended"
-                       : "a write was left unfinished (a journal or write-ahead log beside the "
-                         "file): open it once where it can be written (any gradscope command with "
-                         "--db) to complete it, then report");
-      }
-    } else {
-      rc =
-          sqlite3_open_v2(path_.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
-    }
-    if (rc != SQLITE_OK) fail_open(rc, "open");
+    int rc = read_only ? open_read_only(db_, path_)
+                       : sqlite3_open_v2(path_.c_str(), &db_,
+                                         SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
+    if (rc != SQLITE_OK) fail_open(db_, path_, read_only, rc, "open");
     // The file's schema is not trusted: no SQL in it (a view, a default, an index) may call a
     // function with side effects, and no statement may write the schema itself.
     sqlite3_db_config(db_, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, nullptr);
@@ -310,62 +375,20 @@ Database::Database(const std::string& path, DatabaseAccess mode) : path_(path) {
     sqlite3_extended_result_codes(db_, 1);
     sqlite3_busy_timeout(db_, kBusyTimeoutMs);
     if (!read_only && sqlite3_db_readonly(db_, "main") == 1)
-      fail_open(SQLITE_READONLY, "open for writing");
+      fail_open(db_, path_, read_only, SQLITE_READONLY, "open for writing");
 
     // Checked and created inside one write transaction, so two processes opening a new file
     // at once cannot both see it empty; a refused file is only read, then rolled back. A
     // read-only open checks inside a read transaction and creates nothing.
     Transaction txn(db_);
-    if ((rc = txn.begin(read_only)) != SQLITE_OK) fail_open(rc, "lock");
-    int64_t objects = 0;
-    {
-      Statement count(db_, path_, "SELECT count(*) FROM sqlite_master", ErrorKind::kUsage);
-      if (count.step()) objects = count.column_int(0);
-    }
-    check_usage(objects > 0 || !read_only, fmt::format("database {} is empty", path_),
-                "pass the file given to `gradscope run --db` or `gradscope sweep --db`");
-    if (objects > 0) {
-      const std::string foreign = fmt::format(
-          "{} is an SQLite database that gradscope did not create (no gradscope meta)", path_);
-      Statement meta_table(db_, path_,
-                           "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'",
-                           ErrorKind::kUsage);
-      check_usage(meta_table.step(), foreign, "gradscope leaves it untouched; " + kHint);
-      std::string application;
-      std::string version_text;
-      try {
-        Statement meta(db_, path_, "SELECT key, value FROM meta", ErrorKind::kUsage);
-        while (meta.step()) {
-          const std::string key = meta.column_text(0);
-          if (key == "application") application = meta.column_text(1);
-          if (key == "schema_version") version_text = meta.column_text(1);
-        }
-      } catch (const Error&) {
-        application.clear();  // a `meta` table of another shape: someone else's
-      }
-      check_usage(application == kApplication, foreign, "gradscope leaves it untouched; " + kHint);
-      int version = 0;
-      try {
-        version = std::stoi(version_text);
-      } catch (const std::exception&) {
-        fail_usage(
-            fmt::format("database {} has no valid schema_version (\"{}\")", path_, version_text),
-            "the file is damaged; " + kHint);
-      }
-      check_usage(version <= kSchemaVersion,
-                  fmt::format("database {} has schema version {}, newer than the {} this "
-                              "gradscope (version {}) knows",
-                              path_, version, kSchemaVersion, GRADSCOPE_VERSION),
-                  "open it with a newer gradscope, or " + kHint);
-      // Triggers, and gradscope's tables defined otherwise, would change what it writes.
-      check_database_schema(db_, path_, kSchemaSql, kMetaSql, kAddedColumns);
-    }
+    if ((rc = txn.begin(read_only)) != SQLITE_OK) fail_open(db_, path_, read_only, rc, "lock");
+    check_gradscope_database(db_, path_, read_only);
     if (read_only) {
-      if ((rc = txn.commit()) != SQLITE_OK) fail_open(rc, "read");
+      if ((rc = txn.commit()) != SQLITE_OK) fail_open(db_, path_, read_only, rc, "read");
       return;
     }
     exec(kMetaSql);
-    exec(kSchemaSql);
+    exec(schema_sql());
     // Columns newer than the table: added to a database made before them (their rows stay
     // null, unmeasured).
     add_missing_columns();
@@ -373,7 +396,7 @@ Database::Database(const std::string& path, DatabaseAccess mode) : path_(path) {
         fmt::format("INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', '{}'), "
                     "('application', '{}')",
                     kSchemaVersion, kApplication));
-    if ((rc = txn.commit()) != SQLITE_OK) fail_open(rc, "create the schema");
+    if ((rc = txn.commit()) != SQLITE_OK) fail_open(db_, path_, read_only, rc, "create the schema");
     // After the checks: switching to WAL rewrites the header, which a refused file must not
     // see. Where it cannot be switched (a file system without shared memory, another process
     // holding a lock at this moment) SQLite keeps its rollback journal, which is slower under
@@ -389,7 +412,7 @@ Database::Database(const std::string& path, DatabaseAccess mode) : path_(path) {
 Database::~Database() { sqlite3_close_v2(db_); }
 
 void Database::add_missing_columns() {
-  for (const std::string& statement : missing_column_statements(db_, path_, kAddedColumns))
+  for (const std::string& statement : missing_column_statements(db_, path_, added_columns()))
     exec(statement);
 }
 
@@ -421,117 +444,29 @@ std::optional<int64_t> Database::write_run_if_new(const RunRecord& record) {
 int64_t Database::insert_run(const RunRecord& record, bool only_if_new) {
   check_usage(!record.run_id.empty(), "the run record to store has no run_id",
               "pass a record built by train/ or read by record_from_json");
-  // Where the record has no final_val_loss, the last evaluation is the final one.
-  std::optional<double> final_val_loss = record.final_val_loss;
-  if (!final_val_loss && !record.evals.empty()) final_val_loss = record.evals.back().val_loss;
   const json j = record_to_json(record);
-  const auto text = [](const std::string& v) {
-    return v.empty() ? std::nullopt : std::optional<std::string>(v);
-  };
-  const RunConfig& c = record.config;
-  const auto& time = record.time;
-  const auto& put = record.throughput;
-  const auto& memory = record.memory;
-
   Transaction txn(db_);
   check(txn.begin(), "begin a transaction");
   // Checked inside the write transaction: two processes merging one file store it once.
   if (only_if_new && has_attempt(record.attempt_uid)) return 0;
-  {
-    Statement insert(db_, path_,
-                     "INSERT INTO runs(run_id, sweep, status, started_at, finished_at, "
-                     "config_json, record_json, model, preset, optimizer, strategy, params, "
-                     "final_loss, final_val_loss, total_s, step_median_s, samples_per_s, "
-                     "tokens_per_s, peak_bytes, peak_rss_bytes, optimizer_state_bytes, "
-                     "disturbed, involuntary_switches_per_s, steal_pct, competing_tasks_mean) "
-                     "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                     ErrorKind::kRuntime);
-    int i = 1;
-    insert.bind_text(i++, record.run_id);
-    bind_value(insert, i++, record.sweep);
-    insert.bind_text(i++, status_name(record.status));
-    bind_value(insert, i++, text(record.started_at));
-    bind_value(insert, i++, text(record.finished_at));
-    insert.bind_text(i++, j.at("config").dump());
-    insert.bind_text(i++, j.dump());
-    insert.bind_text(i++, c.model);
-    insert.bind_text(i++, c.preset);
-    insert.bind_text(i++, c.optimizer);
-    insert.bind_text(i++, c.strategy_label());
-    bind_value(insert, i++, record.params);
-    bind_value(insert, i++, record.final_loss);
-    bind_value(insert, i++, final_val_loss);
-    bind_value(insert, i++, time ? time->total_s : std::nullopt);
-    bind_value(insert, i++, time ? time->step_median_s : std::nullopt);
-    bind_value(insert, i++, put ? put->samples_per_s : std::nullopt);
-    bind_value(insert, i++, put ? put->tokens_per_s : std::nullopt);
-    bind_value(insert, i++, memory ? std::optional<int64_t>(memory->peak_bytes) : std::nullopt);
-    bind_value(insert, i++, memory ? memory->peak_rss_bytes : std::nullopt);
-    bind_value(insert, i++,
-               memory ? std::optional<int64_t>(memory->optimizer_state_bytes) : std::nullopt);
-    const auto& contention = record.contention;
-    bind_value(insert, i++,
-               contention ? std::optional<int64_t>(contention->disturbed ? 1 : 0) : std::nullopt);
-    bind_value(insert, i++, contention ? contention->involuntary_switches_per_s : std::nullopt);
-    bind_value(insert, i++, contention ? contention->steal_pct : std::nullopt);
-    bind_value(insert, i++, contention ? contention->competing_tasks_mean : std::nullopt);
-    insert.step();
-  }
-  const int64_t attempt_id = sqlite3_last_insert_rowid(db_);
-  {
-    Statement insert(db_, path_,
-                     "INSERT INTO steps(attempt_id, step, loss, lr, grad_norm, time_s, samples, "
-                     "tokens, targets) VALUES (?,?,?,?,?,?,?,?,?)",
-                     ErrorKind::kRuntime);
-    for (const StepEntry& s : record.steps) {
-      insert.reset();
-      insert.bind_int(1, attempt_id);
-      insert.bind_int(2, s.step);
-      bind_value(insert, 3, s.loss);
-      insert.bind_real(4, s.lr);
-      bind_value(insert, 5, s.grad_norm);
-      insert.bind_real(6, s.time_s);
-      insert.bind_int(7, s.samples);
-      insert.bind_int(8, s.tokens);
-      insert.bind_int(9, s.targets);
+  int64_t attempt_id = 0;
+  for (const RecordTable& table : record_tables()) {
+    Statement insert(db_, path_, insert_sql(table).c_str(), ErrorKind::kRuntime);
+    if (table.entries == nullptr) {
+      int i = 1;
+      for (const RecordColumn& c : table.columns)
+        bind_json(insert, i++, run_column_value(c, record, j));
       insert.step();
+      attempt_id = sqlite3_last_insert_rowid(db_);
+      continue;
     }
-  }
-  {
-    Statement insert(db_, path_,
-                     "INSERT INTO evals(attempt_id, step, val_loss, accuracy) VALUES (?,?,?,?)",
-                     ErrorKind::kRuntime);
-    for (const EvalEntry& e : record.evals) {
+    const json& entries = j.at(table.entries);
+    for (size_t n = 0; n < entries.size(); ++n) {
       insert.reset();
       insert.bind_int(1, attempt_id);
-      insert.bind_int(2, e.step);
-      bind_value(insert, 3, e.val_loss);
-      bind_value(insert, 4, e.accuracy);
-      insert.step();
-    }
-  }
-  {
-    // The sampler's time series (or one entry per timed step without it), numbered in order.
-    Statement insert(db_, path_,
-                     "INSERT INTO samples(attempt_id, sample, t_s, allocated_bytes, util_pct, "
-                     "cpu_util_pct, rss_bytes, gpu_util_pct, gpu_memory_used_bytes, power_w, "
-                     "sm_clock_mhz, energy_j) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                     ErrorKind::kRuntime);
-    for (size_t n = 0; n < record.timeline.size(); ++n) {
-      const TimelineSample& s = record.timeline[n];
-      insert.reset();
-      insert.bind_int(1, attempt_id);
-      insert.bind_int(2, static_cast<int64_t>(n));
-      insert.bind_real(3, s.t_s);
-      bind_value(insert, 4, s.allocated_bytes);
-      bind_value(insert, 5, s.util_pct);
-      bind_value(insert, 6, s.cpu_util_pct);
-      bind_value(insert, 7, s.rss_bytes);
-      bind_value(insert, 8, s.gpu_util_pct);
-      bind_value(insert, 9, s.gpu_memory_used_bytes);
-      bind_value(insert, 10, s.power_w);
-      bind_value(insert, 11, s.sm_clock_mhz);
-      bind_value(insert, 12, s.energy_j);
+      int i = 2;
+      for (const RecordColumn& c : table.columns)
+        bind_json(insert, i++, entry_column_value(c, entries[n], n));
       insert.step();
     }
   }
@@ -628,21 +563,30 @@ std::vector<json> Database::rows_of(const char* table, const std::vector<const c
   return out;
 }
 
+namespace {
+
+// The columns of one of the entry tables, attempt_id aside, for rows_of.
+std::vector<const char*> entry_columns(const RecordTable& table) {
+  std::vector<const char*> out;
+  for (const RecordColumn& c : table.columns) out.push_back(c.name);
+  return out;
+}
+
+}  // namespace
+
 std::vector<json> Database::steps_of(int64_t attempt_id) {
-  return rows_of("steps",
-                 {"step", "loss", "lr", "grad_norm", "time_s", "samples", "tokens", "targets"},
-                 "step", attempt_id);
+  const RecordTable& t = record_table("steps");
+  return rows_of(t.name, entry_columns(t), t.key, attempt_id);
 }
 
 std::vector<json> Database::evals_of(int64_t attempt_id) {
-  return rows_of("evals", {"step", "val_loss", "accuracy"}, "step", attempt_id);
+  const RecordTable& t = record_table("evals");
+  return rows_of(t.name, entry_columns(t), t.key, attempt_id);
 }
 
 std::vector<json> Database::samples_of(int64_t attempt_id) {
-  return rows_of("samples",
-                 {"sample", "t_s", "allocated_bytes", "util_pct", "cpu_util_pct", "rss_bytes",
-                  "gpu_util_pct", "gpu_memory_used_bytes", "power_w", "sm_clock_mhz", "energy_j"},
-                 "sample", attempt_id);
+  const RecordTable& t = record_table("samples");
+  return rows_of(t.name, entry_columns(t), t.key, attempt_id);
 }
 
 int64_t Database::save_probe(const json& probe) {

@@ -31,111 +31,91 @@ RunSensors::RunSensors(const RunConfig& config, const torch::Device& device, Mem
   sampler_ = std::make_unique<Sampler>(sources, options, clock);
 }
 
-void RunSensors::fill(RunRecord& record, const RunTally& tally, const RunConfig& config,
-                      bool on_cpu, int threads) const {
-  const std::vector<Sample> samples = sampler_ ? sampler_->samples() : std::vector<Sample>{};
-  // A sample covers the interval since the one before it, so the samples of a timed step are
-  // those after its start mark up to its end mark.
-  std::vector<const Sample*> in_steps;
-  for (const RunTally::StepMarks& m : tally.step_marks)
-    for (size_t i = m.from + 1; i <= m.to && i < samples.size(); ++i)
-      in_steps.push_back(&samples[i]);
+namespace {
 
+// GPU utilization from NVML's samples within the timed steps; "not available" (nulls)
+// without them, with the reason in `source`.
+RunUtilization gpu_utilization(const std::vector<const Sample*>& in_steps,
+                               const std::string& why_not) {
   RunUtilization util;
-  if (!on_cpu) {
-    // GPU utilization from NVML's samples within the timed steps; "not available" (nulls)
-    // without NVML.
-    std::vector<double> gpu;
-    for (const Sample* s : in_steps)
-      if (s->gpu_util_pct) gpu.push_back(*s->gpu_util_pct);
-    util.device = "gpu";
-    if (!gpu.empty()) {
-      double sum = 0;
-      for (double u : gpu) sum += u;
-      util.mean_pct = sum / static_cast<double>(gpu.size());
-      util.p50_pct = finite_or_null(percentile(gpu, 50));
-      util.p95_pct = finite_or_null(percentile(gpu, 95));
-    }
-    util.samples = static_cast<int64_t>(gpu.size());
-    std::string why_not = gpu_why_not_;
-    if (!sampler_)
-      why_not = "the sampler is off (--sample-period 0)";
-    else if (gpu_sensor_)
-      why_not = "NVML gave no utilization sample within the timed steps";
-    util.source = !gpu.empty() ? std::string("nvml, samples within the timed steps")
-                               : "not available (" + why_not + ")";
-  } else {
-    // The timed steps' CPU seconds over their wall seconds x threads: evaluation excluded.
-    util.device = "cpu";
-    double cpu_s = 0;
-    for (double c : tally.step_cpus) cpu_s += c;
-    if (tally.timed_s > 0) util.mean_pct = 100.0 * cpu_s / (tally.timed_s * threads);
-    util.p50_pct = finite_or_null(percentile(tally.step_utils, 50));
-    util.p95_pct = finite_or_null(percentile(tally.step_utils, 95));
-    util.samples = static_cast<int64_t>(tally.step_utils.size());
-    util.source = "process cpu time / (wall x threads), over the timed steps";
+  std::vector<double> gpu;
+  for (const Sample* s : in_steps)
+    if (s->gpu_util_pct) gpu.push_back(*s->gpu_util_pct);
+  util.device = "gpu";
+  if (!gpu.empty()) {
+    double sum = 0;
+    for (double u : gpu) sum += u;
+    util.mean_pct = sum / static_cast<double>(gpu.size());
+    util.p50_pct = finite_or_null(percentile(gpu, 50));
+    util.p95_pct = finite_or_null(percentile(gpu, 95));
   }
-  record.utilization = util;
+  util.samples = static_cast<int64_t>(gpu.size());
+  util.source = !gpu.empty() ? std::string("nvml, samples within the timed steps")
+                             : "not available (" + why_not + ")";
+  return util;
+}
 
-  // Each timed step's energy, in the order of the timed steps of record.steps.
-  std::vector<StepEntry*> timed;
-  for (StepEntry& s : record.steps)
-    if (!s.warmup) timed.push_back(&s);
-  auto co2_of = [&](double joules) -> std::optional<double> {
-    if (config.grid_g_per_kwh <= 0) return std::nullopt;
-    return joules / 3.6e6 * config.grid_g_per_kwh;
-  };
+// The timed steps' CPU seconds over their wall seconds x threads: evaluation excluded.
+RunUtilization cpu_utilization(const RunTally& tally, int threads) {
+  RunUtilization util;
+  util.device = "cpu";
+  double cpu_s = 0;
+  for (double c : tally.step_cpus) cpu_s += c;
+  if (tally.timed_s > 0) util.mean_pct = 100.0 * cpu_s / (tally.timed_s * threads);
+  util.p50_pct = finite_or_null(percentile(tally.step_utils, 50));
+  util.p95_pct = finite_or_null(percentile(tally.step_utils, 95));
+  util.samples = static_cast<int64_t>(tally.step_utils.size());
+  util.source = "process cpu time / (wall x threads), over the timed steps";
+  return util;
+}
 
-  if (sampler_) {
-    // The sampler's series, its time counted from the first timed step.
-    record.timeline = to_timeline(samples);
-    const auto origin = sampler_->origin_s();
-    if (origin && tally.timed_wall_start)
-      for (auto& s : record.timeline) s.t_s += *origin - *tally.timed_wall_start;
-    RunEnergy energy = to_energy(sampler_->energy());
-    // The source's cumulative reading at each timed step's end minus at its start.
-    if (energy.joules) {
-      double joules = 0;
-      size_t measured = 0;
-      // The steps before a resume: their energy was taken when the state was saved.
-      std::vector<bool> marked(timed.size(), false);
-      for (const RunTally::StepMarks& m : tally.step_marks)
-        if (m.step < marked.size()) marked[m.step] = true;
-      for (size_t i = 0; i < timed.size(); ++i)
-        if (!marked[i] && timed[i]->energy_j) {
-          joules += *timed[i]->energy_j;
-          ++measured;
-        }
-      for (const RunTally::StepMarks& m : tally.step_marks) {
-        const auto step_j = sampler_->energy_between(m.from, m.to);
-        if (!step_j) continue;
-        joules += *step_j;
-        ++measured;
-        if (m.step < timed.size()) timed[m.step]->energy_j = *step_j;
-      }
-      const size_t steps = tally.step_times.size();
-      energy.joules = measured > 0 ? std::optional<double>(joules) : std::nullopt;
-      energy.co2_g = energy.joules ? co2_of(*energy.joules) : std::nullopt;
-      std::string detail = energy.detail.value_or("");
-      detail += fmt::format(
-          "; over the {} timed steps only, read at each step's start and end: warm-up and "
-          "evaluation excluded",
-          steps);
-      if (measured < steps)
-        detail += fmt::format("; {} of them had no reading at their start or end and are left out",
-                              steps - measured);
-      energy.detail = detail;
+std::optional<double> co2_of(double joules, const RunConfig& config) {
+  if (config.grid_g_per_kwh <= 0) return std::nullopt;
+  return joules / 3.6e6 * config.grid_g_per_kwh;
+}
+
+// The sampler's energy over the timed steps: the source's cumulative reading at each timed
+// step's end minus at its start, put into each of `timed` (the timed steps, in order).
+RunEnergy sampled_energy(const Sampler& sampler, const RunTally& tally, const RunConfig& config,
+                         const std::vector<StepEntry*>& timed) {
+  RunEnergy energy = to_energy(sampler.energy());
+  if (!energy.joules) return energy;
+  double joules = 0;
+  size_t measured = 0;
+  // The steps before a resume: their energy was taken when the state was saved.
+  std::vector<bool> marked(timed.size(), false);
+  for (const RunTally::StepMarks& m : tally.step_marks)
+    if (m.step < marked.size()) marked[m.step] = true;
+  for (size_t i = 0; i < timed.size(); ++i)
+    if (!marked[i] && timed[i]->energy_j) {
+      joules += *timed[i]->energy_j;
+      ++measured;
     }
-    record.energy = energy;
-    record.sampler =
-        SamplerInfo{config.sample_period_s, static_cast<int64_t>(record.timeline.size()),
-                    sampler_->sampling_seconds(),
-                    gpu_sensor_ ? gpu_sensor_->name() : "not available (" + gpu_why_not_ + ")",
-                    rapl_ ? rapl_->source() : "not available (" + rapl_why_not_ + ")"};
-    return;
+  for (const RunTally::StepMarks& m : tally.step_marks) {
+    const auto step_j = sampler.energy_between(m.from, m.to);
+    if (!step_j) continue;
+    joules += *step_j;
+    ++measured;
+    if (m.step < timed.size()) timed[m.step]->energy_j = *step_j;
   }
-  record.timeline = tally.timeline;
-  // Without the sampler: the timed steps' CPU time x watts per core, labelled an estimate.
+  const size_t steps = tally.step_times.size();
+  energy.joules = measured > 0 ? std::optional<double>(joules) : std::nullopt;
+  energy.co2_g = energy.joules ? co2_of(*energy.joules, config) : std::nullopt;
+  std::string detail = energy.detail.value_or("");
+  detail += fmt::format(
+      "; over the {} timed steps only, read at each step's start and end: warm-up and "
+      "evaluation excluded",
+      steps);
+  if (measured < steps)
+    detail += fmt::format("; {} of them had no reading at their start or end and are left out",
+                          steps - measured);
+  energy.detail = detail;
+  return energy;
+}
+
+// Without the sampler: the timed steps' CPU time x watts per core, labelled an estimate.
+RunEnergy estimated_energy(const RunTally& tally, const RunConfig& config, bool on_cpu,
+                           const std::vector<StepEntry*>& timed) {
   RunEnergy energy;
   if (on_cpu && !tally.step_cpus.empty()) {
     double joules = 0;
@@ -146,13 +126,57 @@ void RunSensors::fill(RunRecord& record, const RunTally& tally, const RunConfig&
     }
     energy.joules = joules;
     energy.source = "estimate";
-    energy.co2_g = co2_of(joules);
+    energy.co2_g = co2_of(joules, config);
   }
   energy.detail =
       fmt::format("cpu time of the timed steps x {} W per core (warm-up and evaluation excluded)",
                   config.watts_per_core);
-  record.energy = energy;
-  record.sampler.reset();
+  return energy;
+}
+
+}  // namespace
+
+void RunSensors::fill(RunRecord& record, const RunTally& tally, const RunConfig& config,
+                      bool on_cpu, int threads) const {
+  const std::vector<Sample> samples = sampler_ ? sampler_->samples() : std::vector<Sample>{};
+  // A sample covers the interval since the one before it, so the samples of a timed step are
+  // those after its start mark up to its end mark.
+  std::vector<const Sample*> in_steps;
+  for (const RunTally::StepMarks& m : tally.step_marks)
+    for (size_t i = m.from + 1; i <= m.to && i < samples.size(); ++i)
+      in_steps.push_back(&samples[i]);
+  if (on_cpu) {
+    record.utilization = cpu_utilization(tally, threads);
+  } else {
+    std::string why_not = gpu_why_not_;
+    if (!sampler_)
+      why_not = "the sampler is off (--sample-period 0)";
+    else if (gpu_sensor_)
+      why_not = "NVML gave no utilization sample within the timed steps";
+    record.utilization = gpu_utilization(in_steps, why_not);
+  }
+
+  // Each timed step's energy, in the order of the timed steps of record.steps.
+  std::vector<StepEntry*> timed;
+  for (StepEntry& s : record.steps)
+    if (!s.warmup) timed.push_back(&s);
+  if (!sampler_) {
+    record.timeline = tally.timeline;
+    record.energy = estimated_energy(tally, config, on_cpu, timed);
+    record.sampler.reset();
+    return;
+  }
+  // The sampler's series, its time counted from the first timed step.
+  record.timeline = to_timeline(samples);
+  const auto origin = sampler_->origin_s();
+  if (origin && tally.timed_wall_start)
+    for (auto& s : record.timeline) s.t_s += *origin - *tally.timed_wall_start;
+  record.energy = sampled_energy(*sampler_, tally, config, timed);
+  record.sampler =
+      SamplerInfo{config.sample_period_s, static_cast<int64_t>(record.timeline.size()),
+                  sampler_->sampling_seconds(),
+                  gpu_sensor_ ? gpu_sensor_->name() : "not available (" + gpu_why_not_ + ")",
+                  rapl_ ? rapl_->source() : "not available (" + rapl_why_not_ + ")"};
 }
 
 RunTime time_part(const RunTally& tally, double wall_s, bool phase_timing, bool comm) {

@@ -90,23 +90,44 @@ Phase phase_of(const std::string& name) {
              "the state was written by another version of gradscope");
 }
 
-// The loop's tally and the timer's peaks. Steps, evaluations, the timeline and the learning-
-// rate search go through the run record's own mapping (record_to_json), so they come back as
-// a record written at the end would hold them.
-json progress_to_json(const TrainProgress& p, const RunRecord& carrier) {
-  const json r = record_to_json(carrier);
+// What a state keeps of the run record, each part at its place in state.json (a JSON pointer)
+// and in the record: the record's own mapping (record_to_json, record_from_json) writes and
+// reads them, so that they come back as a record written at the end would hold them.
+struct CarriedPart {
+  const char* state;
+  const char* record;
+};
+constexpr CarriedPart kCarriedParts[] = {{"/tally/steps", "/steps"},
+                                         {"/tally/eval", "/eval"},
+                                         {"/tally/timeline", "/timeline"},
+                                         {"/tally/memory_timeline", "/memory/timeline"},
+                                         {"/lr_search", "/lr_search"}};
+
+// The record that carries those parts of `p`, and back.
+RunRecord carrier_of(const TrainProgress& p, const std::string& run_id) {
+  RunRecord r;
+  r.run_id = run_id;
+  r.steps = p.tally.steps;
+  r.evals = p.tally.evals;
+  r.timeline = p.tally.timeline;
+  r.memory = RunMemory{};
+  r.memory->timeline = p.tally.memory_timeline;
+  r.lr_search = p.lr_search;
+  return r;
+}
+void take_carried(RunRecord&& r, TrainProgress& p) {
+  p.tally.steps = std::move(r.steps);
+  p.tally.evals = std::move(r.evals);
+  p.tally.timeline = std::move(r.timeline);
+  if (r.memory) p.tally.memory_timeline = std::move(r.memory->timeline);
+  p.lr_search = std::move(r.lr_search);
+}
+
+// The loop's tally and the timer's peaks, and the record's parts above.
+json progress_to_json(const TrainProgress& p, const std::string& run_id) {
+  const json r = record_to_json(carrier_of(p, run_id));
   const RunTally& t = p.tally;
-  json memory_timeline = json::array();
-  for (const StepMemory& m : t.memory_timeline) {
-    json phases = json::array();
-    for (const PhaseMemory& ph : m.phases)
-      phases.push_back({ph.phase, ph.entry_bytes, ph.peak_bytes, ph.exit_bytes});
-    memory_timeline.push_back({{"step", m.step}, {"phases", phases}});
-  }
-  json tally = {{"steps", r["steps"]},
-                {"eval", r["eval"]},
-                {"timeline", r["timeline"]},
-                {"step_times", numbers(t.step_times)},
+  json tally = {{"step_times", numbers(t.step_times)},
                 {"step_utils", numbers(t.step_utils)},
                 {"step_cpus", numbers(t.step_cpus)},
                 {"phase_totals", numbers({t.phase_totals.begin(), t.phase_totals.end()})},
@@ -115,7 +136,6 @@ json progress_to_json(const TrainProgress& p, const RunRecord& carrier) {
                 {"timed_tokens", number(t.timed_tokens)},
                 {"timed_evaluations", t.timed_evaluations},
                 {"tokens_per_step", t.tokens_per_step},
-                {"memory_timeline", memory_timeline},
                 {"state_bytes", t.state_bytes},
                 {"training_peak_bytes", t.training_peak_bytes},
                 {"logits_bytes", t.logits_bytes ? json(*t.logits_bytes) : json(nullptr)}};
@@ -135,12 +155,14 @@ json progress_to_json(const TrainProgress& p, const RunRecord& carrier) {
                 {"peak_moment", moment},
                 {"steps", c.steps},
                 {"optimizer_done", c.optimizer_done}};
-  return {{"wall_s", p.wall_s},
-          {"timed_elapsed_s", p.timed_elapsed_s ? json(*p.timed_elapsed_s) : json(nullptr)},
-          {"resumed_from_steps", p.resumed_from_steps},
-          {"lr_search", r["lr_search"]},
-          {"tally", tally},
-          {"timer", timer}};
+  json state = {{"wall_s", p.wall_s},
+                {"timed_elapsed_s", p.timed_elapsed_s ? json(*p.timed_elapsed_s) : json(nullptr)},
+                {"resumed_from_steps", p.resumed_from_steps},
+                {"tally", tally},
+                {"timer", timer}};
+  for (const CarriedPart& part : kCarriedParts)
+    state[json::json_pointer(part.state)] = r.at(json::json_pointer(part.record));
+  return state;
 }
 
 TrainProgress progress_from_json(const json& state) {
@@ -152,16 +174,14 @@ TrainProgress progress_from_json(const json& state) {
   p.resumed_from_steps = state.at("resumed_from_steps").get<std::vector<int64_t>>();
   const json& t = state.at("tally");
   // The record's own reader for what its mapping wrote.
-  const json carrier = {{"schema", kRunSchema},         {"run_id", state.at("run_id")},
-                        {"config", state.at("config")}, {"status", "ok"},
-                        {"steps", t.at("steps")},       {"eval", t.at("eval")},
-                        {"timeline", t.at("timeline")}, {"lr_search", state.at("lr_search")}};
-  RunRecord r = record_from_json(carrier);
+  json carrier = {{"schema", kRunSchema},
+                  {"run_id", state.at("run_id")},
+                  {"config", state.at("config")},
+                  {"status", "ok"}};
+  for (const CarriedPart& part : kCarriedParts)
+    carrier[json::json_pointer(part.record)] = state.at(json::json_pointer(part.state));
+  take_carried(record_from_json(carrier), p);
   RunTally& tally = p.tally;
-  tally.steps = std::move(r.steps);
-  tally.evals = std::move(r.evals);
-  tally.timeline = std::move(r.timeline);
-  p.lr_search = std::move(r.lr_search);
   tally.step_times = numbers_of(t.at("step_times"));
   tally.step_utils = numbers_of(t.at("step_utils"));
   tally.step_cpus = numbers_of(t.at("step_cpus"));
@@ -173,14 +193,6 @@ TrainProgress progress_from_json(const json& state) {
   tally.timed_tokens = number_of(t.at("timed_tokens"));
   tally.timed_evaluations = t.at("timed_evaluations").get<int64_t>();
   tally.tokens_per_step = t.at("tokens_per_step").get<int64_t>();
-  for (const json& m : t.at("memory_timeline")) {
-    StepMemory step;
-    step.step = m.at("step").get<int64_t>();
-    for (const json& ph : m.at("phases"))
-      step.phases.push_back({ph.at(0).get<std::string>(), ph.at(1).get<int64_t>(),
-                             ph.at(2).get<int64_t>(), ph.at(3).get<int64_t>()});
-    tally.memory_timeline.push_back(std::move(step));
-  }
   tally.state_bytes = t.at("state_bytes").get<int64_t>();
   tally.training_peak_bytes = t.at("training_peak_bytes").get<int64_t>();
   if (t.at("logits_bytes").is_number()) tally.logits_bytes = t.at("logits_bytes").get<int64_t>();
@@ -418,13 +430,7 @@ void save_train_state(const std::string& dir, Session& session, const TrainProgr
       save_archive(generators, fresh / kGeneratorsFile);
     }
     const ResolvedRun& run = session.resolved();
-    RunRecord carrier;
-    carrier.run_id = run.run_id;
-    carrier.steps = progress.tally.steps;
-    carrier.evals = progress.tally.evals;
-    carrier.timeline = progress.tally.timeline;
-    carrier.lr_search = progress.lr_search;
-    json state = progress_to_json(progress, carrier);
+    json state = progress_to_json(progress, run.run_id);
     state["schema"] = kTrainStateSchema;
     state["run_id"] = run.run_id;
     state["config"] = config_to_json(run.given);
