@@ -70,8 +70,10 @@ TEST(Verify, Bf16CatchesARecomputeThatLosesAWeightsGradient) {
         lost = p.key();
         break;
       }
-    model.set_block_runner([first, name = lost](Block& block, const torch::Tensor& x,
-                                                const BlockContext& ctx) {
+    model.set_block_runner(RunnerLayer::kRecompute, [first, name = lost](
+                                                        Block& block, const torch::Tensor& x,
+                                                        const BlockContext& ctx,
+                                                        const BlockRunner& /*inner*/) {
       Block* b = &block;
       const bool broken = b == first.get();
       return checkpoint_function(

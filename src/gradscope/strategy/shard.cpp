@@ -662,11 +662,13 @@ class FsdpUpdater : public Updater, public MicroBatchListener {
     // parameter's entries.
     blocks_optimizer_ =
         make_optimizer(spec.name, masters, ParamInfo{}, spec.lr, spec.weight_decay, spec.opt);
-    const BlockRunner inner = model.block_runner();
-    model.set_block_runner(
-        [this, inner](Block& block, const torch::Tensor& x, const BlockContext& ctx) {
-          return run_block(inner, block, x, ctx);
-        });
+    // The outermost layer: a recompute in backward (a layer inside) finds the block's
+    // parameters gathered, since backward reaches the gather on the block's output first.
+    model.set_block_runner(RunnerLayer::kShard,
+                           [this](Block& block, const torch::Tensor& x, const BlockContext& ctx,
+                                  const BlockRunner& inner) {
+                             return run_block(inner, block, x, ctx);
+                           });
   }
 
   UpdateResult step(const GradientFn& gradients, PhaseObserver& observer) override {
@@ -794,10 +796,10 @@ class FsdpUpdater : public Updater, public MicroBatchListener {
                           const BlockContext& ctx) {
     const auto it = unit_of_block_.find(&block);
     if (it == unit_of_block_.end() || units_[it->second].params.empty())
-      return inner ? inner(block, x, ctx) : block.forward(x, ctx);
+      return inner(block, x, ctx);
     FsdpUnit& u = units_[it->second];
     gather(u);
-    torch::Tensor y = inner ? inner(block, x, ctx) : block.forward(x, ctx);
+    torch::Tensor y = inner(block, x, ctx);
     if (torch::GradMode::is_enabled() && y.requires_grad())
       y = GatherBeforeBackward::apply(y, static_cast<int64_t>(it->second),
                                       reinterpret_cast<int64_t>(this));
