@@ -37,7 +37,7 @@ std::pair<double, std::vector<torch::Tensor>> saved_input_step(const StepPlan& p
   return {out.loss_sum.item<double>(), grads};
 }
 
-StepPlan plan_of(const std::vector<std::pair<std::string, std::string>>& settings) {
+StepPlan saved_input_plan(const std::vector<std::pair<std::string, std::string>>& settings) {
   RunConfig c;
   for (const auto& [name, value] : settings) find_setting(name)->parse(c, value);
   check_config(c);
@@ -103,10 +103,10 @@ TEST(RunnerLayers, CheckpointingRunsTheLayersInsideIt) {
 
 TEST(SavedInput, ExactLossAndGradientsWithinTheBound) {
   for (const double p : {0.0, 0.1}) {
-    const auto standard = saved_input_step(plan_of({}), p);
-    const auto exact = saved_input_step(plan_of({{"strategy", "checkpoint"}}), p);
-    const auto rounded =
-        saved_input_step(plan_of({{"strategy", "checkpoint"}, {"saved-input", "bf16"}}), p);
+    const auto standard = saved_input_step(saved_input_plan({}), p);
+    const auto exact = saved_input_step(saved_input_plan({{"strategy", "checkpoint"}}), p);
+    const auto rounded = saved_input_step(
+        saved_input_plan({{"strategy", "checkpoint"}, {"saved-input", "bf16"}}), p);
     // The forward runs on the input as computed: the loss is bitwise the standard one.
     EXPECT_EQ(rounded.first, standard.first);
     double worst = 0;
@@ -127,9 +127,9 @@ TEST(SavedInput, ExactLossAndGradientsWithinTheBound) {
 
 TEST(SavedInput, SelectivePoliciesKeepTheirBranchInputInBf16Too) {
   for (const char* policy : {"attention", "mlp"}) {
-    const auto exact = saved_input_step(plan_of({{"recompute", policy}}), 0.0);
+    const auto exact = saved_input_step(saved_input_plan({{"recompute", policy}}), 0.0);
     const auto rounded =
-        saved_input_step(plan_of({{"recompute", policy}, {"saved-input", "bf16"}}), 0.0);
+        saved_input_step(saved_input_plan({{"recompute", policy}, {"saved-input", "bf16"}}), 0.0);
     EXPECT_EQ(rounded.first, exact.first) << policy;
     bool differs = false;
     for (size_t i = 0; i < exact.second.size(); ++i)
