@@ -270,7 +270,7 @@ class StrategyChecks {
                   bool optimizer_step) const {
     return one_step(with_strategy(c, s, n, micro_ * k_ / n), data_, optimizer_step, options_);
   }
-  // A recompute's own tolerance (0: none; bitwise_ok: fp32 on the CPU, where it is bitwise).
+  // A recompute's own tolerance where it is not bitwise (under bf16, or on CUDA).
   double recompute_tolerance() const;
   double accumulation_tolerance() const {
     return bf16_ ? kAccumulationToleranceBf16 : kAccumulationTolerance;
