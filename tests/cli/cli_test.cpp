@@ -309,8 +309,12 @@ TEST(Cli, VerifyExitsZeroWhenEveryCheckHolds) {
       std::string(" --seq 32 --dataset ") + GRADSCOPE_FIXTURES + "/text/sotu-excerpt.txt";
   const Result ok = gradscope("verify --model llama" + fixture);
   EXPECT_EQ(ok.code, 0) << ok.out << ok.err;
-  EXPECT_NE(ok.out.find("fp32: 23 of 23 checks hold"), std::string::npos) << ok.out;
-  EXPECT_NE(ok.out.find("bf16: 23 of 23 checks hold"), std::string::npos) << ok.out;
+  // The command turns on the lossy --saved-input bf16 check, one per dtype, with its bound.
+  EXPECT_NE(ok.out.find("fp32: 24 of 24 checks hold"), std::string::npos) << ok.out;
+  EXPECT_NE(ok.out.find("bf16: 24 of 24 checks hold"), std::string::npos) << ok.out;
+  EXPECT_NE(ok.out.find("checkpoint, saved input bf16                     fp32  relative <= 0.02 "),
+            std::string::npos)
+      << ok.out;
   const Result bad = gradscope("verify --model llama --strategy teleport" + fixture);
   EXPECT_EQ(bad.code, 2) << bad.err;
   EXPECT_NE(bad.err.find("checkpoint+accumulation"), std::string::npos) << bad.err;

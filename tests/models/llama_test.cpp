@@ -469,11 +469,13 @@ TEST(Llama, ForwardGoesThroughTheBlockRunner) {
   auto model = make_llama_model(llama_preset("tiny"), 11);
   EXPECT_EQ(model->blocks().size(), 2u);
   int calls = 0;
-  model->set_block_runner([&](Block& block, const torch::Tensor& x, const BlockContext& ctx) {
+  model->set_block_runner(RunnerLayer::kRecompute, [&](Block& block, const torch::Tensor& x,
+                                                        const BlockContext& ctx,
+                                                        const BlockRunner& inner) {
     ++calls;
     EXPECT_TRUE(ctx.rope_cos.defined() && ctx.rope_sin.defined());
     EXPECT_EQ(ctx.rope_cos.sizes(), torch::IntArrayRef({12, 16}));  // (T, HS)
-    return block.forward(x, ctx);
+    return inner(block, x, ctx);
   });
   torch::NoGradGuard no_grad;
   model->logits(random_ids(1, 12, 320, 8));

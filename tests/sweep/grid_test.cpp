@@ -406,7 +406,7 @@ TEST(SweepRunKeys, MatchTheRunCommandsOptions) {
   const auto& keys = run_keys();
   // Every run setting but the outputs (db, json, quiet, memory_snapshot, sweep) and the
   // tables opt and arch.
-  EXPECT_EQ(keys.size(), 50u);
+  EXPECT_EQ(keys.size(), 51u);
   EXPECT_EQ(keys.front(), "model");
   for (const char* key : {"accum_steps",
                           "checkpoint_policy",
@@ -423,6 +423,7 @@ TEST(SweepRunKeys, MatchTheRunCommandsOptions) {
                           "loss_chunk",
                           "projections",
                           "attention",
+                          "saved_input",
                           "init_from",
                           "lora_targets",
                           "lora_rank",

@@ -70,8 +70,10 @@ TEST(Verify, Bf16CatchesARecomputeThatLosesAWeightsGradient) {
         lost = p.key();
         break;
       }
-    model.set_block_runner([first, name = lost](Block& block, const torch::Tensor& x,
-                                                const BlockContext& ctx) {
+    model.set_block_runner(RunnerLayer::kRecompute, [first, name = lost](
+                                                        Block& block, const torch::Tensor& x,
+                                                        const BlockContext& ctx,
+                                                        const BlockRunner& /*inner*/) {
       Block* b = &block;
       const bool broken = b == first.get();
       return checkpoint_function(
@@ -293,6 +295,34 @@ TEST(VerifyChunkedLoss, HoldsOnModernBertAndNanoVlm) {
       EXPECT_TRUE(k.passed) << model << " " << k.strategy << " " << dtype_name(k.dtype) << " worst "
                             << k.worst_tensor << " rel " << k.grad_max_rel_diff;
   }
+}
+
+// --saved-input bf16: the lossy checkpoint holds its stated bound in both dtypes, is never
+// reported bitwise, and its loss is the reference's (the forward ran on the exact input).
+TEST(VerifySavedInput, HoldsItsBoundAndIsNotBitwise) {
+  VerifyOptions options;
+  options.strategies = {"checkpoint", "accumulation"};
+  options.saved_input = true;
+  const auto checks = verify_strategies(verify_config(), options);
+  int found = 0;
+  for (const auto& k : checks) {
+    EXPECT_TRUE(k.passed) << k.strategy << " " << dtype_name(k.dtype) << " worst "
+                          << k.worst_tensor << " rel " << k.grad_max_rel_diff;
+    if (k.strategy != "checkpoint, saved input bf16") continue;
+    ++found;
+    EXPECT_EQ(k.criterion, k.dtype == Dtype::kBf16 ? "relative <= 0.02001" : "relative <= 0.02");
+    EXPECT_GT(k.grad_max_rel_diff, 0.0);
+    EXPECT_EQ(k.loss_abs_diff, 0.0);
+  }
+  EXPECT_EQ(found, 2);  // fp32 and bf16; accumulation has no checkpoint to round
+  // Asked for by the configuration, the check runs without the option.
+  RunConfig c = verify_config();
+  c.saved_input = Dtype::kBf16;
+  c.recompute = Recompute::kMlp;  // one policy: the mlp branch, exact and rounded
+  VerifyOptions plain;
+  plain.strategies = {"checkpoint"};
+  plain.dtypes = {Dtype::kFp32};
+  EXPECT_EQ(verify_strategies(c, plain).size(), 2u);
 }
 
 }  // namespace

@@ -170,6 +170,7 @@ StepPlan RunConfig::step_plan_as_given() const {
   plan.accum_steps = accum_steps;
   plan.loss = loss;
   plan.loss_chunk = loss_chunk;
+  plan.saved_input = saved_input;
   const Recompute policy = checkpoint_policy.value_or(Recompute::kFull);
   if (strategy) {
     plan.recompute = strategy->checkpoint ? recompute.value_or(policy) : Recompute::kNone;
@@ -192,6 +193,7 @@ StepPlan RunConfig::step_plan() const {
   plan.accum_steps = accum_steps;
   plan.loss = loss;
   plan.loss_chunk = loss_chunk;
+  plan.saved_input = saved_input;
   if (recompute && checkpoint_policy && *recompute != Recompute::kNone)
     check_usage(*checkpoint_policy == *recompute,
                 fmt::format("--recompute {} disagrees with --checkpoint-policy {}",

@@ -95,6 +95,8 @@ struct StepPlan {
   // the strategy's name).
   LossKind loss = LossKind::kLossFull;
   int64_t loss_chunk = 0;  // positions per chunk with kLossChunked
+  // What a checkpoint keeps of its input until backward: as computed, or rounded to bfloat16.
+  Dtype saved_input = Dtype::kFp32;
 
   // The strategy's name: "standard", or the parts in use joined by '+' (as StrategyShorthand).
   // The study's five strategies keep the names they had, so run ids stay as they were.
@@ -129,6 +131,7 @@ struct RunConfig {
   std::optional<Recompute> recompute;          // unset = as --strategy says, else none
   std::optional<Recompute> checkpoint_policy;  // unset = full; never none
   int64_t checkpoint_every = 1;
+  Dtype saved_input = Dtype::kFp32;  // --saved-input: what a checkpoint keeps its input in
   int64_t accum_steps = 1;
   std::optional<OptimizerStep> optimizer_step;  // unset = as --strategy says
   LossKind loss = LossKind::kLossFull;

@@ -453,6 +453,26 @@ std::vector<Setting> build_settings_table() {
     t.push_back(std::move(s));
   }
   {
+    Setting s = choice_row<Dtype>(
+        "saved-input", "saved_input", &RunConfig::saved_input, S::kSectionStep,
+        "With recomputation: the dtype a checkpoint keeps its input in until backward, fp32 (as "
+        "computed, exact) or bf16 (half the bytes; the recompute runs from the rounded input, "
+        "so the gradients are approximate, docs/strategies.md)",
+        parse_dtype, dtype_name, {"fp32", "bf16"});
+    s.check = [flag = s.flag()](const RunConfig& c) {
+      check_usage(c.saved_input == Dtype::kFp32 || c.step_plan_as_given().recompute !=
+                                                      Recompute::kNone,
+                  fmt::format("{} bf16 needs recomputation, which keeps the input", flag),
+                  "add --strategy checkpoint or --recompute full, attention or mlp");
+    };
+    // In the id and the record only when bf16, so that the ids and records of runs without
+    // it stay what they were.
+    s.write = [](const RunConfig& c, json& out, JsonPurpose) {
+      if (c.saved_input != Dtype::kFp32) out["saved_input"] = dtype_name(c.saved_input);
+    };
+    t.push_back(std::move(s));
+  }
+  {
     Setting s = member_row("accum-steps", "accum_steps", &RunConfig::accum_steps, T::kTypeInteger,
                            R::kRoleDefines, S::kSectionStep,
                            "Micro-batches per optimizer step (effective batch = batch x "

@@ -4,6 +4,27 @@
 
 namespace gradscope {
 
+void Model::set_block_runner(RunnerLayer layer, LayeredBlockRunner runner) {
+  runners_[static_cast<size_t>(layer)] = std::move(runner);
+}
+
+bool Model::has_block_runner() const {
+  for (const auto& runner : runners_)
+    if (runner) return true;
+  return false;
+}
+
+torch::Tensor Model::run_block_from(size_t layer, Block& block, const torch::Tensor& x,
+                                    const BlockContext& ctx) {
+  while (layer < runners_.size() && !runners_[layer]) ++layer;
+  if (layer == runners_.size()) return block.forward(x, ctx);
+  const BlockRunner inner = [this, layer](Block& b, const torch::Tensor& in,
+                                          const BlockContext& c) {
+    return run_block_from(layer + 1, b, in, c);
+  };
+  return runners_[layer](block, x, ctx, inner);
+}
+
 void Model::set_packed_projections(bool packed) {
   for (const auto& module : modules(/*include_self=*/false)) {
     if (auto* attention = module->as<SelfAttentionImpl>()) attention->set_packed(packed);

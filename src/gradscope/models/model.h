@@ -6,6 +6,7 @@
 // NH query heads, NKV key/value heads, HS head size, L layers.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -92,10 +93,25 @@ class Block : public torch::nn::Module {
   SubLayerRunner sublayer_runner_;
 };
 
-// How a model calls its blocks; the default calls block.forward directly. A strategy
-// installs another runner (e.g. one that recomputes the block in backward).
+// How a model calls its blocks; the default calls block.forward directly.
 using BlockRunner =
     std::function<torch::Tensor(Block& block, const torch::Tensor& x, const BlockContext& ctx)>;
+
+// The layers of the block runner, outermost first. Each memory method that wraps the blocks
+// installs its runner at its own layer, and the model calls them nested in this order
+// whatever order they were installed in, so that methods combine without knowing each other:
+//   - kShard: fsdp gathers a block's parameters around everything else the block runs,
+//     the recompute in backward included (strategy/shard.h);
+//   - kRecompute: checkpointing runs the block without a graph and again in backward,
+//     keeping only its input (strategy/checkpoint.h), in the precision the plan keeps it in.
+// What changes the block's own modules (LoRA's adapters, packed projections) is no runner:
+// it is inside every layer. The innermost runner calls block.forward.
+enum class RunnerLayer { kShard = 0, kRecompute, kCount };
+// One layer: runs the block, calling `inner` (the layers inside it, then the block) as it
+// needs to, once or not at all.
+using LayeredBlockRunner =
+    std::function<torch::Tensor(Block& block, const torch::Tensor& x, const BlockContext& ctx,
+                                const BlockRunner& inner)>;
 
 // How a language-model head takes its cross-entropy (--loss, --loss-chunk).
 struct LossOptions {
@@ -118,9 +134,11 @@ class Model : public torch::nn::Module {
   // --loss chunked changes).
   virtual bool has_lm_head() const { return false; }
 
-  void set_block_runner(BlockRunner runner) { runner_ = std::move(runner); }
-  // The installed runner (empty: blocks are called directly), for a strategy that wraps it.
-  const BlockRunner& block_runner() const { return runner_; }
+  // Installs `runner` at `layer`, replacing what that layer held (empty: the layer passes
+  // the block to the next one inward).
+  void set_block_runner(RunnerLayer layer, LayeredBlockRunner runner);
+  // Whether any layer holds a runner.
+  bool has_block_runner() const;
   void set_loss_options(LossOptions options) { loss_options_ = std::move(options); }
   const LossOptions& loss_options() const { return loss_options_; }
   // --projections packed: every attention and gated MLP of the model multiplies its
@@ -139,12 +157,16 @@ class Model : public torch::nn::Module {
   virtual std::string lora_scope() const { return ""; }
 
  protected:
+  // Runs `block` through the installed layers, outermost first.
   torch::Tensor run_block(Block& block, const torch::Tensor& x, const BlockContext& ctx) {
-    return runner_ ? runner_(block, x, ctx) : block.forward(x, ctx);
+    return run_block_from(0, block, x, ctx);
   }
 
  private:
-  BlockRunner runner_;
+  torch::Tensor run_block_from(size_t layer, Block& block, const torch::Tensor& x,
+                               const BlockContext& ctx);
+
+  std::array<LayeredBlockRunner, static_cast<size_t>(RunnerLayer::kCount)> runners_;
   LossOptions loss_options_;
 };
 

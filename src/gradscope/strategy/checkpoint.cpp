@@ -49,6 +49,8 @@ struct CheckpointState : torch::CustomClassHolder {
   SubLayerFn fn;            // the wrapped function (a block with its context, or a branch)
   bool restore_rng = true;  // whether `rng` was captured and is set for the recompute
   bool input_grad = true;   // whether the caller's input requires grad
+  bool input_bf16 = false;  // whether the input is kept rounded to bfloat16 (--saved-input)
+  c10::ScalarType input_dtype = c10::ScalarType::Float;  // the input's dtype as computed
   RngState rng;             // generator states before the forward
   std::shared_ptr<CheckpointCounters> counters;
 };
@@ -66,7 +68,10 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
       const AutocastCacheOff no_cache;  // the recompute must not see casts made without a graph
       y = state->fn(x);
     }
-    actx->save_for_backward({x});
+    // Rounded to bfloat16, the kept input is a new tensor that only the context holds.
+    state->input_dtype = x.scalar_type();
+    const bool round = state->input_bf16 && x.is_floating_point() && x.element_size() > 2;
+    actx->save_for_backward({round ? x.detach().to(torch::kBFloat16) : x});
     actx->saved_data["state"] = c10::IValue::make_capsule(std::move(state));
     return y;
   }
@@ -79,6 +84,8 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
     const variable_list saved = actx->get_saved_variables();
     const bool input_grad = state->input_grad && actx->needs_input_grad(0);
     torch::Tensor x = saved[0].detach();  // a leaf sharing the saved input's storage
+    // A rounded input is widened back: the recompute runs in the forward's dtypes.
+    if (x.scalar_type() != state->input_dtype) x = x.to(state->input_dtype);
     x.requires_grad_(input_grad);
     torch::Tensor y;
     {
@@ -103,14 +110,16 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
 
 torch::Tensor checkpoint_block(Block& block, const torch::Tensor& x, const BlockContext& ctx,
                                bool restore_rng,
-                               const std::shared_ptr<CheckpointCounters>& counters) {
+                               const std::shared_ptr<CheckpointCounters>& counters,
+                               Dtype saved_input) {
   Block* b = &block;
   return checkpoint_function([b, ctx](const torch::Tensor& in) { return b->forward(in, ctx); }, x,
-                             restore_rng, counters);
+                             restore_rng, counters, saved_input);
 }
 
 torch::Tensor checkpoint_function(const SubLayerFn& fn, const torch::Tensor& x, bool restore_rng,
-                                  const std::shared_ptr<CheckpointCounters>& counters) {
+                                  const std::shared_ptr<CheckpointCounters>& counters,
+                                  Dtype saved_input) {
   if (!torch::GradMode::is_enabled()) {
     if (counters) ++counters->plain;
     return fn(x);
@@ -119,6 +128,7 @@ torch::Tensor checkpoint_function(const SubLayerFn& fn, const torch::Tensor& x, 
   state->fn = fn;
   state->restore_rng = restore_rng;
   state->input_grad = x.requires_grad();
+  state->input_bf16 = saved_input == Dtype::kBf16;
   state->counters = counters;
   if (counters) ++counters->checkpointed;
   // Autograd records a Function only if one of its inputs requires grad; without that the
@@ -140,6 +150,7 @@ CheckpointOptions checkpoint_options(const StepPlan& plan) {
   CheckpointOptions options;
   options.every = plan.recompute_every;
   options.policy = plan.recompute;
+  options.saved_input = plan.saved_input;
   return options;
 }
 
@@ -162,29 +173,39 @@ CheckpointRunner::CheckpointRunner(const std::vector<std::shared_ptr<Block>>& bl
                 "use --recompute full");
     // The sub-layer runner holds the counters, not the runner: it may outlive it.
     blocks[i]->set_sublayer_runner(
-        [target, restore = options_.restore_rng, counters = counters_](
-            SubLayer which, const SubLayerFn& fn, const torch::Tensor& x) {
+        [target, restore = options_.restore_rng, counters = counters_,
+         saved = options_.saved_input](SubLayer which, const SubLayerFn& fn,
+                                       const torch::Tensor& x) {
           if (which != target) return fn(x);
-          return checkpoint_function(fn, x, restore, counters);
+          return checkpoint_function(fn, x, restore, counters, saved);
         });
   }
 }
 
 torch::Tensor CheckpointRunner::operator()(Block& block, const torch::Tensor& x,
-                                           const BlockContext& ctx) {
+                                           const BlockContext& ctx, const BlockRunner& inner) {
   // A selective policy wraps sub-layers from inside the block (see the constructor).
   if (wrapped_.count(&block) == 0 || options_.policy != Recompute::kFull) {
     ++counters_->plain;
-    return block.forward(x, ctx);
+    return inner ? inner(block, x, ctx) : block.forward(x, ctx);
   }
-  return checkpoint_block(block, x, ctx, options_.restore_rng, counters_);
+  if (!inner)
+    return checkpoint_block(block, x, ctx, options_.restore_rng, counters_, options_.saved_input);
+  Block* b = &block;
+  return checkpoint_function(
+      [b, ctx, inner](const torch::Tensor& in) { return inner(*b, in, ctx); }, x,
+      options_.restore_rng, counters_, options_.saved_input);
 }
 
 std::shared_ptr<CheckpointRunner> install_checkpointing(Model& model, CheckpointOptions options) {
   auto runner = std::make_shared<CheckpointRunner>(model.blocks(), options);
-  model.set_block_runner([runner](Block& block, const torch::Tensor& x, const BlockContext& ctx) {
-    return (*runner)(block, x, ctx);
-  });
+  // Inside sharding's layer: its gathers have made the block's parameters whole before the
+  // forward and again before the recompute in backward.
+  model.set_block_runner(RunnerLayer::kRecompute,
+                         [runner](Block& block, const torch::Tensor& x, const BlockContext& ctx,
+                                  const BlockRunner& inner) {
+                           return (*runner)(block, x, ctx, inner);
+                         });
   return runner;
 }
 

@@ -39,6 +39,12 @@ struct CheckpointOptions {
   int64_t every = 1;  // wrap blocks 0, k, 2k, ... (every k-th block, the first included)
   // What a wrapped block recomputes: full, attention or mlp (never none).
   Recompute policy = Recompute::kFull;
+  // kBf16 (--saved-input bf16): a wrapped function keeps its input rounded to bfloat16 until
+  // backward (half the bytes of a float32 input) and the recompute runs from the rounded
+  // input, so the gradients are those at a point within bfloat16's rounding of the forward's
+  // (approximate; `gradscope verify` bounds them). The forward itself, and so the loss, runs
+  // on the input as computed. An input already 16-bit or narrower is kept as it is.
+  Dtype saved_input = Dtype::kFp32;
   // Test switch: false skips saving and restoring the generator state, so the recompute
   // draws fresh dropout masks. Only tests turn it off, to show that the restore matters.
   bool restore_rng = true;
@@ -51,15 +57,18 @@ struct CheckpointOptions {
 // gradient), and no gradient is computed for x. The block must outlive the backward pass.
 // Under NoGradGuard (evaluation) the block simply runs.
 // (B, T, C) -> (B, T, C)
+// `saved_input` is CheckpointOptions::saved_input.
 torch::Tensor checkpoint_block(Block& block, const torch::Tensor& x, const BlockContext& ctx,
                                bool restore_rng = true,
-                               const std::shared_ptr<CheckpointCounters>& counters = nullptr);
+                               const std::shared_ptr<CheckpointCounters>& counters = nullptr,
+                               Dtype saved_input = Dtype::kFp32);
 
 // Runs fn(x) through the checkpoint function, as checkpoint_block does for a whole block:
 // only x is kept, and backward runs fn again. fn must own what it uses (capture by value).
 torch::Tensor checkpoint_function(const SubLayerFn& fn, const torch::Tensor& x,
                                   bool restore_rng = true,
-                                  const std::shared_ptr<CheckpointCounters>& counters = nullptr);
+                                  const std::shared_ptr<CheckpointCounters>& counters = nullptr,
+                                  Dtype saved_input = Dtype::kFp32);
 
 // A BlockRunner that checkpoints every k-th block of a model, chosen by position in
 // model.blocks(). Blocks it does not know run as usual. With the attention or mlp policy it
@@ -69,7 +78,10 @@ class CheckpointRunner {
  public:
   CheckpointRunner(const std::vector<std::shared_ptr<Block>>& blocks, CheckpointOptions options);
 
-  torch::Tensor operator()(Block& block, const torch::Tensor& x, const BlockContext& ctx);
+  // `inner` (empty: block.forward) runs the block with the runner layers inside this one; a
+  // wrapped block's forward and its recompute both go through it.
+  torch::Tensor operator()(Block& block, const torch::Tensor& x, const BlockContext& ctx,
+                           const BlockRunner& inner = nullptr);
 
   const CheckpointOptions& options() const { return options_; }
   const CheckpointCounters& counters() const { return *counters_; }
@@ -88,9 +100,9 @@ CheckpointOptions checkpoint_options(const StepPlan& plan);
 // A usage error unless `every` is at least 1 and the policy recomputes something.
 void check_checkpoint_options(const CheckpointOptions& options);
 
-// Builds a runner for `model`'s blocks and installs it with model.set_block_runner. The
-// returned runner is shared with the model (for its counters). The options are checked as
-// by check_checkpoint_options.
+// Builds a runner for `model`'s blocks and installs it at the model's recompute layer
+// (RunnerLayer::kRecompute, inside sharding's). The returned runner is shared with the model
+// (for its counters). The options are checked as by check_checkpoint_options.
 std::shared_ptr<CheckpointRunner> install_checkpointing(Model& model, CheckpointOptions options);
 
 }  // namespace gradscope

@@ -47,8 +47,14 @@ Strategy::Strategy(const StepPlan& plan) : plan_(plan) {
 }
 
 void Strategy::attach(Model& model) {
+  // The memory methods that act inside the model's forward: the block runner's layers
+  // (RunnerLayer: recomputation here, sharding's gathers from its updater) and the loss head.
   if (plan_.recompute != Recompute::kNone)
     runner_ = install_checkpointing(model, checkpoint_options(plan_));
+  LossOptions loss = model.loss_options();
+  loss.chunked = plan_.loss == LossKind::kLossChunked;
+  loss.chunk_rows = plan_.loss_chunk;
+  model.set_loss_options(std::move(loss));
 }
 
 StepOutput Strategy::compute_gradients(Model& model, const MicroBatchSource& next,

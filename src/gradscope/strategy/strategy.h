@@ -105,7 +105,9 @@ class Strategy {
   // Checks the plan's settings (a usage error for a bad --checkpoint-every).
   explicit Strategy(const StepPlan& plan);
 
-  // Installs recomputation on the model's blocks, if the plan recomputes. Called once.
+  // Installs the plan's memory methods on the model, the one seam through which they reach
+  // its forward: recomputation at the block runner's recompute layer (RunnerLayer), if the
+  // plan recomputes, and the loss head's options (--loss). Called once.
   void attach(Model& model);
 
   // Leaves the gradient of the mean per-target loss of the whole step (plan.accum_steps

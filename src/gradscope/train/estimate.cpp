@@ -43,6 +43,7 @@ MemoryTrace::Checkpointing checkpointing_of(const StepPlan& plan) {
   MemoryTrace::Checkpointing ck;
   ck.enabled = plan.recompute != Recompute::kNone;
   ck.every = std::max<int64_t>(1, plan.recompute_every);
+  ck.input_bf16 = plan.saved_input == Dtype::kBf16;
   if (plan.recompute == Recompute::kAttention)
     ck.unit = MemoryTrace::Unit::kAttention;
   else if (plan.recompute == Recompute::kMlp)

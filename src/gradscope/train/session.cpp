@@ -242,12 +242,6 @@ Session::Session(const RunConfig& config, const SessionOptions& options)
   check_usage(plan.loss == LossKind::kLossFull || model_->has_lm_head(),
               fmt::format("--loss chunked needs a language-model head, and {} has none", c.model),
               "use --loss chunked with llama, nanovlm or modernbert, or leave --loss out");
-  {
-    LossOptions loss;
-    loss.chunked = plan.loss == LossKind::kLossChunked;
-    loss.chunk_rows = plan.loss_chunk;
-    model_->set_loss_options(std::move(loss));
-  }
   model_->set_packed_projections(c.projections == Projections::kPacked);
   model_->to(device_);
   model_->train();

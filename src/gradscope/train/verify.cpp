@@ -9,19 +9,19 @@
 #include "gradscope/core/error.h"
 #include "gradscope/models/registry.h"
 #include "gradscope/strategy/fused.h"
-#include "gradscope/strategy/shard.h"
 #include "gradscope/train/autocast.h"
 #include "gradscope/train/session.h"
+#include "gradscope/train/verify_parts.h"
 
 namespace gradscope {
 namespace {
 
-constexpr double kAccumulationTolerance = 1e-5;
-// bfloat16 keeps 8 significant bits (2^-8 = 3.9e-3 relative spacing). Each micro-batch's
-// products are rounded to it apart, so accumulation sums k rounded parts where standard
-// training rounds one sum: differences of about one spacing per element, well under 2e-2
-// norm-wise; an accumulation that dropped or doubled a micro-batch is off by 1/k or more.
-constexpr double kAccumulationToleranceBf16 = 2e-2;
+using verify_parts::kAccumulationTolerance;
+using verify_parts::kAccumulationToleranceBf16;
+using verify_parts::kReferenceOptimizer;
+using verify_parts::nonzero_adapters;
+using verify_parts::NullObserver;
+
 constexpr double kDropoutForCheckpointCheck = 0.1;
 constexpr double kFusedTolerance = 1e-6;
 // Accumulation folded into SGD's momentum in backward (accumulation+fused): one step, with
@@ -53,24 +53,6 @@ constexpr double kRecomputeToleranceCpuBf16 = 1e-5;
 // On top of a strategy the tolerances add (both reorder the same sums).
 constexpr double kChunkedLossTolerance = 1e-5;
 constexpr double kChunkedLossToleranceBf16 = kAccumulationToleranceBf16;
-// Several ranks (--nproc, every --shard mode) against one process of the global batch, dropout
-// off, over kShardSteps optimizer steps. The ranks compute the same sums over the batch in
-// another order: each rank sums its own samples, then the all-reduce adds the ranks' partial
-// sums (zero and fsdp slice the update, which is elementwise, so the slicing itself changes
-// nothing). That is accumulation's reordering, with the ranks as micro-batches: its tolerance,
-// 1e-5 norm-wise in fp32 and 2e-2 in bf16, on what the steps moved each parameter by under SGD
-// with momentum (its update and its sharded state are linear in the gradients, so they keep
-// the gradients' relative difference), and on the losses of every step. The run's optimizer,
-// when it is another, is compared on the losses: Adam divides by sqrt(v), which magnifies the
-// rounding of gradients near zero (1.3e-5 norm-wise on a norm weight after two steps of the
-// tiny Llama) past a tolerance on the parameters that would still catch a wrong sample.
-// A rank that read the wrong samples, a bucket reduced twice or a shard written to the wrong
-// place is off by 1/N or more.
-constexpr int kShardSteps = 2;
-constexpr double kShardTolerance = kAccumulationTolerance;
-constexpr double kShardToleranceBf16 = kAccumulationToleranceBf16;
-constexpr double kShardMomentum = 0.9;
-
 // --attention sdpa against --attention math (dropout off): the same softmax(QK^T / sqrt(d) +
 // mask) V, with SDPA's fused kernel summing in another order (blocks of keys, a running
 // maximum and a rescaled running sum). In fp32 that is a reordered float32 sum per output
@@ -83,22 +65,20 @@ constexpr double kShardMomentum = 0.9;
 constexpr double kAttentionTolerance = kAccumulationTolerance;
 constexpr double kAttentionToleranceBf16 = kAccumulationToleranceBf16;
 
+// --saved-input bf16: a checkpoint keeps its input rounded to bfloat16, at most 2^-9 relative
+// per element (half of bfloat16's 2^-8 spacing), and the recompute in backward runs from the
+// rounded input while the forward, and so the loss, ran on the exact one. The gradients are
+// then those of the block at a point within that rounding: each element of the recomputed
+// activations, and of the gradients made from them, moves by a few units of 2^-9 (a block's
+// products and norms each pass a relative error on, scaled by at most a few), norm-wise well
+// under bf16 accumulation's 2e-2 (measured on the tiny models: docs/strategies.md), while a
+// recompute from the wrong input (another block's, or zeros) is off by O(1). The loss itself
+// agrees bitwise. Under bf16 autocast it adds to the recompute's own tolerance.
+constexpr double kSavedInputTolerance = kAccumulationToleranceBf16;
+
 // Positions per chunk when the configuration names none: a prime, so that the chunks divide no
 // batch of the presets and the last chunk of each forward is a partial one.
 constexpr int64_t kVerifyLossChunk = 37;
-
-class NullObserver : public PhaseObserver {
- public:
-  void enter(Phase) override {}
-};
-
-// LoRA's B starts at zero, which leaves A without a gradient in the first step: every check
-// draws B from the seed instead, the same in every session, so that both matrices are checked.
-void nonzero_adapters(Session& session) {
-  if (!session.config().lora()) return;
-  auto gen = at::detail::createCPUGenerator(session.config().seed + 1);
-  draw_lora_b(session.model(), 0.02, gen);
-}
 
 struct StepResult {
   double loss = 0;
@@ -246,145 +226,7 @@ VerifyCheck compare(const std::string& strategy, Dtype dtype, const StepResult& 
   return check;
 }
 
-// kShardSteps steps of `config` (with options.comm: this rank's share of several), the losses
-// of every step and what the steps moved each parameter by, in float64 on the CPU.
-struct ShardRun {
-  std::vector<double> losses;
-  std::vector<std::pair<std::string, torch::Tensor>> before, after;
-};
-ShardRun shard_steps(const RunConfig& config, const SessionOptions& options) {
-  Session session(config, options);
-  nonzero_adapters(session);
-  seed_dropout(session.config(), session.rank());
-  NullObserver observer;
-  const bool bf16 = config.dtype == Dtype::kBf16;
-  Updater& updater = *session.updater();
-  const auto snapshot = [&] {
-    updater.gather_parameters();  // fsdp: the whole parameters
-    std::vector<std::pair<std::string, torch::Tensor>> out;
-    for (const auto& p : session.model().named_parameters())
-      out.emplace_back(p.key(), p.value().detach().to(torch::kCPU).to(torch::kFloat64));
-    updater.scatter_parameters();
-    return out;
-  };
-  ShardRun r;
-  r.before = snapshot();
-  for (int step = 0; step < kShardSteps; ++step) {
-    const MicroBatchSource next = session.step_batches(step);
-    const auto gradients = [&] {
-      AutocastScope autocast(session.device(), bf16);
-      return session.strategy().compute_gradients(session.model(), next, observer);
-    };
-    const StepOutput out = updater.step(gradients, observer).out;
-    r.losses.push_back(out.loss_sum.item<double>() /
-                       static_cast<double>(std::max<int64_t>(out.target_count, 1)));
-  }
-  r.after = snapshot();
-  return r;
-}
-
-// The parameters after the steps against the reference's: per tensor, the difference within
-// `tolerance` of what the reference's steps moved it by, plus the float32 rounding of the
-// parameters themselves (each step writes them rounded to 2^-24 relative, in both runs): an
-// update of 1e-5 to a weight of 1 is only resolved to 6e-8.
-void compare_parameters(const ShardRun& got, const ShardRun& ref, double tolerance,
-                        VerifyCheck& check) {
-  const double rounding = 2.0 * kShardSteps * std::ldexp(1.0, -24);
-  check.passed = true;
-  check.tensors = static_cast<int64_t>(ref.after.size());
-  for (size_t i = 0; i < ref.after.size(); ++i) {
-    const torch::Tensor diff = got.after[i].second - ref.after[i].second;
-    const double moved = (ref.after[i].second - ref.before[i].second).norm().item<double>();
-    const double bound = tolerance * moved + rounding * ref.after[i].second.norm().item<double>();
-    const double d = diff.norm().item<double>();
-    check.grad_max_abs_diff = std::max(check.grad_max_abs_diff, diff.abs().max().item<double>());
-    const double rel = bound > 0 ? d / bound * tolerance : (d > 0 ? INFINITY : 0.0);
-    if (rel >= check.grad_max_rel_diff) {
-      check.grad_max_rel_diff = rel;
-      check.worst_tensor = ref.after[i].first;
-    }
-    if (d > bound) check.passed = false;
-  }
-}
-
 }  // namespace
-
-std::vector<VerifyCheck> verify_sharding(const RunConfig& config,
-                                         const std::shared_ptr<Communicator>& comm,
-                                         const VerifyOptions& options) {
-  check_usage(comm != nullptr, "verify of --shard needs the ranks' communicator");
-  const int64_t world = comm->world();
-  RunConfig base = config;
-  base.strategy.reset();
-  base.optimizer_step.reset();
-  const ModelFamily& family = model_registry().get(config.model);
-  if (family.kind != ModelKind::kToy) base.dropout = 0.0;
-  base.lora_dropout = 0.0;
-  base.save_state.clear();
-  base.resume.clear();
-  base.save_weights.clear();
-  const std::shared_ptr<const DataSource> data = make_data_source(family, resolve_arch(base), base);
-  const std::vector<Dtype> dtypes = options.dtypes.empty()
-                                        ? std::vector<Dtype>{Dtype::kFp32, Dtype::kBf16}
-                                        : options.dtypes;
-  std::vector<VerifyCheck> checks;
-  for (const Dtype dtype : dtypes) {
-    RunConfig one = base;
-    one.dtype = dtype;
-    one.nproc = 1;
-    one.shard = Shard::kNone;
-    one.batch = config.batch * world;
-    SessionOptions alone;
-    alone.data = data;
-    const double tolerance = dtype == Dtype::kBf16 ? kShardToleranceBf16 : kShardTolerance;
-    // SGD with momentum on the parameters and losses; the run's optimizer on the losses.
-    std::vector<std::pair<RunConfig, bool>> optimizers;
-    RunConfig sgd = one;
-    sgd.optimizer = "sgd";
-    sgd.lr = 0;
-    sgd.opt = {{"momentum", fmt::format("{}", kShardMomentum)}};
-    optimizers.emplace_back(sgd, true);
-    if (config.optimizer != "sgd") optimizers.emplace_back(one, false);
-    for (const auto& [reference, parameters] : optimizers) {
-      // Every rank computes the reference itself (no collective), from the same seed.
-      const ShardRun ref = shard_steps(reference, alone);
-      for (const Shard shard :
-           {Shard::kDdp, Shard::kZero1, Shard::kZero2, Shard::kFsdp}) {
-        if (!shard_refusal(shard, reference.optimizer).empty()) continue;
-        RunConfig c = reference;
-        c.nproc = world;
-        c.shard = shard;
-        c.batch = config.batch;
-        SessionOptions shared;
-        shared.data = data;
-        shared.comm = comm;
-        const ShardRun got = shard_steps(c, shared);
-        const std::string label = fmt::format("{} x{}, {}, {} steps", shard_name(shard), world,
-                                              reference.optimizer, kShardSteps);
-        VerifyCheck check;
-        check.strategy = label;
-        check.dtype = dtype;
-        check.passed = true;
-        check.tensors = static_cast<int64_t>(ref.after.size());
-        if (parameters) {
-          check.criterion = fmt::format("params relative <= {:g}", tolerance);
-          compare_parameters(got, ref, tolerance, check);
-        } else {
-          check.criterion = fmt::format("losses relative <= {:g}", tolerance);
-        }
-        for (size_t i = 0; i < ref.losses.size() && i < got.losses.size(); ++i) {
-          const double d = std::fabs(got.losses[i] - ref.losses[i]);
-          check.loss_abs_diff = std::max(check.loss_abs_diff, d);
-          check.loss_rel_diff =
-              std::max(check.loss_rel_diff, d / std::max(std::fabs(ref.losses[i]), 1e-30));
-        }
-        check.passed = check.passed && check.loss_rel_diff <= tolerance;
-        checks.push_back(check);
-      }
-    }
-  }
-  return checks;
-}
 
 std::vector<VerifyCheck> verify_strategies(const RunConfig& config,
                                            const std::vector<std::string>& strategies) {
@@ -393,326 +235,433 @@ std::vector<VerifyCheck> verify_strategies(const RunConfig& config,
   return verify_strategies(config, options);
 }
 
-std::vector<VerifyCheck> verify_strategies(const RunConfig& config, const VerifyOptions& options) {
-  std::vector<std::string> names = options.strategies;
-  if (names.empty())
+namespace {
+
+// What every check of `verify_strategies` shares: the strategies asked for, the configurations
+// of the references, the data, and the references computed so far (each once per dtype).
+class StrategyChecks {
+ public:
+  StrategyChecks(const RunConfig& config, const VerifyOptions& options);
+
+  // The checks of one dtype, in the order `gradscope verify` prints them.
+  void run(Dtype dtype, std::vector<VerifyCheck>& checks);
+
+ private:
+  void parse_names();
+  void prepare_configs();
+  void check_fold(const std::string& name, const StrategyShorthand& s);
+  void check_fused(const std::string& name, const StrategyShorthand& s);
+  void check_recompute(const std::string& name, const StrategyShorthand& s);
+  void check_accumulation(const std::string& name, const StrategyShorthand& s);
+  void check_saved_input();
+  void check_chunked_loss();
+  void check_chunked_twin(const std::string& name, const StrategyShorthand& s, int64_t chunk,
+                          std::optional<StepResult>& ref_sgd_step);
+  void check_attention();
+  void check_attention_twin(const std::string& name, const StrategyShorthand& s,
+                            const StepResult& ref, std::optional<StepResult>& ref_sgd_step);
+  void check_attention_dropout();
+
+  // The standard references of this dtype: dropout on, dropout off, one optimizer step.
+  const StepResult& ref_dropout();
+  const StepResult& ref_plain();
+  // One step of `c` under `s`, the effective batch split into `n` micro-batches.
+  StepResult step(const RunConfig& c, const StrategyShorthand& s, int64_t n,
+                  bool optimizer_step) const {
+    return one_step(with_strategy(c, s, n, micro_ * k_ / n), data_, optimizer_step, options_);
+  }
+  // A recompute's own tolerance where it is not bitwise (under bf16, or on CUDA).
+  double recompute_tolerance() const;
+  double accumulation_tolerance() const {
+    return bf16_ ? kAccumulationToleranceBf16 : kAccumulationTolerance;
+  }
+  // Standard, then each strategy asked for.
+  std::vector<std::pair<std::string, StrategyShorthand>> twins() const;
+  bool exposes_sublayers() const;
+  bool has_lm_head() const;
+
+  const RunConfig& config_;
+  const VerifyOptions& options_;
+  const ModelFamily& family_;
+  std::vector<std::string> names_;
+  std::vector<StrategyShorthand> shorthands_;
+  int64_t micro_ = 0;
+  int64_t k_ = 0;
+  bool cpu_ = true;
+  bool chunked_loss_ = false;
+  int64_t loss_chunk_ = kVerifyLossChunk;
+  // Dropout forced on for the recompute checks, off for the accumulation checks. (A toy
+  // problem has no dropout: both stay unset there.)
+  RunConfig with_dropout_, without_dropout_;
+  nlohmann::json arch_plain_;
+  std::shared_ptr<const DataSource> data_;
+  mutable std::optional<bool> lm_head_;
+
+  // This dtype's configurations and references.
+  Dtype dtype_ = Dtype::kFp32;
+  bool bf16_ = false;
+  RunConfig dropout_on_, dropout_off_, stepped_, folded_;
+  std::optional<StepResult> ref_dropout_, ref_plain_, ref_step_;
+  std::vector<VerifyCheck>* checks_ = nullptr;
+};
+
+StrategyChecks::StrategyChecks(const RunConfig& config, const VerifyOptions& options)
+    : config_(config), options_(options), family_(model_registry().get(config.model)) {
+  parse_names();
+  check_usage(!config.recompute || *config.recompute != Recompute::kNone,
+              "verify checks what checkpointing recomputes; --recompute none leaves nothing",
+              "pass --recompute full, attention or mlp, or leave it out to check all three");
+  micro_ = config.batch;
+  k_ = std::max<int64_t>(config.accum_steps, 2);
+  cpu_ = torch::Device(config.device).is_cpu();
+  prepare_configs();
+  check_usage(
+      config.loss == LossKind::kLossFull || has_lm_head(),
+      fmt::format("--loss chunked needs a language-model head, and {} has none", config.model),
+      "verify --loss chunked with llama, nanovlm or modernbert, or leave --loss out");
+}
+
+void StrategyChecks::parse_names() {
+  names_ = options_.strategies;
+  if (names_.empty())
     for (const auto& s : strategy_shorthands())
-      if (s.name != "standard") names.push_back(s.name);
-  std::vector<StrategyShorthand> shorthands;
-  for (const auto& n : names) {  // unknown names fail before any work
+      if (s.name != "standard") names_.push_back(s.name);
+  for (const auto& n : names_) {  // unknown names fail before any work
     const auto s = parse_strategy(n);
     if (!s) {
       std::string valid;
       for (const auto& d : strategy_shorthands()) valid += (valid.empty() ? "" : ", ") + d.name;
       fail_usage("unknown strategy '" + n + "'", "valid strategies: " + valid);
     }
-    shorthands.push_back(*s);
+    shorthands_.push_back(*s);
   }
+}
 
-  check_usage(!config.recompute || *config.recompute != Recompute::kNone,
-              "verify checks what checkpointing recomputes; --recompute none leaves nothing",
-              "pass --recompute full, attention or mlp, or leave it out to check all three");
-  const int64_t micro = config.batch;
-  const int64_t k = std::max<int64_t>(config.accum_steps, 2);
-  const ModelFamily& family = model_registry().get(config.model);
-
-  // Dropout forced on for the checkpoint checks, off for the accumulation checks.
-  // (A toy problem has no dropout: both stay unset there.)
-  RunConfig with_dropout = config;
-  RunConfig without_dropout = config;
-  if (family.kind != ModelKind::kToy) {
-    with_dropout.dropout = kDropoutForCheckpointCheck;
-    without_dropout.dropout = 0.0;
-    if (config.lora()) {
-      with_dropout.lora_dropout = kDropoutForCheckpointCheck;
-      without_dropout.lora_dropout = 0.0;
+void StrategyChecks::prepare_configs() {
+  with_dropout_ = config_;
+  without_dropout_ = config_;
+  if (family_.kind != ModelKind::kToy) {
+    with_dropout_.dropout = kDropoutForCheckpointCheck;
+    without_dropout_.dropout = 0.0;
+    if (config_.lora()) {
+      with_dropout_.lora_dropout = kDropoutForCheckpointCheck;
+      without_dropout_.lora_dropout = 0.0;
     }
   }
-  // The references and the checks of the strategies take the full loss; the chunked-loss checks
-  // take the configuration's chunk (kVerifyLossChunk unless it asks for --loss chunked).
-  const bool chunked_loss = options.chunked_loss || config.loss == LossKind::kLossChunked;
-  const int64_t loss_chunk =
-      config.loss == LossKind::kLossChunked ? config.loss_chunk : kVerifyLossChunk;
-  for (RunConfig* c : {&with_dropout, &without_dropout}) {
+  // The references and the checks of the strategies take the full loss and keep a
+  // checkpoint's input as computed; the chunked-loss checks take the configuration's chunk
+  // (kVerifyLossChunk unless it asks for --loss chunked), the saved-input check bf16.
+  chunked_loss_ = options_.chunked_loss || config_.loss == LossKind::kLossChunked;
+  if (config_.loss == LossKind::kLossChunked) loss_chunk_ = config_.loss_chunk;
+  for (RunConfig* c : {&with_dropout_, &without_dropout_}) {
     c->loss = LossKind::kLossFull;
     c->loss_chunk = RunConfig().loss_chunk;
+    c->saved_input = Dtype::kFp32;
   }
-  const nlohmann::json arch_plain = resolve_arch(without_dropout);
-  const std::shared_ptr<const DataSource> data = make_data_source(family, arch_plain, config);
+  arch_plain_ = resolve_arch(without_dropout_);
+  data_ = make_data_source(family_, arch_plain_, config_);
+}
 
+bool StrategyChecks::has_lm_head() const {
   // Whether the model's loss is a language-model head's (what --loss chunked changes).
-  std::optional<bool> lm_head;
-  const auto has_lm_head = [&] {
-    if (!lm_head) lm_head = family.build(arch_plain, config.seed)->has_lm_head();
-    return *lm_head;
-  };
-  check_usage(
-      config.loss == LossKind::kLossFull || has_lm_head(),
-      fmt::format("--loss chunked needs a language-model head, and {} has none", config.model),
-      "verify --loss chunked with llama, nanovlm or modernbert, or leave --loss out");
-  // Whether the model's blocks run their attention and MLP branches as sub-layers.
-  const auto exposes_sublayers = [&] {
-    auto model = family.build(arch_plain, config.seed);
-    for (const auto& block : model->blocks())
-      if (!block->exposes_sublayers()) return false;
-    return !model->blocks().empty();
-  };
+  if (!lm_head_) lm_head_ = family_.build(arch_plain_, config_.seed)->has_lm_head();
+  return *lm_head_;
+}
 
+bool StrategyChecks::exposes_sublayers() const {
+  // Whether the model's blocks run their attention and MLP branches as sub-layers.
+  auto model = family_.build(arch_plain_, config_.seed);
+  for (const auto& block : model->blocks())
+    if (!block->exposes_sublayers()) return false;
+  return !model->blocks().empty();
+}
+
+double StrategyChecks::recompute_tolerance() const {
+  if (bf16_) return cpu_ ? kRecomputeToleranceCpuBf16 : kRecomputeToleranceCudaBf16;
+  return kRecomputeToleranceCuda;
+}
+
+const StepResult& StrategyChecks::ref_dropout() {
+  if (!ref_dropout_) ref_dropout_ = step(dropout_on_, StrategyShorthand{}, 1, false);
+  return *ref_dropout_;
+}
+
+const StepResult& StrategyChecks::ref_plain() {
+  if (!ref_plain_) ref_plain_ = step(dropout_off_, StrategyShorthand{}, 1, false);
+  return *ref_plain_;
+}
+
+std::vector<std::pair<std::string, StrategyShorthand>> StrategyChecks::twins() const {
+  std::vector<std::pair<std::string, StrategyShorthand>> out = {{"standard", {}}};
+  for (size_t i = 0; i < names_.size(); ++i) out.emplace_back(names_[i], shorthands_[i]);
+  return out;
+}
+
+void StrategyChecks::run(Dtype dtype, std::vector<VerifyCheck>& checks) {
+  dtype_ = dtype;
+  bf16_ = dtype == Dtype::kBf16;
+  checks_ = &checks;
+  dropout_on_ = with_dropout_;
+  dropout_off_ = without_dropout_;
+  dropout_on_.dtype = dtype;
+  dropout_off_.dtype = dtype;
+  ref_dropout_.reset();
+  ref_plain_.reset();
+  ref_step_.reset();
+  // The fused step runs the run's optimizer when it supports it, the reference one otherwise.
+  const auto& fused = fused_optimizers();
+  stepped_ = dropout_on_;
+  if (std::find(fused.begin(), fused.end(), stepped_.optimizer) == fused.end())
+    stepped_.optimizer = kReferenceOptimizer;
+  stepped_.clip_grad_norm = 0;
+  // Accumulation folded into the optimizer state: SGD with momentum, whose fold is exact.
+  folded_ = dropout_off_;
+  folded_.optimizer = kReferenceOptimizer;
+  folded_.opt = {{"momentum", fmt::format("{}", kFoldMomentum)}};
+  folded_.lr = 0;  // SGD's default for the model
+  folded_.clip_grad_norm = 0;
+  for (size_t i = 0; i < names_.size(); ++i) {
+    const StrategyShorthand& s = shorthands_[i];
+    if (s.fused && s.accumulation)
+      check_fold(names_[i], s);
+    else if (s.fused)
+      check_fused(names_[i], s);
+    else if (!s.accumulation)
+      check_recompute(names_[i], s);
+    else
+      check_accumulation(names_[i], s);
+  }
+  if (chunked_loss_ && has_lm_head()) check_chunked_loss();
+  if (options_.attention && family_.kind != ModelKind::kToy) check_attention();
+  check_saved_input();
+}
+
+void StrategyChecks::check_fold(const std::string& name, const StrategyShorthand& s) {
+  // A step against standard training + SGD on the whole effective batch, dropout off
+  // (micro-batches draw other masks). The fold sums the micro-batch gradients accumulation
+  // sums, in another order, into an update linear in them. In fp32 the parameters agree to
+  // their float32 rounding (kFusedTolerance, as the fused step's): an update compared alone
+  // would meet that rounding at ulp(p) / |update|, several 1e-6 of it. Under bf16 the
+  // micro-batches' products are rounded apart, and the updates agree as accumulation's
+  // gradients do (kAccumulationToleranceBf16). Without and with weight decay (which enters the
+  // momentum once, with the first micro-batch).
+  const StrategyShorthand standard{};
+  for (const double decay : {0.0, kFoldWeightDecay}) {
+    RunConfig c = folded_;
+    c.weight_decay = decay;
+    const auto updates = [&](const StrategyShorthand& which, int64_t n, bool moved) {
+      return parameter_updates(with_strategy(c, which, n, micro_ * k_ / n), data_, kFoldSteps,
+                               moved);
+    };
+    const std::string label =
+        decay > 0 ? fmt::format("{} (weight decay {:g})", name, decay) : name;
+    const StepResult ref = updates(standard, 1, bf16_);
+    VerifyCheck check = compare(label, dtype_, updates(s, k_, bf16_), ref, false,
+                                bf16_ ? kAccumulationToleranceBf16 : kFusedTolerance, true);
+    if (bf16_) {
+      check.criterion = "updates " + check.criterion.substr(check.criterion.find("relative"));
+    } else {
+      // Parameters within 1e-6 of |p| would let pass a fold that was left out where the
+      // update is below 1e-6 of the parameter. The updates themselves must agree too, to
+      // kAccumulationToleranceBf16: far above their float32 rounding (ulp(p) / |update|, a few
+      // 1e-6), far below what a micro-batch left out or folded twice changes (1/k).
+      const VerifyCheck moved = compare(label, dtype_, updates(s, k_, true),
+                                        updates(standard, 1, true), false,
+                                        kAccumulationToleranceBf16, true);
+      if (!moved.passed) {
+        check.passed = false;
+        check.worst_tensor = moved.worst_tensor + " (update)";
+        check.grad_max_rel_diff = std::max(check.grad_max_rel_diff, moved.grad_max_rel_diff);
+      }
+      check.criterion += fmt::format(", updates <= {:g}", kAccumulationToleranceBf16);
+    }
+    checks_->push_back(check);
+  }
+}
+
+void StrategyChecks::check_fused(const std::string& name, const StrategyShorthand& s) {
+  // Parameters after one step against standard + the unfused optimizer. The reference
+  // optimizer's update (SGD) is the same arithmetic in either order, bitwise; the others
+  // within 1e-6 per tensor.
+  if (!ref_step_) ref_step_ = step(stepped_, StrategyShorthand{}, 1, true);
+  const StepResult got = step(stepped_, s, 1, true);
+  const bool bitwise = cpu_ && stepped_.optimizer == kReferenceOptimizer;
+  checks_->push_back(compare(name, dtype_, got, *ref_step_, bitwise, kFusedTolerance, true));
+}
+
+void StrategyChecks::check_recompute(const std::string& name, const StrategyShorthand& s) {
+  // Checkpointing is checked under each policy (whole blocks, then each residual branch
+  // alone) unless the configuration names one.
+  const Recompute given =
+      dropout_on_.recompute.value_or(dropout_on_.checkpoint_policy.value_or(Recompute::kFull));
+  std::vector<Recompute> policies = {given};
+  if (s.checkpoint && given == Recompute::kFull && exposes_sublayers())
+    policies = {Recompute::kFull, Recompute::kAttention, Recompute::kMlp};
+  const StepResult& ref = ref_dropout();
+  for (const Recompute policy : policies) {
+    RunConfig c = with_strategy(dropout_on_, s, 1, micro_ * k_);
+    c.checkpoint_policy = policy;
+    const StepResult got = one_step(c, data_, false, options_);
+    const std::string label =
+        policy == Recompute::kFull ? name : name + " (" + recompute_name(policy) + ")";
+    // Bitwise on the CPU in fp32: the recompute runs the forward's kernels on the forward's
+    // inputs. Under bf16 the gradient parts of a tensor read by several casts may be summed
+    // in another order (kRecomputeToleranceCpuBf16).
+    checks_->push_back(compare(label, dtype_, got, ref, cpu_ && !bf16_, recompute_tolerance()));
+  }
+}
+
+void StrategyChecks::check_accumulation(const std::string& name, const StrategyShorthand& s) {
+  const StepResult& ref = ref_plain();
+  const StepResult got = step(dropout_off_, s, k_, false);
+  checks_->push_back(compare(name, dtype_, got, ref, false, accumulation_tolerance()));
+}
+
+void StrategyChecks::check_saved_input() {
+  // --saved-input bf16, whole blocks checkpointed, against the same reference as checkpoint,
+  // dropout on: a lossy method, within kSavedInputTolerance plus the recompute's own.
+  const bool asked = options_.saved_input || config_.saved_input == Dtype::kBf16;
+  for (size_t i = 0; i < names_.size() && asked; ++i) {
+    const StrategyShorthand& s = shorthands_[i];
+    if (!s.checkpoint || s.accumulation || s.fused) continue;
+    RunConfig c = dropout_on_;
+    c.saved_input = Dtype::kBf16;
+    const StepResult& ref = ref_dropout();
+    checks_->push_back(compare(names_[i] + ", saved input bf16", dtype_, step(c, s, 1, false), ref,
+                               false,
+                               kSavedInputTolerance + (cpu_ && !bf16_ ? 0.0
+                                                                      : recompute_tolerance())));
+  }
+}
+
+void StrategyChecks::check_chunked_loss() {
+  // Standard and each strategy again with --loss chunked, against the same full-loss
+  // reference as above, so a check says what the chunked loss adds to the strategy.
+  std::optional<StepResult> ref_sgd_step;
+  for (const auto& [name, s] : twins()) {
+    if (s.fused && s.accumulation) continue;  // the fold: checked with the full loss only
+    check_chunked_twin(name, s, loss_chunk_, ref_sgd_step);
+  }
+}
+
+void StrategyChecks::check_chunked_twin(const std::string& name, const StrategyShorthand& s,
+                                        int64_t chunk, std::optional<StepResult>& ref_sgd_step) {
+  const double loss_tolerance = bf16_ ? kChunkedLossToleranceBf16 : kChunkedLossTolerance;
+  const auto chunked = [chunk](RunConfig c) {
+    c.loss = LossKind::kLossChunked;
+    c.loss_chunk = chunk;
+    return c;
+  };
+  const std::string label = fmt::format("{}, loss chunked {}", name, chunk);
+  if (s.fused) {
+    // The parameters after one step of plain SGD in backward, against standard + SGD: that the
+    // in-backward step takes the chunked head's gradients as they come. (With Adam, whose
+    // first step is about lr times the gradient's sign, the rounding of gradients near zero
+    // is magnified past any tolerance that still means something: 1.8e-5 of a parameter
+    // measured on the tiny Llama.) The gradients themselves are checked by the standard twin.
+    RunConfig sgd = stepped_;
+    sgd.optimizer = kReferenceOptimizer;
+    sgd.opt.clear();
+    sgd.lr = 0;  // SGD's default for the model
+    if (!ref_sgd_step) ref_sgd_step = step(sgd, StrategyShorthand{}, 1, true);
+    checks_->push_back(compare(label, dtype_, step(chunked(sgd), s, 1, true), *ref_sgd_step,
+                               false, kFusedTolerance + loss_tolerance, true));
+  } else if (!s.accumulation) {
+    const double tolerance = !s.checkpoint ? 0.0 : cpu_ && !bf16_ ? 0.0 : recompute_tolerance();
+    const StepResult& ref = ref_dropout();
+    checks_->push_back(compare(label, dtype_, step(chunked(dropout_on_), s, 1, false), ref,
+                               false, tolerance + loss_tolerance));
+  } else {
+    const StepResult& ref = ref_plain();
+    checks_->push_back(compare(label, dtype_, step(chunked(dropout_off_), s, k_, false), ref,
+                               false, accumulation_tolerance() + loss_tolerance));
+  }
+}
+
+RunConfig with_attention(RunConfig c, Attention a) {
+  c.attention = a;
+  return c;
+}
+
+void StrategyChecks::check_attention() {
+  // Standard and each strategy with --attention sdpa against standard training with
+  // --attention math, dropout off (SDPA's dropout draws masks of its own): that the fused
+  // kernel computes what the written-out attention does, under every way of taking a step.
+  const StepResult ref =
+      step(with_attention(dropout_off_, Attention::kMath), StrategyShorthand{}, 1, false);
+  std::optional<StepResult> ref_sgd_step;
+  for (const auto& [name, s] : twins()) check_attention_twin(name, s, ref, ref_sgd_step);
+  check_attention_dropout();
+}
+
+void StrategyChecks::check_attention_twin(const std::string& name, const StrategyShorthand& s,
+                                          const StepResult& ref,
+                                          std::optional<StepResult>& ref_sgd_step) {
+  const double attention_tolerance = bf16_ ? kAttentionToleranceBf16 : kAttentionTolerance;
+  const std::string label = name + ", attention sdpa vs math";
+  if (s.fused && s.accumulation) {
+    // The fold (SGD with momentum): what one step moved the parameters by.
+    const StepResult fold_ref = parameter_updates(
+        with_strategy(with_attention(folded_, Attention::kMath), StrategyShorthand{}, 1,
+                      micro_ * k_),
+        data_, kFoldSteps, true);
+    const StepResult got = parameter_updates(
+        with_strategy(with_attention(folded_, Attention::kSdpa), s, k_, micro_), data_,
+        kFoldSteps, true);
+    VerifyCheck check = compare(label, dtype_, got, fold_ref, false,
+                                kAccumulationToleranceBf16 + attention_tolerance, true);
+    check.criterion = "updates " + check.criterion.substr(check.criterion.find("relative"));
+    checks_->push_back(check);
+  } else if (s.fused) {
+    // The parameters after one step of plain SGD (as the chunked loss's twin does).
+    RunConfig sgd = dropout_off_;
+    sgd.optimizer = kReferenceOptimizer;
+    sgd.opt.clear();
+    sgd.lr = 0;
+    sgd.clip_grad_norm = 0;
+    if (!ref_sgd_step)
+      ref_sgd_step = step(with_attention(sgd, Attention::kMath), StrategyShorthand{}, 1, true);
+    checks_->push_back(compare(label, dtype_,
+                               step(with_attention(sgd, Attention::kSdpa), s, 1, true),
+                               *ref_sgd_step, false, kFusedTolerance + attention_tolerance,
+                               true));
+  } else {
+    const int64_t n = s.accumulation ? k_ : 1;
+    const double strategy_tolerance = s.accumulation ? accumulation_tolerance()
+                                      : !s.checkpoint ? 0.0
+                                      : cpu_ && !bf16_ ? 0.0
+                                                       : recompute_tolerance();
+    checks_->push_back(compare(label, dtype_,
+                               step(with_attention(dropout_off_, Attention::kSdpa), s, n, false),
+                               ref, false, strategy_tolerance + attention_tolerance));
+  }
+}
+
+void StrategyChecks::check_attention_dropout() {
+  // With dropout on, SDPA on the CPU leaves its fused kernel for a math composition that
+  // draws its own masks: a checkpoint's recompute must draw the same ones, bitwise in fp32
+  // on the CPU, as the math path's recompute does.
+  std::optional<StepResult> ref;
+  const RunConfig on = with_attention(dropout_on_, Attention::kSdpa);
+  for (size_t i = 0; i < names_.size(); ++i) {
+    const StrategyShorthand& s = shorthands_[i];
+    if (!s.checkpoint || s.accumulation || s.fused) continue;
+    if (!ref) ref = step(on, StrategyShorthand{}, 1, false);
+    checks_->push_back(compare(
+        fmt::format("{}, attention sdpa, dropout {:g}", names_[i], kDropoutForCheckpointCheck),
+        dtype_, step(on, s, 1, false), *ref, cpu_ && !bf16_, recompute_tolerance()));
+  }
+}
+
+}  // namespace
+
+std::vector<VerifyCheck> verify_strategies(const RunConfig& config, const VerifyOptions& options) {
+  StrategyChecks strategies(config, options);
   std::vector<VerifyCheck> checks;
   const std::vector<Dtype> dtypes = options.dtypes.empty()
                                         ? std::vector<Dtype>{Dtype::kFp32, Dtype::kBf16}
                                         : options.dtypes;
-  const bool cpu = torch::Device(config.device).is_cpu();
-  for (const Dtype dtype : dtypes) {
-    const bool bf16 = dtype == Dtype::kBf16;
-    RunConfig dropout_on = with_dropout;
-    RunConfig dropout_off = without_dropout;
-    dropout_on.dtype = dtype;
-    dropout_off.dtype = dtype;
-    std::optional<StepResult> ref_dropout, ref_plain, ref_step;
-    // The fused step runs the run's optimizer when it supports it, SGD otherwise.
-    const auto& fused = fused_optimizers();
-    RunConfig stepped = dropout_on;
-    if (std::find(fused.begin(), fused.end(), stepped.optimizer) == fused.end())
-      stepped.optimizer = "sgd";
-    stepped.clip_grad_norm = 0;
-    const StrategyShorthand standard{};
-    // Accumulation folded into the optimizer state: SGD with momentum, whose fold is exact.
-    RunConfig folded = dropout_off;
-    folded.optimizer = "sgd";
-    folded.opt = {{"momentum", fmt::format("{}", kFoldMomentum)}};
-    folded.lr = 0;  // SGD's default for the model
-    folded.clip_grad_norm = 0;
-    for (size_t i = 0; i < names.size(); ++i) {
-      const std::string& name = names[i];
-      const StrategyShorthand& s = shorthands[i];
-      if (s.fused && s.accumulation) {
-        // A step against standard training + SGD on the whole effective batch, dropout off
-        // (micro-batches draw other masks). The fold sums the micro-batch gradients
-        // accumulation sums, in another order, into an update linear in them. In fp32 the
-        // parameters agree to their float32 rounding (kFusedTolerance, as the fused step's):
-        // an update compared alone would meet that rounding at ulp(p) / |update|, several
-        // 1e-6 of it. Under bf16 the micro-batches' products are rounded apart, and the
-        // updates agree as accumulation's gradients do (kAccumulationToleranceBf16). Without
-        // and with weight decay (which enters the momentum once, with the first micro-batch).
-        for (const double decay : {0.0, kFoldWeightDecay}) {
-          RunConfig c = folded;
-          c.weight_decay = decay;
-          const StepResult ref =
-              parameter_updates(with_strategy(c, standard, 1, micro * k), data, kFoldSteps, bf16);
-          const StepResult got =
-              parameter_updates(with_strategy(c, s, k, micro), data, kFoldSteps, bf16);
-          const std::string label =
-              decay > 0 ? fmt::format("{} (weight decay {:g})", name, decay) : name;
-          VerifyCheck check = compare(label, dtype, got, ref, false,
-                                      bf16 ? kAccumulationToleranceBf16 : kFusedTolerance, true);
-          if (bf16) {
-            check.criterion = "updates " + check.criterion.substr(check.criterion.find("relative"));
-          } else {
-            // Parameters within 1e-6 of |p| would let pass a fold that was left out where the
-            // update is below 1e-6 of the parameter. The updates themselves must agree too, to
-            // kAccumulationToleranceBf16: far above their float32 rounding (ulp(p) / |update|,
-            // a few 1e-6), far below what a micro-batch left out or folded twice changes (1/k).
-            const VerifyCheck updates = compare(
-                label, dtype,
-                parameter_updates(with_strategy(c, s, k, micro), data, kFoldSteps, true),
-                parameter_updates(with_strategy(c, standard, 1, micro * k), data, kFoldSteps, true),
-                false, kAccumulationToleranceBf16, true);
-            if (!updates.passed) {
-              check.passed = false;
-              check.worst_tensor = updates.worst_tensor + " (update)";
-              check.grad_max_rel_diff =
-                  std::max(check.grad_max_rel_diff, updates.grad_max_rel_diff);
-            }
-            check.criterion += fmt::format(", updates <= {:g}", kAccumulationToleranceBf16);
-          }
-          checks.push_back(check);
-        }
-      } else if (s.fused) {
-        // Parameters after one step against standard + the unfused optimizer. SGD's update is
-        // the same arithmetic in either order, bitwise; the others within 1e-6 per tensor.
-        if (!ref_step)
-          ref_step = one_step(with_strategy(stepped, standard, 1, micro * k), data, true, options);
-        const StepResult got =
-            one_step(with_strategy(stepped, s, 1, micro * k), data, true, options);
-        const bool bitwise = cpu && stepped.optimizer == "sgd";
-        checks.push_back(compare(name, dtype, got, *ref_step, bitwise, kFusedTolerance, true));
-      } else if (!s.accumulation) {
-        if (!ref_dropout)
-          ref_dropout =
-              one_step(with_strategy(dropout_on, standard, 1, micro * k), data, false, options);
-        // Checkpointing is checked under each policy (whole blocks, then each residual branch
-        // alone) unless the configuration names one.
-        const Recompute given = dropout_on.recompute.value_or(
-            dropout_on.checkpoint_policy.value_or(Recompute::kFull));
-        std::vector<Recompute> policies = {given};
-        if (s.checkpoint && given == Recompute::kFull && exposes_sublayers())
-          policies = {Recompute::kFull, Recompute::kAttention,
-                      Recompute::kMlp};
-        for (const Recompute policy : policies) {
-          RunConfig c = with_strategy(dropout_on, s, 1, micro * k);
-          c.checkpoint_policy = policy;
-          const StepResult got = one_step(c, data, false, options);
-          const std::string label = policy == Recompute::kFull
-                                        ? name
-                                        : name + " (" + recompute_name(policy) + ")";
-          // Bitwise on the CPU in fp32: the recompute runs the forward's kernels on the
-          // forward's inputs. Under bf16 the gradient parts of a tensor read by several casts
-          // may be summed in another order (kRecomputeToleranceCpuBf16).
-          const double tolerance =
-              bf16 ? (cpu ? kRecomputeToleranceCpuBf16 : kRecomputeToleranceCudaBf16)
-                   : kRecomputeToleranceCuda;
-          checks.push_back(compare(label, dtype, got, *ref_dropout, cpu && !bf16, tolerance));
-        }
-      } else {
-        if (!ref_plain)
-          ref_plain =
-              one_step(with_strategy(dropout_off, standard, 1, micro * k), data, false, options);
-        const StepResult got =
-            one_step(with_strategy(dropout_off, s, k, micro), data, false, options);
-        checks.push_back(compare(name, dtype, got, *ref_plain, false,
-                                 bf16 ? kAccumulationToleranceBf16 : kAccumulationTolerance));
-      }
-    }
-    if (chunked_loss && has_lm_head()) {
-      // Standard and each strategy again with --loss chunked, against the same full-loss
-      // reference as above, so a check says what the chunked loss adds to the strategy.
-      const double loss_tolerance = bf16 ? kChunkedLossToleranceBf16 : kChunkedLossTolerance;
-      const auto chunked = [loss_chunk](RunConfig c) {
-        c.loss = LossKind::kLossChunked;
-        c.loss_chunk = loss_chunk;
-        return c;
-      };
-      std::vector<std::pair<std::string, StrategyShorthand>> twins = {{"standard", standard}};
-      for (size_t i = 0; i < names.size(); ++i) twins.emplace_back(names[i], shorthands[i]);
-      std::optional<StepResult> ref_sgd_step;
-      for (const auto& [name, s] : twins) {
-        const std::string label = fmt::format("{}, loss chunked {}", name, loss_chunk);
-        if (s.fused && s.accumulation) continue;  // the fold: checked with the full loss only
-        if (s.fused) {
-          // The parameters after one step of plain SGD in backward, against standard + SGD:
-          // that the in-backward step takes the chunked head's gradients as they come. (With
-          // Adam, whose first step is about lr times the gradient's sign, the rounding of
-          // gradients near zero is magnified past any tolerance that still means something:
-          // 1.8e-5 of a parameter measured on the tiny Llama.) The gradients themselves are
-          // checked by the standard twin above.
-          RunConfig sgd = stepped;
-          sgd.optimizer = "sgd";
-          sgd.opt.clear();
-          sgd.lr = 0;  // SGD's default for the model
-          if (!ref_sgd_step)
-            ref_sgd_step =
-                one_step(with_strategy(sgd, standard, 1, micro * k), data, true, options);
-          const StepResult got =
-              one_step(chunked(with_strategy(sgd, s, 1, micro * k)), data, true, options);
-          checks.push_back(compare(label, dtype, got, *ref_sgd_step, false,
-                                   kFusedTolerance + loss_tolerance, true));
-        } else if (!s.accumulation) {
-          if (!ref_dropout)
-            ref_dropout =
-                one_step(with_strategy(dropout_on, standard, 1, micro * k), data, false, options);
-          const StepResult got =
-              one_step(chunked(with_strategy(dropout_on, s, 1, micro * k)), data, false, options);
-          const double recompute_tolerance =
-              !s.checkpoint ? 0.0
-              : bf16        ? (cpu ? kRecomputeToleranceCpuBf16 : kRecomputeToleranceCudaBf16)
-                            : (cpu ? 0.0 : kRecomputeToleranceCuda);
-          checks.push_back(compare(label, dtype, got, *ref_dropout, false,
-                                   recompute_tolerance + loss_tolerance));
-        } else {
-          if (!ref_plain)
-            ref_plain =
-                one_step(with_strategy(dropout_off, standard, 1, micro * k), data, false, options);
-          const StepResult got =
-              one_step(chunked(with_strategy(dropout_off, s, k, micro)), data, false, options);
-          const double accumulation_tolerance =
-              bf16 ? kAccumulationToleranceBf16 : kAccumulationTolerance;
-          checks.push_back(compare(label, dtype, got, *ref_plain, false,
-                                   accumulation_tolerance + loss_tolerance));
-        }
-      }
-    }
-    if (options.attention && family.kind != ModelKind::kToy) {
-      // Standard and each strategy with --attention sdpa against standard training with
-      // --attention math, dropout off (SDPA's dropout draws masks of its own): that the fused
-      // kernel computes what the written-out attention does, under every way of taking a step.
-      const double attention_tolerance = bf16 ? kAttentionToleranceBf16 : kAttentionTolerance;
-      const auto with_attention = [](RunConfig c, Attention a) {
-        c.attention = a;
-        return c;
-      };
-      const RunConfig math = with_attention(dropout_off, Attention::kMath);
-      const RunConfig sdpa = with_attention(dropout_off, Attention::kSdpa);
-      const StepResult ref = one_step(with_strategy(math, standard, 1, micro * k), data, false,
-                                      options);
-      std::optional<StepResult> ref_sgd_step;
-      std::vector<std::pair<std::string, StrategyShorthand>> twins = {{"standard", standard}};
-      for (size_t i = 0; i < names.size(); ++i) twins.emplace_back(names[i], shorthands[i]);
-      for (const auto& [name, s] : twins) {
-        const std::string label = name + ", attention sdpa vs math";
-        if (s.fused && s.accumulation) {
-          // The fold (SGD with momentum): what one step moved the parameters by.
-          const RunConfig c_math = with_attention(folded, Attention::kMath);
-          const RunConfig c_sdpa = with_attention(folded, Attention::kSdpa);
-          const StepResult fold_ref = parameter_updates(
-              with_strategy(c_math, standard, 1, micro * k), data, kFoldSteps, true);
-          const StepResult got =
-              parameter_updates(with_strategy(c_sdpa, s, k, micro), data, kFoldSteps, true);
-          VerifyCheck check = compare(label, dtype, got, fold_ref, false,
-                                      kAccumulationToleranceBf16 + attention_tolerance, true);
-          check.criterion = "updates " + check.criterion.substr(check.criterion.find("relative"));
-          checks.push_back(check);
-        } else if (s.fused) {
-          // The parameters after one step of plain SGD (as the chunked loss's twin does).
-          RunConfig sgd = dropout_off;
-          sgd.optimizer = "sgd";
-          sgd.opt.clear();
-          sgd.lr = 0;
-          sgd.clip_grad_norm = 0;
-          if (!ref_sgd_step)
-            ref_sgd_step = one_step(
-                with_strategy(with_attention(sgd, Attention::kMath), standard, 1,
-                              micro * k),
-                data, true, options);
-          const StepResult got = one_step(
-              with_strategy(with_attention(sgd, Attention::kSdpa), s, 1, micro * k),
-              data, true, options);
-          checks.push_back(compare(label, dtype, got, *ref_sgd_step, false,
-                                   kFusedTolerance + attention_tolerance, true));
-        } else {
-          const int64_t n = s.accumulation ? k : 1;
-          const StepResult got =
-              one_step(with_strategy(sdpa, s, n, micro * k / n), data, false, options);
-          const double strategy_tolerance =
-              s.accumulation ? (bf16 ? kAccumulationToleranceBf16 : kAccumulationTolerance)
-              : !s.checkpoint ? 0.0
-              : bf16          ? (cpu ? kRecomputeToleranceCpuBf16 : kRecomputeToleranceCudaBf16)
-                              : (cpu ? 0.0 : kRecomputeToleranceCuda);
-          checks.push_back(compare(label, dtype, got, ref, false,
-                                   strategy_tolerance + attention_tolerance));
-        }
-      }
-      // With dropout on, SDPA on the CPU leaves its fused kernel for a math composition that
-      // draws its own masks: a checkpoint's recompute must draw the same ones, bitwise in fp32
-      // on the CPU, as the math path's recompute does.
-      std::optional<StepResult> ref_sdpa_dropout;
-      for (size_t i = 0; i < names.size(); ++i) {
-        const StrategyShorthand& s = shorthands[i];
-        if (!s.checkpoint || s.accumulation || s.fused) continue;
-        const RunConfig on = with_attention(dropout_on, Attention::kSdpa);
-        if (!ref_sdpa_dropout)
-          ref_sdpa_dropout = one_step(with_strategy(on, standard, 1, micro * k), data, false,
-                                      options);
-        const StepResult got = one_step(with_strategy(on, s, 1, micro * k), data, false, options);
-        const double tolerance =
-            bf16 ? (cpu ? kRecomputeToleranceCpuBf16 : kRecomputeToleranceCudaBf16)
-                 : kRecomputeToleranceCuda;
-        checks.push_back(compare(
-            fmt::format("{}, attention sdpa, dropout {:g}", names[i], kDropoutForCheckpointCheck),
-            dtype, got, *ref_sdpa_dropout, cpu && !bf16, tolerance));
-      }
-    }
-  }
+  for (const Dtype dtype : dtypes) strategies.run(dtype, checks);
   return checks;
 }
 

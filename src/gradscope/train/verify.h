@@ -41,6 +41,11 @@
 //   each checkpointing
 //   strategy with --attention sdpa against standard with it: bitwise in fp32 on the CPU (the
 //   recompute draws SDPA's own dropout masks again).
+// - with VerifyOptions::saved_input or --saved-input bf16: each checkpointing strategy (not
+//   accumulating, not fused) again with its kept input rounded to bfloat16, dropout 0.1, against
+//   the checkpoint's reference: a lossy method, relative <= 2e-2 (the recompute runs from an
+//   input within 2^-9 of the forward's; verify.cpp derives it), plus the recompute's own
+//   tolerance under bf16 autocast or on CUDA; never bitwise.
 // A gradient check also fails when a parameter is left without a gradient (a recompute that
 // lost a weight's graph, say).
 // Every model is built by the session (session.h), as a run builds it.
@@ -87,6 +92,9 @@ struct VerifyOptions {
   // Also check --attention sdpa against --attention math (the `gradscope verify` command
   // does), on every model with attention.
   bool attention = false;
+  // Also check --saved-input bf16 with each checkpointing strategy (the `gradscope verify`
+  // command does); the checks run anyway when the config says --saved-input bf16.
+  bool saved_input = false;
 };
 
 // Runs the checks of `options`, grouped by dtype. The config gives model, preset, batch,

@@ -158,6 +158,9 @@ class MemoryTrace {
     bool enabled = false;
     int64_t every = 1;             // blocks 0, k, 2k, ... are wrapped
     Unit unit = Unit::kBlock;  // what a wrapped block recomputes: all, attention or MLP
+    // --saved-input bf16: a wrapped unit keeps a bfloat16 copy of its (float32) input, half its
+    // bytes, and widens it back for the recompute.
+    bool input_bf16 = false;
   };
   // Replays the forward and backward. `grads_exist`: parameter gradients from an earlier
   // micro-batch are already allocated (accumulation), so new ones are added and freed.
