@@ -42,7 +42,7 @@ inline RunRecord full_record() {
   r.config.arch_overrides = {{"hidden_size", "64"}};
   r.config.lr_auto = true;
   r.arch = {{"hidden_size", 64}, {"seq_len", 32}};
-  r.status = RunStatus::kStatusDiverged;
+  r.status = RunStatus::kDiverged;
   r.failure = RunFailure{7, "backward", "the loss became NaN"};
   r.params = 123456;
   r.trainable_params = 12345;

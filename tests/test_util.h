@@ -50,7 +50,7 @@ inline RunRecord result_record(const std::string& run_id) {
   r.run_id = run_id;
   r.attempt_uid = new_attempt_uid();
   r.config = tiny_llama_config();
-  r.status = RunStatus::kStatusOk;
+  r.status = RunStatus::kOk;
   r.final_loss = 2.5;
   r.started_at = "2026-01-01T00:00:00Z";
   return r;

@@ -208,7 +208,7 @@ TEST(DistributedCli, ARankThatDiesStopsTheOthersAndTheRunIsCrashed) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
   EXPECT_LT(took, 30) << "the others must stop well before --dist-timeout";
   const RunRecord r = record_file(dir.file("r.json"));
-  EXPECT_EQ(r.status, RunStatus::kStatusCrashed);
+  EXPECT_EQ(r.status, RunStatus::kCrashed);
   ASSERT_TRUE(r.failure.has_value());
   EXPECT_TRUE(testing::contains(r.failure->message, "rank 0")) << r.failure->message;
   EXPECT_TRUE(testing::contains(testing::slurp(dir.file("out")), "rank 1 was killed"));

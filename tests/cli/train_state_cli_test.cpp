@@ -114,7 +114,7 @@ TEST(TrainStateCli, KilledOrStoppedRunsResumeBitwise) {
                                               " --resume " + file("killed-state"));
   ASSERT_EQ(resumed.code, 0) << resumed.err;
   const RunRecord after_kill = record_file(file("killed-2.json"));
-  EXPECT_EQ(after_kill.status, RunStatus::kStatusOk);
+  EXPECT_EQ(after_kill.status, RunStatus::kOk);
   EXPECT_EQ(after_kill.resumed_from_steps, std::vector<int64_t>{k});
   expect_same_run(after_kill, reference, file("killed-state"), file("whole-state"));
 
@@ -129,7 +129,7 @@ TEST(TrainStateCli, KilledOrStoppedRunsResumeBitwise) {
   kill(stopped, SIGTERM);
   ASSERT_EQ(exit_code_of(stopped), 75) << testing::slurp(file("t.out"));
   const RunRecord interrupted = record_file(file("stopped-1.json"));
-  EXPECT_EQ(interrupted.status, RunStatus::kStatusInterrupted);
+  EXPECT_EQ(interrupted.status, RunStatus::kInterrupted);
   ASSERT_TRUE(interrupted.failure && interrupted.failure->step);
   const int64_t at = *interrupted.failure->step;
   EXPECT_EQ(state_step(file("stopped-state")), at);  // saved where it stopped
@@ -147,7 +147,7 @@ TEST(TrainStateCli, KilledOrStoppedRunsResumeBitwise) {
   // Both attempts are in the database, the interrupted one first; only the second is ok.
   Database db(file("stopped.db"));
   EXPECT_EQ(db.statuses_of(reference.run_id),
-            (std::vector<RunStatus>{RunStatus::kStatusInterrupted, RunStatus::kStatusOk}));
+            (std::vector<RunStatus>{RunStatus::kInterrupted, RunStatus::kOk}));
 
   // A resume with another setting is refused before anything is written.
   const auto other = testing::run_gradscope(run_args(
@@ -217,7 +217,7 @@ TEST(TrainStateCli, SavesThatCannotBeWrittenLoseNothing) {
   EXPECT_TRUE(testing::contains(resumed.err, state)) << resumed.err;
   EXPECT_TRUE(testing::contains(resumed.err, std::strerror(EFBIG))) << resumed.err;
   ASSERT_TRUE(std::filesystem::exists(file("b.json"))) << resumed.err;
-  EXPECT_EQ(record_file(file("b.json")).status, RunStatus::kStatusOk);
+  EXPECT_EQ(record_file(file("b.json")).status, RunStatus::kOk);
   EXPECT_EQ(Database(file("b.db")).count_runs(), 1);
   EXPECT_TRUE(saving_folders(dir.path()).empty());
   // The previous state is whole.
@@ -239,7 +239,7 @@ TEST(TrainStateCli, SavesThatCannotBeWrittenLoseNothing) {
   ASSERT_EQ(exit_code_of(stopped), 75) << testing::slurp(file("c.out"));
   ASSERT_TRUE(std::filesystem::exists(file("c.json"))) << testing::slurp(file("c.out"));
   const RunRecord interrupted = record_file(file("c.json"));
-  EXPECT_EQ(interrupted.status, RunStatus::kStatusInterrupted);
+  EXPECT_EQ(interrupted.status, RunStatus::kInterrupted);
   ASSERT_TRUE(interrupted.failure);
   if (*interrupted.failure->step != kSteps)
     EXPECT_TRUE(testing::contains(interrupted.failure->message, "could not be saved"))
@@ -288,7 +288,7 @@ TEST(TrainStateCli, RepeatedStopsEndTheRunRecordedAndWithItsExitCode) {
                                    << testing::slurp(out);
     EXPECT_EQ(WEXITSTATUS(status), 75) << testing::slurp(out);
     ASSERT_TRUE(std::filesystem::exists(json)) << testing::slurp(out);
-    EXPECT_EQ(record_file(json).status, RunStatus::kStatusInterrupted);
+    EXPECT_EQ(record_file(json).status, RunStatus::kInterrupted);
   }
   EXPECT_EQ(Database(dir.file("r.db")).count_runs(), 3);
 }

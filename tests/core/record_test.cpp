@@ -28,7 +28,7 @@ TEST(RecordV1, RunRecordLoads) {
   EXPECT_EQ(r.run_id, "907c8e000330f5aa");
   EXPECT_EQ(r.attempt_uid, "71cb14f0f990d2ca5f4225c53cff894d");
   EXPECT_FALSE(r.sweep.has_value());
-  EXPECT_EQ(r.status, RunStatus::kStatusOk);
+  EXPECT_EQ(r.status, RunStatus::kOk);
   EXPECT_TRUE(r.ok());
   EXPECT_FALSE(r.failure.has_value());
 
@@ -177,7 +177,7 @@ TEST(RecordV1, SweepFailureRecordLoads) {
   EXPECT_EQ(r.run_id, "aab421eff8ec131a");
   EXPECT_EQ(r.attempt_uid, "95c1c49b77824e2ee0d7f38ac55647f4");
   EXPECT_EQ(r.sweep, "nightly");
-  EXPECT_EQ(r.status, RunStatus::kStatusTimeout);
+  EXPECT_EQ(r.status, RunStatus::kTimeout);
   EXPECT_FALSE(r.ok());
   EXPECT_FALSE(is_final_status(r.status));
   ASSERT_TRUE(r.failure.has_value());

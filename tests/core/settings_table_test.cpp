@@ -27,9 +27,9 @@ TEST(SettingsTable, EveryRowIsNamedOnceAndDescribed) {
     EXPECT_EQ(s.toml_key().find('-'), std::string::npos) << s.name;
     EXPECT_EQ(find_setting(s.name), &s);
     EXPECT_EQ(find_setting(s.toml_key()), &s);
-    if (s.type == SettingType::kTypeChoice) EXPECT_FALSE(s.choices.empty()) << s.name;
+    if (s.type == SettingType::kChoice) EXPECT_FALSE(s.choices.empty()) << s.name;
     // Recorded settings have a record key; outputs are not recorded.
-    EXPECT_EQ(s.key.empty(), s.role == SettingRole::kRoleOutput) << s.name;
+    EXPECT_EQ(s.key.empty(), s.role == SettingRole::kOutput) << s.name;
     // The three --lr-search-* settings share one "lr_search" object; every other key is one row's.
     if (s.key != "lr_search" && !s.key.empty()) EXPECT_TRUE(keys.insert(s.key).second) << s.key;
   }
@@ -191,9 +191,9 @@ TEST(SettingsTable, TheGroupingKeyIsTheIdentityButTheSeed) {
   EXPECT_EQ(flat.at("opt.momentum"), "\"0.9\"");
   EXPECT_EQ(flat.at("arch.hidden_size"), "64");
   EXPECT_EQ(flat.count("seed"), 0u);
-  EXPECT_EQ(identity_section("eval_batches"), SettingSection::kSectionEvaluation);
-  EXPECT_EQ(identity_section("arch.hidden_size"), SettingSection::kSectionModel);
-  EXPECT_EQ(identity_section("opt.momentum"), SettingSection::kSectionOptimizer);
+  EXPECT_EQ(identity_section("eval_batches"), SettingSection::kEvaluation);
+  EXPECT_EQ(identity_section("arch.hidden_size"), SettingSection::kModel);
+  EXPECT_EQ(identity_section("opt.momentum"), SettingSection::kOptimizer);
 }
 
 }  // namespace

@@ -69,7 +69,7 @@ RunRecord dist_run(int64_t nproc, Shard shard, double tokens_per_s, double step_
   r.attempt_uid = r.run_id;
   r.started_at = "2026-01-01T00:00:00Z";
   r.finished_at = "2026-01-01T00:00:01Z";
-  r.status = RunStatus::kStatusOk;
+  r.status = RunStatus::kOk;
   for (int64_t s = 1; s <= 10; ++s)
     r.steps.push_back(StepEntry{s, 3.0 - 0.1 * static_cast<double>(s), 1e-3, 1.0, step_s, 4 * nproc,
                                 64 * nproc, 64 * nproc, 1, false});

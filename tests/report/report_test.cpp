@@ -867,7 +867,7 @@ TEST(ReportGroups, ASweepsFailureRecordJoinsItsSeeds) {
   crashed.attempt_uid = "crashed-attempt";
   crashed.config = measured.config;
   crashed.arch = measured.arch;
-  crashed.status = RunStatus::kStatusCrashed;
+  crashed.status = RunStatus::kCrashed;
   crashed.failure = RunFailure{std::nullopt, std::nullopt, "the process was killed"};
   crashed.started_at = "2026-01-01T00:00:00Z";
   crashed.finished_at = "2026-01-01T00:00:05Z";
@@ -898,13 +898,13 @@ TEST(ReportGroups, AnAttemptWithoutAFinalStatusNeverReplacesOneThatEnded) {
   const RunRecord ok = record_of(run);
   RunRecord stopped = ok;
   stopped.attempt_uid = "stopped-attempt";
-  stopped.status = RunStatus::kStatusInterrupted;
+  stopped.status = RunStatus::kInterrupted;
   stopped.failure = RunFailure{3, std::nullopt, "stopped by SIGTERM after step 3"};
   for (const auto& records : {std::vector<RunRecord>{ok, stopped}, {stopped, ok}}) {
     const ReportData d = analyze_records(records, {});
     EXPECT_EQ(d.attempts, 2);
     ASSERT_EQ(d.runs.size(), 1u);
-    EXPECT_EQ(d.runs[0].record.status, RunStatus::kStatusOk);
+    EXPECT_EQ(d.runs[0].record.status, RunStatus::kOk);
   }
 }
 

@@ -264,7 +264,7 @@ TEST_F(DbTest, MissingFieldsAndEmptyArgumentsAreNull) {
   // configuration is always there; everything unmeasured is NULL.
   RunRecord record;
   record.run_id = "r";
-  record.status = RunStatus::kStatusCrashed;
+  record.status = RunStatus::kCrashed;
   db.write_run(record);
   EXPECT_EQ(query(p,
                   "SELECT sweep, started_at, finished_at, params, final_loss, final_val_loss, "

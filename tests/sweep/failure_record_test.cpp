@@ -39,11 +39,11 @@ TEST(SweepFailureRecord, AGivenUpRunIsFiledWithItsConfigurationsSeeds) {
   ok.sweep = sweep.name;
   db.write_run(ok);
   for (int attempt = 0; attempt < 2; ++attempt)
-    db.write_run(failure_record(plan[1], sweep.name, RunStatus::kStatusCrashed,
+    db.write_run(failure_record(plan[1], sweep.name, RunStatus::kCrashed,
                                 "killed by signal 9 (Killed)", dir.file("log"),
                                 "2026-01-01T00:00:00Z", 1.5, 2));
   EXPECT_EQ(db.statuses_of(plan[1].run_id),
-            (std::vector<RunStatus>{RunStatus::kStatusCrashed, RunStatus::kStatusCrashed}));
+            (std::vector<RunStatus>{RunStatus::kCrashed, RunStatus::kCrashed}));
 
   // The failure record carries the configuration as the run resolves it.
   const RunRecord given_up = db.latest_record(plan[1].run_id).value();

@@ -128,7 +128,7 @@ TEST(SweepReap, AChildsRecordFileIsStoredWhenTheChildCouldNotStoreIt) {
   EXPECT_EQ(failed, 0);
   const std::vector<RunRecord> stored = db.records();
   ASSERT_EQ(stored.size(), 1u);
-  EXPECT_EQ(stored[0].status, RunStatus::kStatusOk);
+  EXPECT_EQ(stored[0].status, RunStatus::kOk);
   EXPECT_EQ(stored[0].attempt_uid, finished.attempt_uid);
   EXPECT_EQ(stored[0].final_loss, 2.5);
 }
@@ -252,7 +252,7 @@ TEST(CollectHostile, RefusedTaskFilesCountAsMissing) {
   // A task stopped by its requeue and not yet finished is not done; its resumed attempt
   // (task-I.rK.json) finishes it.
   RunRecord stopped = result_record("r1");
-  stopped.status = RunStatus::kStatusInterrupted;
+  stopped.status = RunStatus::kInterrupted;
   write_text(dir.file("results/task-1.json"), record_to_json(stopped).dump());
   r = collect_results(dir.path(), db);
   EXPECT_TRUE(r.missing.empty());

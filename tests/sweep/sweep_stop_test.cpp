@@ -83,7 +83,7 @@ TEST(SweepResume, ASweepStoppedBySigtermResumesItsRunNextTime) {
     Database d(db);
     const auto records = d.records();
     ASSERT_EQ(records.size(), 1u) << out;
-    EXPECT_EQ(records[0].status, RunStatus::kStatusInterrupted) << out;
+    EXPECT_EQ(records[0].status, RunStatus::kInterrupted) << out;
     run_id = records[0].run_id;
   }
   const std::string state = run_state_folder(logs, run_id);
@@ -97,7 +97,7 @@ TEST(SweepResume, ASweepStoppedBySigtermResumesItsRunNextTime) {
   EXPECT_TRUE(testing::contains(again.out, "resumed")) << again.out;
   Database d(db);
   EXPECT_EQ(d.statuses_of(run_id),
-            (std::vector<RunStatus>{RunStatus::kStatusInterrupted, RunStatus::kStatusOk}));
+            (std::vector<RunStatus>{RunStatus::kInterrupted, RunStatus::kOk}));
   const std::optional<RunRecord> last = d.latest_record(run_id);
   ASSERT_TRUE(last);
   ASSERT_EQ(last->resumed_from_steps.size(), 1u);
@@ -125,16 +125,16 @@ TEST(SweepPlanInterrupted, ResumesWithAStateAndNeverGivesUpForInterruptions) {
                                 "2026-01-01T00:00:00Z", 1.0, 1));
   };
   // Seed 0: three interruptions, no state: started again, never given up.
-  for (int i = 0; i < 3; ++i) record(plan[0], RunStatus::kStatusInterrupted);
+  for (int i = 0; i < 3; ++i) record(plan[0], RunStatus::kInterrupted);
   // Seed 1: crashed, then interrupted with its state kept: resumed.
-  record(plan[1], RunStatus::kStatusCrashed);
-  record(plan[1], RunStatus::kStatusInterrupted);
+  record(plan[1], RunStatus::kCrashed);
+  record(plan[1], RunStatus::kInterrupted);
   const std::string state = run_state_folder(logs, plan[1].run_id);
   fs::create_directories(state);
   std::ofstream(fs::path(state) / "state.json") << "{}\n";
   // Seed 2: its child saved a state (left aside by a save) and died before it recorded
   // itself: resumed, whatever the last stored status.
-  record(plan[2], RunStatus::kStatusCrashed);
+  record(plan[2], RunStatus::kCrashed);
   const std::string aside =
       (fs::path(logs) / ("." + plan[2].run_id + ".state.old-abcdef")).string();
   fs::create_directories(aside);
@@ -145,10 +145,10 @@ TEST(SweepPlanInterrupted, ResumesWithAStateAndNeverGivesUpForInterruptions) {
   EXPECT_EQ(plan[2].action, "resume");
   EXPECT_TRUE(plan[1].pending());
   // Another failure after it: a retry from step 0 would be the second failed attempt.
-  record(plan[1], RunStatus::kStatusError);
+  record(plan[1], RunStatus::kError);
   plan = plan_sweep(sweep, db, parse_run_arguments, logs);
   EXPECT_EQ(plan[1].action, "given up");
-  EXPECT_FALSE(is_final_status(RunStatus::kStatusInterrupted));
+  EXPECT_FALSE(is_final_status(RunStatus::kInterrupted));
 }
 
 }  // namespace

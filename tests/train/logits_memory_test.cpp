@@ -67,7 +67,7 @@ RunRecord tiny_run(const std::string& model, LossKind loss) {
   c.warmup_steps = 1;
   c.eval_batches = 1;
   c.loss = loss;
-  if (loss == LossKind::kLossChunked) c.loss_chunk = 32;
+  if (loss == LossKind::kChunked) c.loss_chunk = 32;
   return Trainer(c).run();
 }
 
@@ -77,7 +77,7 @@ RunRecord tiny_run(const std::string& model, LossKind loss) {
 // dense layer and norm before it), which it computed in forward.
 TEST(LogitsMemory, MeasuredHeadBytesAgreeWithTheEstimate) {
   for (const char* model : {"llama", "nanovlm", "modernbert"}) {
-    const RunRecord full = tiny_run(model, LossKind::kLossFull);
+    const RunRecord full = tiny_run(model, LossKind::kFull);
     ASSERT_TRUE(full.ok() && full.memory && full.memory->logits_bytes) << model;
     const double estimated = full.estimate.at("logits_bytes").get<double>();
     const double measured = static_cast<double>(*full.memory->logits_bytes);
@@ -85,7 +85,7 @@ TEST(LogitsMemory, MeasuredHeadBytesAgreeWithTheEstimate) {
         << model << ": measured " << measured << ", estimated " << estimated;
     ASSERT_TRUE(full.memory->breakdown.logits.has_value()) << model;
 
-    const RunRecord chunked = tiny_run(model, LossKind::kLossChunked);
+    const RunRecord chunked = tiny_run(model, LossKind::kChunked);
     ASSERT_TRUE(chunked.ok() && chunked.memory && chunked.memory->logits_bytes) << model;
     const double chunked_estimated = chunked.estimate.at("logits_bytes").get<double>();
     const double chunked_measured = static_cast<double>(*chunked.memory->logits_bytes);
@@ -99,7 +99,7 @@ TEST(LogitsMemory, MeasuredHeadBytesAgreeWithTheEstimate) {
 }
 
 TEST(LogitsMemory, NullWithoutALanguageModelHead) {
-  const RunRecord r = tiny_run("vit", LossKind::kLossFull);
+  const RunRecord r = tiny_run("vit", LossKind::kFull);
   ASSERT_TRUE(r.ok() && r.memory);
   EXPECT_FALSE(r.memory->logits_bytes.has_value());
   EXPECT_FALSE(r.memory->breakdown.logits.has_value());

@@ -100,7 +100,7 @@ void expect_bitwise_resume(const RunConfig& c, int64_t k) {
   first.save_state = state;
   StopAfter stop(k);
   const Trained part = train(first, &stop);
-  ASSERT_EQ(part.record.status, RunStatus::kStatusInterrupted);
+  ASSERT_EQ(part.record.status, RunStatus::kInterrupted);
   ASSERT_TRUE(part.record.failure && part.record.failure->step);
   EXPECT_EQ(*part.record.failure->step, k);
   EXPECT_EQ(part.record.steps.size(), static_cast<size_t>(k));
@@ -153,7 +153,7 @@ TEST(TrainState, PeriodicStatesResumeAgainAndAgain) {
   first.save_state = state;
   first.state_every = 2;
   StopAfter stop(3);  // saved at 2, stopped (and saved) at 3
-  ASSERT_EQ(train(first, &stop).record.status, RunStatus::kStatusInterrupted);
+  ASSERT_EQ(train(first, &stop).record.status, RunStatus::kInterrupted);
   RunConfig second = first;
   second.resume = state;
   StopAfter again(4);  // the last step: the run ends before it could stop
@@ -177,14 +177,14 @@ TEST(TrainState, StopWithoutSaveStateRecordsInterruptedAndSavesNothing) {
   RunConfig c = state_config("standard");
   StopAfter stop(2);
   const Trained part = train(c, &stop);
-  EXPECT_EQ(part.record.status, RunStatus::kStatusInterrupted);
+  EXPECT_EQ(part.record.status, RunStatus::kInterrupted);
   EXPECT_EQ(std::string(status_name(part.record.status)), "interrupted");
   EXPECT_FALSE(is_final_status(part.record.status));
   ASSERT_TRUE(part.record.failure);
   EXPECT_TRUE(testing::contains(part.record.failure->message, "nothing was saved"))
       << part.record.failure->message;
   EXPECT_EQ(part.record.steps.size(), 2u);
-  EXPECT_EQ(record_from_json(record_to_json(part.record)).status, RunStatus::kStatusInterrupted);
+  EXPECT_EQ(record_from_json(record_to_json(part.record)).status, RunStatus::kInterrupted);
 }
 
 TEST(TrainState, AResumeWithOtherSettingsNamesTheDifference) {
@@ -195,7 +195,7 @@ TEST(TrainState, AResumeWithOtherSettingsNamesTheDifference) {
   RunConfig first = c;
   first.save_state = state;
   StopAfter stop(1);
-  ASSERT_EQ(train(first, &stop).record.status, RunStatus::kStatusInterrupted);
+  ASSERT_EQ(train(first, &stop).record.status, RunStatus::kInterrupted);
 
   RunConfig other = c;
   other.resume = state;
@@ -306,7 +306,7 @@ TEST(TrainState, AFreshRunMayNotOverwriteASavedState) {
   c.steps = 2;
   c.save_state = dir.file("s");
   StopAfter stop(1);
-  ASSERT_EQ(train(c, &stop).record.status, RunStatus::kStatusInterrupted);
+  ASSERT_EQ(train(c, &stop).record.status, RunStatus::kInterrupted);
   const Error e = testing::expect_usage_error([&] { Trainer t(c); });
   EXPECT_TRUE(testing::contains(e.what(), "holds a training state")) << e.what();
   EXPECT_TRUE(testing::contains(e.hint(), "--resume " + dir.file("s"))) << e.hint();
@@ -327,7 +327,7 @@ TEST(TrainState, AStateOfAnotherBuildIsRefused) {
   c.steps = 2;
   c.save_state = dir.file("s");
   StopAfter stop(1);
-  ASSERT_EQ(train(c, &stop).record.status, RunStatus::kStatusInterrupted);
+  ASSERT_EQ(train(c, &stop).record.status, RunStatus::kInterrupted);
   const std::string path = dir.file("s/state.json");
   nlohmann::json j = parse_json_input(testing::slurp(path), path);
   EXPECT_EQ(j.value("build", ""), train_state_build());
@@ -376,7 +376,7 @@ TEST(TrainState, AFailedSaveNeitherEndsTheRunNorHidesTheStop) {
     request_stop();
   });
   const Trained part = train(c, &stop);
-  ASSERT_EQ(part.record.status, RunStatus::kStatusInterrupted);
+  ASSERT_EQ(part.record.status, RunStatus::kInterrupted);
   ASSERT_TRUE(part.record.failure);
   EXPECT_TRUE(testing::contains(part.record.failure->message, "could not be saved"))
       << part.record.failure->message;
@@ -390,7 +390,7 @@ TEST(TrainState, AStopRightAfterAResumeKeepsTheStateAsItWas) {
   c.steps = 3;
   c.save_state = dir.file("s");
   StopAfter stop(2);
-  ASSERT_EQ(train(c, &stop).record.status, RunStatus::kStatusInterrupted);
+  ASSERT_EQ(train(c, &stop).record.status, RunStatus::kInterrupted);
   const std::string path = dir.file("s/state.json");
   const std::string before = testing::slurp(path);
   c.resume = c.save_state;
@@ -400,7 +400,7 @@ TEST(TrainState, AStopRightAfterAResumeKeepsTheStateAsItWas) {
     request_stop();
     const RunRecord r = again.run();
     clear_stop_request();
-    EXPECT_EQ(r.status, RunStatus::kStatusInterrupted);
+    EXPECT_EQ(r.status, RunStatus::kInterrupted);
     EXPECT_EQ(r.resumed_from_steps, std::vector<int64_t>{2});
   }
   EXPECT_EQ(testing::slurp(path), before);

@@ -219,7 +219,7 @@ TEST(VerifyChunkedLoss, HoldsOnTinyLlama) {
 // checks and the references keep the full loss (they are the same checks as without it).
 TEST(VerifyChunkedLoss, TheConfigurationsChunkIsUsed) {
   RunConfig c = verify_config();
-  c.loss = LossKind::kLossChunked;
+  c.loss = LossKind::kChunked;
   c.loss_chunk = 5;
   VerifyOptions options;
   options.strategies = {"accumulation"};
@@ -244,7 +244,7 @@ TEST(VerifyChunkedLoss, CatchesAChunkedHeadThatLosesTheWeightsGradient) {
   options.strategies = {"checkpoint"};
   options.chunked_loss = true;
   options.instrument = [](Model& model, const StepPlan& plan) {
-    if (plan.loss != LossKind::kLossChunked) return;
+    if (plan.loss != LossKind::kChunked) return;
     LossOptions broken = model.loss_options();
     torch::Tensor weight = model.named_parameters()["embed_tokens.weight"];
     broken.head_probe = [weight](bool starts) mutable { weight.requires_grad_(!starts); };
@@ -273,7 +273,7 @@ TEST(VerifyChunkedLoss, ModelsWithoutALanguageModelHead) {
   options.strategies = {"accumulation"};
   options.chunked_loss = true;
   EXPECT_EQ(verify_strategies(c, options).size(), 2u);
-  c.loss = LossKind::kLossChunked;
+  c.loss = LossKind::kChunked;
   EXPECT_THROW(verify_strategies(c, options), Error);
 }
 

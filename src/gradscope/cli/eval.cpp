@@ -47,11 +47,11 @@ std::vector<std::string> eval_settings() {
       "steps", "warmup-steps", "eval-every",                      // shape, evaluation
       "memory-cap", "nproc", "shard", "bucket-size", "dist-timeout", "timeout"};  // device
   static const std::set<SettingSection> kSections = {
-      SettingSection::kSectionModel, SettingSection::kSectionStep, SettingSection::kSectionShape,
-      SettingSection::kSectionEvaluation, SettingSection::kSectionDevice};
+      SettingSection::kModel, SettingSection::kStep, SettingSection::kShape,
+      SettingSection::kEvaluation, SettingSection::kDevice};
   std::vector<std::string> names;
   for (const Setting& s : run_settings())
-    if (s.role != SettingRole::kRoleOutput && kSections.count(s.section) &&
+    if (s.role != SettingRole::kOutput && kSections.count(s.section) &&
         !kTrainingOnly.count(s.name))
       names.push_back(s.name);
   return names;

@@ -215,7 +215,7 @@ void wait_for_ranks(std::vector<Rank>& ranks, const RunConfig& c) {
   if (!c.sweep.empty()) r.sweep = c.sweep;
   r.config = resolved.config;
   r.arch = resolved.arch;
-  r.status = RunStatus::kStatusCrashed;
+  r.status = RunStatus::kCrashed;
   r.failure = RunFailure{std::nullopt, std::nullopt, message};
   RunTime time;
   time.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

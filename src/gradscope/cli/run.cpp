@@ -135,12 +135,12 @@ std::optional<LrSearchResult> search_lr_first(const RunConfig& c) {
 // rank 0's record; save errors are this rank's own.
 int run_silent_rank(Trainer& trainer) {
   const RunRecord record = trainer.run(nullptr);
-  if (record.status == RunStatus::kStatusInterrupted) return kExitStopped;
+  if (record.status == RunStatus::kInterrupted) return kExitStopped;
   // What every rank agreed on (ok, diverged, a timeout) is rank 0's to report; this rank
   // fails only for what happened to it.
-  const bool own_failure = record.status == RunStatus::kStatusError ||
-                           record.status == RunStatus::kStatusOom ||
-                           record.status == RunStatus::kStatusCrashed;
+  const bool own_failure = record.status == RunStatus::kError ||
+                           record.status == RunStatus::kOom ||
+                           record.status == RunStatus::kCrashed;
   return own_failure ? 1 : 0;
 }
 
@@ -236,7 +236,7 @@ int train_and_record(const RunConfig& c, const RunOptions& o, Trainer& trainer) 
                      "': " + trainer.save_error(),
                  "free space or fix the folder's permissions, then train again (with "
                  "--save-state, a stopped run can be resumed instead)");
-  if (record.status == RunStatus::kStatusInterrupted) return kExitStopped;
+  if (record.status == RunStatus::kInterrupted) return kExitStopped;
   return record.ok() ? 0 : 1;
 }
 
@@ -287,7 +287,7 @@ void define_run_options(CLI::App* cmd, RunOptions& o) {
   cmd->add_flag("--no-db", o.no_db,
                 "Write no database, only the --json result file (for cluster tasks; merge the "
                 "files with `gradscope collect`)")
-      ->group(section_title(SettingSection::kSectionOutput));
+      ->group(section_title(SettingSection::kOutput));
   cmd->add_option("--config", o.config_file,
                   "Read settings from a TOML file (the keys of a sweep's [fixed] table: model = "
                   "\"vit\", batch = 8, [opt], [arch]); flags after it override the file");

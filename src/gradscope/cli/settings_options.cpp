@@ -10,17 +10,17 @@ namespace {
 // What --help shows a setting's value as.
 const char* type_name(SettingType type) {
   switch (type) {
-    case SettingType::kTypeInteger:
+    case SettingType::kInteger:
       return "INT";
-    case SettingType::kTypeNumber:
+    case SettingType::kNumber:
       return "NUMBER";
-    case SettingType::kTypeLr:
+    case SettingType::kLr:
       return "NUMBER|auto";
-    case SettingType::kTypeBytes:
+    case SettingType::kBytes:
       return "SIZE";
-    case SettingType::kTypeChoice:
+    case SettingType::kChoice:
       return "NAME";
-    case SettingType::kTypePairs:
+    case SettingType::kPairs:
       return "NAME=VALUE";
     default:
       return "TEXT";
@@ -34,12 +34,12 @@ void SettingOptions::add_to(CLI::App* cmd, const RunConfig& defaults,
   for (const Setting& s : run_settings()) {
     if (!names.empty() && std::find(names.begin(), names.end(), s.name) == names.end()) continue;
     const std::string group = section_title(s.section);
-    if (s.type == SettingType::kTypeFlag) {
+    if (s.type == SettingType::kFlag) {
       cmd->add_flag(s.flag(), flags_[s.name], s.help)->group(group);
       continue;
     }
     std::string help = s.help;
-    if (s.type == SettingType::kTypeChoice) {
+    if (s.type == SettingType::kChoice) {
       std::string list;
       for (const auto& c : s.choices) list += (list.empty() ? "" : "|") + c;
       help += " [" + list + "]";
@@ -49,7 +49,7 @@ void SettingOptions::add_to(CLI::App* cmd, const RunConfig& defaults,
                               ->group(group)
                               ->expected(1)
                               ->type_name(type_name(s.type));
-    if (s.type == SettingType::kTypePairs) {
+    if (s.type == SettingType::kPairs) {
       option->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
     } else {
       // So a script can append overrides.
@@ -62,7 +62,7 @@ void SettingOptions::add_to(CLI::App* cmd, const RunConfig& defaults,
 
 void SettingOptions::apply(RunConfig& config) const {
   for (const Setting& s : run_settings()) {
-    if (s.type == SettingType::kTypeFlag) {
+    if (s.type == SettingType::kFlag) {
       const auto it = flags_.find(s.name);
       if (it != flags_.end() && it->second > 0) s.parse(config, "true");
       continue;

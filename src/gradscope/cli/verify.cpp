@@ -48,12 +48,12 @@ std::vector<std::string> verify_setting_names() {
       "lr-warmup-steps", "lr-search-trials", "lr-search-steps", "lr-search-span",
       "shard",           "memory-cap"};
   static const std::set<SettingSection> sections = {
-      SettingSection::kSectionModel, SettingSection::kSectionOptimizer,
-      SettingSection::kSectionStep, SettingSection::kSectionShape,
-      SettingSection::kSectionDevice};
+      SettingSection::kModel, SettingSection::kOptimizer,
+      SettingSection::kStep, SettingSection::kShape,
+      SettingSection::kDevice};
   std::vector<std::string> names;
   for (const Setting& s : run_settings()) {
-    const bool defines = s.role == SettingRole::kRoleDefines && sections.count(s.section) > 0;
+    const bool defines = s.role == SettingRole::kDefines && sections.count(s.section) > 0;
     if ((defines && set_by_verify.count(s.name) == 0) || s.name == "dist-timeout")
       names.push_back(s.name);
   }

@@ -34,8 +34,8 @@ constexpr std::pair<Recompute, const char*> kRecomputes[] = {
 constexpr std::pair<OptimizerStep, const char*> kOptimizerSteps[] = {
     {OptimizerStep::kAfterBackward, "after-backward"},
     {OptimizerStep::kInBackward, "in-backward"}};
-constexpr std::pair<LossKind, const char*> kLossKinds[] = {{LossKind::kLossFull, "full"},
-                                                           {LossKind::kLossChunked, "chunked"}};
+constexpr std::pair<LossKind, const char*> kLossKinds[] = {{LossKind::kFull, "full"},
+                                                           {LossKind::kChunked, "chunked"}};
 constexpr std::pair<Projections, const char*> kProjections[] = {
     {Projections::kSeparate, "separate"}, {Projections::kPacked, "packed"}};
 constexpr std::pair<Attention, const char*> kAttentions[] = {

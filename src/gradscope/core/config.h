@@ -40,8 +40,8 @@ enum class OptimizerStep {
 
 // --loss: how a language-model head takes its cross-entropy.
 enum class LossKind {
-  kLossFull,     // the logits of every position at once, then their cross-entropy
-  kLossChunked,  // --loss-chunk positions at a time; the logits are never held for the whole
+  kFull,     // the logits of every position at once, then their cross-entropy
+  kChunked,  // --loss-chunk positions at a time; the logits are never held for the whole
                  // batch, and each chunk's gradients are taken in forward while they exist
 };
 
@@ -93,8 +93,8 @@ struct StepPlan {
   OptimizerStep optimizer_step = OptimizerStep::kAfterBackward;
   // The loss of a language-model head, which combines with every part above (and is not in
   // the strategy's name).
-  LossKind loss = LossKind::kLossFull;
-  int64_t loss_chunk = 0;  // positions per chunk with kLossChunked
+  LossKind loss = LossKind::kFull;
+  int64_t loss_chunk = 0;  // positions per chunk with kChunked
   // What a checkpoint keeps of its input until backward: as computed, or rounded to bfloat16.
   Dtype saved_input = Dtype::kFp32;
 
@@ -134,7 +134,7 @@ struct RunConfig {
   Dtype saved_input = Dtype::kFp32;  // --saved-input: what a checkpoint keeps its input in
   int64_t accum_steps = 1;
   std::optional<OptimizerStep> optimizer_step;  // unset = as --strategy says
-  LossKind loss = LossKind::kLossFull;
+  LossKind loss = LossKind::kFull;
   int64_t loss_chunk = 256;  // positions per chunk of --loss chunked
   Projections projections = Projections::kSeparate;
   Attention attention = Attention::kAuto;

@@ -24,13 +24,13 @@ namespace {
 using json = nlohmann::json;
 
 constexpr std::pair<RunStatus, const char*> kStatuses[] = {
-    {RunStatus::kStatusOk, "ok"},
-    {RunStatus::kStatusOom, "oom"},
-    {RunStatus::kStatusDiverged, "diverged"},
-    {RunStatus::kStatusTimeout, "timeout"},
-    {RunStatus::kStatusError, "error"},
-    {RunStatus::kStatusCrashed, "crashed"},
-    {RunStatus::kStatusInterrupted, "interrupted"}};
+    {RunStatus::kOk, "ok"},
+    {RunStatus::kOom, "oom"},
+    {RunStatus::kDiverged, "diverged"},
+    {RunStatus::kTimeout, "timeout"},
+    {RunStatus::kError, "error"},
+    {RunStatus::kCrashed, "crashed"},
+    {RunStatus::kInterrupted, "interrupted"}};
 
 constexpr const char* kNotARecord = "the record does not follow docs/record.md";
 
@@ -142,7 +142,7 @@ std::optional<RunStatus> parse_status(const std::string& name) {
 }
 
 bool is_final_status(RunStatus s) {
-  return s == RunStatus::kStatusOk || s == RunStatus::kStatusOom || s == RunStatus::kStatusDiverged;
+  return s == RunStatus::kOk || s == RunStatus::kOom || s == RunStatus::kDiverged;
 }
 
 std::optional<double> finite_or_null(double v) {

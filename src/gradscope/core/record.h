@@ -31,15 +31,15 @@ inline constexpr int64_t kMaxRecordBytes = int64_t{1} << 30;
 inline constexpr size_t kMaxSweepLabel = 256;
 
 enum class RunStatus {
-  kStatusOk,
-  kStatusOom,       // out of memory (allocator, --memory-cap, or the sweep's memory limit)
-  kStatusDiverged,  // the loss became NaN or infinite
-  kStatusTimeout,   // --timeout, or the sweep's run_timeout
-  kStatusError,     // any other failure of the run
-  kStatusCrashed,   // the process ended without a record (the sweep writes it)
+  kOk,
+  kOom,       // out of memory (allocator, --memory-cap, or the sweep's memory limit)
+  kDiverged,  // the loss became NaN or infinite
+  kTimeout,   // --timeout, or the sweep's run_timeout
+  kError,     // any other failure of the run
+  kCrashed,   // the process ended without a record (the sweep writes it)
   // stopped by SIGTERM or SIGINT between steps (or with its sweep): not finished, and not a
   // failure; with --save-state, --resume continues it (docs/training-state.md)
-  kStatusInterrupted,
+  kInterrupted,
 };
 const char* status_name(RunStatus s);  // "ok", "oom", ...
 std::optional<RunStatus> parse_status(const std::string& name);
@@ -273,7 +273,7 @@ struct RunRecord {
   // JSON, config.arch).
   RunConfig config;
   nlohmann::json arch;  // null when the run never resolved one
-  RunStatus status = RunStatus::kStatusOk;
+  RunStatus status = RunStatus::kOk;
   std::optional<RunFailure> failure;
   std::optional<int64_t> params;
   // Parameters that train (all but LoRA's frozen base); null in records that predate it.
@@ -310,7 +310,7 @@ struct RunRecord {
   std::string finished_at;
   std::optional<std::string> log;  // the output of a run the sweep recorded
 
-  bool ok() const { return status == RunStatus::kStatusOk; }
+  bool ok() const { return status == RunStatus::kOk; }
 };
 
 // A measured value as the record holds it: nullopt when it is NaN or infinite.

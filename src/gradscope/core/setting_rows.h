@@ -214,9 +214,9 @@ Setting member_row(std::string name, std::string key, T RunConfig::*member, Sett
     }
   };
   s.check = [](const RunConfig&) {};
-  if (role != SettingRole::kRoleOutput) {
+  if (role != SettingRole::kOutput) {
     s.write = [member, k, role](const RunConfig& c, json& out, JsonPurpose purpose) {
-      if (purpose == JsonPurpose::kPurposeIdentity && role != SettingRole::kRoleDefines) return;
+      if (purpose == JsonPurpose::kIdentity && role != SettingRole::kDefines) return;
       out[k] = c.*member;
     };
     s.read = [member, k](RunConfig& c, const json& in) {
@@ -276,8 +276,8 @@ Setting choice_row(std::string name, std::string key, Member RunConfig::*member,
   Setting s;
   s.name = std::move(name);
   s.key = std::move(key);
-  s.type = SettingType::kTypeChoice;
-  s.role = SettingRole::kRoleDefines;
+  s.type = SettingType::kChoice;
+  s.role = SettingRole::kDefines;
   s.section = section;
   s.help = std::move(help);
   s.choices = choices;

@@ -34,21 +34,21 @@ void flatten_into(const json& j, std::map<std::string, std::string>& out) {
 
 const char* section_title(SettingSection section) {
   switch (section) {
-    case SettingSection::kSectionModel:
+    case SettingSection::kModel:
       return "What is trained";
-    case SettingSection::kSectionOptimizer:
+    case SettingSection::kOptimizer:
       return "How it is optimized";
-    case SettingSection::kSectionStep:
+    case SettingSection::kStep:
       return "How a step is computed (memory)";
-    case SettingSection::kSectionShape:
+    case SettingSection::kShape:
       return "Shape of the work";
-    case SettingSection::kSectionEvaluation:
+    case SettingSection::kEvaluation:
       return "Evaluation";
-    case SettingSection::kSectionDevice:
+    case SettingSection::kDevice:
       return "Where it runs";
-    case SettingSection::kSectionMeasure:
+    case SettingSection::kMeasure:
       return "How it is measured";
-    case SettingSection::kSectionOutput:
+    case SettingSection::kOutput:
       return "Outputs";
   }
   return "?";
@@ -85,7 +85,7 @@ void check_config(const RunConfig& c) {
 
 json config_to_json(const RunConfig& config) {
   json out = json::object();
-  for (const auto& s : run_settings()) s.write(config, out, JsonPurpose::kPurposeRecord);
+  for (const auto& s : run_settings()) s.write(config, out, JsonPurpose::kRecord);
   return out;
 }
 
@@ -101,7 +101,7 @@ RunConfig config_from_json(const json& config) {
 json canonical_config_json(const RunConfig& config) {
   json out = json::object();
   for (const auto& s : run_settings())
-    if (s.role == SettingRole::kRoleDefines) s.write(config, out, JsonPurpose::kPurposeIdentity);
+    if (s.role == SettingRole::kDefines) s.write(config, out, JsonPurpose::kIdentity);
   return out;
 }
 
@@ -136,10 +136,10 @@ std::string grouping_key(const RunConfig& config, const json& arch) {
 
 SettingSection identity_section(const std::string& flattened_name) {
   const std::string top = flattened_name.substr(0, flattened_name.find('.'));
-  if (top == "arch") return SettingSection::kSectionModel;
+  if (top == "arch") return SettingSection::kModel;
   for (const auto& s : run_settings())
     if (s.key == top) return s.section;
-  return SettingSection::kSectionModel;
+  return SettingSection::kModel;
 }
 
 }  // namespace gradscope

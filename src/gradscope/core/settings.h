@@ -5,7 +5,7 @@
 //   - `gradscope run`'s options (cli/run.cpp), grouped by section in --help;
 //   - a sweep's and a run configuration's TOML keys and their type checks (sweep/grid.cpp);
 //   - the run record's "config" object, written and read back (core/record.h);
-//   - the run id: the canonical JSON of the settings whose role is kRoleDefines;
+//   - the run id: the canonical JSON of the settings whose role is kDefines;
 //   - the report's grouping key: the same settings but the seed, so runs that differ only in
 //     seed (or in how they were measured, or where they were written) are one configuration.
 // Adding a setting is one row here plus its use; see docs/architecture.md.
@@ -23,41 +23,41 @@
 namespace gradscope {
 
 enum class SettingRole {
-  kRoleDefines,   // what the run is: in the run id and the report's grouping key
-  kRoleMeasures,  // how it is run and measured (threads, limits, the sampler): in the record
-  kRoleOutput,    // where results go: neither in the id nor in the record
+  kDefines,   // what the run is: in the run id and the report's grouping key
+  kMeasures,  // how it is run and measured (threads, limits, the sampler): in the record
+  kOutput,    // where results go: neither in the id nor in the record
 };
 
 // What a setting's value is, which decides how TOML values are checked and how a value
 // becomes command-line text.
 enum class SettingType {
-  kTypeText,     // free text (a name, a path)
-  kTypeChoice,   // one of `choices`
-  kTypeInteger,  // a whole number
-  kTypeNumber,   // a number
-  kTypeLr,       // a number, or "auto"
-  kTypeBytes,    // a byte count: 1000000, 512MiB, 8GiB
-  kTypeFlag,     // on when given (--quiet); a TOML boolean
-  kTypePairs,    // repeatable NAME=VALUE (--opt, --arch); a TOML table
+  kText,     // free text (a name, a path)
+  kChoice,   // one of `choices`
+  kInteger,  // a whole number
+  kNumber,   // a number
+  kLr,       // a number, or "auto"
+  kBytes,    // a byte count: 1000000, 512MiB, 8GiB
+  kFlag,     // on when given (--quiet); a TOML boolean
+  kPairs,    // repeatable NAME=VALUE (--opt, --arch); a TOML table
 };
 
 // Where a setting stands in --help and the docs, in this order.
 enum class SettingSection {
-  kSectionModel,       // what is trained
-  kSectionOptimizer,   // how it is optimized
-  kSectionStep,        // how a step is computed (memory)
-  kSectionShape,       // shape of the work
-  kSectionEvaluation,  // evaluation
-  kSectionDevice,      // where it runs
-  kSectionMeasure,     // how it is measured
-  kSectionOutput,      // outputs
+  kModel,       // what is trained
+  kOptimizer,   // how it is optimized
+  kStep,        // how a step is computed (memory)
+  kShape,       // shape of the work
+  kEvaluation,  // evaluation
+  kDevice,      // where it runs
+  kMeasure,     // how it is measured
+  kOutput,      // outputs
 };
 const char* section_title(SettingSection section);
 
 // What a setting's JSON is written for.
 enum class JsonPurpose {
-  kPurposeRecord,    // the run record's "config"
-  kPurposeIdentity,  // the canonical JSON behind the run id
+  kRecord,    // the run record's "config"
+  kIdentity,  // the canonical JSON behind the run id
 };
 
 struct Setting {
@@ -67,7 +67,7 @@ struct Setting {
   SettingRole role;
   SettingSection section;
   std::string help;
-  std::vector<std::string> choices;  // kTypeChoice: the valid values, in help order
+  std::vector<std::string> choices;  // kChoice: the valid values, in help order
   // Sets the value from text (a flag's value, a TOML value as command-line text; for a flag
   // "true"/"false"; for pairs one NAME=VALUE) and checks it: a usage error names the flag,
   // the value and what to write instead.
@@ -76,7 +76,7 @@ struct Setting {
   std::function<std::string(const RunConfig&)> text;
   // Checks the value as it stands (defaults and values set in code included).
   std::function<void(const RunConfig&)> check;
-  // Writes the value into a config JSON object (nothing for kRoleOutput), and reads it back
+  // Writes the value into a config JSON object (nothing for kOutput), and reads it back
   // from one (absent keys leave the default: records of older versions lack newer settings).
   std::function<void(const RunConfig&, nlohmann::json& out, JsonPurpose purpose)> write;
   std::function<void(RunConfig&, const nlohmann::json& in)> read;
@@ -94,13 +94,13 @@ const Setting* find_setting(const std::string& name_or_key);
 // need --lr auto; the step plan's parts must agree). A usage error names the first problem.
 void check_config(const RunConfig& config);
 
-// The run record's "config": every recorded setting (roles kRoleDefines and kRoleMeasures).
+// The run record's "config": every recorded setting (roles kDefines and kMeasures).
 nlohmann::json config_to_json(const RunConfig& config);
 // The configuration a record's "config" describes; settings it lacks keep their defaults. A
 // usage error names a key whose value has the wrong type.
 RunConfig config_from_json(const nlohmann::json& config);
 
-// The canonical JSON of the settings that define the run (kRoleDefines): what the run id
+// The canonical JSON of the settings that define the run (kDefines): what the run id
 // digests, with the resolved architecture added (train/session.h). Keys added since the
 // first records appear only when they differ from their default, so older run ids hold.
 nlohmann::json canonical_config_json(const RunConfig& config);

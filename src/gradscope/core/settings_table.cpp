@@ -79,20 +79,20 @@ std::vector<Setting> build_settings_table() {
   std::vector<Setting> t;
 
   // --- what is trained ---
-  t.push_back(member_row("model", "model", &RunConfig::model, T::kTypeText, R::kRoleDefines,
-                         S::kSectionModel, "Architecture (see `gradscope list`)"));
-  t.push_back(member_row("preset", "preset", &RunConfig::preset, T::kTypeText, R::kRoleDefines,
-                         S::kSectionModel, "tiny (tests), small (CPU) or paper (published size)"));
-  t.push_back(member_row("dataset", "dataset", &RunConfig::dataset, T::kTypeText, R::kRoleDefines,
-                         S::kSectionModel,
+  t.push_back(member_row("model", "model", &RunConfig::model, T::kText, R::kDefines,
+                         S::kModel, "Architecture (see `gradscope list`)"));
+  t.push_back(member_row("preset", "preset", &RunConfig::preset, T::kText, R::kDefines,
+                         S::kModel, "tiny (tests), small (CPU) or paper (published size)"));
+  t.push_back(member_row("dataset", "dataset", &RunConfig::dataset, T::kText, R::kDefines,
+                         S::kModel,
                          "Data set: sotu, moby-dick, brown, or a .txt file or folder (default: "
                          "the model's)"));
-  t.push_back(member_row("tokenizer", "tokenizer", &RunConfig::tokenizer, T::kTypeText,
-                         R::kRoleDefines, S::kSectionModel,
+  t.push_back(member_row("tokenizer", "tokenizer", &RunConfig::tokenizer, T::kText,
+                         R::kDefines, S::kModel,
                          "bytes, gpt2, llama3, or a Hugging Face tokenizer.json file (default: the "
                          "preset's, or the --init-from folder's)"));
   {
-    Setting s = custom_row("dropout", "dropout", T::kTypeNumber, R::kRoleDefines, S::kSectionModel,
+    Setting s = custom_row("dropout", "dropout", T::kNumber, R::kDefines, S::kModel,
                            "Dropout probability (default: the published one)");
     s.parse = [flag = s.flag()](RunConfig& c, const std::string& text) {
       c.dropout = parse_number(flag, text);
@@ -115,7 +115,7 @@ std::vector<Setting> build_settings_table() {
   }
   {
     Setting s =
-        custom_row("init-from", "init_from", T::kTypeText, R::kRoleDefines, S::kSectionModel,
+        custom_row("init-from", "init_from", T::kText, R::kDefines, S::kModel,
                    "Start from these weights: a Hugging Face folder (config.json, "
                    "model.safetensors or a sharded set, tokenizer.json) or one "
                    ".safetensors file (default: initialised from --seed)");
@@ -135,7 +135,7 @@ std::vector<Setting> build_settings_table() {
   // records, whose ids must hold.
   {
     Setting s = custom_row(
-        "lora-targets", "lora_targets", T::kTypeText, R::kRoleDefines, S::kSectionModel,
+        "lora-targets", "lora_targets", T::kText, R::kDefines, S::kModel,
         "Train low-rank adapters (LoRA) on these projections of every block and freeze the rest: "
         "a comma-separated list of q, k, v, o, gate, up, down (vit's fc1 is up and fc2 down; "
         "modernbert's Wi is gate and up, Wo down; nanovlm's decoder only). Default: full "
@@ -163,8 +163,8 @@ std::vector<Setting> build_settings_table() {
     t.push_back(std::move(s));
   }
   {
-    Setting s = custom_row("lora-rank", "lora_rank", T::kTypeInteger, R::kRoleDefines,
-                           S::kSectionModel, "With --lora-targets: the adapters' rank r");
+    Setting s = custom_row("lora-rank", "lora_rank", T::kInteger, R::kDefines,
+                           S::kModel, "With --lora-targets: the adapters' rank r");
     s.parse = [flag = s.flag()](RunConfig& c, const std::string& text) {
       c.lora_rank = parse_integer(flag, text);
     };
@@ -187,7 +187,7 @@ std::vector<Setting> build_settings_table() {
   }
   {
     Setting s =
-        custom_row("lora-alpha", "lora_alpha", T::kTypeNumber, R::kRoleDefines, S::kSectionModel,
+        custom_row("lora-alpha", "lora_alpha", T::kNumber, R::kDefines, S::kModel,
                    "With --lora-targets: alpha; the adapters' update is scaled by "
                    "alpha / rank");
     s.parse = [flag = s.flag()](RunConfig& c, const std::string& text) {
@@ -212,8 +212,8 @@ std::vector<Setting> build_settings_table() {
     t.push_back(std::move(s));
   }
   {
-    Setting s = custom_row("lora-dropout", "lora_dropout", T::kTypeNumber, R::kRoleDefines,
-                           S::kSectionModel,
+    Setting s = custom_row("lora-dropout", "lora_dropout", T::kNumber, R::kDefines,
+                           S::kModel,
                            "With --lora-targets: dropout on the adapters' input, in training");
     s.parse = [flag = s.flag()](RunConfig& c, const std::string& text) {
       c.lora_dropout = parse_number(flag, text);
@@ -238,7 +238,7 @@ std::vector<Setting> build_settings_table() {
   }
   {
     Setting s = custom_row(
-        "arch", "arch_overrides", T::kTypePairs, R::kRoleDefines, S::kSectionModel,
+        "arch", "arch_overrides", T::kPairs, R::kDefines, S::kModel,
         "Override an architecture key NAME=VALUE (repeatable; Hugging Face names, e.g. --arch "
         "num_hidden_layers=4; toy problems: dim, condition)");
     s.parse = [](RunConfig& c, const std::string& text) {
@@ -257,12 +257,12 @@ std::vector<Setting> build_settings_table() {
   }
 
   // --- how it is optimized ---
-  t.push_back(member_row("optimizer", "optimizer", &RunConfig::optimizer, T::kTypeText,
-                         R::kRoleDefines, S::kSectionOptimizer,
+  t.push_back(member_row("optimizer", "optimizer", &RunConfig::optimizer, T::kText,
+                         R::kDefines, S::kOptimizer,
                          "Optimizer (see `gradscope list`)"));
   {
     Setting s =
-        member_row("lr", "lr", &RunConfig::lr, T::kTypeLr, R::kRoleDefines, S::kSectionOptimizer,
+        member_row("lr", "lr", &RunConfig::lr, T::kLr, R::kDefines, S::kOptimizer,
                    "Learning rate, or auto: a short search first (default: the "
                    "optimizer's for the model, see `gradscope list`)");
     s.parse = [](RunConfig& c, const std::string& text) {
@@ -297,7 +297,7 @@ std::vector<Setting> build_settings_table() {
     // The record says whether the rate was searched; the id knows it from "lr_search".
     s.write = [](const RunConfig& c, json& out, JsonPurpose purpose) {
       out["lr"] = c.lr;
-      if (purpose == JsonPurpose::kPurposeRecord) out["lr_auto"] = c.lr_auto;
+      if (purpose == JsonPurpose::kRecord) out["lr_auto"] = c.lr_auto;
     };
     s.read = [](RunConfig& c, const json& in) {
       if (in.contains("lr") && !in["lr"].is_null()) c.lr = json_number("lr", in["lr"]);
@@ -313,7 +313,7 @@ std::vector<Setting> build_settings_table() {
   const auto search_row = [&](const char* name, const char* sub, auto member, SettingType type,
                               const char* help, std::function<void(const RunConfig&)> check) {
     Setting s =
-        member_row(name, "lr_search", member, type, R::kRoleDefines, S::kSectionOptimizer, help);
+        member_row(name, "lr_search", member, type, R::kDefines, S::kOptimizer, help);
     s.check = std::move(check);
     s.write = [member, sub](const RunConfig& c, json& out, JsonPurpose) {
       if (c.lr_auto) out["lr_search"][sub] = c.*member;
@@ -330,7 +330,7 @@ std::vector<Setting> build_settings_table() {
     };
     t.push_back(std::move(s));
   };
-  search_row("lr-search-trials", "trials", &RunConfig::lr_search_trials, T::kTypeInteger,
+  search_row("lr-search-trials", "trials", &RunConfig::lr_search_trials, T::kInteger,
              "With --lr auto: learning rates tried, log-spaced around the default",
              [](const RunConfig& c) {
                check_usage(
@@ -338,17 +338,17 @@ std::vector<Setting> build_settings_table() {
                    fmt::format("--lr-search-trials {} must be at least 1", c.lr_search_trials),
                    "pass e.g. --lr-search-trials 5");
              });
-  search_row("lr-search-steps", "steps", &RunConfig::lr_search_steps, T::kTypeInteger,
+  search_row("lr-search-steps", "steps", &RunConfig::lr_search_steps, T::kInteger,
              "With --lr auto: steps of each trial (0 = a tenth of --steps, at least 10)",
              at_least(&RunConfig::lr_search_steps, "--lr-search-steps", 0,
                       "pass 0 for a tenth of --steps"));
-  search_row("lr-search-span", "span_decades", &RunConfig::lr_search_span, T::kTypeNumber,
+  search_row("lr-search-span", "span_decades", &RunConfig::lr_search_span, T::kNumber,
              "With --lr auto: decades searched either side of the default",
              non_negative(&RunConfig::lr_search_span, "--lr-search-span",
                           "pass the decades either side of the default, e.g. --lr-search-span "
                           "1"));
   {
-    Setting s = custom_row("opt", "opt", T::kTypePairs, R::kRoleDefines, S::kSectionOptimizer,
+    Setting s = custom_row("opt", "opt", T::kPairs, R::kDefines, S::kOptimizer,
                            "Optimizer setting NAME=VALUE under PyTorch's name (repeatable), "
                            "e.g. --opt momentum=0.9 --opt nesterov=true, --opt betas=0.9,0.95");
     s.parse = [](RunConfig& c, const std::string& text) {
@@ -363,19 +363,19 @@ std::vector<Setting> build_settings_table() {
     t.push_back(std::move(s));
   }
   {
-    Setting s = member_row("weight-decay", "weight_decay", &RunConfig::weight_decay, T::kTypeNumber,
-                           R::kRoleDefines, S::kSectionOptimizer,
+    Setting s = member_row("weight-decay", "weight_decay", &RunConfig::weight_decay, T::kNumber,
+                           R::kDefines, S::kOptimizer,
                            "Weight decay (decoupled for AdamW, Lion, Adafactor; L2 in the "
                            "gradient otherwise)");
     t.push_back(std::move(s));
   }
   t.push_back(choice_row<LrSchedule>(
-      "lr-schedule", "lr_schedule", &RunConfig::lr_schedule, S::kSectionOptimizer,
+      "lr-schedule", "lr_schedule", &RunConfig::lr_schedule, S::kOptimizer,
       "constant, or cosine (linear warm-up over --lr-warmup-steps, then cosine to 0)",
       parse_lr_schedule, lr_schedule_name, {"constant", "cosine"}));
   {
     Setting s = member_row("lr-warmup-steps", "lr_warmup_steps", &RunConfig::lr_warmup_steps,
-                           T::kTypeInteger, R::kRoleDefines, S::kSectionOptimizer,
+                           T::kInteger, R::kDefines, S::kOptimizer,
                            "Warm-up length of the cosine schedule");
     s.check =
         at_least(&RunConfig::lr_warmup_steps, s.flag(), 0, "pass 0 for no learning-rate warm-up");
@@ -383,7 +383,7 @@ std::vector<Setting> build_settings_table() {
   }
   {
     Setting s = member_row("clip-grad-norm", "clip_grad_norm", &RunConfig::clip_grad_norm,
-                           T::kTypeNumber, R::kRoleDefines, S::kSectionOptimizer,
+                           T::kNumber, R::kDefines, S::kOptimizer,
                            "Clip the global gradient norm to this value (0 = off)");
     s.check = non_negative(&RunConfig::clip_grad_norm, s.flag(), "pass 0 to turn clipping off");
     t.push_back(std::move(s));
@@ -393,7 +393,7 @@ std::vector<Setting> build_settings_table() {
   {
     const auto& shorthands = strategy_shorthands();
     Setting s = choice_row<StrategyShorthand>(
-        "strategy", "strategy", &RunConfig::strategy, S::kSectionStep,
+        "strategy", "strategy", &RunConfig::strategy, S::kStep,
         "Memory strategy: a shorthand for the settings below (see `gradscope list`; default: what "
         "they say, standard when none is given)",
         parse_strategy, nullptr, names_of(shorthands));
@@ -409,20 +409,20 @@ std::vector<Setting> build_settings_table() {
   }
   {
     Setting s = choice_row<Recompute>(
-        "recompute", "recompute", &RunConfig::recompute, S::kSectionStep,
+        "recompute", "recompute", &RunConfig::recompute, S::kStep,
         "What a checkpointed block recomputes in backward: none, full (the whole block), "
         "attention or mlp (only that residual branch) (default: as --strategy says)",
         parse_recompute, recompute_name, {"none", "full", "attention", "mlp"});
     // The id knows it through the strategy's name and checkpoint_policy (as it always has).
     s.write = [](const RunConfig& c, json& out, JsonPurpose purpose) {
-      if (purpose == JsonPurpose::kPurposeRecord)
+      if (purpose == JsonPurpose::kRecord)
         out["recompute"] = recompute_name(c.step_plan_as_given().recompute);
     };
     t.push_back(std::move(s));
   }
   {
     Setting s = choice_row<Recompute>(
-        "checkpoint-policy", "checkpoint_policy", &RunConfig::checkpoint_policy, S::kSectionStep,
+        "checkpoint-policy", "checkpoint_policy", &RunConfig::checkpoint_policy, S::kStep,
         "With checkpointing, what a wrapped block recomputes in backward: full, attention or "
         "mlp (as --recompute)",
         parse_recompute, recompute_name, {"full", "attention", "mlp"});
@@ -446,7 +446,7 @@ std::vector<Setting> build_settings_table() {
   }
   {
     Setting s = member_row("checkpoint-every", "checkpoint_every", &RunConfig::checkpoint_every,
-                           T::kTypeInteger, R::kRoleDefines, S::kSectionStep,
+                           T::kInteger, R::kDefines, S::kStep,
                            "With recomputation: recompute every K-th block (1 = every block)");
     s.check = at_least(&RunConfig::checkpoint_every, s.flag(), 1,
                        "pass 1 to checkpoint every block, k to checkpoint every k-th block");
@@ -454,7 +454,7 @@ std::vector<Setting> build_settings_table() {
   }
   {
     Setting s = choice_row<Dtype>(
-        "saved-input", "saved_input", &RunConfig::saved_input, S::kSectionStep,
+        "saved-input", "saved_input", &RunConfig::saved_input, S::kStep,
         "With recomputation: the dtype a checkpoint keeps its input in until backward, fp32 (as "
         "computed, exact) or bf16 (half the bytes; the recompute runs from the rounded input, "
         "so the gradients are approximate, docs/strategies.md)",
@@ -473,8 +473,8 @@ std::vector<Setting> build_settings_table() {
     t.push_back(std::move(s));
   }
   {
-    Setting s = member_row("accum-steps", "accum_steps", &RunConfig::accum_steps, T::kTypeInteger,
-                           R::kRoleDefines, S::kSectionStep,
+    Setting s = member_row("accum-steps", "accum_steps", &RunConfig::accum_steps, T::kInteger,
+                           R::kDefines, S::kStep,
                            "Micro-batches per optimizer step (effective batch = batch x "
                            "accum-steps)");
     s.check = at_least(&RunConfig::accum_steps, s.flag(), 1,
@@ -483,12 +483,12 @@ std::vector<Setting> build_settings_table() {
   }
   {
     Setting s = choice_row<OptimizerStep>(
-        "optimizer-step", "optimizer_step", &RunConfig::optimizer_step, S::kSectionStep,
+        "optimizer-step", "optimizer_step", &RunConfig::optimizer_step, S::kStep,
         "Where the parameters are updated: after-backward, or in-backward (each as soon as its "
         "gradient is complete, then the gradient freed) (default: as --strategy says)",
         parse_optimizer_step, optimizer_step_name, {"after-backward", "in-backward"});
     s.write = [](const RunConfig& c, json& out, JsonPurpose purpose) {
-      if (purpose == JsonPurpose::kPurposeRecord)
+      if (purpose == JsonPurpose::kRecord)
         out["optimizer_step"] = optimizer_step_name(c.step_plan_as_given().optimizer_step);
     };
     t.push_back(std::move(s));
@@ -496,38 +496,38 @@ std::vector<Setting> build_settings_table() {
 
   {
     Setting s = choice_row<LossKind>(
-        "loss", "loss", &RunConfig::loss, S::kSectionStep,
+        "loss", "loss", &RunConfig::loss, S::kStep,
         "Cross-entropy of a language-model head: full (the logits of every position at once) or "
         "chunked (--loss-chunk positions at a time, their gradients taken in forward; llama, "
         "nanovlm, modernbert)",
         parse_loss_kind, loss_kind_name, {"full", "chunked"});
     // In the id only when chunked: the key is newer than the first records, whose ids hold.
     s.write = [](const RunConfig& c, json& out, JsonPurpose purpose) {
-      if (purpose == JsonPurpose::kPurposeRecord || c.loss != LossKind::kLossFull)
+      if (purpose == JsonPurpose::kRecord || c.loss != LossKind::kFull)
         out["loss"] = loss_kind_name(c.loss);
     };
     t.push_back(std::move(s));
   }
   {
-    Setting s = member_row("loss-chunk", "loss_chunk", &RunConfig::loss_chunk, T::kTypeInteger,
-                           R::kRoleDefines, S::kSectionStep,
+    Setting s = member_row("loss-chunk", "loss_chunk", &RunConfig::loss_chunk, T::kInteger,
+                           R::kDefines, S::kStep,
                            "With --loss chunked: positions whose logits exist at once");
     s.check = [flag = s.flag()](const RunConfig& c) {
       check_usage(c.loss_chunk >= 1, fmt::format("{} {} must be at least 1", flag, c.loss_chunk),
                   "pass a chunk of at least one position, e.g. --loss-chunk 256");
-      check_usage(c.loss == LossKind::kLossChunked || c.loss_chunk == RunConfig().loss_chunk,
+      check_usage(c.loss == LossKind::kChunked || c.loss_chunk == RunConfig().loss_chunk,
                   fmt::format("{} only applies with --loss chunked", flag),
                   "add --loss chunked, or leave --loss-chunk out");
     };
     s.write = [](const RunConfig& c, json& out, JsonPurpose purpose) {
-      if (purpose == JsonPurpose::kPurposeRecord || c.loss != LossKind::kLossFull)
+      if (purpose == JsonPurpose::kRecord || c.loss != LossKind::kFull)
         out["loss_chunk"] = c.loss_chunk;
     };
     t.push_back(std::move(s));
   }
   {
     Setting s = choice_row<Projections>(
-        "projections", "projections", &RunConfig::projections, S::kSectionStep,
+        "projections", "projections", &RunConfig::projections, S::kStep,
         "separate (one matrix product per projection) or packed (q, k and v as one product "
         "over a copy of their stacked weights, gate and up as one; the parameters stay separate "
         "tensors with their own names). Packs the attention of vit, llama, nanovlm and "
@@ -535,7 +535,7 @@ std::vector<Setting> build_settings_table() {
         "already, vit has no gated MLP, toy has neither",
         parse_projections, projections_name, {"separate", "packed"});
     s.write = [](const RunConfig& c, json& out, JsonPurpose purpose) {
-      if (purpose == JsonPurpose::kPurposeRecord ||
+      if (purpose == JsonPurpose::kRecord ||
           c.projections != Projections::kSeparate)
         out["projections"] = projections_name(c.projections);
     };
@@ -543,14 +543,14 @@ std::vector<Setting> build_settings_table() {
   }
   {
     Setting s = choice_row<Attention>(
-        "attention", "attention", &RunConfig::attention, S::kSectionStep,
+        "attention", "attention", &RunConfig::attention, S::kStep,
         "sdpa (LibTorch's scaled_dot_product_attention, which picks a fused kernel where the "
         "inputs allow one and falls back to its own math otherwise), math (softmax(QK^T / "
         "sqrt(d) + mask) V written out, the scores kept for backward) or auto (sdpa on CUDA, "
         "and on the CPU wherever no dropout is applied to the attention weights; math there)",
         parse_attention, attention_name, {"auto", "sdpa", "math"});
     s.write = [](const RunConfig& c, json& out, JsonPurpose purpose) {
-      if (purpose == JsonPurpose::kPurposeRecord || c.attention != Attention::kAuto)
+      if (purpose == JsonPurpose::kRecord || c.attention != Attention::kAuto)
         out["attention"] = attention_name(c.attention);
     };
     t.push_back(std::move(s));
@@ -558,14 +558,14 @@ std::vector<Setting> build_settings_table() {
 
   // --- shape of the work ---
   {
-    Setting s = member_row("batch", "batch", &RunConfig::batch, T::kTypeInteger, R::kRoleDefines,
-                           S::kSectionShape, "Micro-batch size (samples)");
+    Setting s = member_row("batch", "batch", &RunConfig::batch, T::kInteger, R::kDefines,
+                           S::kShape, "Micro-batch size (samples)");
     s.check = at_least(&RunConfig::batch, s.flag(), 1, "pass --batch with a value of at least 1");
     t.push_back(std::move(s));
   }
   {
-    Setting s = member_row("seq", "seq_len", &RunConfig::seq_len, T::kTypeInteger, R::kRoleDefines,
-                           S::kSectionShape, "Sequence length (default: the preset's)");
+    Setting s = member_row("seq", "seq_len", &RunConfig::seq_len, T::kInteger, R::kDefines,
+                           S::kShape, "Sequence length (default: the preset's)");
     const auto base = s.parse;
     s.parse = [base](RunConfig& c, const std::string& text) {
       base(c, text);
@@ -582,26 +582,26 @@ std::vector<Setting> build_settings_table() {
     t.push_back(std::move(s));
   }
   {
-    Setting s = member_row("steps", "steps", &RunConfig::steps, T::kTypeInteger, R::kRoleDefines,
-                           S::kSectionShape, "Timed optimizer steps");
+    Setting s = member_row("steps", "steps", &RunConfig::steps, T::kInteger, R::kDefines,
+                           S::kShape, "Timed optimizer steps");
     s.check = at_least(&RunConfig::steps, s.flag(), 1, "pass --steps with a value of at least 1");
     t.push_back(std::move(s));
   }
   {
     Setting s = member_row("warmup-steps", "warmup_steps", &RunConfig::warmup_steps,
-                           T::kTypeInteger, R::kRoleDefines, S::kSectionShape,
+                           T::kInteger, R::kDefines, S::kShape,
                            "Untimed optimizer steps before the timed ones (they train too)");
     s.check =
         at_least(&RunConfig::warmup_steps, s.flag(), 0, "pass 0 for no untimed warm-up steps");
     t.push_back(std::move(s));
   }
-  t.push_back(member_row("seed", "seed", &RunConfig::seed, T::kTypeInteger, R::kRoleDefines,
-                         S::kSectionShape, "Seed of weights, data order and dropout"));
+  t.push_back(member_row("seed", "seed", &RunConfig::seed, T::kInteger, R::kDefines,
+                         S::kShape, "Seed of weights, data order and dropout"));
 
   // --- evaluation ---
   {
-    Setting s = member_row("eval-every", "eval_every", &RunConfig::eval_every, T::kTypeInteger,
-                           R::kRoleDefines, S::kSectionEvaluation,
+    Setting s = member_row("eval-every", "eval_every", &RunConfig::eval_every, T::kInteger,
+                           R::kDefines, S::kEvaluation,
                            "Evaluate on the validation split every N steps (0 = only at the "
                            "end)");
     s.check = at_least(&RunConfig::eval_every, s.flag(), 0, "pass 0 to evaluate only at the end");
@@ -609,7 +609,7 @@ std::vector<Setting> build_settings_table() {
   }
   {
     Setting s = member_row("eval-batches", "eval_batches", &RunConfig::eval_batches,
-                           T::kTypeInteger, R::kRoleDefines, S::kSectionEvaluation,
+                           T::kInteger, R::kDefines, S::kEvaluation,
                            "Validation batches per evaluation, of the effective batch size "
                            "(batch x accum-steps), so that every strategy is evaluated on the "
                            "same samples");
@@ -620,24 +620,24 @@ std::vector<Setting> build_settings_table() {
 
   // --- where it runs ---
   {
-    Setting s = member_row("device", "device", &RunConfig::device, T::kTypeText, R::kRoleDefines,
-                           S::kSectionDevice, "cpu, cuda or cuda:N");
+    Setting s = member_row("device", "device", &RunConfig::device, T::kText, R::kDefines,
+                           S::kDevice, "cpu, cuda or cuda:N");
     // The device kind defines the run (cpu or cuda), its index does not.
     s.write = [](const RunConfig& c, json& out, JsonPurpose purpose) {
-      out["device"] = purpose == JsonPurpose::kPurposeIdentity
+      out["device"] = purpose == JsonPurpose::kIdentity
                           ? c.device.substr(0, c.device.find(':'))
                           : c.device;
     };
     t.push_back(std::move(s));
   }
-  t.push_back(choice_row<Dtype>("dtype", "dtype", &RunConfig::dtype, S::kSectionDevice,
+  t.push_back(choice_row<Dtype>("dtype", "dtype", &RunConfig::dtype, S::kDevice,
                                 "fp32, or bf16: bfloat16 autocast (matrix products in bfloat16; "
                                 "parameters, gradients and optimizer state stay float32)",
                                 parse_dtype, dtype_name, {"fp32", "bf16"}));
   {
     Setting s =
-        member_row("threads", "threads", &RunConfig::threads, T::kTypeInteger, R::kRoleMeasures,
-                   S::kSectionDevice,
+        member_row("threads", "threads", &RunConfig::threads, T::kInteger, R::kMeasures,
+                   S::kDevice,
                    "Intra-op and BLAS threads (0 = LibTorch's default); at most 4 x the cores "
                    "this process may run on");
     s.check = at_least(&RunConfig::threads, s.flag(), 0, "pass 0 for LibTorch's default");
@@ -645,7 +645,7 @@ std::vector<Setting> build_settings_table() {
   }
   {
     Setting s = member_row("memory-cap", "memory_cap_bytes", &RunConfig::memory_cap_bytes,
-                           T::kTypeBytes, R::kRoleDefines, S::kSectionDevice,
+                           T::kBytes, R::kDefines, S::kDevice,
                            "Refuse allocations beyond this many bytes (e.g. 512MiB, 8GiB): the "
                            "run behaves as on a smaller device and ends with status oom");
     s.parse = [](RunConfig& c, const std::string& text) { c.memory_cap_bytes = parse_bytes(text); };
@@ -659,8 +659,8 @@ std::vector<Setting> build_settings_table() {
     t.push_back(std::move(s));
   }
   {
-    Setting s = member_row("nproc", "nproc", &RunConfig::nproc, T::kTypeInteger, R::kRoleDefines,
-                           S::kSectionDevice,
+    Setting s = member_row("nproc", "nproc", &RunConfig::nproc, T::kInteger, R::kDefines,
+                           S::kDevice,
                            "Ranks (processes) that train together, with --shard; each reads its "
                            "share of every step (global batch = batch x accum-steps x nproc). "
                            "gradscope run starts them itself (at most the cores it may run on + 4 "
@@ -679,26 +679,26 @@ std::vector<Setting> build_settings_table() {
     };
     // In the id only with several ranks: the key is newer than the first records.
     s.write = [](const RunConfig& c, json& out, JsonPurpose purpose) {
-      if (purpose == JsonPurpose::kPurposeRecord || c.nproc != 1) out["nproc"] = c.nproc;
+      if (purpose == JsonPurpose::kRecord || c.nproc != 1) out["nproc"] = c.nproc;
     };
     t.push_back(std::move(s));
   }
   {
     Setting s = choice_row<Shard>(
-        "shard", "shard", &RunConfig::shard, S::kSectionDevice,
+        "shard", "shard", &RunConfig::shard, S::kDevice,
         "How --nproc ranks share a step: none (one process), ddp (gradients all-reduced in "
         "buckets as backward makes them), zero1 (optimizer state split over the ranks), zero2 "
         "(also gradients), fsdp (also parameters, gathered per block)",
         parse_shard, shard_name, {"none", "ddp", "zero1", "zero2", "fsdp"});
     s.write = [](const RunConfig& c, json& out, JsonPurpose purpose) {
-      if (purpose == JsonPurpose::kPurposeRecord || c.shard != Shard::kNone)
+      if (purpose == JsonPurpose::kRecord || c.shard != Shard::kNone)
         out["shard"] = shard_name(c.shard);
     };
     t.push_back(std::move(s));
   }
   {
-    Setting s = member_row("bucket-size", "bucket_bytes", &RunConfig::bucket_bytes, T::kTypeBytes,
-                           R::kRoleDefines, S::kSectionDevice,
+    Setting s = member_row("bucket-size", "bucket_bytes", &RunConfig::bucket_bytes, T::kBytes,
+                           R::kDefines, S::kDevice,
                            "With --shard: gradients reduced (and parameters gathered) in "
                            "buckets of this many bytes; a bucket is the transient buffer of "
                            "one collective");
@@ -708,14 +708,14 @@ std::vector<Setting> build_settings_table() {
                   "write a size such as 25MiB");
     };
     s.write = [](const RunConfig& c, json& out, JsonPurpose purpose) {
-      if (purpose == JsonPurpose::kPurposeRecord || c.shard != Shard::kNone)
+      if (purpose == JsonPurpose::kRecord || c.shard != Shard::kNone)
         out["bucket_bytes"] = c.bucket_bytes;
     };
     t.push_back(std::move(s));
   }
   {
     Setting s = member_row("dist-timeout", "dist_timeout_s", &RunConfig::dist_timeout_s,
-                           T::kTypeNumber, R::kRoleMeasures, S::kSectionDevice,
+                           T::kNumber, R::kMeasures, S::kDevice,
                            "With --nproc: seconds the ranks wait for each other (to meet, and in "
                            "a collective) before the run fails; a rank that dies ends the others "
                            "sooner, when its connections close");
@@ -727,8 +727,8 @@ std::vector<Setting> build_settings_table() {
     t.push_back(std::move(s));
   }
   {
-    Setting s = member_row("timeout", "timeout_s", &RunConfig::timeout_s, T::kTypeNumber,
-                           R::kRoleMeasures, S::kSectionDevice,
+    Setting s = member_row("timeout", "timeout_s", &RunConfig::timeout_s, T::kNumber,
+                           R::kMeasures, S::kDevice,
                            "Stop with status timeout after this many seconds (0 = no limit)");
     s.check = non_negative(&RunConfig::timeout_s, s.flag(), "pass 0 for no time limit");
     t.push_back(std::move(s));
@@ -737,7 +737,7 @@ std::vector<Setting> build_settings_table() {
   // --- how it is measured ---
   {
     Setting s = member_row("sample-period", "sample_period_s", &RunConfig::sample_period_s,
-                           T::kTypeNumber, R::kRoleMeasures, S::kSectionMeasure,
+                           T::kNumber, R::kMeasures, S::kMeasure,
                            "Seconds between samples of utilization, memory, power and energy "
                            "(0 = no sampler)");
     s.check = [](const RunConfig& c) {
@@ -753,7 +753,7 @@ std::vector<Setting> build_settings_table() {
   }
   {
     Setting s = member_row("no-phase-timing", "phase_timing", &RunConfig::phase_timing,
-                           T::kTypeFlag, R::kRoleMeasures, S::kSectionMeasure,
+                           T::kFlag, R::kMeasures, S::kMeasure,
                            "Do not synchronize and read the clock at each phase (phase times "
                            "are then null)");
     // The flag says "no"; the record says whether phases were timed.
@@ -764,8 +764,8 @@ std::vector<Setting> build_settings_table() {
     t.push_back(std::move(s));
   }
   {
-    Setting s = member_row("no-grad-norm", "log_grad_norm", &RunConfig::log_grad_norm, T::kTypeFlag,
-                           R::kRoleMeasures, S::kSectionMeasure,
+    Setting s = member_row("no-grad-norm", "log_grad_norm", &RunConfig::log_grad_norm, T::kFlag,
+                           R::kMeasures, S::kMeasure,
                            "Do not record the global gradient norm of every step (saves its "
                            "device synchronization; clipping still measures it)");
     s.parse = [flag = s.flag()](RunConfig& c, const std::string& text) {
@@ -776,7 +776,7 @@ std::vector<Setting> build_settings_table() {
   }
   {
     Setting s = member_row("watts-per-core", "watts_per_core", &RunConfig::watts_per_core,
-                           T::kTypeNumber, R::kRoleMeasures, S::kSectionMeasure,
+                           T::kNumber, R::kMeasures, S::kMeasure,
                            "CPU energy estimate when nothing measures energy: CPU seconds x "
                            "this");
     s.check = [](const RunConfig& c) {
@@ -788,7 +788,7 @@ std::vector<Setting> build_settings_table() {
   }
   {
     Setting s = member_row("grid-intensity", "grid_g_per_kwh", &RunConfig::grid_g_per_kwh,
-                           T::kTypeNumber, R::kRoleMeasures, S::kSectionMeasure,
+                           T::kNumber, R::kMeasures, S::kMeasure,
                            "Carbon intensity of the electricity in g CO2/kWh (0 = no carbon "
                            "figure)");
     s.check = [](const RunConfig& c) {
@@ -797,24 +797,24 @@ std::vector<Setting> build_settings_table() {
                   "pass g CO2 per kWh, e.g. 400, or 0 for no carbon figure");
     };
     s.write = [](const RunConfig& c, json& out, JsonPurpose purpose) {
-      if (purpose == JsonPurpose::kPurposeRecord)
+      if (purpose == JsonPurpose::kRecord)
         out["grid_g_per_kwh"] = c.grid_g_per_kwh > 0 ? json(c.grid_g_per_kwh) : json(nullptr);
     };
     t.push_back(std::move(s));
   }
 
   // --- outputs ---
-  t.push_back(member_row("memory-snapshot", "", &RunConfig::memory_snapshot, T::kTypeText,
-                         R::kRoleOutput, S::kSectionOutput,
+  t.push_back(member_row("memory-snapshot", "", &RunConfig::memory_snapshot, T::kText,
+                         R::kOutput, S::kOutput,
                          "CUDA with LibTorch >= 2.1: write the caching allocator's history to "
                          "this file (the pickle that pytorch.org/memory_viz reads)"));
-  t.push_back(member_row("db", "", &RunConfig::db_path, T::kTypeText, R::kRoleOutput,
-                         S::kSectionOutput, "SQLite results database"));
-  t.push_back(member_row("json", "", &RunConfig::json_path, T::kTypeText, R::kRoleOutput,
-                         S::kSectionOutput, "Also write the run record to this JSON file"));
+  t.push_back(member_row("db", "", &RunConfig::db_path, T::kText, R::kOutput,
+                         S::kOutput, "SQLite results database"));
+  t.push_back(member_row("json", "", &RunConfig::json_path, T::kText, R::kOutput,
+                         S::kOutput, "Also write the run record to this JSON file"));
   {
-    Setting s = member_row("sweep", "", &RunConfig::sweep, T::kTypeText, R::kRoleOutput,
-                           S::kSectionOutput,
+    Setting s = member_row("sweep", "", &RunConfig::sweep, T::kText, R::kOutput,
+                           S::kOutput,
                            "Name of the sweep this run belongs to (set by sweeps)");
     s.check = [](const RunConfig& c) {
       check_usage(c.sweep.empty() || is_label_text(c.sweep, kMaxSweepLabel),
@@ -824,13 +824,13 @@ std::vector<Setting> build_settings_table() {
     };
     t.push_back(std::move(s));
   }
-  t.push_back(member_row("save-weights", "", &RunConfig::save_weights, T::kTypeText, R::kRoleOutput,
-                         S::kSectionOutput,
+  t.push_back(member_row("save-weights", "", &RunConfig::save_weights, T::kText, R::kOutput,
+                         S::kOutput,
                          "At the end, write the trained weights to this folder as Hugging "
                          "Face does: config.json and model.safetensors"));
   {
-    Setting s = member_row("save-adapters", "", &RunConfig::save_adapters, T::kTypeFlag,
-                           R::kRoleOutput, S::kSectionOutput,
+    Setting s = member_row("save-adapters", "", &RunConfig::save_adapters, T::kFlag,
+                           R::kOutput, S::kOutput,
                            "With --lora-targets and --save-weights: write the adapters alone "
                            "(adapter_config.json and adapter_model.safetensors, as PEFT does) "
                            "instead of merging them into the base weights");
@@ -841,25 +841,25 @@ std::vector<Setting> build_settings_table() {
     };
     t.push_back(std::move(s));
   }
-  t.push_back(member_row("save-state", "", &RunConfig::save_state, T::kTypeText, R::kRoleOutput,
-                         S::kSectionOutput,
+  t.push_back(member_row("save-state", "", &RunConfig::save_state, T::kText, R::kOutput,
+                         S::kOutput,
                          "Keep the training state (weights, optimizer, generators, step, "
                          "measurements) in this folder, so that --resume can continue the run"));
   {
-    Setting s = member_row("state-every", "", &RunConfig::state_every, T::kTypeInteger,
-                           R::kRoleOutput, S::kSectionOutput,
+    Setting s = member_row("state-every", "", &RunConfig::state_every, T::kInteger,
+                           R::kOutput, S::kOutput,
                            "With --save-state: save every N steps (0 = only when stopped by "
                            "SIGTERM or SIGINT)");
     s.check = at_least(&RunConfig::state_every, s.flag(), 0,
                        "pass --state-every 0 to save only when the run is stopped");
     t.push_back(std::move(s));
   }
-  t.push_back(member_row("resume", "", &RunConfig::resume, T::kTypeText, R::kRoleOutput,
-                         S::kSectionOutput,
+  t.push_back(member_row("resume", "", &RunConfig::resume, T::kText, R::kOutput,
+                         S::kOutput,
                          "Continue the run whose training state is in this folder (written by "
                          "--save-state with the same settings)"));
-  t.push_back(member_row("quiet", "", &RunConfig::quiet, T::kTypeFlag, R::kRoleOutput,
-                         S::kSectionOutput, "No progress and no summary"));
+  t.push_back(member_row("quiet", "", &RunConfig::quiet, T::kFlag, R::kOutput,
+                         S::kOutput, "No progress and no summary"));
   return t;
 }
 

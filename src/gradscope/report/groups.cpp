@@ -262,7 +262,7 @@ std::set<std::string> telling_apart(const Group& a, const Group& b) {
     const std::string va = ia == a.settings.end() ? "" : ia->second;
     const std::string vb = ib == b.settings.end() ? "" : ib->second;
     if (va == vb) continue;
-    (identity_section(k) == SettingSection::kSectionEvaluation ? evaluation : others).insert(k);
+    (identity_section(k) == SettingSection::kEvaluation ? evaluation : others).insert(k);
   }
   return others.empty() ? evaluation : others;
 }

@@ -53,7 +53,7 @@ std::string miss_reason(const GroupedRuns& data, const Group& g, double budget) 
   // A run that ran out of memory under a cap within this budget does not fit.
   for (size_t r : g.runs) {
     const double cap = memory_cap(data.runs[r]);
-    if (data.runs[r].record.status == RunStatus::kStatusOom &&
+    if (data.runs[r].record.status == RunStatus::kOom &&
         (budget == 0 || (cap > 0 && cap <= budget)))
       reason = cap > 0 ? fmt::format("ran out of memory under a {} cap", format_bytes(cap))
                        : "ran out of memory";

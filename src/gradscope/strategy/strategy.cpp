@@ -52,7 +52,7 @@ void Strategy::attach(Model& model) {
   if (plan_.recompute != Recompute::kNone)
     runner_ = install_checkpointing(model, checkpoint_options(plan_));
   LossOptions loss = model.loss_options();
-  loss.chunked = plan_.loss == LossKind::kLossChunked;
+  loss.chunked = plan_.loss == LossKind::kChunked;
   loss.chunk_rows = plan_.loss_chunk;
   model.set_loss_options(std::move(loss));
 }

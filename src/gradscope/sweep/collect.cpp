@@ -45,7 +45,7 @@ CollectReport collect_results(const std::string& dir, Database& db) {
       continue;
     }
     accepted[file.filename().string()] = {record->run_id,
-                                          record->status != RunStatus::kStatusInterrupted};
+                                          record->status != RunStatus::kInterrupted};
     if (db.write_run_if_new(*record))
       ++report.merged;
     else

@@ -51,28 +51,28 @@ const std::vector<RunKey>& run_key_table() {
   static const std::vector<RunKey> keys = [] {
     std::vector<RunKey> out;
     for (const Setting& s : run_settings()) {
-      if (s.role == SettingRole::kRoleOutput || s.type == SettingType::kTypePairs) continue;
+      if (s.role == SettingRole::kOutput || s.type == SettingType::kPairs) continue;
       ValueKind kind = ValueKind::kText;
       switch (s.type) {
-        case SettingType::kTypeInteger:
+        case SettingType::kInteger:
           kind = ValueKind::kInteger;
           break;
-        case SettingType::kTypeNumber:
+        case SettingType::kNumber:
           kind = ValueKind::kNumber;
           break;
-        case SettingType::kTypeLr:
+        case SettingType::kLr:
           kind = ValueKind::kLr;
           break;
-        case SettingType::kTypeBytes:
+        case SettingType::kBytes:
           kind = ValueKind::kBytes;
           break;
-        case SettingType::kTypeFlag:
+        case SettingType::kFlag:
           kind = ValueKind::kFlag;
           break;
         default:
           break;
       }
-      out.push_back({s.toml_key(), kind, s.role == SettingRole::kRoleDefines});
+      out.push_back({s.toml_key(), kind, s.role == SettingRole::kDefines});
     }
     return out;
   }();
@@ -87,7 +87,7 @@ const RunKey* find_run_key(std::string_view name) {
 
 bool is_table_key(std::string_view name) {
   const Setting* s = find_setting(std::string(name));
-  return s != nullptr && s->type == SettingType::kTypePairs;
+  return s != nullptr && s->type == SettingType::kPairs;
 }
 
 std::string joined(const std::vector<std::string>& items) {
@@ -492,7 +492,7 @@ std::vector<std::string> RunSpec::args() const {
     std::string flag = "--" + key;
     std::replace(flag.begin(), flag.end(), '_', '-');
     const Setting* setting = find_setting(key);
-    if (setting != nullptr && setting->type == SettingType::kTypeFlag) {
+    if (setting != nullptr && setting->type == SettingType::kFlag) {
       // A flag takes no value: given when true, left out when false.
       if (values.at(key) == "true") out.push_back(flag);
       continue;

@@ -43,7 +43,7 @@ constexpr int64_t kMaxFailedAttempts = 2;
 
 int64_t failed_attempts(const std::vector<RunStatus>& statuses) {
   return std::count_if(statuses.begin(), statuses.end(), [](RunStatus s) {
-    return !is_final_status(s) && s != RunStatus::kStatusInterrupted;
+    return !is_final_status(s) && s != RunStatus::kInterrupted;
   });
 }
 
@@ -463,7 +463,7 @@ RunStatus SweepExecution::settle(const Attempt& a, int wait_status, double elaps
     // No record file but a new attempt stored (a child without --json support, or its
     // file removed): take the status from the database.
     const std::optional<RunRecord> record = db_.latest_record(run.run_id);
-    if (!record) return RunStatus::kStatusError;
+    if (!record) return RunStatus::kError;
     detail = record->failure ? record->failure->message
                              : fmt::format("loss {}", loss_text(record->final_loss));
     return record->status;
@@ -481,7 +481,7 @@ RunStatus SweepExecution::failure_without_record(const Attempt& a, int wait_stat
   const int code = WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : -1;
   if (a.timed_out) {
     message = fmt::format("stopped after {:.0f} s (run_timeout)", elapsed);
-    return RunStatus::kStatusTimeout;
+    return RunStatus::kTimeout;
   }
   if ((stopping_ && WIFSIGNALED(wait_status)) || code == kExitStopped) {
     // Stopped before its training began (exit 75 without a record), or with the sweep and
@@ -490,18 +490,18 @@ RunStatus SweepExecution::failure_without_record(const Attempt& a, int wait_stat
                   ? fmt::format("stopped with the sweep: killed by {}",
                                 signal_name(WTERMSIG(wait_status)))
                   : fmt::format("stopped before its training began (exit code {})", code);
-    return RunStatus::kStatusInterrupted;
+    return RunStatus::kInterrupted;
   }
   const std::string tail = file_tail(a.log);
   if (WIFSIGNALED(wait_status)) {
     message = fmt::format("killed by {}", signal_name(WTERMSIG(wait_status)));
-    return o_.memory_limit_bytes > 0 && looks_like_oom(tail) ? RunStatus::kStatusOom
-                                                             : RunStatus::kStatusCrashed;
+    return o_.memory_limit_bytes > 0 && looks_like_oom(tail) ? RunStatus::kOom
+                                                             : RunStatus::kCrashed;
   }
   message = fmt::format("exit code {}: {}", code, failure_message(a.log));
-  return looks_like_oom(tail) ? RunStatus::kStatusOom
-         : code == 2          ? RunStatus::kStatusError
-                              : RunStatus::kStatusCrashed;
+  return looks_like_oom(tail) ? RunStatus::kOom
+         : code == 2          ? RunStatus::kError
+                              : RunStatus::kCrashed;
 }
 
 // An attempt has ended: its status settled, the run's next action decided (retried at once,
@@ -514,7 +514,7 @@ void SweepExecution::reap(Attempt& a, int wait_status) {
   const RunStatus status = settle(a, wait_status, elapsed, detail);
   std::error_code ec;
   fs::remove(a.result, ec);
-  const bool stopped = status == RunStatus::kStatusInterrupted;
+  const bool stopped = status == RunStatus::kInterrupted;
   // Kept for the next sweep to resume from; of no use once the run has any other status.
   if (!stopped) remove_train_state(a.state);
   run.previous.push_back(status);

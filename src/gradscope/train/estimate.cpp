@@ -528,7 +528,7 @@ MemoryEstimate estimate_run(const RunConfig& config, int64_t data_bytes) {
               "pass --batch and --accum-steps of at least 1");
   const nlohmann::json arch = resolve_arch(config);
   MemoryTrace trace;
-  if (plan.loss == LossKind::kLossChunked) trace.set_loss_chunk(plan.loss_chunk);
+  if (plan.loss == LossKind::kChunked) trace.set_loss_chunk(plan.loss_chunk);
   trace.set_packed_projections(config.projections == Projections::kPacked);
   trace.set_attention(config.attention, torch::Device(config.device).is_cuda());
   if (config.lora()) trace.set_lora({config.lora_targets, config.lora_rank, config.lora_dropout});

@@ -239,7 +239,7 @@ Session::Session(const RunConfig& config, const SessionOptions& options)
   }
   build_model();
   if (c.lora()) add_lora_adapters();
-  check_usage(plan.loss == LossKind::kLossFull || model_->has_lm_head(),
+  check_usage(plan.loss == LossKind::kFull || model_->has_lm_head(),
               fmt::format("--loss chunked needs a language-model head, and {} has none", c.model),
               "use --loss chunked with llama, nanovlm or modernbert, or leave --loss out");
   model_->set_packed_projections(c.projections == Projections::kPacked);

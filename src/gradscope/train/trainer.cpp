@@ -220,7 +220,7 @@ RunRecord Trainer::run(ProgressSink* progress) {
       }
       const double loss = train_step(loop, step);
       if (!std::isfinite(loss)) {
-        record.status = RunStatus::kStatusDiverged;
+        record.status = RunStatus::kDiverged;
         record.failure = failure_at(step + 1, Phase::kForward,
                                     fmt::format("loss is {} at step {}", loss, step + 1));
         ++step;
@@ -229,7 +229,7 @@ RunRecord Trainer::run(ProgressSink* progress) {
       if (c.eval_every > 0 && (step + 1) % c.eval_every == 0 && step + 1 < loop.total_steps)
         evaluate_at(loop, step + 1);
       if (out_of_time(loop)) {
-        record.status = RunStatus::kStatusTimeout;
+        record.status = RunStatus::kTimeout;
         record.failure = failure_at(step + 1, Phase::kOptimizer,
                                     fmt::format("time limit of {} s reached", c.timeout_s));
         ++step;
@@ -475,7 +475,7 @@ void Trainer::record_stop(Loop& loop, int64_t step) {
   else
     kept = fmt::format("the training state could not be saved ({})", save_failed);
   const int sig = stop_signal();
-  loop.record.status = RunStatus::kStatusInterrupted;
+  loop.record.status = RunStatus::kInterrupted;
   loop.record.failure = RunFailure{step, std::nullopt,
                                    fmt::format("stopped by {} after step {} of {}; {}",
                                                sig == SIGTERM  ? "SIGTERM"
@@ -489,9 +489,9 @@ void Trainer::record_failure(Loop& loop, const std::exception& e, int64_t step) 
   loop.timer.close();
   const std::string message = e.what();
   RunRecord& record = loop.record;
-  record.status = is_oom(message) ? RunStatus::kStatusOom : RunStatus::kStatusError;
+  record.status = is_oom(message) ? RunStatus::kOom : RunStatus::kError;
   // Another rank died or stopped answering: the run crashed, whatever this rank did.
-  if (dynamic_cast<const PeerLost*>(&e)) record.status = RunStatus::kStatusCrashed;
+  if (dynamic_cast<const PeerLost*>(&e)) record.status = RunStatus::kCrashed;
   record.failure = failure_at(step + 1, failed_in, message.substr(0, message.find('\n')));
   for (const auto& p : session_->parameters()) {
     torch::Tensor t = p;
@@ -506,7 +506,7 @@ void Trainer::save_trained_weights(const RunRecord& record) {
   // so in save_error() (`gradscope run` exits 1 once the record is stored).
   const RunConfig& c = config();
   save_error_.clear();
-  if (c.save_weights.empty() || !(record.ok() || record.status == RunStatus::kStatusTimeout))
+  if (c.save_weights.empty() || !(record.ok() || record.status == RunStatus::kTimeout))
     return;
   // With several ranks every one holds the trained weights after a step (fsdp's are gathered
   // first, by all): rank 0 saves them.
@@ -618,9 +618,9 @@ void Trainer::distributed_part(RunRecord& record, const ShardFigures& shard, int
                                            timed_run, shard.reduced_bytes, shard.overlapped_bytes);
   // Every rank ends its loop at the same step with the same status, except when one failed on
   // its own (an error, out of memory) or lost a peer: then only this rank's figures are known.
-  const bool together = record.status != RunStatus::kStatusError &&
-                        record.status != RunStatus::kStatusOom &&
-                        record.status != RunStatus::kStatusCrashed;
+  const bool together = record.status != RunStatus::kError &&
+                        record.status != RunStatus::kOom &&
+                        record.status != RunStatus::kCrashed;
   if (comm.world() > 1 && together) {
     try {
       const std::vector<std::string> all = comm.gather_text(rank_figures_to_json(mine).dump());

@@ -8,6 +8,7 @@
 
 #include "gradscope/core/error.h"
 #include "gradscope/models/registry.h"
+#include "gradscope/optim/factory.h"
 #include "gradscope/strategy/fused.h"
 #include "gradscope/train/autocast.h"
 #include "gradscope/train/session.h"
@@ -316,7 +317,7 @@ StrategyChecks::StrategyChecks(const RunConfig& config, const VerifyOptions& opt
   cpu_ = torch::Device(config.device).is_cpu();
   prepare_configs();
   check_usage(
-      config.loss == LossKind::kLossFull || has_lm_head(),
+      config.loss == LossKind::kFull || has_lm_head(),
       fmt::format("--loss chunked needs a language-model head, and {} has none", config.model),
       "verify --loss chunked with llama, nanovlm or modernbert, or leave --loss out");
 }
@@ -351,10 +352,10 @@ void StrategyChecks::prepare_configs() {
   // The references and the checks of the strategies take the full loss and keep a
   // checkpoint's input as computed; the chunked-loss checks take the configuration's chunk
   // (kVerifyLossChunk unless it asks for --loss chunked), the saved-input check bf16.
-  chunked_loss_ = options_.chunked_loss || config_.loss == LossKind::kLossChunked;
-  if (config_.loss == LossKind::kLossChunked) loss_chunk_ = config_.loss_chunk;
+  chunked_loss_ = options_.chunked_loss || config_.loss == LossKind::kChunked;
+  if (config_.loss == LossKind::kChunked) loss_chunk_ = config_.loss_chunk;
   for (RunConfig* c : {&with_dropout_, &without_dropout_}) {
-    c->loss = LossKind::kLossFull;
+    c->loss = LossKind::kFull;
     c->loss_chunk = RunConfig().loss_chunk;
     c->saved_input = Dtype::kFp32;
   }
@@ -480,12 +481,13 @@ void StrategyChecks::check_fold(const std::string& name, const StrategyShorthand
 }
 
 void StrategyChecks::check_fused(const std::string& name, const StrategyShorthand& s) {
-  // Parameters after one step against standard + the unfused optimizer. The reference
-  // optimizer's update (SGD) is the same arithmetic in either order, bitwise; the others
+  // Parameters after one step against standard + the unfused optimizer: bitwise for an
+  // optimizer whose entry says its step in backward is the same arithmetic (SGD's), the others
   // within 1e-6 per tensor.
   if (!ref_step_) ref_step_ = step(stepped_, StrategyShorthand{}, 1, true);
   const StepResult got = step(stepped_, s, 1, true);
-  const bool bitwise = cpu_ && stepped_.optimizer == kReferenceOptimizer;
+  const bool bitwise =
+      cpu_ && optimizer_registry().get(stepped_.optimizer).same_bits_in_backward;
   checks_->push_back(compare(name, dtype_, got, *ref_step_, bitwise, kFusedTolerance, true));
 }
 
@@ -548,7 +550,7 @@ void StrategyChecks::check_chunked_twin(const std::string& name, const StrategyS
                                         int64_t chunk, std::optional<StepResult>& ref_sgd_step) {
   const double loss_tolerance = bf16_ ? kChunkedLossToleranceBf16 : kChunkedLossTolerance;
   const auto chunked = [chunk](RunConfig c) {
-    c.loss = LossKind::kLossChunked;
+    c.loss = LossKind::kChunked;
     c.loss_chunk = chunk;
     return c;
   };
