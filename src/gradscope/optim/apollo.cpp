@@ -118,19 +118,7 @@ torch::Tensor Apollo::projection(const ApolloOptions& options, const torch::Tens
 Apollo::Apollo(std::vector<torch::optim::OptimizerParamGroup> param_groups, ApolloOptions defaults)
     : SerializingOptimizer(std::move(param_groups), std::make_unique<ApolloOptions>(defaults)) {
   check_apollo_hyperparameters(defaults);
-  // A rank is only wrong for a given matrix, so every group's rank meets its own matrices.
-  for (const auto& group : param_groups_) {
-    const auto& options = static_cast<const ApolloOptions&>(group.options());
-    check_apollo_hyperparameters(options);
-    if (!options.project() || !options.rank()) continue;
-    const int64_t rank = *options.rank();
-    for (const auto& p : group.params()) {
-      if (p.dim() != 2) continue;
-      TORCH_CHECK(rank <= std::min(p.size(0), p.size(1)), "Invalid rank value: ", rank,
-                  " exceeds min(m, n) = ", std::min(p.size(0), p.size(1)), " of a (", p.size(0),
-                  ", ", p.size(1), ") parameter");
-    }
-  }
+  check_low_rank_groups<ApolloOptions>(param_groups_, check_apollo_hyperparameters);
 }
 
 torch::Tensor Apollo::step(LossClosure closure) {

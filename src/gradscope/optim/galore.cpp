@@ -119,19 +119,7 @@ int64_t Galore::rank_for(const GaloreOptions& options, int64_t rows, int64_t col
 Galore::Galore(std::vector<torch::optim::OptimizerParamGroup> param_groups, GaloreOptions defaults)
     : SerializingOptimizer(std::move(param_groups), std::make_unique<GaloreOptions>(defaults)) {
   check_hyperparameters(defaults);
-  // A rank is only wrong for a given matrix, so every group's rank meets its own matrices.
-  for (const auto& group : param_groups_) {
-    const auto& options = static_cast<const GaloreOptions&>(group.options());
-    check_hyperparameters(options);
-    if (!options.project() || !options.rank()) continue;
-    const int64_t rank = *options.rank();
-    for (const auto& p : group.params()) {
-      if (p.dim() != 2) continue;
-      TORCH_CHECK(rank <= std::min(p.size(0), p.size(1)), "Invalid rank value: ", rank,
-                  " exceeds min(m, n) = ", std::min(p.size(0), p.size(1)), " of a (", p.size(0),
-                  ", ", p.size(1), ") parameter");
-    }
-  }
+  check_low_rank_groups<GaloreOptions>(param_groups_, check_hyperparameters);
 }
 
 torch::Tensor Galore::step(LossClosure closure) {

@@ -2,6 +2,7 @@
 // the projected shape (galore.h, apollo.h).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -15,6 +16,25 @@ namespace gradscope {
 // else on the right (R of shape (m, r)): on its shorter side, and a square matrix on the right,
 // as both papers' projectors decide (`shape[0] >= shape[1]`: right).
 inline bool projects_on_left(int64_t m, int64_t n) { return m < n; }
+
+// Checks each group's settings with `check`, then that every projecting group's rank fits each
+// of its matrices: a rank is only wrong for a given matrix, so each group's meets its own.
+template <typename Options, typename Check>
+void check_low_rank_groups(const std::vector<torch::optim::OptimizerParamGroup>& groups,
+                           Check check) {
+  for (const auto& group : groups) {
+    const auto& options = static_cast<const Options&>(group.options());
+    check(options);
+    if (!options.project() || !options.rank()) continue;
+    const int64_t rank = *options.rank();
+    for (const auto& p : group.params()) {
+      if (p.dim() != 2) continue;
+      TORCH_CHECK(rank <= std::min(p.size(0), p.size(1)), "Invalid rank value: ", rank,
+                  " exceeds min(m, n) = ", std::min(p.size(0), p.size(1)), " of a (", p.size(0),
+                  ", ", p.size(1), ") parameter");
+    }
+  }
+}
 
 // A parameter's fresh state with Adam's two moments: in R's shape for a projected matrix of
 // rank r (`left` as projects_on_left says), else in the parameter's.
