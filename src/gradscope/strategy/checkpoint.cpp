@@ -68,9 +68,12 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
       const AutocastCacheOff no_cache;  // the recompute must not see casts made without a graph
       y = state->fn(x);
     }
-    // Rounded to bfloat16, the kept input is a new tensor that only the context holds.
+    // Rounded to bfloat16, the kept input is a new tensor that only the context holds. An
+    // input that needs no gradient (a frozen embedding's output under LoRA) arrives as a leaf
+    // made for this Function, which the graph holds until backward anyway: it is kept as is.
     state->input_dtype = x.scalar_type();
-    const bool round = state->input_bf16 && x.is_floating_point() && x.element_size() > 2;
+    const bool round = state->input_bf16 && state->input_grad && x.is_floating_point() &&
+                       x.element_size() > 2;
     actx->save_for_backward({round ? x.detach().to(torch::kBFloat16) : x});
     actx->saved_data["state"] = c10::IValue::make_capsule(std::move(state));
     return y;
