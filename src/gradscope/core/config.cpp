@@ -58,6 +58,24 @@ const char* loss_kind_name(LossKind k) { return name_of(k, kLossKinds); }
 const char* projections_name(Projections p) { return name_of(p, kProjections); }
 const char* attention_name(Attention a) { return name_of(a, kAttentions); }
 const char* shard_name(Shard s) { return name_of(s, kShards); }
+
+namespace {
+template <typename E, size_t N>
+std::vector<std::string> names_in(const std::pair<E, const char*> (&names)[N]) {
+  std::vector<std::string> out;
+  for (const auto& [value, text] : names) out.emplace_back(text);
+  return out;
+}
+}  // namespace
+
+std::vector<std::string> dtype_names() { return names_in(kDtypes); }
+std::vector<std::string> lr_schedule_names() { return names_in(kSchedules); }
+std::vector<std::string> recompute_names() { return names_in(kRecomputes); }
+std::vector<std::string> optimizer_step_names() { return names_in(kOptimizerSteps); }
+std::vector<std::string> loss_kind_names() { return names_in(kLossKinds); }
+std::vector<std::string> projections_names() { return names_in(kProjections); }
+std::vector<std::string> attention_names() { return names_in(kAttentions); }
+std::vector<std::string> shard_names() { return names_in(kShards); }
 std::optional<Shard> parse_shard(const std::string& name) { return parse_named(name, kShards); }
 std::optional<Dtype> parse_dtype(const std::string& name) { return parse_named(name, kDtypes); }
 std::optional<LrSchedule> parse_lr_schedule(const std::string& name) {

@@ -218,6 +218,15 @@ const char* projections_name(Projections p);
 const char* attention_name(Attention a);
 const char* shard_name(Shard s);
 std::string strategy_name(const StrategyShorthand& s);
+// Every value's name, in declaration order: the settings table's choices.
+std::vector<std::string> dtype_names();
+std::vector<std::string> lr_schedule_names();
+std::vector<std::string> recompute_names();
+std::vector<std::string> optimizer_step_names();
+std::vector<std::string> loss_kind_names();
+std::vector<std::string> projections_names();
+std::vector<std::string> attention_names();
+std::vector<std::string> shard_names();
 std::optional<Dtype> parse_dtype(const std::string& name);
 std::optional<LrSchedule> parse_lr_schedule(const std::string& name);
 std::optional<Recompute> parse_recompute(const std::string& name);

@@ -70,6 +70,13 @@ std::vector<std::string> names_of(const std::vector<StrategyDescription>& list) 
   return out;
 }
 
+// What --checkpoint-policy may name: what a recompute can be, but none.
+std::vector<std::string> policy_names() {
+  std::vector<std::string> out = recompute_names();
+  out.erase(std::remove(out.begin(), out.end(), recompute_name(Recompute::kNone)), out.end());
+  return out;
+}
+
 }  // namespace
 
 std::vector<Setting> build_settings_table() {
@@ -372,7 +379,7 @@ std::vector<Setting> build_settings_table() {
   t.push_back(choice_row<LrSchedule>(
       "lr-schedule", "lr_schedule", &RunConfig::lr_schedule, S::kOptimizer,
       "constant, or cosine (linear warm-up over --lr-warmup-steps, then cosine to 0)",
-      parse_lr_schedule, lr_schedule_name, {"constant", "cosine"}));
+      parse_lr_schedule, lr_schedule_name, lr_schedule_names()));
   {
     Setting s = member_row("lr-warmup-steps", "lr_warmup_steps", &RunConfig::lr_warmup_steps,
                            T::kInteger, R::kDefines, S::kOptimizer,
@@ -412,7 +419,7 @@ std::vector<Setting> build_settings_table() {
         "recompute", "recompute", &RunConfig::recompute, S::kStep,
         "What a checkpointed block recomputes in backward: none, full (the whole block), "
         "attention or mlp (only that residual branch) (default: as --strategy says)",
-        parse_recompute, recompute_name, {"none", "full", "attention", "mlp"});
+        parse_recompute, recompute_name, recompute_names());
     // The id knows it through the strategy's name and checkpoint_policy (as it always has).
     s.write = [](const RunConfig& c, json& out, JsonPurpose purpose) {
       if (purpose == JsonPurpose::kRecord)
@@ -425,7 +432,7 @@ std::vector<Setting> build_settings_table() {
         "checkpoint-policy", "checkpoint_policy", &RunConfig::checkpoint_policy, S::kStep,
         "With checkpointing, what a wrapped block recomputes in backward: full, attention or "
         "mlp (as --recompute)",
-        parse_recompute, recompute_name, {"full", "attention", "mlp"});
+        parse_recompute, recompute_name, policy_names());
     const std::string flag = s.flag();
     s.parse = [flag](RunConfig& c, const std::string& text) {
       const auto v = parse_recompute(text);
@@ -458,7 +465,7 @@ std::vector<Setting> build_settings_table() {
         "With recomputation: the dtype a checkpoint keeps its input in until backward, fp32 (as "
         "computed, exact) or bf16 (half the bytes; the recompute runs from the rounded input, "
         "so the gradients are approximate, docs/strategies.md)",
-        parse_dtype, dtype_name, {"fp32", "bf16"});
+        parse_dtype, dtype_name, dtype_names());
     s.check = [flag = s.flag()](const RunConfig& c) {
       check_usage(c.saved_input == Dtype::kFp32 || c.step_plan_as_given().recompute !=
                                                       Recompute::kNone,
@@ -486,7 +493,7 @@ std::vector<Setting> build_settings_table() {
         "optimizer-step", "optimizer_step", &RunConfig::optimizer_step, S::kStep,
         "Where the parameters are updated: after-backward, or in-backward (each as soon as its "
         "gradient is complete, then the gradient freed) (default: as --strategy says)",
-        parse_optimizer_step, optimizer_step_name, {"after-backward", "in-backward"});
+        parse_optimizer_step, optimizer_step_name, optimizer_step_names());
     s.write = [](const RunConfig& c, json& out, JsonPurpose purpose) {
       if (purpose == JsonPurpose::kRecord)
         out["optimizer_step"] = optimizer_step_name(c.step_plan_as_given().optimizer_step);
@@ -500,7 +507,7 @@ std::vector<Setting> build_settings_table() {
         "Cross-entropy of a language-model head: full (the logits of every position at once) or "
         "chunked (--loss-chunk positions at a time, their gradients taken in forward; llama, "
         "nanovlm, modernbert)",
-        parse_loss_kind, loss_kind_name, {"full", "chunked"});
+        parse_loss_kind, loss_kind_name, loss_kind_names());
     // In the id only when chunked: the key is newer than the first records, whose ids hold.
     s.write = [](const RunConfig& c, json& out, JsonPurpose purpose) {
       if (purpose == JsonPurpose::kRecord || c.loss != LossKind::kFull)
@@ -533,7 +540,7 @@ std::vector<Setting> build_settings_table() {
         "tensors with their own names). Packs the attention of vit, llama, nanovlm and "
         "modernbert, and the SwiGLU of llama and nanovlm; modernbert's GeGLU (Wi) is one product "
         "already, vit has no gated MLP, toy has neither",
-        parse_projections, projections_name, {"separate", "packed"});
+        parse_projections, projections_name, projections_names());
     s.write = [](const RunConfig& c, json& out, JsonPurpose purpose) {
       if (purpose == JsonPurpose::kRecord ||
           c.projections != Projections::kSeparate)
@@ -548,7 +555,7 @@ std::vector<Setting> build_settings_table() {
         "inputs allow one and falls back to its own math otherwise), math (softmax(QK^T / "
         "sqrt(d) + mask) V written out, the scores kept for backward) or auto (sdpa on CUDA, "
         "and on the CPU wherever no dropout is applied to the attention weights; math there)",
-        parse_attention, attention_name, {"auto", "sdpa", "math"});
+        parse_attention, attention_name, attention_names());
     s.write = [](const RunConfig& c, json& out, JsonPurpose purpose) {
       if (purpose == JsonPurpose::kRecord || c.attention != Attention::kAuto)
         out["attention"] = attention_name(c.attention);
@@ -633,7 +640,7 @@ std::vector<Setting> build_settings_table() {
   t.push_back(choice_row<Dtype>("dtype", "dtype", &RunConfig::dtype, S::kDevice,
                                 "fp32, or bf16: bfloat16 autocast (matrix products in bfloat16; "
                                 "parameters, gradients and optimizer state stay float32)",
-                                parse_dtype, dtype_name, {"fp32", "bf16"}));
+                                parse_dtype, dtype_name, dtype_names()));
   {
     Setting s =
         member_row("threads", "threads", &RunConfig::threads, T::kInteger, R::kMeasures,
@@ -689,7 +696,7 @@ std::vector<Setting> build_settings_table() {
         "How --nproc ranks share a step: none (one process), ddp (gradients all-reduced in "
         "buckets as backward makes them), zero1 (optimizer state split over the ranks), zero2 "
         "(also gradients), fsdp (also parameters, gathered per block)",
-        parse_shard, shard_name, {"none", "ddp", "zero1", "zero2", "fsdp"});
+        parse_shard, shard_name, shard_names());
     s.write = [](const RunConfig& c, json& out, JsonPurpose purpose) {
       if (purpose == JsonPurpose::kRecord || c.shard != Shard::kNone)
         out["shard"] = shard_name(c.shard);
