@@ -293,6 +293,28 @@ TEST(TrainerToy, PlainOptimizersEvaluateOncePerStepAndRecordNoExtraPasses) {
   EXPECT_FALSE(record.contains("final_params") && record["config"]["model"] == "llama");
 }
 
+TEST(TrainerToy, ALossAboveTheFactorTimesTheFirstEndsTheRunAsDiverged) {
+  // Past 2 / L on the quadratic of condition 10: the loss grows ~16x a step and stays finite
+  // for far longer than the run, a blow-up no NaN check sees.
+  RunConfig c = toy_config("quadratic", "sgd");
+  c.lr = 0.5;
+  c.steps = 20;
+  const auto blown = record_to_json(Trainer(c).run());
+  EXPECT_EQ(blown["status"], "diverged");
+  EXPECT_LE(blown["steps"].size(), 3u);
+  const std::string why = blown["failure"]["message"].get<std::string>();
+  EXPECT_NE(why.find("above 10 times the first step's"), std::string::npos) << why;
+  // Off, it runs to the end with the loss it reached.
+  c.diverge_above = 0;
+  const auto off = record_to_json(Trainer(c).run());
+  EXPECT_EQ(off["status"], "ok");
+  EXPECT_GT(off["final_loss"].get<double>(), 1e20);
+  // A run that only descends is never stopped by it.
+  c = toy_config("quadratic", "sgd");
+  c.steps = 20;
+  EXPECT_EQ(record_to_json(Trainer(c).run())["status"], "ok");
+}
+
 TEST(TrainerToy, LanguageModelRecordsHaveNoFinalParams) {
   RunConfig c = fixture_config();
   c.steps = 1;

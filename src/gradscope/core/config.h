@@ -172,6 +172,7 @@ struct RunConfig {
   int threads = 0;               // 0 = LibTorch's default
   int64_t memory_cap_bytes = 0;  // 0 = no cap
   double timeout_s = 0;          // 0 = no limit
+  double diverge_above = 10;     // a loss above this multiple of the first ends the run; 0 = off
 
   // --- how it is measured ---
   double sample_period_s = 0.1;  // 0 = no sampler

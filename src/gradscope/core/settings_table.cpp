@@ -740,6 +740,19 @@ std::vector<Setting> build_settings_table() {
     s.check = non_negative(&RunConfig::timeout_s, s.flag(), "pass 0 for no time limit");
     t.push_back(std::move(s));
   }
+  {
+    Setting s = member_row("diverge-above", "diverge_above", &RunConfig::diverge_above,
+                           T::kNumber, R::kMeasures, S::kDevice,
+                           "End with status diverged when the training loss rises above this "
+                           "multiple of the first step's loss, a blow-up without a NaN (0 = only "
+                           "a NaN or infinite loss)");
+    s.check = [](const RunConfig& c) {
+      check_usage(c.diverge_above == 0 || (c.diverge_above > 1 && std::isfinite(c.diverge_above)),
+                  fmt::format("--diverge-above {} must be 0 (off) or above 1", c.diverge_above),
+                  "pass e.g. --diverge-above 10, or 0 to end only on a NaN or infinite loss");
+    };
+    t.push_back(std::move(s));
+  }
 
   // --- how it is measured ---
   {

@@ -37,6 +37,20 @@ bool is_oom(const std::string& message) {
 
 std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
+// Why a step's loss ends the run as diverged, or "" when it does not: a NaN or infinite loss,
+// or (with --diverge-above F > 0) a loss above F times the run's first, a blow-up without a
+// NaN. The first is the tally's first step, which a resumed run has back from its state.
+std::string divergence(const RunConfig& c, const std::vector<StepEntry>& steps, double loss,
+                       int64_t step) {
+  if (!std::isfinite(loss)) return fmt::format("loss is {} at step {}", loss, step);
+  if (c.diverge_above <= 0 || steps.empty() || !steps.front().loss) return "";
+  const double first = *steps.front().loss;
+  if (!(first > 0) || loss <= c.diverge_above * first) return "";
+  return fmt::format("loss {:.6g} at step {} is above {:g} times the first step's {:.6g} "
+                     "(--diverge-above)",
+                     loss, step, c.diverge_above, first);
+}
+
 RunFailure failure_at(int64_t step, Phase phase, const std::string& message) {
   return RunFailure{step, std::string(phase_name(phase)), message};
 }
@@ -219,10 +233,10 @@ RunRecord Trainer::run(ProgressSink* progress) {
         break;
       }
       const double loss = train_step(loop, step);
-      if (!std::isfinite(loss)) {
+      const std::string diverged = divergence(c, loop.tally.steps, loss, step + 1);
+      if (!diverged.empty()) {
         record.status = RunStatus::kDiverged;
-        record.failure = failure_at(step + 1, Phase::kForward,
-                                    fmt::format("loss is {} at step {}", loss, step + 1));
+        record.failure = failure_at(step + 1, Phase::kForward, diverged);
         ++step;
         break;
       }
