@@ -31,6 +31,9 @@ TEST(RecordV1, RunRecordLoads) {
   EXPECT_EQ(r.status, RunStatus::kOk);
   EXPECT_TRUE(r.ok());
   EXPECT_FALSE(r.failure.has_value());
+  // Written before --diverge-above existed: only a NaN or infinite loss ended it.
+  EXPECT_EQ(r.config.diverge_above, 0);
+  EXPECT_EQ(RunConfig().diverge_above, 10);
 
   // The configuration, with the settings version 1 did not record at their defaults.
   const RunConfig& c = r.config;

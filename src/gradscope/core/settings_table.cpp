@@ -745,7 +745,13 @@ std::vector<Setting> build_settings_table() {
                            T::kNumber, R::kMeasures, S::kDevice,
                            "End with status diverged when the training loss rises above this "
                            "multiple of the first step's loss, a blow-up without a NaN (0 = only "
-                           "a NaN or infinite loss)");
+                           "a NaN or infinite loss; a first loss of 0 or below is not compared)");
+    // A configuration written before the setting existed ran with none: read it back as 0.
+    const auto read = s.read;
+    s.read = [read](RunConfig& c, const json& in) {
+      if (!in.contains("diverge_above")) c.diverge_above = 0;
+      read(c, in);
+    };
     s.check = [](const RunConfig& c) {
       check_usage(c.diverge_above == 0 || (c.diverge_above > 1 && std::isfinite(c.diverge_above)),
                   fmt::format("--diverge-above {} must be 0 (off) or above 1", c.diverge_above),
