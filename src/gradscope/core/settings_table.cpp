@@ -100,7 +100,8 @@ std::vector<Setting> build_settings_table() {
                          "preset's, or the --init-from folder's)"));
   {
     Setting s = custom_row("dropout", "dropout", T::kNumber, R::kDefines, S::kModel,
-                           "Dropout probability (default: the published one)");
+                           "Dropout probability (default: the model's own; docs/usage.md "
+                           "says where each comes from)");
     s.parse = [flag = s.flag()](RunConfig& c, const std::string& text) {
       c.dropout = parse_number(flag, text);
     };

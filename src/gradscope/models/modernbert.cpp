@@ -201,6 +201,7 @@ json modernbert_preset(const std::string& preset) {
                {"attention_bias", false},
                {"mlp_bias", false},
                {"decoder_bias", true},
+               // No dropout, as ModernBERT-base's config (embedding, attention, MLP: 0.0).
                {"hidden_dropout", 0.0},
                {"attention_dropout", 0.0},
                {"initializer_range", 0.02},

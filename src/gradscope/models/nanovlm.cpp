@@ -135,6 +135,7 @@ json nanovlm_preset(const std::string& preset) {
                {"tie_word_embeddings", true},
                {"attention_bias", false},
                {"mlp_bias", false},
+               // No dropout, as SmolLM2's and SigLIP's configs.
                {"hidden_dropout", 0.0},
                {"attention_dropout", 0.0},
                {"initializer_range", 0.02}};

@@ -180,7 +180,9 @@ LossOutput ViTModel::loss(const Batch& batch) {
 // Presets and counts
 
 json vit_preset(const std::string& preset) {
-  // Shared: ViT's LayerNorm epsilon, biases, dropout 0.1 as published, Fashion-MNIST.
+  // Shared: ViT's LayerNorm epsilon, biases, Fashion-MNIST, and dropout 0.1 on the embeddings
+  // and sub-layer outputs, as the ViT paper trained ViT-B/16 from scratch (its Table 3; the
+  // published google/vit-base-patch16-224 config, a fine-tuned checkpoint, says 0.0).
   json arch = {{"model_type", "vit"},       {"num_channels", 3},         {"layer_norm_eps", 1e-12},
                {"qkv_bias", true},          {"hidden_act", "gelu"},      {"hidden_dropout", 0.1},
                {"attention_dropout", 0.0},  {"initializer_range", 0.02}, {"num_labels", 10},
