@@ -238,12 +238,7 @@ std::unique_ptr<torch::optim::Optimizer> build_apollo(const std::string& name, b
   check_betas(name, betas);
   check_range(eps >= 0, fmt::format("{} eps={} must be >= 0", name, eps));
   const auto& names = info.names;
-  if (names.empty() && !params.empty())
-    fail_runtime(name +
-                     " needs the parameters' names to tell the blocks' attention and MLP "
-                     "matrices from embeddings, heads and classifiers",
-                 "build it with make_optimizer(name, params, names, ...) "
-                 "(torch::nn::Module::named_parameters())");
+  require_param_names(name, names, params);
   auto options = ApolloOptions(lr)
                      .betas(std::make_tuple(betas.first, betas.second))
                      .eps(eps)

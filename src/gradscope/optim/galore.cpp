@@ -184,12 +184,7 @@ std::unique_ptr<torch::optim::Optimizer> make_galore(std::vector<torch::Tensor> 
   check_betas("galore", betas);
   check_range(eps >= 0, fmt::format("galore eps={} must be >= 0", eps));
   const auto& names = info.names;
-  if (names.empty() && !params.empty())
-    fail_runtime(
-        "galore needs the parameters' names to tell the blocks' attention and MLP "
-        "matrices from embeddings, heads and classifiers",
-        "build it with make_optimizer(name, params, names, ...) "
-        "(torch::nn::Module::named_parameters())");
+  require_param_names("galore", names, params);
   auto options = GaloreOptions(lr)
                      .betas(std::make_tuple(betas.first, betas.second))
                      .eps(eps)

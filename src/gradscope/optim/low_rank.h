@@ -1,14 +1,17 @@
 // What GaLore and APOLLO share: the side a matrix's projection takes, and Adam's moments in
-// the projected shape (galore.h, apollo.h).
+// the projected shape, their checks of rank and names (galore.h, apollo.h).
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <torch/torch.h>
+
+#include "gradscope/core/error.h"
 
 namespace gradscope {
 
@@ -16,6 +19,19 @@ namespace gradscope {
 // else on the right (R of shape (m, r)): on its shorter side, and a square matrix on the right,
 // as both papers' projectors decide (`shape[0] >= shape[1]`: right).
 inline bool projects_on_left(int64_t m, int64_t n) { return m < n; }
+
+// GaLore and APOLLO pick the matrices they project by name: without the parameters' names
+// they refuse to be built (a runtime error naming the optimizer).
+inline void require_param_names(const std::string& optimizer,
+                                const std::vector<std::string>& names,
+                                const std::vector<torch::Tensor>& params) {
+  if (names.empty() && !params.empty())
+    fail_runtime(optimizer +
+                     " needs the parameters' names to tell the blocks' attention and MLP "
+                     "matrices from embeddings, heads and classifiers",
+                 "build it with make_optimizer(name, params, names, ...) "
+                 "(torch::nn::Module::named_parameters())");
+}
 
 // Checks each group's settings with `check`, then that every projecting group's rank fits each
 // of its matrices: a rank is only wrong for a given matrix, so each group's meets its own.
