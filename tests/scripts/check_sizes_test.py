@@ -146,11 +146,18 @@ class CheckSizesTest(unittest.TestCase):
     def test_the_repository_exceptions_are_named(self):
         # The declarative exceptions are listed as allowed, and change nothing else.
         self.write("core/settings_table.cpp",
-                   "std::vector<Setting> build_settings_table() {\n" + body(750) + "}\n")
+                   "std::vector<Setting> build_settings_table() {\n" + body(650) + "}\n")
         code, out = self.run_check()
         self.assertEqual(code, 0, out)
-        self.assertIn("build_settings_table: 752 lines (allowed", out)
-        self.assertIn("core/settings_table.cpp: 752 lines (allowed", out)
+        self.assertIn("build_settings_table: 652 lines (allowed", out)
+        # The function is exempt, its file is not: over 700 lines it is split like any other.
+        self.write("core/settings_table.cpp",
+                   "std::vector<Setting> build_settings_table() {\n" + body(750) + "}\n")
+        code, out = self.run_check()
+        self.assertEqual(code, 1, out)
+        self.assertIn("core/settings_table.cpp: 752 lines, over 700", out)
+        self.write("core/settings_table.cpp",
+                   "std::vector<Setting> build_settings_table() {\n" + body(650) + "}\n")
         self.write("core/other_table.cpp",
                    "std::vector<Setting> build_settings_table() {\n" + body(150) + "}\n")
         code, out = self.run_check()

@@ -307,5 +307,9 @@ Setting choice_row(std::string name, std::string key, Member RunConfig::*member,
   return s;
 }
 
+// The rows from how a step is computed to the outputs, appended to `t` in --help's order
+// (settings_table_rows.cpp).
+void add_step_to_output_rows(std::vector<Setting>& t);
+
 }  // namespace setting_rows
 }  // namespace gradscope
