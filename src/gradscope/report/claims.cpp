@@ -165,6 +165,8 @@ const char* verdict_name(Verdict v) {
       return "not enough data";
     case Verdict::kNotComparable:
       return "not comparable here";
+    case Verdict::kIndicativeOnly:
+      return "indicative only";
   }
   return "?";
 }

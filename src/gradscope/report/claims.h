@@ -22,9 +22,17 @@
 namespace gradscope {
 
 // kNotComparable: the data measures something else than the study did (a CPU's utilization
-// against the study's GPU utilization).
-enum class Verdict { kReproduced, kNotReproduced, kNotEnoughData, kNotComparable };
-// "reproduced", "not reproduced", "not enough data", "not comparable here"
+// against the study's GPU utilization). kIndicativeOnly: the rule was applied to runs that
+// cannot carry a verdict (untuned learning rates, or too few steps); Finding::leaning says
+// which way it pointed.
+enum class Verdict {
+  kReproduced,
+  kNotReproduced,
+  kNotEnoughData,
+  kNotComparable,
+  kIndicativeOnly
+};
+// "reproduced", "not reproduced", "not enough data", "not comparable here", "indicative only"
 const char* verdict_name(Verdict v);
 
 // Seeds a side of a comparison needs before it counts toward a verdict.
@@ -116,7 +124,22 @@ struct Finding {
   Verdict verdict = Verdict::kNotEnoughData;  // on the study's basis
   Verdict verdict_equal_samples = Verdict::kNotEnoughData;
   Verdict verdict_equal_evaluations = Verdict::kNotEnoughData;
+  // What the rule gave on the study's basis when the verdict is kIndicativeOnly (otherwise the
+  // verdict itself).
+  Verdict leaning = Verdict::kNotEnoughData;
   std::string measured;  // the headline figure(s) this database gives
+  // One short line: the number behind the verdict on the study's basis ("SGD 2.07 vs Adam
+  // 2.21 on llama, p = 0.003").
+  std::string headline;
+  // The scale of the deciding runs: parameters, steps, how their rates were chosen, whether
+  // their validation loss was still falling over the last tenth of the run.
+  std::string scale;
+  // The correction the contrasts were tested under, and what was counted once.
+  std::string correction;
+  // Each deciding contrast on the study's basis, named, with its test, p, the level it was
+  // held to, its outcome and, when undecided, the smallest difference it could have detected
+  // and the seeds it would need.
+  std::vector<std::string> contrasts;
   std::vector<Evidence> evidence;
   std::vector<std::string> notes;  // seeds too few, device caveats, ...
 };
