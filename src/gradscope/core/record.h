@@ -33,7 +33,7 @@ inline constexpr size_t kMaxSweepLabel = 256;
 enum class RunStatus {
   kOk,
   kOom,       // out of memory (allocator, --memory-cap, or the sweep's memory limit)
-  kDiverged,  // the loss became NaN or infinite
+  kDiverged,  // the loss became NaN or infinite, or rose above --diverge-above x the first
   kTimeout,   // --timeout, or the sweep's run_timeout
   kError,     // any other failure of the run
   kCrashed,   // the process ended without a record (the sweep writes it)

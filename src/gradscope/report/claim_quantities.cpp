@@ -32,12 +32,50 @@ std::string& basis_text(Evidence& e, int basis) {
   return basis == 0 ? e.steps : basis == 1 ? e.samples : e.evaluations;
 }
 
-// One value per ok run of a group that has it (what a t test is given).
-std::vector<double> seed_values(const GroupedRuns& data, const Group& g,
-                                const std::function<std::optional<double>(const RunRecord&)>& f) {
-  std::vector<double> v;
+
+// Whether a group has a run the claims count: ok, or diverged (counted_losses_at).
+bool has_counted_run(const GroupedRuns& data, const Group& g) {
+  return std::any_of(g.runs.begin(), g.runs.end(), [&](size_t i) {
+    return data.runs[i].ok() || data.runs[i].record.status == RunStatus::kDiverged;
+  });
+}
+
+// Per seed, a group's training loss at x over its ok runs and its diverged ones. A run that
+// diverged counts as no better than it began: the larger of its first loss and its loss at x
+// (the last tenth of its steps up to x), so a configuration that blows up is held against its
+// rivals instead of dropped.
+struct SeedValues {
+  std::vector<double> values;
+  std::vector<uint64_t> seeds;
+  int diverged = 0;
+};
+SeedValues counted_losses_at(const GroupedRuns& data, const Group& g, Axis axis, double x) {
+  SeedValues s;
+  for (size_t i : g.runs) {
+    const ReportRun& r = data.runs[i];
+    const bool diverged = r.record.status == RunStatus::kDiverged;
+    if ((!r.ok() && !diverged) || (measured_axis(axis) && r.timing_disturbed())) continue;
+    std::optional<double> l = loss_at(r.curve, axis, x);
+    if (diverged && !r.curve.empty()) {
+      l = std::max(r.curve.front().loss, l.value_or(r.curve.front().loss));
+      ++s.diverged;
+    }
+    if (!l || !std::isfinite(*l)) continue;
+    s.values.push_back(*l);
+    s.seeds.push_back(r.seed());
+  }
+  return s;
+}
+
+// One value per ok run of a group that has it, with its seed (what a t test is given).
+SeedValues seed_values(const GroupedRuns& data, const Group& g,
+                       const std::function<std::optional<double>(const RunRecord&)>& f) {
+  SeedValues v;
   for (size_t i : g.ok_runs)
-    if (const auto x = f(data.runs[i].record); x && std::isfinite(*x)) v.push_back(*x);
+    if (const auto x = f(data.runs[i].record); x && std::isfinite(*x)) {
+      v.values.push_back(*x);
+      v.seeds.push_back(data.runs[i].seed());
+    }
   return v;
 }
 
@@ -66,13 +104,13 @@ std::vector<Pair> strategy_pairs(const GroupedRuns& data, const std::string& mod
   std::vector<Pair> pairs;
   for (size_t a = 0; a < data.groups.size(); ++a) {
     const Group& ga = data.groups[a];
-    if (ga.model != model || ga.strategy != treatment || ga.ok_runs.empty()) continue;
+    if (ga.model != model || ga.strategy != treatment || !has_counted_run(data, ga)) continue;
     const std::string key = key_without(ga, erase);
     const int64_t micro = ga.config.batch;
     const int64_t effective = ga.config.accum_steps * micro;
     for (size_t b = 0; b < data.groups.size(); ++b) {
       const Group& gb = data.groups[b];
-      if (gb.model != model || gb.strategy != "standard" || gb.ok_runs.empty()) continue;
+      if (gb.model != model || gb.strategy != "standard" || !has_counted_run(data, gb)) continue;
       if (gb.config.accum_steps != 1 || key_without(gb, erase) != key) continue;
       const int64_t other = gb.config.batch;
       if (treatment == "accumulation" && ga.config.accum_steps > 1) {
@@ -131,9 +169,40 @@ std::string pair_name(const GroupedRuns& data, const Pair& p) {
   return text;
 }
 
-// The common point of two groups on an axis: the smaller of their totals.
+// A pair as a contrast's name: "nanovlm tiny, adam: standard vs accumulation, same micro-batch".
+std::string contrast_name(const GroupedRuns& data, const Pair& p) {
+  const Group& a = data.groups[p.a];
+  const Group& b = data.groups[p.b];
+  std::string text = fmt::format("{} {}: {} vs {}", a.model, a.preset, a.label, b.label);
+  if (a.config.accum_steps > 1) text += p.same_micro ? ", same micro-batch" : ", same effective batch";
+  return text;
+}
+
+// The common point of two groups on an axis: the smaller of their totals (a side whose runs
+// all diverged has none: the other side's).
 double common_point(const Group& a, const Group& b, Axis axis) {
-  return std::min(a.total(axis), b.total(axis));
+  const double x = a.total(axis), y = b.total(axis);
+  return std::isnan(x) ? y : std::isnan(y) ? x : std::min(x, y);
+}
+
+// A contrast of a's losses against b's at x: per seed, diverged runs counted.
+ClaimTest loss_test(const SeedValues& a, const SeedValues& b, size_t evidence, std::string name,
+                    std::vector<size_t> groups) {
+  ClaimTest t;
+  t.a = a.values;
+  t.b = b.values;
+  t.seeds_a = a.seeds;
+  t.seeds_b = b.seeds;
+  t.evidence = evidence;
+  t.name = std::move(name);
+  t.groups = std::move(groups);
+  return t;
+}
+
+std::string diverged_text(const SeedValues& a, const SeedValues& b) {
+  if (a.diverged + b.diverged == 0) return "";
+  return fmt::format(" ({} and {} diverged seed(s) counted as no better than they began)",
+                     a.diverged, b.diverged);
 }
 
 std::string seeds_text(const std::vector<double>& v) { return fmt::format("{} seed(s)", v.size()); }
@@ -158,9 +227,9 @@ ClaimMeasurement loss_ratio(const GroupedRuns& data, const ClaimRule& rule) {
     for (int basis = 0; basis < kBases; ++basis) {
       const Axis axis = basis_axis(basis);
       const double x = common_point(a, b, axis);
-      const std::vector<double> la = seed_losses_at(data, a, axis, x);
-      const std::vector<double> lb = seed_losses_at(data, b, axis, x);
-      const Interval ia = mean_interval(la), ib = mean_interval(lb);
+      const SeedValues sa = counted_losses_at(data, a, axis, x);
+      const SeedValues sb = counted_losses_at(data, b, axis, x);
+      const Interval ia = mean_interval(sa.values), ib = mean_interval(sb.values);
       std::string& text = basis_text(e, basis);
       if (ia.n == 0 || ib.n == 0 || !(ia.mean > 0)) {
         text = "n/a";
@@ -168,11 +237,14 @@ ClaimMeasurement loss_ratio(const GroupedRuns& data, const ClaimRule& rule) {
       }
       const double r = ib.mean / ia.mean;
       ratios[p.same_micro][basis].push_back(r);
-      text = fmt::format("at {} {}: loss {} vs {} ({} vs {}), {} lower; peak memory {}",
+      text = fmt::format("at {} {}: loss {} vs {} ({} vs {}){}, {} lower; peak memory {}",
                          format_count(x), axis_name(axis), format_interval(ia), format_interval(ib),
-                         seeds_text(la), seeds_text(lb), format_ratio(r), format_ratio(mem));
+                         seeds_text(sa.values), seeds_text(sb.values), diverged_text(sa, sb),
+                         format_ratio(r), format_ratio(mem));
       // Standard (b) against the threshold times accumulation (a).
-      if (decides) m.tests[basis].push_back({lb, la, m.evidence.size()});
+      if (decides)
+        m.tests[basis].push_back(
+            loss_test(sb, sa, m.evidence.size(), contrast_name(data, p), {p.b, p.a}));
     }
     m.evidence.push_back(e);
   }
@@ -206,6 +278,15 @@ ClaimMeasurement loss_ratio(const GroupedRuns& data, const ClaimRule& rule) {
   return m;
 }
 
+// Whether a group (another optimizer's, against Adam) is one of the contrasts the claim names.
+bool names_contrast(const ClaimMeasure& measure, const Group& g) {
+  const auto in = [](const std::vector<std::string>& names, const std::string& name) {
+    return names.empty() || std::find(names.begin(), names.end(), name) != names.end();
+  };
+  return in(measure.contrast_models, g.model) && in(measure.contrast_optimizers, g.optimizer) &&
+         (measure.contrast_strategy.empty() || measure.contrast_strategy == g.strategy);
+}
+
 ClaimMeasurement cells_beating_adam(const GroupedRuns& data, const ClaimRule& rule) {
   ClaimMeasurement m;
   const std::vector<std::string> models = models_of(data, rule);
@@ -213,7 +294,8 @@ ClaimMeasurement cells_beating_adam(const GroupedRuns& data, const ClaimRule& ru
   std::map<std::string, std::vector<size_t>> cells;
   for (size_t i = 0; i < data.groups.size(); ++i) {
     const Group& g = data.groups[i];
-    if (g.ok_runs.empty() || std::find(models.begin(), models.end(), g.model) == models.end())
+    if (!has_counted_run(data, g) ||
+        std::find(models.begin(), models.end(), g.model) == models.end())
       continue;
     cells[key_without(g, erase)].push_back(i);
   }
@@ -248,20 +330,27 @@ ClaimMeasurement cells_beating_adam(const GroupedRuns& data, const ClaimRule& ru
     for (size_t i : others) {
       const Group& go = data.groups[i];
       const Group& first = data.groups[adams.front()];
+      const bool decides = names_contrast(rule.measure, go);
       Evidence e;
-      e.what = fmt::format("{} {}, {}: {} vs Adam{}", first.model, first.preset, first.strategy,
-                           go.label, adams.size() > 1 ? " (its best group at each point)" : "");
+      e.what = fmt::format("{} {}, {}: {} vs Adam{}{}", first.model, first.preset, first.strategy,
+                           go.label, adams.size() > 1 ? " (its best group at each point)" : "",
+                           decides ? "" : " [shown, does not decide]");
       for (int basis = 0; basis <= kBases; ++basis) {
         const Axis axis = basis < kBases ? basis_axis(basis) : Axis::kTime;
         const Group& ga = data.groups[best_adam[basis]];
-        const std::vector<double> lo = seed_losses_at(data, go, axis, x[basis]);
-        const std::vector<double> la = seed_losses_at(data, ga, axis, x[basis]);
-        const Interval io = mean_interval(lo), ia = mean_interval(la);
-        std::string text = fmt::format("at {} {}: {} vs Adam {}", format_count(x[basis]),
-                                       axis_name(axis), format_interval(io), format_interval(ia));
+        const SeedValues so = counted_losses_at(data, go, axis, x[basis]);
+        const SeedValues sa = counted_losses_at(data, ga, axis, x[basis]);
+        const Interval io = mean_interval(so.values), ia = mean_interval(sa.values);
+        std::string text =
+            fmt::format("at {} {}: {} vs Adam {}{}", format_count(x[basis]), axis_name(axis),
+                        format_interval(io), format_interval(ia), diverged_text(so, sa));
         if (basis < kBases && io.n > 0 && ia.n > 0) {
           if (io.mean < ia.mean) ++lower[basis];
-          m.tests[basis].push_back({lo, la, m.evidence.size()});
+          if (decides)
+            m.tests[basis].push_back(loss_test(
+                so, sa, m.evidence.size(),
+                fmt::format("{} {}, {}: {} vs adam", go.model, go.preset, go.strategy, go.optimizer),
+                {i, best_adam[basis]}));
         }
         (basis < kBases ? basis_text(e, basis) : e.time) = text;
       }
@@ -279,26 +368,45 @@ ClaimMeasurement cells_beating_adam(const GroupedRuns& data, const ClaimRule& ru
   return m;
 }
 
-// Per seed, the loss of a's run over b's run of the same seed at x (seeds both ran, ok, with a
-// loss there), in seed order: a paired comparison, free of the seeds' spread.
-std::vector<double> paired_ratios(const GroupedRuns& data, const Group& a, const Group& b,
-                                  Axis axis, double x) {
+// Per seed, |log(a's loss / b's loss)| at x over the seeds both ran ok: how far apart two runs
+// that differ only in how a step is computed ended, free of the seeds' spread.
+SeedValues abs_log_ratios(const GroupedRuns& data, const Group& a, const Group& b, Axis axis,
+                          double x) {
   std::map<uint64_t, double> of_b;
   for (size_t i : b.ok_runs)
     if (auto l = loss_at(data.runs[i].curve, axis, x)) of_b[data.runs[i].seed()] = *l;
-  std::vector<double> ratios;
+  SeedValues s;
   for (size_t i : a.ok_runs) {
     const auto l = loss_at(data.runs[i].curve, axis, x);
     const auto other = of_b.find(data.runs[i].seed());
-    if (l && other != of_b.end() && other->second != 0) ratios.push_back(*l / other->second);
+    if (l && other != of_b.end() && *l > 0 && other->second > 0) {
+      s.values.push_back(std::abs(std::log(*l / other->second)));
+      s.seeds.push_back(data.runs[i].seed());
+    }
   }
-  return ratios;
+  return s;
+}
+
+// A model's noise floor at a basis: the per-seed |log ratio| of every run of accumulation at
+// the standard runs' effective batch (the same gradient by construction, summed in another
+// order) against its standard run. Two runs that should train alike drift this far apart.
+std::vector<double> noise_floor(const GroupedRuns& data, const std::string& model, Axis axis) {
+  std::vector<double> floor;
+  for (const Pair& p : strategy_pairs(data, model, "accumulation")) {
+    if (p.same_micro) continue;
+    const Group& a = data.groups[p.a];
+    const Group& b = data.groups[p.b];
+    for (double v : abs_log_ratios(data, a, b, axis, common_point(a, b, axis)).values)
+      floor.push_back(v);
+  }
+  return floor;
 }
 
 ClaimMeasurement loss_difference(const GroupedRuns& data, const ClaimRule& rule) {
   ClaimMeasurement m;
   double worst[kBases] = {0, 0, 0};
   const std::vector<Pair> pairs = pairs_of(data, rule);
+  std::set<std::string> without_floor;
   for (const Pair& p : pairs) {
     const Group& a = data.groups[p.a];
     const Group& b = data.groups[p.b];
@@ -307,31 +415,43 @@ ClaimMeasurement loss_difference(const GroupedRuns& data, const ClaimRule& rule)
     for (int basis = 0; basis < kBases; ++basis) {
       const Axis axis = basis_axis(basis);
       const double x = common_point(a, b, axis);
-      const std::vector<double> la = seed_losses_at(data, a, axis, x);
-      const std::vector<double> lb = seed_losses_at(data, b, axis, x);
-      const Interval ia = mean_interval(la), ib = mean_interval(lb);
+      const SeedValues d = abs_log_ratios(data, a, b, axis, x);
       std::string& text = basis_text(e, basis);
-      if (ia.n == 0 || ib.n == 0 || ib.mean == 0) {
+      if (d.values.empty()) {
         text = "n/a";
         continue;
       }
-      const double diff = std::abs(ia.mean - ib.mean) / std::abs(ib.mean);
-      worst[basis] = std::max(worst[basis], diff);
-      text = fmt::format("at {}: loss {} vs {} ({} vs {}), relative difference {:.2e}",
-                         format_count(x), format_interval(ia), format_interval(ib), seeds_text(la),
-                         seeds_text(lb), diff);
-      // Seed by seed: recomputation changes nothing but the order of sums, so the runs of one
-      // seed are compared with each other, not through the spread of the seeds.
-      m.tests[basis].push_back(
-          {paired_ratios(data, a, b, axis, x), std::nullopt, m.evidence.size()});
+      const double most = *std::max_element(d.values.begin(), d.values.end());
+      worst[basis] = std::max(worst[basis], most);
+      const std::vector<double> floor = noise_floor(data, a.model, axis);
+      text = fmt::format("at {}: |log ratio| per seed up to {:.2e} over {}", format_count(x), most,
+                         seeds_text(d.values));
+      if (floor.empty()) {
+        without_floor.insert(a.model);
+        text += "; no noise floor for this model: shown, does not count";
+        continue;
+      }
+      text += fmt::format("; noise floor median {:.2e} over {} seed pair(s)", median(floor),
+                          floor.size());
+      ClaimTest t;
+      t.a = d.values;
+      t.b = floor;
+      t.evidence = m.evidence.size();
+      t.name = contrast_name(data, p) + " against the noise floor";
+      t.groups = {p.a, p.b};
+      m.tests[basis].push_back(t);
     }
     m.evidence.push_back(e);
   }
-  m.measured =
-      pairs.empty()
-          ? "no checkpointed run has a standard run to compare with"
-          : fmt::format("largest relative difference of the mean losses {:.2e} over {} pair(s)",
-                        worst[0], pairs.size());
+  m.measured = pairs.empty() ? "no checkpointed run has a standard run to compare with"
+                             : fmt::format("largest per-seed |log ratio| of the losses {:.2e} "
+                                           "over {} pair(s)",
+                                           worst[0], pairs.size());
+  for (const std::string& model : without_floor)
+    m.notes.push_back(fmt::format(
+        "{} has no accumulation run at the standard runs' effective batch, so no noise floor: "
+        "its pairs are shown and do not count.",
+        model));
   return m;
 }
 
@@ -348,17 +468,25 @@ ClaimMeasurement step_time_ratio(const GroupedRuns& data, const ClaimRule& rule)
     ++pairs;
     const Group& a = data.groups[p.a];
     const Group& b = data.groups[p.b];
-    const std::vector<double> ta = seed_values(data, a, step_s);
-    const std::vector<double> tb = seed_values(data, b, step_s);
-    if (ta.empty() || tb.empty()) continue;
+    const SeedValues ta = seed_values(data, a, step_s);
+    const SeedValues tb = seed_values(data, b, step_s);
+    if (ta.values.empty() || tb.values.empty()) continue;
     const double r = a.step_s.mean / b.step_s.mean;  // treatment time / baseline time
     ratios.push_back(r);
     Evidence e;
     e.what = pair_name(data, p);
     e.steps = fmt::format("step {:.4g} s vs {:.4g} s ({} vs {}): {}", a.step_s.mean, b.step_s.mean,
-                          seeds_text(ta), seeds_text(tb), format_ratio(r));
+                          seeds_text(ta.values), seeds_text(tb.values), format_ratio(r));
     e.samples = e.evaluations = e.steps;
-    m.tests[0].push_back({ta, tb, m.evidence.size()});
+    ClaimTest t;
+    t.a = ta.values;
+    t.b = tb.values;
+    t.seeds_a = ta.seeds;
+    t.seeds_b = tb.seeds;
+    t.evidence = m.evidence.size();
+    t.name = contrast_name(data, p);
+    t.groups = {p.a, p.b};
+    m.tests[0].push_back(t);
     m.evidence.push_back(e);
   }
   if (ratios.empty()) {
@@ -404,7 +532,7 @@ ClaimMeasurement median_utilization(const GroupedRuns& data, const ClaimRule& ru
         if (!u->source.empty()) other_sources.insert(u->source);
       }
     }
-    const std::vector<double> v = seed_values(data, g, gpu_util);
+    const std::vector<double> v = seed_values(data, g, gpu_util).values;
     if (v.empty()) continue;
     const Interval i = mean_interval(v);
     gpu_means.push_back(i.mean);
@@ -412,7 +540,12 @@ ClaimMeasurement median_utilization(const GroupedRuns& data, const ClaimRule& ru
     e.what = fmt::format("{} {}: {}", g.model, g.preset, g.label);
     e.steps = e.samples = e.evaluations =
         fmt::format("GPU utilization {}% ({})", format_interval(i, "{:.1f}"), seeds_text(v));
-    m.tests[0].push_back({v, std::nullopt, m.evidence.size()});
+    ClaimTest t;
+    t.a = v;
+    t.evidence = m.evidence.size();
+    t.name = fmt::format("{} {}: {}", g.model, g.preset, g.label);
+    t.groups = {static_cast<size_t>(&g - data.groups.data())};
+    m.tests[0].push_back(t);
     m.evidence.push_back(e);
   }
   m.same_at_every_basis();

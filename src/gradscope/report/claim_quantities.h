@@ -12,12 +12,20 @@
 
 namespace gradscope {
 
-// One comparison: per-seed values a against per-seed values b (scaled by a threshold), or
-// against the thresholds themselves when b is nullopt.
+// One comparison (a contrast): per-seed values a against per-seed values b (scaled by a
+// threshold), or against the thresholds themselves when b is nullopt.
 struct ClaimTest {
   std::vector<double> a;
   std::optional<std::vector<double>> b;
+  // The seed of each value; sides with the same seeds are tested paired (contrasts.h). Empty:
+  // unpaired.
+  std::vector<uint64_t> seeds_a, seeds_b;
   size_t evidence = 0;  // the Evidence row it belongs to; the evaluator adds its outcome there
+  std::string name;     // the contrast in words: "llama tiny, standard: sgd vs adam"
+  // Whether it is one of the contrasts the claim names as deciding it; the others are shown
+  // with their figures but are not tested.
+  bool decides = true;
+  std::vector<size_t> groups;  // the groups behind its two sides (their scale is stated)
 };
 
 struct ClaimMeasurement {

@@ -37,8 +37,11 @@ const char* verdict_name(Verdict v);
 
 // Seeds a side of a comparison needs before it counts toward a verdict.
 inline constexpr int kMinSeeds = 3;
-// The two-sided significance level of the Welch t test behind every verdict.
+// The two-sided level at which a claim's contrasts, together, decide its verdict.
 inline constexpr double kAlpha = 0.05;
+// Deciding runs shorter than this give an indicative verdict only: a convention, stated with
+// every rule, against verdicts from a few dozen steps (the demo's).
+inline constexpr int64_t kMinVerdictSteps = 100;
 
 // What a claim compares.
 enum class ClaimQuantity {
@@ -81,6 +84,11 @@ struct ClaimMeasure {
   ClaimQuantity quantity;
   std::string treatment;            // the strategy compared with standard ("" when none is)
   std::vector<std::string> models;  // empty: every model in the data
+  // The contrasts named in advance as deciding the claim (kCellsBeatingAdam): these models,
+  // optimizers against Adam, with this strategy; empty: every one decides. The others are
+  // shown, not tested.
+  std::vector<std::string> contrast_models{}, contrast_optimizers{};
+  std::string contrast_strategy{};
 };
 
 // How the comparisons decide the verdict.
@@ -90,6 +98,9 @@ struct ClaimThresholds {
   ClaimAggregate aggregate = ClaimAggregate::kMedian;
   // Also required: no treatment run needs more than this times its standard run's peak.
   std::optional<double> max_peak_ratio;
+  // A ratio claim: tested as log a - log b against log low (log high), so that a seed weighs
+  // as a factor (contrasts.h).
+  bool log_scale = false;
 };
 
 struct ClaimRule {
