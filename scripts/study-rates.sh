@@ -242,14 +242,21 @@ else
     # The main grid's settings, less its leading comment and under this sweep's name.
     sed -e '/^#/d' -e 's/^name = "study-cpu"$/name = "study-accumulation-rate"/' -- "$study_cpu"
     echo
-    echo "# Only accumulation at micro-batch 8, only where its own pick differs."
+    echo "# Only accumulation at micro-batch 8, and only where its own pick differs: every"
+    echo "# accumulation run is marked, the overrides below give the ones that differ their rate"
+    echo "# and how it was chosen, and the runs still marked are dropped."
     echo "[[exclude]]"
     echo "strategy = [\"standard\", \"checkpoint\"]"
     echo
     echo "[[exclude]]"
     echo "batch = 2"
-    echo "$pairs" | awk -F'|' '$3 == $4 {
-      printf "\n[[exclude]]\nmodel = \"%s\"\noptimizer = \"%s\"\n", $1, $2 }'
+    echo
+    echo "[[override]]"
+    echo "when = { strategy = \"accumulation\" }"
+    echo "set = { lr_chosen_by = \"no own pick\" }"
+    echo
+    echo "[[exclude]]"
+    echo "lr_chosen_by = \"no own pick\""
     while IFS='|' read -r model optimizer _ accumulation _ _ _ n steps seed; do
       echo
       override "$model" "$optimizer" "$accumulation" \

@@ -105,6 +105,19 @@ fi
 # 2. The pick, and the sweep files of the comparison: the committed grids with the picked rates
 # appended, and the accumulation step's own rates where they differ.
 bash "$here/study-rates.sh" "$work/rates.db" "$work"
+# Every model and optimizer of the main grid has its pick: one without would run at the
+# optimizer's default rate. The dry run's lines of runs (those with a run id) start with the
+# number, the model and the optimizer.
+unpicked=$(comm -23 <("$gs" sweep "${compare_files[0]}" --db "$work/study.db" --dry-run |
+  awk '{for (i = 4; i <= NF; ++i) if (length($i) == 16 && $i ~ /^[0-9a-f]+$/) {
+    print $2, $3; break } }' | sort -u) \
+  <(sed -n 's/^when = { model = "\(.*\)", optimizer = "\(.*\)" }$/\1 \2/p' \
+    "$work/rates.toml" | sort -u))
+if [[ -n $unpicked ]]; then
+  echo "study: the rates grid picked no rate for $(echo "$unpicked" | paste -sd, - |
+    sed 's/,/, /g') of ${compare_files[0]}" >&2
+  exit 1
+fi
 rm -rf -- "$work/sweeps"
 mkdir -p -- "$work/sweeps"
 phase2=()
