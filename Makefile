@@ -110,16 +110,22 @@ demo: data build-binary
 	@echo "results: $(DEMO_OUT)/ (sweep.txt, summary.txt, the run record llama-tiny-adam.json, its weights llama-tiny-weights/ and their eval llama-tiny-eval.json, gradscope.db)"
 	@echo "report:  $(DEMO_OUT)/report/report.html (figures, findings, recommendations; docs/reports.md)"
 
-# The study's grid asked properly on this machine (configs/sweeps/study-cpu.toml: 240 runs,
-# about an hour on two cores), then its report in $(STUDY_OUT) with made.md (command, commit,
-# machine, wall time): the committed folder, so `git diff` shows what a rerun changed. The database
-# and logs stay in $(STUDY_WORK): run again to resume a killed study, remove it to start over.
+# The study asked properly on this machine (scripts/study.sh): first its learning rates, a grid
+# of full-length runs at seed 100 (configs/sweeps/study-rates.toml: 208 runs), the lowest final
+# validation loss picked per model, optimizer and step (scripts/study-rates.sh); then the
+# comparison at those rates (configs/sweeps/study-cpu.toml: 290 runs, study-dropout.toml: 18,
+# and up to 70 accumulation runs at their own rate): 516 to 586 runs, 70 to 95 minutes on two
+# cores. Its report goes to $(STUDY_OUT) with made.md (command, commit, machine, each phase's
+# wall time, the chosen rates), rates.md and the sweep files it ran: the committed folder, so
+# `git diff` shows what a rerun changed. The databases and logs stay in $(STUDY_WORK): run
+# again to resume a killed study, remove it to start over.
 study: data build
 	bash scripts/study.sh $(GS) $(STUDY_OUT) $(STUDY_WORK)
 
-# One run of the study grid run again and compared bit for bit with $(STUDY_OUT) (its status,
+# One run of the study run again and compared bit for bit with $(STUDY_OUT) (its status,
 # every step's loss, learning rate and gradient norm, the final losses); STUDY_RERUN is its id
-# (the first column of runs.csv). Under a minute for most runs. Only on the LibTorch the report
+# (the first column of runs.csv), found in the sweep files the report holds (sweeps/). Under a
+# minute for most runs. Only on the LibTorch the report
 # was made on (made.md names it); on another it says so and compares nothing.
 study-rerun: data build
 	bash scripts/study-rerun.sh $(GS) $(STUDY_OUT) $(STUDY_RERUN)

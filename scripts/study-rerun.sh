@@ -4,9 +4,11 @@
 # loss, learning rate and gradient norm, and the final training loss, validation loss, accuracy
 # and learning rate.
 #   scripts/study-rerun.sh GRADSCOPE REPORT_DIR RUN_ID
-# RUN_ID: a run of configs/sweeps/study-cpu.toml (the first column of runs.csv, or
-# `gradscope sweep configs/sweeps/study-cpu.toml --dry-run`); the sweep file gives its
-# settings, overrides included. Exit 0 when every value is the same, 1 when one differs, 2 for
+# RUN_ID: a run of the report (the first column of runs.csv). The sweep file that ran it gives
+# its settings, overrides and picked learning rate included: one of the report's sweeps/ (the
+# files scripts/study.sh swept, copied beside the report); for a report made before the study
+# picked its rates first (no sweeps/ folder), configs/sweeps/study-cpu.toml as it was at the
+# commit made.md names. Exit 0 when every value is the same, 1 when one differs, 2 for
 # bad input. Times differ between runs and machines and are not compared. A report made on
 # another LibTorch than the binary's is not compared: the script says so and exits 0 without
 # running anything (made.md names the LibTorch; reports without the line were made on 1.13).
@@ -49,11 +51,39 @@ fi
 
 work=$(mktemp -d)
 trap 'rm -rf -- "$work"' EXIT
+# The sweep files the report's runs came from.
+files=()
+if [[ -d $report/sweeps ]]; then
+  files=("$report"/sweeps/*.toml)
+else
+  made_at=$(sed -n 's/^- source tree at commit `\([0-9a-f]\{40\}\)`.*/\1/p' "$report/made.md" \
+    2>/dev/null | head -1)
+  if [[ -z $made_at ]] || ! git -C "$(dirname -- "$0")" show \
+    "$made_at:configs/sweeps/study-cpu.toml" > "$work/study-cpu.toml" 2>/dev/null; then
+    echo "study-rerun: $report has no sweeps/ folder, and configs/sweeps/study-cpu.toml at the" \
+      "commit its made.md names cannot be read from git" >&2
+    exit 2
+  fi
+  files=("$work/study-cpu.toml")
+fi
+# The one that holds the run: its dry run lists the id.
+sweep_file=""
+for f in "${files[@]}"; do
+  if "$gs" sweep "$f" --dry-run 2>/dev/null | awk -v id="$id" '$0 ~ "  " id "  " {found = 1}
+      END {exit !found}'; then
+    sweep_file=$f
+    break
+  fi
+done
+if [[ -z $sweep_file ]]; then
+  echo "study-rerun: run $id is in none of the sweep files of $report (${files[*]})" >&2
+  exit 1
+fi
 # The sweep runs it as it ran in the grid (exit 1 when the run did not end ok: a diverged run
 # is compared like any other; a bad id is exit 2).
 status=0
-"$gs" sweep "$(dirname -- "$0")/../configs/sweeps/study-cpu.toml" --db "$work/rerun.db" --only "$id" \
-  > "$work/sweep.txt" 2>&1 || status=$?
+"$gs" sweep "$sweep_file" --db "$work/rerun.db" --only "$id" > "$work/sweep.txt" 2>&1 ||
+  status=$?
 if [[ $status -ne 0 && $status -ne 1 ]]; then
   cat "$work/sweep.txt" >&2
   exit "$status"

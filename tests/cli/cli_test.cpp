@@ -264,6 +264,29 @@ TEST(Cli, LrAutoRecordsEveryTrial) {
   EXPECT_TRUE(record["config"]["lr_auto"].get<bool>());
 }
 
+// A fixed rate chosen elsewhere says how in its record; saying so leaves the run's id as it
+// is, and --lr auto, which records its own search, refuses it.
+TEST(Cli, LrChosenByIsRecordedAndLeavesTheRunIdAlone) {
+  testing::TempDir tmp("gradscope-cli-lr-chosen");
+  const std::string run = "run --model quadratic --optimizer adam --steps 5 --lr 0.01 --quiet";
+  Result r = gradscope(run + " --no-db --json " + tmp.file("plain.json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = gradscope(run + " --no-db --json " + tmp.file("said.json") +
+                " --lr-chosen-by 'lowest validation loss of 5 rates x 400 steps at seed 100'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto plain = nlohmann::json::parse(slurp(tmp.file("plain.json")));
+  const auto said = nlohmann::json::parse(slurp(tmp.file("said.json")));
+  EXPECT_EQ(said["config"]["lr_chosen_by"],
+            "lowest validation loss of 5 rates x 400 steps at seed 100");
+  EXPECT_EQ(plain["config"]["lr_chosen_by"], "");
+  EXPECT_EQ(said["run_id"], plain["run_id"]);
+  expect_usage_error("run --model quadratic --lr auto --lr-chosen-by 'a grid'", "--lr-chosen-by");
+  expect_usage_error("run --model quadratic --lr 0.01 --lr-chosen-by \"$(printf 'a\\tb')\"",
+                     "--lr-chosen-by");
+  expect_usage_error("run --model quadratic --lr 0.01 --lr-chosen-by " + std::string(201, 'x'),
+                     "at most 200 characters");
+}
+
 TEST(Cli, BadOptimizerAndArchitectureSettingsExitTwo) {
   expect_usage_error("run --model rosenbrock --optimizer cg --opt beta_rule=pr", "'pr'");
   expect_usage_error("run --model rosenbrock --optimizer galore --opt rank=0", "rank=0");

@@ -170,6 +170,47 @@ TEST(SettingsTable, TheIdentityHoldsWhatDefinesTheRun) {
             canonical_config_json(parsed({{"recompute", "mlp"}})));
 }
 
+// --lr-chosen-by says how a fixed rate was chosen: it is recorded and read back, but the run
+// is the same run (same id, same configuration) whether or not it says.
+TEST(SettingsTable, HowTheRateWasChosenIsRecordedButNotTheRunsIdentity) {
+  const RunConfig plain = parsed({{"lr", "0.01"}});
+  const RunConfig said =
+      parsed({{"lr", "0.01"}, {"lr-chosen-by", "lowest validation loss of 5 rates, \"seed\" 100"}});
+  check_config(said);
+  const json j = config_to_json(said);
+  EXPECT_EQ(j["lr_chosen_by"], "lowest validation loss of 5 rates, \"seed\" 100");
+  EXPECT_EQ(config_to_json(plain)["lr_chosen_by"], "");
+  EXPECT_EQ(config_from_json(j).lr_chosen_by, said.lr_chosen_by);
+  EXPECT_EQ(run_id_of(canonical_config_json(said)), run_id_of(canonical_config_json(plain)));
+  EXPECT_EQ(canonical_config_json(said).count("lr_chosen_by"), 0u);
+  EXPECT_EQ(grouping_key(said, json::object()), grouping_key(plain, json::object()));
+  // A record written before the setting existed reads back without it.
+  json old = j;
+  old.erase("lr_chosen_by");
+  EXPECT_EQ(config_from_json(old).lr_chosen_by, "");
+  // 200 characters, some of them two bytes, are one line of a table; 201 are refused.
+  std::string longest;
+  for (int i = 0; i < 100; ++i) longest += "a\xc3\xa9";  // "aé"
+  check_config(parsed({{"lr", "0.01"}, {"lr-chosen-by", longest}}));
+  // Refused, naming the flag: with --lr auto (the search says how), a control character, a
+  // line break, more than 200 characters, text that is not UTF-8.
+  for (const auto& [lr, text] : std::vector<std::pair<std::string, std::string>>{
+           {"auto", "a grid"},
+           {"0.01", "a\tgrid"},
+           {"0.01", "a grid\nsecond line"},
+           {"0.01", "a grid \x1b[31m"},
+           {"0.01", longest + "a"},
+           {"0.01", "\xff"}}) {
+    try {
+      check_config(parsed({{"lr", lr}, {"lr-chosen-by", text}}));
+      ADD_FAILURE() << "--lr " << lr << " --lr-chosen-by '" << text << "' was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kUsage);
+      EXPECT_NE(std::string(e.what()).find("--lr-chosen-by"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(SettingsTable, TheGroupingKeyIsTheIdentityButTheSeed) {
   const json arch = {{"hidden_size", 64}};
   const RunConfig a;

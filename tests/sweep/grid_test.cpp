@@ -406,7 +406,7 @@ TEST(SweepRunKeys, MatchTheRunCommandsOptions) {
   const auto& keys = run_keys();
   // Every run setting but the outputs (db, json, quiet, memory_snapshot, sweep) and the
   // tables opt and arch.
-  EXPECT_EQ(keys.size(), 52u);
+  EXPECT_EQ(keys.size(), 53u);
   EXPECT_EQ(keys.front(), "model");
   for (const char* key : {"accum_steps",
                           "checkpoint_policy",
@@ -415,6 +415,7 @@ TEST(SweepRunKeys, MatchTheRunCommandsOptions) {
                           "eval_batches",
                           "timeout",
                           "diverge_above",
+                          "lr_chosen_by",
                           "seq",
                           "recompute",
                           "optimizer_step",

@@ -116,6 +116,8 @@ struct RunConfig {
   std::string optimizer = "adam";
   double lr = 0;         // 0 = the optimizer's default for the model
   bool lr_auto = false;  // --lr auto
+  // How a fixed --lr was chosen, in words ("" = not said): recorded, not in the run id.
+  std::string lr_chosen_by;
   int64_t lr_search_trials = 5;
   int64_t lr_search_steps = 0;             // 0 = a tenth of --steps, at least 10
   double lr_search_span = 1.0;             // decades either side of the default

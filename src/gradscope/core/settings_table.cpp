@@ -57,6 +57,16 @@ void check_lr_representable(double lr, const std::string& text) {
               "write e.g. --lr 3e-4");
 }
 
+// --lr-chosen-by's limit, in characters (code points): one line of a table.
+constexpr size_t kMaxLrChosenBy = 200;
+
+// The code points of well-formed UTF-8: every byte but the continuation bytes.
+size_t utf8_characters(const std::string& text) {
+  return static_cast<size_t>(std::count_if(text.begin(), text.end(), [](char ch) {
+    return (static_cast<unsigned char>(ch) & 0xc0) != 0x80;
+  }));
+}
+
 std::string join_names(const std::vector<std::string>& names) {
   std::string out;
   for (const auto& n : names) out += (out.empty() ? "" : ",") + n;
@@ -299,6 +309,28 @@ std::vector<Setting> build_settings_table() {
         c.lr_auto = json_bool("lr_auto", in["lr_auto"]);
       else if (in.contains("lr_search") && in["lr_search"].is_object())
         c.lr_auto = true;
+    };
+    t.push_back(std::move(s));
+  }
+  {
+    // How a fixed rate was chosen says how the run was measured, not which run it is: in the
+    // record only, so a run keeps its id whether or not it says. A record written before the
+    // setting existed reads back with it empty.
+    Setting s = member_row("lr-chosen-by", "lr_chosen_by", &RunConfig::lr_chosen_by, T::kText,
+                           R::kMeasures, S::kOptimizer,
+                           "How the fixed --lr was chosen, in words, for the record (e.g. "
+                           "\"lowest validation loss of 5 rates at seed 100\"; at most "
+                           "200 characters, not with --lr auto)");
+    s.check = [flag = s.flag()](const RunConfig& c) {
+      if (c.lr_chosen_by.empty()) return;
+      check_usage(!c.lr_auto, flag + " says how a fixed --lr was chosen, not with --lr auto",
+                  "give a fixed --lr, or leave " + flag + " out (--lr auto records its search)");
+      check_usage(is_label_text(c.lr_chosen_by, 4 * kMaxLrChosenBy) &&
+                      utf8_characters(c.lr_chosen_by) <= kMaxLrChosenBy,
+                  fmt::format("{} must be at most {} characters of UTF-8 without control "
+                              "characters",
+                              flag, kMaxLrChosenBy),
+                  "write one short line, e.g. " + flag + " \"lowest validation loss of 5 rates\"");
     };
     t.push_back(std::move(s));
   }
