@@ -15,6 +15,8 @@
 
 namespace gradscope {
 
+bool rate_tuned(const RunConfig& c) { return c.lr_auto || !c.lr_chosen_by.empty(); }
+
 namespace {
 
 // The models a rule looks at: its own, else every model in the data.
@@ -86,6 +88,8 @@ struct Pair {
   // Accumulation only: the standard run has the treatment's micro-batch (the study's setup,
   // k times fewer samples per step) rather than its effective batch.
   bool same_micro = false;
+  // Accumulation only: the two ran at different rates, each tuned for its own step.
+  bool own_rates = false;
 };
 
 // Groups of `model` with strategy `treatment` matched to those with strategy "standard" whose
@@ -106,16 +110,24 @@ std::vector<Pair> strategy_pairs(const GroupedRuns& data, const std::string& mod
     const Group& ga = data.groups[a];
     if (ga.model != model || ga.strategy != treatment || !has_counted_run(data, ga)) continue;
     const std::string key = key_without(ga, erase);
+    std::set<std::string> erase_rate = erase;
+    erase_rate.insert("lr");
+    const std::string key_any_rate = key_without(ga, erase_rate);
     const int64_t micro = ga.config.batch;
     const int64_t effective = ga.config.accum_steps * micro;
     for (size_t b = 0; b < data.groups.size(); ++b) {
       const Group& gb = data.groups[b];
       if (gb.model != model || gb.strategy != "standard" || !has_counted_run(data, gb)) continue;
-      if (gb.config.accum_steps != 1 || key_without(gb, erase) != key) continue;
+      if (gb.config.accum_steps != 1) continue;
+      // Accumulation at a rate tuned for it meets the standard step at the rate tuned for that.
+      const bool own_rates = treatment == "accumulation" && ga.config.lr != gb.config.lr &&
+                             rate_tuned(ga.config) && rate_tuned(gb.config) &&
+                             key_without(gb, erase_rate) == key_any_rate;
+      if (key_without(gb, erase) != key && !own_rates) continue;
       const int64_t other = gb.config.batch;
       if (treatment == "accumulation" && ga.config.accum_steps > 1) {
-        if (other == micro) pairs.push_back({a, b, true});
-        if (other == effective) pairs.push_back({a, b, false});
+        if (other == micro) pairs.push_back({a, b, true, own_rates});
+        if (other == effective) pairs.push_back({a, b, false, own_rates});
       } else if (other == micro) {
         pairs.push_back({a, b, false});
       }
@@ -166,6 +178,9 @@ std::string pair_name(const GroupedRuns& data, const Pair& p) {
                       "gradient by construction)",
                       b.config.batch, a.config.batch, b.config.batch);
   }
+  if (p.own_rates)
+    text += fmt::format(" at rates {:.3g} vs {:.3g}, each tuned for its own step", a.config.lr,
+                        b.config.lr);
   return text;
 }
 
@@ -175,6 +190,7 @@ std::string contrast_name(const GroupedRuns& data, const Pair& p) {
   const Group& b = data.groups[p.b];
   std::string text = fmt::format("{} {}: {} vs {}", a.model, a.preset, a.label, b.label);
   if (a.config.accum_steps > 1) text += p.same_micro ? ", same micro-batch" : ", same effective batch";
+  if (p.own_rates) text += ", each at its own tuned rate";
   return text;
 }
 
@@ -393,7 +409,7 @@ SeedValues abs_log_ratios(const GroupedRuns& data, const Group& a, const Group& 
 std::vector<double> noise_floor(const GroupedRuns& data, const std::string& model, Axis axis) {
   std::vector<double> floor;
   for (const Pair& p : strategy_pairs(data, model, "accumulation")) {
-    if (p.same_micro) continue;
+    if (p.same_micro || p.own_rates) continue;
     const Group& a = data.groups[p.a];
     const Group& b = data.groups[p.b];
     for (double v : abs_log_ratios(data, a, b, axis, common_point(a, b, axis)).values)

@@ -45,4 +45,7 @@ struct ClaimMeasurement {
 
 ClaimMeasurement measure_claim(const GroupedRuns& data, const ClaimRule& rule);
 
+// Its rate was tuned: searched (--lr auto) or fixed by a recorded choice (--lr-chosen-by).
+bool rate_tuned(const RunConfig& c);
+
 }  // namespace gradscope

@@ -315,9 +315,6 @@ struct DecidingScale {
   std::string indicative;  // empty: they can
 };
 
-// Its rate was tuned: searched (--lr auto) or fixed by a recorded choice (--lr-chosen-by).
-bool rate_tuned(const RunConfig& c) { return c.lr_auto; }
-
 // How much a group's validation loss fell over the last tenth of its steps: per ok run, the
 // last evaluation at or before 90% of the steps minus the final one, averaged; nullopt when no
 // run has two such evaluations.
