@@ -125,12 +125,15 @@ void add_report_command(CLI::App& root, int& exit_code) {
       const auto figures = write_report(data, o->out, o->gnuplot);
       fmt::print("{} runs in {} configurations, {} figures\n", data.runs.size(), data.groups.size(),
                  figures.size());
-      fmt::print("  {:<20} {:<20} {:<20} {}\n", "claim", "at equal steps", "equal samples",
-                 "equal gradient evaluations");
+      // Each claim's verdicts, then the headline behind the one at equal steps (the measured
+      // figures while there is no headline), as data: no control characters reach the terminal.
+      fmt::print("  {:<20} {:<20} {:<20} {:<28} {}\n", "claim", "at equal steps",
+                 "equal samples", "equal gradient evaluations", "headline");
       for (const Finding& f : data.findings)
-        fmt::print("  {:<20} {:<20} {:<20} {}\n", f.id, verdict_name(f.verdict),
+        fmt::print("  {:<20} {:<20} {:<20} {:<28} {}\n", f.id, verdict_name(f.verdict),
                    verdict_name(f.verdict_equal_samples),
-                   verdict_name(f.verdict_equal_evaluations));
+                   verdict_name(f.verdict_equal_evaluations),
+                   terminal_text(f.headline.empty() ? f.measured : f.headline));
       fmt::print("report: {}/report.html\n", terminal_text(o->out));
     }
     exit_code = 0;

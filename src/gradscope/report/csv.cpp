@@ -197,11 +197,20 @@ std::string steps_csv(const GroupedRuns& data) {
 }
 
 std::string claims_csv(const std::vector<Finding>& findings) {
+  // The first seven columns keep their order; later ones are appended, so a reader of the
+  // earlier columns keeps working.
   std::string csv = csv_row({"claim_id", "claim", "verdict_equal_steps", "verdict_equal_samples",
-                             "verdict_equal_evaluations", "measured", "rule"});
-  for (const Finding& f : findings)
+                             "verdict_equal_evaluations", "measured", "rule", "headline", "scale",
+                             "correction", "contrasts", "verdict_rule_gave"});
+  for (const Finding& f : findings) {
+    std::string contrasts;
+    for (const std::string& c : f.contrasts) contrasts += (contrasts.empty() ? "" : "; ") + c;
+    // What the rule gave: the verdict itself, unless the runs could carry none.
+    const Verdict gave = f.verdict == Verdict::kIndicativeOnly ? f.leaning : f.verdict;
     csv += csv_row({f.id, f.claim, verdict_name(f.verdict), verdict_name(f.verdict_equal_samples),
-                    verdict_name(f.verdict_equal_evaluations), f.measured, f.rule});
+                    verdict_name(f.verdict_equal_evaluations), f.measured, f.rule, f.headline,
+                    f.scale, f.correction, contrasts, verdict_name(gave)});
+  }
   return csv;
 }
 

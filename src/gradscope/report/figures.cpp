@@ -215,9 +215,15 @@ class FigureWriter {
   }
 
   // Stacked bars, one per group: rows "label\tv1\tv2...", series titles and colors.
+  //
+  // The bars lie horizontally, one row per group with its label beside it, read level. Labels
+  // are configurations ("adam, standard batch=16 lr=0.003"): rotated under upright bars they
+  // needed a margin as deep as the longest one, and left wide blank areas under the short
+  // ones. Level labels need only a left margin as wide as the longest label, computed from it,
+  // and the figure grows by a fixed height per bar, so no area is left blank.
   void stacked_bars(Figure f, const std::vector<std::string>& labels,
                     const std::vector<std::vector<double>>& values,
-                    const std::vector<std::string>& series, const std::string& ylabel) {
+                    const std::vector<std::string>& series, const std::string& value_label) {
     std::string dat_text = "# label";
     for (const auto& s : series) dat_text += "\t" + gnuplot_datum(s);
     dat_text += "\n";
@@ -226,25 +232,43 @@ class FigureWriter {
       for (double v : values[i]) dat_text += "\t" + gnuplot_number(v);
       dat_text += "\n";
     }
-    // Room below the axis for the longest rotated label (about 0.3 character heights per
-    // character at -35 degrees).
-    size_t longest = 0;
-    for (const auto& l : labels) longest = std::max(longest, l.size());
-    const int bmargin = std::clamp(static_cast<int>(0.3 * static_cast<double>(longest)) + 3, 6, 24);
+    // gnuplot's margins are in character cells: 8.4 px in the SVG at 12 pt, where a sans label
+    // averages about 0.8 of a cell per character, and 8 px in the PNG at 10 pt, where it
+    // averages about 0.95 (cairo draws points at 96 per inch). Each format gets its own left
+    // margin, with 2 cells to spare; the figure is as wide as the wider of the two needs.
+    // Beyond kMaxLabel characters a label runs off the left edge rather than squeeze the bars.
+    constexpr size_t kMaxLabel = 90;
+    size_t longest = 0, longest_series = 0;
+    for (const auto& l : labels) longest = std::max(longest, std::min(l.size(), kMaxLabel));
+    for (const auto& s : series) longest_series = std::max(longest_series, s.size());
+    const double chars = static_cast<double>(longest);
+    const int svg_margin = static_cast<int>(std::ceil(0.85 * chars)) + 2;
+    const int png_margin = static_cast<int>(longest) + 2;
+    // One series needs no key: the axis label names it.
+    const bool key = series.size() > 1;
+    const int key_px = key ? static_cast<int>(8.4 * static_cast<double>(longest_series + 7)) : 0;
+    const int rows = static_cast<int>(labels.size());
     std::string body = fmt::format(
-        "  set style data histograms\n  set style histogram rowstacked\n"
-        "  set style fill solid 0.85 border rgb '#333333'\n  set boxwidth 0.7\n"
-        "  set key outside right top\n  set grid ytics\n  set ylabel {}\n"
-        "  set xtics rotate by -35 left font \",10\"\n  set yrange [0:*]\n  set bmargin {}\n"
-        "  plot ",
-        gnuplot_string(ylabel), bmargin);
-    for (size_t s = 0; s < series.size(); ++s)
-      body += fmt::format("{}'{}.dat' using {}{} title {} lc rgb '{}'", s ? ", " : "", f.name,
-                          s + 2, s == 0 ? ":xtic(1)" : "", gnuplot_string(series[s]),
-                          kPalette[s % std::size(kPalette)]);
+        "  set style fill solid 0.85 border rgb '#333333'\n  {}\n  set grid xtics\n"
+        "  set xlabel {}\n  set xrange [0:*]\n  set yrange [{}:-0.5]\n  set ytics scale 0\n"
+        "  set lmargin (format eq 'svg' ? {} : {})\n{}"
+        "  # The left end of column c's bar: the sum of the columns before it.\n"
+        "  lo(c) = c <= 2 ? 0 : sum [k=2:c-1] column(k)\n  plot ",
+        key ? "set key outside right top vertical Left reverse" : "unset key",
+        gnuplot_string(value_label), rows - 0.5, svg_margin, png_margin,
+        key ? "" : "  set rmargin 4\n");  // the key's width is the right margin
+    for (size_t s = 0; s < series.size(); ++s) {
+      const size_t c = s + 2;
+      body += fmt::format(
+          "{}'{}.dat' using (lo({})+column({})/2):0:(lo({})):(lo({})+column({})):($0-0.35):"
+          "($0+0.35){} with boxxyerror title {} lc rgb '{}'",
+          s ? ", \\\n       " : "", f.name, c, c, c, c, c, s == 0 ? ":ytic(1)" : "",
+          gnuplot_string(series[s]), kPalette[s % std::size(kPalette)]);
+    }
     body += "\n";
-    const int width = std::max(640, 60 * static_cast<int>(labels.size()) + 320);
-    emit(std::move(f), width, 330 + 14 * bmargin, dat_text, body);
+    const int width = std::max(8 * png_margin, static_cast<int>(8.4 * svg_margin)) + 560 + key_px;
+    const int height = std::max(26 * rows, key ? 20 * static_cast<int>(series.size()) : 0) + 90;
+    emit(std::move(f), width, height, dat_text, body);
   }
 
   // One stacked bar per configuration of the model that has the components `parts` of
@@ -252,7 +276,8 @@ class FigureWriter {
   void component_figure(const std::string& model,
                         const std::map<std::string, Interval> Group::*member,
                         const std::vector<std::string>& parts, double scale, Figure f,
-                        const std::vector<std::string>& series, const std::string& ylabel) {
+                        const std::vector<std::string>& series,
+                        const std::string& value_label) {
     std::vector<std::string> labels;
     std::vector<std::vector<double>> values;
     for (size_t i : groups_of(model)) {
@@ -268,7 +293,7 @@ class FigureWriter {
     }
     if (labels.empty()) return;
     f.section = model;
-    stacked_bars(f, labels, values, series, ylabel);
+    stacked_bars(f, labels, values, series, value_label);
   }
 
   // Whether a group of the model has the component `part` of `member`.
@@ -565,7 +590,7 @@ class FigureWriter {
     f.title = "Energy per run";
     f.caption = fmt::format("Energy of each configuration's run (mean over seeds), from: {}.",
                             energy_sources(data_));
-    stacked_bars(f, labels, values, {"energy (J)"}, "joules");
+    stacked_bars(f, labels, values, {"energy (J)"}, "energy (J)");
   }
 
   const GroupedRuns& data_;

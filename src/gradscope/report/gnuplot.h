@@ -8,7 +8,8 @@
 namespace gradscope {
 
 // A figure's script: the plotting commands `body` drawn once as SVG and once as PNG, at
-// width x height pixels, from NAME.dat.
+// width x height pixels, from NAME.dat. `body` runs with the variable `format` set to "svg" or
+// "png", for what must differ between the two (a margin measured in the font's cells).
 std::string gnuplot_script(const std::string& name, int width, int height, const std::string& body);
 
 // Runs `gnuplot NAME.gp` in dir; its output goes to NAME.log, removed when it succeeds. A usage

@@ -34,7 +34,8 @@ th { background: #f0f2f5; font-weight: 600; }
 .v-reproduced { background: #dcf5e0; color: #17612a; }
 .v-not-reproduced { background: #fde2e1; color: #9b1c17; }
 .v-not-enough-data { background: #eceef1; color: #4b5361; }
-.v-not-comparable-here { background: #fff4d6; color: #7a5a00; }
+.v-not-comparable { background: #fff4d6; color: #7a5a00; }
+.v-indicative-only { background: #e6eefb; color: #244a85; border: 1px dashed #7d9bd1; }
 figure { margin: 12px 0 18px 0; }
 figure img { max-width: 100%; height: auto; border: 1px solid #eceef1; background: #fff; }
 figcaption { font-size: 12.5px; color: #4b5361; max-width: 1000px; }
@@ -44,6 +45,19 @@ figcaption { font-size: 12.5px; color: #4b5361; max-width: 1000px; }
 .axis-figure { display: none; }
 .axis-figure.active { display: block; }
 details { margin: 4px 0 10px 0; font-size: 13px; }
+summary { cursor: pointer; }
+details.about > summary, details.more > summary { color: #5b6472; font-size: 12px; }
+details.more { margin: 0; }
+/* A short row, then the row of its disclosure: one line each until it is opened. */
+tr.claim-row td, tr.rec-row td { border-bottom: none; padding-top: 6px; }
+tr.rec-row td { white-space: nowrap; }
+tr.claim-more td, tr.rec-more td { padding-top: 0; padding-bottom: 6px; font-size: 12px; }
+dl.more { display: grid; grid-template-columns: fit-content(280px) 1fr; gap: 3px 14px;
+  margin: 6px 0; max-width: 1100px; }
+dl.more dt { font-weight: 600; color: #4b5361; }
+dl.more dd { margin: 0; }
+dl.more ul { margin: 0; padding-left: 18px; }
+table.evidence { font-size: 12px; }
 .note { color: #6b5200; }
 a { color: #1f5fb4; }
 @media print { .axis-figure { display: block; } .axis-switch { display: none; } }
@@ -80,9 +94,44 @@ window.addEventListener('load', function () {
 )JS";
 
 std::string verdict_badge(Verdict v) {
-  std::string cls = verdict_name(v);
-  std::replace(cls.begin(), cls.end(), ' ', '-');
-  return fmt::format("<span class=\"verdict v-{}\">{}</span>", cls, verdict_name(v));
+  return fmt::format("<span class=\"verdict {}\">{}</span>", verdict_class(v), verdict_name(v));
+}
+
+// A labelled entry of a disclosure: one item as text, several as a list; every item escaped.
+std::string detail_entry(const std::string& label, const std::vector<std::string>& items) {
+  std::string h = "<dt>" + html_escape(label) + "</dt><dd>";
+  if (items.size() == 1) return h + html_escape(items.front()) + "</dd>\n";
+  h += "<ul>";
+  for (const std::string& item : items) h += "<li>" + html_escape(item) + "</li>";
+  return h + "</ul></dd>\n";
+}
+
+// What stands behind a claim's verdict, in a closed disclosure: what the rule gave when the
+// runs cannot carry a verdict, the verdicts at the fair bases, the rule, the correction, each
+// named contrast, the evidence table (the figures at the three bases) and the notes.
+std::string claim_details(const Finding& f) {
+  std::string h = fmt::format(
+      "<details class=\"more\"><summary>{}: the rule, the contrasts and the evidence</summary>\n"
+      "<dl class=\"more\">\n",
+      html_escape(f.id));
+  if (f.verdict == Verdict::kIndicativeOnly)
+    h += fmt::format(
+        "<dt>indicative only</dt><dd>the rule gave: {}; the deciding runs cannot carry a verdict "
+        "(untuned learning rates or too few steps)</dd>\n",
+        verdict_badge(f.leaning));
+  h += fmt::format(
+      "<dt>at the fair bases</dt><dd>equal samples {} · equal gradient evaluations {}</dd>\n",
+      verdict_badge(f.verdict_equal_samples), verdict_badge(f.verdict_equal_evaluations));
+  // The headline row shows the measured figures while there is no headline.
+  if (!f.headline.empty() && !f.measured.empty()) h += detail_entry("measured", {f.measured});
+  h += detail_entry("rule", {f.rule});
+  if (!f.correction.empty()) h += detail_entry("correction", {f.correction});
+  if (!f.contrasts.empty()) h += detail_entry("contrasts", f.contrasts);
+  h += "</dl>\n";
+  if (!f.evidence.empty()) h += html_table(evidence_table(f), "evidence");
+  for (const std::string& note : f.notes)
+    h += "<p class=\"note\">" + html_escape(note) + "</p>\n";
+  return h + "</details>";
 }
 
 std::string figure_html(const Figure& f, const fs::path& figures_dir,
@@ -111,53 +160,39 @@ std::string page_head(const ReportData& data) {
 }
 
 std::string recommendations_section(const ReportData& data) {
-  return "<section id=\"recommendations\"><h2>Recommendations</h2>\n<p>For each model and memory "
-         "budget: the optimizer and memory strategy with the lowest validation loss at equal "
-         "gradient evaluations (samples x forward-backward passes: equal compute, whatever an "
-         "optimizer spends per step) among the configurations that fit, with the time and energy "
-         "it took to get there. Only a configuration whose every run ended ok, none above its "
-         "first loss, is ranked; one with no validation loss by that point is not either, and "
-         "the row names each left out, with why or with its training loss there; only when no "
-         "ranked one has a validation loss does the row rank by training loss. The next column "
-         "lists the configurations whose per-seed losses are not significantly above the chosen "
-         "one's (Welch's t test, Holm's correction over the row at 95%, 3 seeds a side): the "
-         "lead over them is within the seeds' spread. "
-         "Budgets are the memory caps runs ran under, those passed with --memory-budget, or else "
-         "the leanest and the median configuration's peak and no limit.</p>\n" +
-         html_table(recommendations_table(data)) + "</section>\n";
+  return "<section id=\"recommendations\"><h2>Recommendations</h2>\n<p>For each model and "
+         "memory budget: the optimizer and memory strategy with the lowest validation loss at "
+         "equal gradient evaluations among the configurations that fit. Open a row for the "
+         "others as good, what it took to get there, and what was left out.</p>\n"
+         "<details class=\"about\"><summary>How a row is chosen</summary>\n<p>Equal gradient "
+         "evaluations (samples x forward-backward passes) is equal compute, whatever an "
+         "optimizer spends per step. Only a configuration whose every run ended ok, none above "
+         "its first loss, is ranked; one with no validation loss by that point is not either, "
+         "and the row names each left out, with why or with its training loss there; only when "
+         "no ranked one has a validation loss does the row rank by training loss. \"Not "
+         "significantly worse\" counts the configurations whose per-seed losses are not "
+         "significantly above the chosen one's (Welch's t test, Holm's correction over the row "
+         "at 95%, 3 seeds a side): the lead over them is within the seeds' spread. Budgets are "
+         "the memory caps runs ran under, those passed with --memory-budget, or else the "
+         "leanest and the median configuration's peak and no limit.</p>\n</details>\n" +
+         recommendations_table_html(data) + "</section>\n";
 }
 
-// The study's claims: a table of verdicts, then how each is decided and its comparisons.
+// The study's claims: one short row each, what decides it behind a disclosure.
 std::string findings_section(const ReportData& data) {
-  std::string h =
-      "<section id=\"findings\"><h2>The study's claims, re-examined</h2>\n<p>Each claim of "
-      "\"Gradient Under Microscope\" beside what this database shows. The verdict is taken on "
-      "the study's own basis (equal optimizer steps); the fair comparisons at equal samples "
-      "and at equal gradient evaluations (equal compute) are beside it. Every verdict rests on "
-      "per-seed values: a comparison needs at least 3 seeds on each side and is decided by "
-      "Welch's t test, two-sided at 95%; otherwise the verdict is not enough data. A claim "
-      "about a quantity this data does not measure (GPU utilization, on CPU runs) is not "
-      "comparable here.</p>\n<table>\n<thead><tr><th>claim (study)</th><th>this database</th>"
-      "<th>verdict</th><th>at equal samples</th><th>at equal gradient evaluations</th></tr>"
-      "</thead>\n<tbody>\n";
-  for (const Finding& f : data.findings) {
-    h += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
-                     html_escape(f.claim), html_escape(f.measured), verdict_badge(f.verdict),
-                     verdict_badge(f.verdict_equal_samples),
-                     verdict_badge(f.verdict_equal_evaluations));
-  }
-  h += "</tbody></table>\n";
-  for (const Finding& f : data.findings) {
-    h += fmt::format(
-        "<details><summary>{}: how it is decided and the comparisons</summary>\n<p>{}</p>\n",
-        html_escape(f.id), html_escape(f.rule));
-    if (!f.evidence.empty()) h += html_table(evidence_table(f));
-    for (const std::string& note : f.notes)
-      h += "<p class=\"note\">" + html_escape(note) + "</p>\n";
-    h += "</details>\n";
-  }
-  h += "</section>\n";
-  return h;
+  return "<section id=\"findings\"><h2>The study's claims, re-examined</h2>\n<p>Each claim of "
+         "\"Gradient Under Microscope\" beside what this database shows, with its verdict on the "
+         "study's own basis (equal optimizer steps). Open a claim for its rule, its contrasts, "
+         "the verdicts at equal samples and at equal gradient evaluations, and the evidence."
+         "</p>\n<details class=\"about\"><summary>How a verdict is decided</summary>\n<p>Every "
+         "verdict rests on per-seed values: a comparison needs at least 3 seeds on each side "
+         "and is decided by Welch's t test, two-sided at 95%; otherwise the verdict is not "
+         "enough data. The fair comparisons are at equal samples (when a strategy changes how "
+         "many samples a step sees) and at equal gradient evaluations (equal compute). A claim "
+         "about a quantity this data does not measure (GPU utilization, on CPU runs) is not "
+         "comparable here; a verdict from runs that cannot carry one (untuned learning rates, "
+         "too few steps) is indicative only.</p>\n</details>\n" +
+         claims_table_html(data.findings) + "</section>\n";
 }
 
 // A model's loss figures, one per x axis, behind buttons that switch between them (the first
@@ -232,6 +267,59 @@ std::string page_end() {
 }
 
 }  // namespace
+
+const char* verdict_class(Verdict v) {
+  // A verdict's name holds spaces, and a space in a class attribute separates two classes.
+  switch (v) {
+    case Verdict::kReproduced:
+      return "v-reproduced";
+    case Verdict::kNotReproduced:
+      return "v-not-reproduced";
+    case Verdict::kNotEnoughData:
+      return "v-not-enough-data";
+    case Verdict::kNotComparable:
+      return "v-not-comparable";
+    case Verdict::kIndicativeOnly:
+      return "v-indicative-only";
+  }
+  return "v-unknown";
+}
+
+std::string claims_table_html(const std::vector<Finding>& findings) {
+  std::string h =
+      "<table class=\"claims\">\n<thead><tr><th>claim (study)</th><th>verdict</th>"
+      "<th>this database</th><th>scale of the deciding runs</th></tr></thead>\n<tbody>\n";
+  for (const Finding& f : findings) {
+    const std::string& headline = f.headline.empty() ? f.measured : f.headline;
+    h += fmt::format(
+        "<tr class=\"claim-row\" id=\"claim-{}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+        "</tr>\n",
+        html_escape(file_slug(f.id)), html_escape(f.claim), verdict_badge(f.verdict),
+        html_escape(headline), html_escape(f.scale));
+    h += "<tr class=\"claim-more\"><td colspan=\"4\">" + claim_details(f) + "</td></tr>\n";
+  }
+  return h + "</tbody></table>\n";
+}
+
+std::string recommendations_table_html(const ReportData& data) {
+  std::string h =
+      "<table class=\"recommendations\">\n<thead><tr><th>model</th><th>memory budget</th>"
+      "<th>use</th><th>loss at equal gradient evaluations</th><th>read</th>"
+      "<th>not significantly worse</th></tr></thead>\n<tbody>\n";
+  for (const Recommendation& r : data.recommendations) {
+    const RecommendationView v = recommendation_view(data, r);
+    h += fmt::format(
+        "<tr class=\"rec-row\"><td>{}</td><td>{}</td><td><b>{}</b></td><td>{}</td><td>{}</td>"
+        "<td>{}</td></tr>\n",
+        html_escape(r.model), html_escape(v.budget), html_escape(v.pick), html_escape(v.loss),
+        html_escape(v.scale), html_escape(v.alternatives));
+    h += "<tr class=\"rec-more\"><td colspan=\"6\"><details class=\"more\"><summary>what "
+         "stands behind it</summary>\n<dl class=\"more\">\n";
+    for (const auto& [label, items] : v.details) h += detail_entry(label, items);
+    h += "</dl>\n</details></td></tr>\n";
+  }
+  return h + "</tbody></table>\n";
+}
 
 std::string report_html(const ReportData& data, const std::vector<Figure>& figures,
                         const std::string& dir) {

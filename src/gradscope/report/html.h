@@ -14,4 +14,17 @@ namespace gradscope {
 std::string report_html(const ReportData& data, const std::vector<Figure>& figures,
                         const std::string& dir);
 
+// The CSS class of a verdict's badge ("v-not-enough-data"): one class name, no space.
+const char* verdict_class(Verdict v);
+
+// The claims table: one short row per claim (the claim, its verdict, its headline and the
+// scale of its deciding runs), each followed by a row holding a closed disclosure with the
+// rule, the correction, the contrasts, the verdicts at the other bases, the evidence and the
+// notes.
+std::string claims_table_html(const std::vector<Finding>& findings);
+
+// The recommendations table: one short row per model and budget (recommendation_view), each
+// followed by a row holding a closed disclosure with what stands behind it.
+std::string recommendations_table_html(const ReportData& data);
+
 }  // namespace gradscope

@@ -222,6 +222,7 @@ std::vector<Recommendation> recommend(const GroupedRuns& data,
         notes.push_back("not ranked: " + names);
       }
       for (const std::string& n : notes) rec.loss_note += (rec.loss_note.empty() ? "" : "; ") + n;
+      rec.loss_notes = std::move(notes);
       out.push_back(rec);
     }
   }

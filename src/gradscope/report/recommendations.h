@@ -36,6 +36,7 @@ struct Recommendation {
   Interval best_loss;          // at equal evaluations
   std::string loss_kind;       // "validation" or "training": what the row ranks by
   std::string loss_note;       // why training loss, and which fitting groups were not ranked
+  std::vector<std::string> loss_notes;  // the same, one note per entry (loss_note joins them)
   // Fitting groups ranked beside the best whose losses are not significantly above its own.
   std::vector<size_t> not_worse;
   double equal_evaluations = 0;

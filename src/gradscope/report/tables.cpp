@@ -87,6 +87,48 @@ Table recommendations_table(const ReportData& data) {
   return t;
 }
 
+RecommendationView recommendation_view(const ReportData& data, const Recommendation& r) {
+  RecommendationView v;
+  const Group* best = r.best ? &data.groups[*r.best] : nullptr;
+  v.budget = budget_text(r);
+  v.pick = best             ? best->preset + ": " + best->label
+           : r.fits.empty() ? std::string("nothing measured fits")
+                            : std::string("nothing ranked");
+  v.loss = best ? r.loss_kind + " " + format_interval(r.best_loss) : "n/a";
+  v.scale = best ? fmt::format("at {} gradient evaluations, {} seed{}",
+                               format_count(r.equal_evaluations), r.best_loss.n,
+                               r.best_loss.n == 1 ? "" : "s")
+                 : "-";
+  std::vector<std::string> not_worse;
+  for (size_t i : r.not_worse) not_worse.push_back(data.groups[i].label);
+  v.alternatives = !best                  ? "-"
+                   : not_worse.empty()    ? "none"
+                   : not_worse.size() == 1 ? not_worse.front()
+                                           : fmt::format("{} configurations", not_worse.size());
+  // Behind the line: every figure and name the row's full table (recommendations_table) has.
+  v.details.push_back({"memory budget", {r.budget_bytes > 0
+                                             ? budget_text(r) + ": " + r.budget_source
+                                             : budget_text(r)}});
+  if (best) {
+    v.details.push_back({"not significantly worse (Welch, Holm, 95%)",
+                         not_worse.empty() ? std::vector<std::string>{"none"} : not_worse});
+    v.details.push_back(
+        {"to that point",
+         {fmt::format("{} gradient evaluations, {} samples, {} of training, {} of energy",
+                      format_count(r.equal_evaluations),
+                      std::isfinite(r.equal_samples) ? format_count(r.equal_samples) : "n/a",
+                      std::isfinite(r.time_to_point_s) ? format_duration(r.time_to_point_s)
+                                                       : "n/a",
+                      r.energy_known ? format_joules(r.energy_to_point_j) : "n/a")}});
+  }
+  if (!r.loss_notes.empty()) v.details.push_back({"ranking", r.loss_notes});
+  std::vector<std::string> misses;
+  for (size_t i = 0; i < r.misses.size(); ++i)
+    misses.push_back(data.groups[r.misses[i]].label + " (" + r.miss_reasons[i] + ")");
+  if (!misses.empty()) v.details.push_back({"does not fit", misses});
+  return v;
+}
+
 Table findings_table(const ReportData& data) {
   Table t{{"claim (study)", "this database", "verdict (the study's basis: equal steps)",
            "at equal samples", "at equal gradient evaluations"},

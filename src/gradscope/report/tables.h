@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gradscope/report/analysis.h"
@@ -19,6 +20,21 @@ std::string markdown_table(const Table& t);
 std::string html_table(const Table& t, const std::string& css_class = "");
 
 Table recommendations_table(const ReportData& data);
+
+// A recommendation as the page shows it: the answer in one short line (what to use, the loss
+// behind it, and the point and seeds that loss was read at), and what stands behind it as
+// labelled lists, shown on request: the budget's source, the configurations not significantly
+// worse, the samples, time and energy to the point, what was not ranked and what does not fit.
+struct RecommendationView {
+  std::string budget;        // "5.01 MiB", "no limit"
+  std::string pick;          // "tiny: sgd, standard", "nothing measured fits", "nothing ranked"
+  std::string loss;          // "validation 3.2782 ± 0.0216", "n/a"
+  std::string scale;         // "at 256 gradient evaluations, 3 seeds", "-"
+  std::string alternatives;  // the one not significantly worse, "2 configurations", "none"
+  std::vector<std::pair<std::string, std::vector<std::string>>> details;
+};
+RecommendationView recommendation_view(const ReportData& data, const Recommendation& r);
+
 Table findings_table(const ReportData& data);
 Table evidence_table(const Finding& f);
 Table groups_table(const ReportData& data, const std::string& model);
