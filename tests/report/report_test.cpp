@@ -76,6 +76,7 @@ struct FakeRun {
   double peak = 100 * 1024.0 * 1024, step_s = 0.1, util = 99, memory_cap = 0, lr = 0.001;
   // Its rate was searched (--lr auto): runs that can carry a verdict (claims.h).
   bool lr_auto = true;
+  std::string lr_chosen_by;  // --lr-chosen-by (with lr_auto false)
   std::string status = "ok";
   // Loss of step i (1-based) given the samples seen after it.
   std::function<double(int, double)> loss = [](int, double) { return 1.0; };
@@ -126,6 +127,7 @@ json record_json(const FakeRun& r) {
                  {"steps", r.steps},
                  {"lr", r.lr},
                  {"lr_auto", r.lr_auto},
+                 {"lr_chosen_by", r.lr_chosen_by},
                  {"threads", 1},
                  {"seq_len", 16},
                  {"device", r.device},
@@ -752,6 +754,40 @@ TEST(ReportVerdicts, DivergedSeedsCountAsNoBetterThanTheyBegan) {
   sgds.pop_back();
   EXPECT_EQ(finding(analyze_long_runs(all_of({seeds_of(adam, 4), sgds})), "adam-not-best").verdict,
             Verdict::kReproduced);
+}
+
+// Accumulation at a rate tuned for its own step meets the standard step at the rate tuned for
+// that, beside accumulation at the standard rate (the study's own reading); a rate that was
+// not tuned meets nothing at another rate.
+TEST(ReportVerdicts, AccumulationAtItsOwnTunedRateIsPairedBesideTheStandardRate) {
+  FakeRun standard{"nanovlm"};
+  standard.lr_auto = false;
+  standard.lr_chosen_by = "a rate sweep";
+  standard.loss = [](int, double) { return 2.0; };
+  FakeRun same_rate = standard;
+  same_rate.strategy = "accumulation";
+  same_rate.accum = 4;
+  same_rate.eval_batches = 2;
+  same_rate.loss = [](int, double) { return 1.0; };
+  FakeRun own_rate = same_rate;
+  own_rate.lr = 0.003;
+  own_rate.loss = [](int, double) { return 0.3; };
+  const Finding f = finding(
+      analyze_long_runs(all_of({seeds_of(standard), seeds_of(same_rate), seeds_of(own_rate)})),
+      "accumulation-vlm");
+  ASSERT_EQ(f.evidence.size(), 2u) << f.measured;
+  const int own = std::count_if(f.evidence.begin(), f.evidence.end(), [](const Evidence& e) {
+    return testing::contains(e.what, "each tuned for its own step");
+  });
+  EXPECT_EQ(own, 1);
+  ASSERT_EQ(f.contrasts.size(), 2u);
+  // One pair of two passes: not more than half.
+  EXPECT_EQ(f.verdict, Verdict::kNotEnoughData) << f.contrasts[0] << f.contrasts[1];
+  own_rate.lr_chosen_by.clear();
+  const Finding g = finding(
+      analyze_long_runs(all_of({seeds_of(standard), seeds_of(same_rate), seeds_of(own_rate)})),
+      "accumulation-vlm");
+  EXPECT_EQ(g.evidence.size(), 1u) << g.measured;
 }
 
 // Runs at untuned rates, or too short (the demo's: 20 steps at the defaults), say which way the
