@@ -258,7 +258,8 @@ TEST(ReportFindings, AccumulationTenfoldOnTheVlmIsReproducedAtEqualStepsOnly) {
   lm_accum.accum = 4;
   lm_accum.loss = [](int, double) { return 1.0; };
   const ReportData d =
-      analyze_long_runs(all_of({seeds_of(standard), seeds_of(accum), seeds_of(lm), seeds_of(lm_accum)}));
+      analyze_long_runs(all_of({seeds_of(standard), seeds_of(accum), seeds_of(lm),
+                                seeds_of(lm_accum)}));
   const Finding& vlm = finding(d, "accumulation-vlm");
   EXPECT_EQ(vlm.verdict, Verdict::kReproduced) << vlm.measured;
   EXPECT_EQ(vlm.verdict_equal_samples, Verdict::kNotReproduced) << vlm.measured;
@@ -300,11 +301,13 @@ TEST(ReportFindings, AdamBeatenSomewhereIsReproducedAndAdamBestEverywhereIsNot) 
   FakeRun sgd = adam;
   sgd.optimizer = "sgd";
   sgd.loss = [](int, double) { return 0.5; };
-  EXPECT_EQ(finding(analyze_long_runs(all_of({seeds_of(adam), seeds_of(sgd)})), "adam-not-best").verdict,
-            Verdict::kReproduced);
+  EXPECT_EQ(
+      finding(analyze_long_runs(all_of({seeds_of(adam), seeds_of(sgd)})), "adam-not-best").verdict,
+      Verdict::kReproduced);
   sgd.loss = [](int, double) { return 1.5; };
-  EXPECT_EQ(finding(analyze_long_runs(all_of({seeds_of(adam), seeds_of(sgd)})), "adam-not-best").verdict,
-            Verdict::kNotReproduced);
+  EXPECT_EQ(
+      finding(analyze_long_runs(all_of({seeds_of(adam), seeds_of(sgd)})), "adam-not-best").verdict,
+      Verdict::kNotReproduced);
 }
 
 TEST(ReportFindings, ADifferenceWithinTheSeedIntervalIsTooCloseToCall) {
@@ -501,7 +504,7 @@ TEST(ReportFindings, UtilizationRangesAndTheDeviceCaveat) {
   EXPECT_EQ(w.verdict, Verdict::kNotReproduced) << w.measured;
 }
 
-// ---- the rule every verdict follows: 3 seeds a side, Welch's t test at 95% ----
+// ---- the rule every verdict follows: named contrasts, 3 seeds a side, Holm at 95% ----
 
 TEST(ReportVerdicts, OneSeedEachIsNotEnoughDataHoweverTheyDiffer) {
   // One seed each, SGD 1e-7 below Adam: before the rule, that counted as Adam beaten.
@@ -544,7 +547,8 @@ TEST(ReportVerdicts, AdamIsNeverItsOwnRivalAndOthersMeetItsBestGroup) {
   sgd.optimizer = "sgd";
   sgd.loss = [](int, double) { return 1.2; };
   const Finding f = finding(
-      analyze_long_runs(all_of({seeds_of(adam), seeds_of(adam_hot), seeds_of(sgd)})), "adam-not-best");
+      analyze_long_runs(all_of({seeds_of(adam), seeds_of(adam_hot), seeds_of(sgd)})),
+      "adam-not-best");
   EXPECT_EQ(f.leaning, Verdict::kNotReproduced) << f.measured << f.evidence[0].steps;
   EXPECT_EQ(f.verdict, Verdict::kIndicativeOnly);
   ASSERT_EQ(f.evidence.size(), 1u);
@@ -590,9 +594,6 @@ TEST(ReportVerdicts, ManyComparisonsAreHeldAtFivePercentTogether) {
   EXPECT_TRUE(testing::contains(f.correction, "Holm over 4 contrast(s)")) << f.correction;
 }
 
-// Checkpointing against standard, seed by seed: the seeds spread by 1% on both sides alike, and
-// each seed's pair agrees exactly, so the paired test settles "inside the 0.1% band" where an
-// unpaired test against the band's ends never could.
 // Checkpointing against standard, seed by seed, held against the noise floor: how far runs of
 // the same gradient (accumulation at the standard effective batch) drift apart. The old rule
 // held the difference against a fixed 0.1% band: a 0.5% difference was a change, although runs
@@ -612,7 +613,8 @@ TEST(ReportVerdicts, CheckpointLossIsHeldAgainstTheNoiseFloorNotAFixedBand) {
   };
   const std::vector<FakeRun> floor = noise_floor_runs(standard, 0.011, 0.01);
   const Finding f = finding(
-      analyze_long_runs(all_of({seeds_of(standard), checkpoints(0.005), floor})), "checkpoint-loss");
+      analyze_long_runs(all_of({seeds_of(standard), checkpoints(0.005), floor})),
+      "checkpoint-loss");
   EXPECT_EQ(f.verdict, Verdict::kNotReproduced) << f.measured;
   ASSERT_EQ(f.evidence.size(), 1u);
   EXPECT_TRUE(testing::contains(f.evidence[0].steps, "noise floor median 1.1"))
@@ -623,7 +625,8 @@ TEST(ReportVerdicts, CheckpointLossIsHeldAgainstTheNoiseFloorNotAFixedBand) {
   EXPECT_EQ(g.verdict, Verdict::kReproduced) << g.measured;
   // Without a floor there is no verdict, however small the difference.
   const Finding h =
-      finding(analyze_long_runs(all_of({seeds_of(standard), checkpoints(0.005)})), "checkpoint-loss");
+      finding(analyze_long_runs(all_of({seeds_of(standard), checkpoints(0.005)})),
+              "checkpoint-loss");
   EXPECT_EQ(h.verdict, Verdict::kNotEnoughData) << h.measured;
   ASSERT_FALSE(h.notes.empty());
   EXPECT_TRUE(testing::contains(h.notes[0], "no noise floor")) << h.notes[0];

@@ -72,7 +72,7 @@ void add_report_command(CLI::App& root, int& exit_code) {
       "Build the report of a results database: recommendations (per model and memory budget,\n"
       "the optimizer and strategy with the lowest validation loss at equal gradient\n"
       "evaluations that fits), the study's claims re-examined with verdicts (at equal steps,\n"
-      "samples and gradient evaluations; a verdict needs 3 seeds a side and Welch's t test),\n"
+      "samples and gradient evaluations; named contrasts, 3 seeds a side, Holm at 95%),\n"
       "figures (loss by steps, samples, gradient evaluations, FLOPs, time and energy; memory by\n"
       "component; time by phase; utilization; energy; loss against memory) and tables. Seeds\n"
       "of one configuration are pooled: mean with a 95% interval.\n"

@@ -189,8 +189,19 @@ std::string contrast_name(const GroupedRuns& data, const Pair& p) {
   const Group& a = data.groups[p.a];
   const Group& b = data.groups[p.b];
   std::string text = fmt::format("{} {}: {} vs {}", a.model, a.preset, a.label, b.label);
-  if (a.config.accum_steps > 1) text += p.same_micro ? ", same micro-batch" : ", same effective batch";
+  if (a.config.accum_steps > 1)
+    text += p.same_micro ? ", same micro-batch" : ", same effective batch";
   if (p.own_rates) text += ", each at its own tuned rate";
+  return text;
+}
+
+// A pair in a few words: "nanovlm adam, same micro-batch".
+std::string contrast_brief(const GroupedRuns& data, const Pair& p) {
+  const Group& a = data.groups[p.a];
+  std::string text = a.model + " " + a.optimizer;
+  if (a.config.accum_steps > 1)
+    text += p.same_micro ? ", same micro-batch" : ", same effective batch";
+  if (p.own_rates) text += ", own rates";
   return text;
 }
 
@@ -261,6 +272,7 @@ ClaimMeasurement loss_ratio(const GroupedRuns& data, const ClaimRule& rule) {
       if (decides)
         m.tests[basis].push_back(
             loss_test(sb, sa, m.evidence.size(), contrast_name(data, p), {p.b, p.a}));
+      if (decides) m.tests[basis].back().brief = contrast_brief(data, p);
     }
     m.evidence.push_back(e);
   }
@@ -365,8 +377,10 @@ ClaimMeasurement cells_beating_adam(const GroupedRuns& data, const ClaimRule& ru
           if (decides)
             m.tests[basis].push_back(loss_test(
                 so, sa, m.evidence.size(),
-                fmt::format("{} {}, {}: {} vs adam", go.model, go.preset, go.strategy, go.optimizer),
+                fmt::format("{} {}, {}: {} vs adam", go.model, go.preset, go.strategy,
+                            go.optimizer),
                 {i, best_adam[basis]}));
+          if (decides) m.tests[basis].back().brief = go.model + " " + go.optimizer + " vs adam";
         }
         (basis < kBases ? basis_text(e, basis) : e.time) = text;
       }
@@ -454,6 +468,7 @@ ClaimMeasurement loss_difference(const GroupedRuns& data, const ClaimRule& rule)
       t.b = floor;
       t.evidence = m.evidence.size();
       t.name = contrast_name(data, p) + " against the noise floor";
+      t.brief = contrast_brief(data, p) + " vs noise floor";
       t.groups = {p.a, p.b};
       m.tests[basis].push_back(t);
     }
@@ -501,6 +516,7 @@ ClaimMeasurement step_time_ratio(const GroupedRuns& data, const ClaimRule& rule)
     t.seeds_b = tb.seeds;
     t.evidence = m.evidence.size();
     t.name = contrast_name(data, p);
+    t.brief = contrast_brief(data, p);
     t.groups = {p.a, p.b};
     m.tests[0].push_back(t);
     m.evidence.push_back(e);

@@ -22,6 +22,7 @@ struct ClaimTest {
   std::vector<uint64_t> seeds_a, seeds_b;
   size_t evidence = 0;  // the Evidence row it belongs to; the evaluator adds its outcome there
   std::string name;     // the contrast in words: "llama tiny, standard: sgd vs adam"
+  std::string brief;    // the same in a few words, for a headline: "llama sgd vs adam"
   // Whether it is one of the contrasts the claim names as deciding it; the others are shown
   // with their figures but are not tested.
   bool decides = true;

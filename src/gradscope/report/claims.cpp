@@ -75,38 +75,49 @@ std::vector<double> holm_levels(const std::vector<double>& p) {
   return level;
 }
 
-// An effect on the rule's scale, in words: a factor on the log scale, an amount otherwise.
-std::string effect_text(const ClaimRule& rule, double effect) {
-  if (rule.thresholds.log_scale) return fmt::format("x{:.3g}", std::exp(effect));
-  return fmt::format("{:.3g}", effect);
+// A distance from the threshold on the rule's scale, in words: a factor on the log scale, an
+// amount otherwise.
+std::string distance_text(const ClaimRule& rule, double distance) {
+  if (rule.thresholds.log_scale) return fmt::format("a factor of {:.3g}", std::exp(distance));
+  return fmt::format("{:.3g}", distance);
+}
+
+// What a contrast observed: the ratio of a to b (log scale), a - threshold x b, or a's mean.
+std::string observed_text(const ClaimRule& rule, const ClaimTest& t, const ContrastStat& s,
+                          double threshold) {
+  const bool log = rule.thresholds.log_scale;
+  if (!t.b) return fmt::format("mean {:.4g}", log ? std::exp(s.effect) * threshold
+                                                  : s.effect + threshold);
+  if (log) return fmt::format("ratio x{:.3g}", std::exp(s.effect) * threshold);
+  if (threshold == 1) return fmt::format("difference {:+.3g}", s.effect);
+  return fmt::format("a - {:.4g} b = {:+.3g}", threshold, s.effect);
 }
 
 // What an undecided contrast could have detected, and what it would need.
 std::string power_text(const ClaimRule& rule, const ContrastStat& s, double level) {
   const double mdd = detectable_effect(s, level);
   if (!std::isfinite(mdd)) return "";
-  std::string text = fmt::format("; could detect {} from the threshold ({:.0f}% power at {:.3g})",
-                                 rule.thresholds.log_scale ? effect_text(rule, mdd)
-                                                           : fmt::format("{:.3g}", mdd),
-                                 100 * kPower, level);
+  std::string text =
+      fmt::format("; could detect {} from the threshold ({:.0f}% power at {:.3g})",
+                  distance_text(rule, mdd), 100 * kPower, level);
   if (!(std::abs(s.effect) > 0)) return text + "; no difference observed: no number of seeds";
   const std::optional<int> n = seeds_needed(s, level);
-  return text + (n ? fmt::format("; the observed {} would need {} seeds a side",
-                                 effect_text(rule, s.effect), *n)
+  const std::string observed = distance_text(rule, std::abs(s.effect));
+  return text + (n ? fmt::format("; the observed {} would need {} seeds a side", observed, *n)
                    : fmt::format("; the observed {} would need more than {} seeds a side",
-                                 effect_text(rule, s.effect), kMaxSeedsNeeded));
+                                 observed, kMaxSeedsNeeded));
 }
 
 std::string outcome_text(const ClaimRule& rule, const ClaimTest& t, const Outcome& o) {
   const ClaimComparison c = rule.thresholds.comparison;
   const char* kind = o.low.paired ? "paired t" : t.b ? "Welch t" : "one-sample t";
-  std::string p = fmt::format("{} {} from {:.4g}{}: p = {:.3g} (held to {:.3g})", kind,
-                              effect_text(rule, o.low.effect), rule.thresholds.low,
-                              t.b ? "x" : "", o.low.p, o.level_low);
+  const char* unit = t.b ? "x" : "";
+  std::string p = fmt::format("{}: {} against {:.4g}{}: p = {:.3g} (held to {:.3g})", kind,
+                              observed_text(rule, t, o.low, rule.thresholds.low),
+                              rule.thresholds.low, unit, o.low.p, o.level_low);
   if (two_ended(rule))
-    p += fmt::format(", {} from {:.4g}{}: p = {:.3g} (held to {:.3g})",
-                     effect_text(rule, o.high.effect), rule.thresholds.high, t.b ? "x" : "",
-                     o.high.p, o.level_high);
+    p += fmt::format("; against {:.4g}{}: p = {:.3g} (held to {:.3g})", rule.thresholds.high,
+                     unit, o.high.p, o.level_high);
   if (rule_passes(c, o)) return p + ": passes";
   if (rule_fails(c, o)) return p + ": fails";
   // The end nearer to deciding says what the contrast could have detected.
@@ -246,11 +257,12 @@ BasisDecision decide(const ClaimRule& rule, ClaimMeasurement& m, int basis) {
       for (size_t g : t.groups) d.deciding_groups.push_back(g);
       if (o.low.valid && o.low.p < best_p) {
         best_p = o.low.p;
-        d.headline = fmt::format("{}: {}, p = {:.2g}", t.name, effect_text(rule, o.low.effect),
-                                 o.low.p);
+        d.headline = fmt::format("{}: {}, p = {:.2g}", t.brief.empty() ? t.name : t.brief,
+                                 observed_text(rule, t, o.low, rule.thresholds.low), o.low.p);
       }
     } else if (f.duplicate_of.count(i)) {
-      line = fmt::format("the same values as \"{}\": counted once", tests[f.duplicate_of.at(i)].name);
+      line = fmt::format("the same values as \"{}\": counted once",
+                         tests[f.duplicate_of.at(i)].name);
     } else if (!t.decides) {
       line = "shown, not one of the contrasts that decide";
     } else {
@@ -272,8 +284,9 @@ BasisDecision decide(const ClaimRule& rule, ClaimMeasurement& m, int basis) {
       f.too_few == 0 ? "" : fmt::format("; {} with fewer than {} seeds a side not counted",
                                         f.too_few, kMinSeeds));
   if (d.headline.empty())
-    d.headline = f.counted.empty() ? fmt::format("no contrast with {} seeds a side", kMinSeeds)
-                                   : "no contrast could be tested";
+    d.headline = !f.counted.empty() ? "no contrast could be tested"
+                 : f.too_few > 0        ? fmt::format("no contrast with {} seeds a side", kMinSeeds)
+                                        : "no contrast the rule can test (the notes say why)";
   return d;
 }
 
@@ -288,9 +301,9 @@ std::string seed_rule() {
       "once; the claim's contrasts are corrected together by Holm's step-down at {:.0f}%. An "
       "undecided contrast states the smallest difference it could have detected ({:.0f}% power) "
       "and the seeds the observed one would need. With no counted contrast, or none that "
-      "settles the rule, the verdict is not enough data. Runs shorter than {} steps, or at "
-      "rates neither searched (--lr auto) nor fixed by a recorded choice (--lr-chosen-by), give "
-      "an indicative verdict only.",
+      "settles the rule, the verdict is not enough data. Deciding runs shorter than {} steps, or "
+      "(for a claim about losses) at rates neither searched (--lr auto) nor fixed by a recorded "
+      "choice (--lr-chosen-by), give an indicative verdict only.",
       kMinSeeds, 100 * kAlpha, 100 * kPower, kMinVerdictSteps);
 }
 
@@ -332,7 +345,9 @@ std::optional<double> last_tenth_fall(const GroupedRuns& data, const Group& g) {
   return mean_interval(falls).mean;
 }
 
-DecidingScale deciding_scale(const GroupedRuns& data, std::vector<size_t> groups) {
+// rates_matter: the claim is about losses, which depend on the rate (a step time does not).
+DecidingScale deciding_scale(const GroupedRuns& data, std::vector<size_t> groups,
+                             bool rates_matter) {
   DecidingScale s;
   std::sort(groups.begin(), groups.end());
   groups.erase(std::unique(groups.begin(), groups.end()), groups.end());
@@ -371,7 +386,7 @@ DecidingScale deciding_scale(const GroupedRuns& data, std::vector<size_t> groups
                                       "of {} (by up to {:.3g})",
                                       falling, judged, largest_fall);
   std::vector<std::string> why;
-  if (untuned > 0)
+  if (untuned > 0 && rates_matter)
     why.push_back(fmt::format("{} of the {} deciding configurations ran at rates neither searched "
                               "nor fixed by a recorded choice",
                               untuned, groups.size()));
@@ -498,7 +513,11 @@ Finding evaluate_claim(const GroupedRuns& data, const ClaimRule& rule) {
   f.headline = std::move(d[0].headline);
   f.correction = std::move(d[0].correction);
   f.contrasts = std::move(d[0].contrasts);
-  const DecidingScale scale = deciding_scale(data, d[0].deciding_groups);
+  const ClaimQuantity q = rule.measure.quantity;
+  const bool about_losses = q == ClaimQuantity::kLossRatio ||
+                            q == ClaimQuantity::kCellsBeatingAdam ||
+                            q == ClaimQuantity::kLossDifference;
+  const DecidingScale scale = deciding_scale(data, d[0].deciding_groups, about_losses);
   f.scale = scale.text;
   if (!scale.indicative.empty()) {
     const auto indicative = [](Verdict& v) {

@@ -5,12 +5,15 @@
 // (the fair basis when a strategy changes how many samples a step sees) and at equal gradient
 // evaluations (the fair basis for compute: a line search spends several passes per step).
 //
-// The one rule of every verdict: a comparison is of per-seed values (a loss at the basis's
-// point, a step time, a utilization), needs at least kMinSeeds seeds on each side, and is
-// decided by Welch's t test, two-sided at 95% (p < 0.05), of one side against the other
-// scaled by a threshold (or against a constant). A comparison with fewer seeds is listed but
-// does not count; one the test cannot decide either way is undecided. The verdict is "not
-// enough data" when no comparison counts or the counted ones do not settle the rule.
+// The one rule of every verdict: a claim is decided by the contrasts it names (a comparison of
+// per-seed values: a loss at the basis's point, a step time, a utilization), each needing at
+// least kMinSeeds seeds on each side and tested two-sided against the rule's thresholds
+// (contrasts.h: paired by seed where both sides ran the same seeds, ratio claims on the log
+// scale); contrasts with the same values count once, and the claim's contrasts are held at
+// kAlpha together by Holm's step-down. A contrast with fewer seeds is listed but does not
+// count; one the test cannot decide either way is undecided and says what it could have
+// detected. The verdict is "not enough data" when no contrast counts or the counted ones do not
+// settle the rule, and "indicative only" when the deciding runs cannot carry one.
 #pragma once
 
 #include <optional>

@@ -51,9 +51,10 @@ double detectable_at(double se, double df, double alpha) {
 
 }  // namespace
 
-ContrastStat test_contrast(const std::vector<double>& a, const std::optional<std::vector<double>>& b,
-                           const std::vector<uint64_t>& seeds_a, const std::vector<uint64_t>& seeds_b,
-                           double threshold, bool log_scale) {
+ContrastStat test_contrast(const std::vector<double>& a,
+                           const std::optional<std::vector<double>>& b,
+                           const std::vector<uint64_t>& seeds_a,
+                           const std::vector<uint64_t>& seeds_b, double threshold, bool log_scale) {
   ContrastStat s;
   const auto scale = [log_scale](double x) { return log_scale ? std::log(x) : x; };
   const auto positive = [](const std::vector<double>& v) {

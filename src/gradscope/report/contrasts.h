@@ -44,9 +44,10 @@ struct ContrastStat {
 // log_scale (every value must then be positive; a value that is not makes the test invalid).
 // seeds_a and seeds_b name the seed of each value; when they hold the same seeds the test is
 // paired.
-ContrastStat test_contrast(const std::vector<double>& a, const std::optional<std::vector<double>>& b,
-                           const std::vector<uint64_t>& seeds_a, const std::vector<uint64_t>& seeds_b,
-                           double threshold, bool log_scale);
+ContrastStat test_contrast(const std::vector<double>& a,
+                           const std::optional<std::vector<double>>& b,
+                           const std::vector<uint64_t>& seeds_a,
+                           const std::vector<uint64_t>& seeds_b, double threshold, bool log_scale);
 
 // The smallest |effect| the contrast detects with probability kPower at two-sided level alpha.
 double detectable_effect(const ContrastStat& s, double alpha);
