@@ -143,7 +143,9 @@ fi
 # seed|batch|accum|run id, in the order of the table.
 table=$(sql "$latest, ranked AS (SELECT *,
     ROW_NUMBER() OVER g_best AS best, count(*) OVER g AS tried,
-    min(lr) OVER g AS lowest, max(lr) OVER g AS highest
+    -- the edges of the rates that ran to the end (a run that crashed or timed out tried none)
+    min(CASE WHEN status IN ('ok', 'diverged') THEN lr END) OVER g AS lowest,
+    max(CASE WHEN status IN ('ok', 'diverged') THEN lr END) OVER g AS highest
   FROM latest
   WINDOW g AS (PARTITION BY model, optimizer, strategy),
     g_best AS (PARTITION BY model, optimizer, strategy

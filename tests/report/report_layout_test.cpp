@@ -241,7 +241,7 @@ TEST(ReportLayout, ClaimsCsvAppendsTheNewColumnsQuoted) {
   EXPECT_EQ(row[7], f.headline);
   EXPECT_EQ(row[8], f.scale);
   EXPECT_EQ(row[9], f.correction);
-  EXPECT_EQ(row[10], "sgd vs adam, llama: p = 0.003; cg vs adam");
+  EXPECT_EQ(row[10], "sgd vs adam, llama: p = 0.003 | cg vs adam");
   EXPECT_EQ(row[11], "reproduced");
   // A verdict the runs carry is what the rule gave.
   const size_t second = csv.find('\n', first) + 1;

@@ -119,11 +119,16 @@ std::vector<Pair> strategy_pairs(const GroupedRuns& data, const std::string& mod
       const Group& gb = data.groups[b];
       if (gb.model != model || gb.strategy != "standard" || !has_counted_run(data, gb)) continue;
       if (gb.config.accum_steps != 1) continue;
-      // Accumulation at a rate tuned for it meets the standard step at the rate tuned for that.
-      const bool own_rates = treatment == "accumulation" && ga.config.lr != gb.config.lr &&
-                             rate_tuned(ga.config) && rate_tuned(gb.config) &&
+      // Accumulation at a rate fixed for it by a recorded choice meets the standard step at the
+      // rate fixed for that (a searched rate, --lr auto, is the run's own: those groups match
+      // by their settings, not their found rates).
+      const bool same = key_without(gb, erase) == key;
+      const bool own_rates = !same && treatment == "accumulation" &&
+                             ga.config.lr != gb.config.lr && !ga.config.lr_auto &&
+                             !gb.config.lr_auto && !ga.config.lr_chosen_by.empty() &&
+                             !gb.config.lr_chosen_by.empty() &&
                              key_without(gb, erase_rate) == key_any_rate;
-      if (key_without(gb, erase) != key && !own_rates) continue;
+      if (!same && !own_rates) continue;
       const int64_t other = gb.config.batch;
       if (treatment == "accumulation" && ga.config.accum_steps > 1) {
         if (other == micro) pairs.push_back({a, b, true, own_rates});
@@ -246,7 +251,9 @@ ClaimMeasurement loss_ratio(const GroupedRuns& data, const ClaimRule& rule) {
   for (const Pair& p : pairs) {
     const Group& a = data.groups[p.a];
     const Group& b = data.groups[p.b];
-    const bool decides = p.same_micro == have_micro;
+    // Accumulation at its own tuned rate is shown beside: the standard run's rate is the
+    // study's reading, and one cell gets one vote.
+    const bool decides = p.same_micro == have_micro && !p.own_rates;
     Evidence e;
     e.what = pair_name(data, p) + (decides ? "" : " [shown, does not decide]");
     const double mem = a.peak_bytes.mean / b.peak_bytes.mean;
@@ -419,13 +426,15 @@ SeedValues abs_log_ratios(const GroupedRuns& data, const Group& a, const Group& 
 
 // A model's noise floor at a basis: the per-seed |log ratio| of every run of accumulation at
 // the standard runs' effective batch (the same gradient by construction, summed in another
-// order) against its standard run. Two runs that should train alike drift this far apart.
-std::vector<double> noise_floor(const GroupedRuns& data, const std::string& model, Axis axis) {
+// order) against its standard run, over the model's optimizers at the same preset on the same
+// device as `like`. Two runs that should train alike drift this far apart.
+std::vector<double> noise_floor(const GroupedRuns& data, const Group& like, Axis axis) {
   std::vector<double> floor;
-  for (const Pair& p : strategy_pairs(data, model, "accumulation")) {
+  for (const Pair& p : strategy_pairs(data, like.model, "accumulation")) {
     if (p.same_micro || p.own_rates) continue;
     const Group& a = data.groups[p.a];
     const Group& b = data.groups[p.b];
+    if (b.preset != like.preset || b.config.device != like.config.device) continue;
     for (double v : abs_log_ratios(data, a, b, axis, common_point(a, b, axis)).values)
       floor.push_back(v);
   }
@@ -453,7 +462,7 @@ ClaimMeasurement loss_difference(const GroupedRuns& data, const ClaimRule& rule)
       }
       const double most = *std::max_element(d.values.begin(), d.values.end());
       worst[basis] = std::max(worst[basis], most);
-      const std::vector<double> floor = noise_floor(data, a.model, axis);
+      const std::vector<double> floor = noise_floor(data, b, axis);
       text = fmt::format("at {}: |log ratio| per seed up to {:.2e} over {}", format_count(x), most,
                          seeds_text(d.values));
       if (floor.empty()) {

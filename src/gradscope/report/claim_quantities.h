@@ -1,7 +1,8 @@
 // The comparisons behind the study's claims (ClaimQuantity in claims.h), gathered from the
 // groups as per-seed values, with the evidence, headline and notes the report shows beside
-// each verdict. The verdict itself is the evaluator's (claims.cpp): it tests each comparison
-// with Welch's t test against the rule's thresholds and combines the outcomes.
+// each verdict. The verdict itself is the evaluator's (claims.cpp): it tests each contrast
+// against the rule's thresholds (contrasts.h), corrects them together and combines the
+// outcomes.
 #pragma once
 
 #include <optional>

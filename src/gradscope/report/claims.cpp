@@ -65,13 +65,24 @@ bool rule_fails(ClaimComparison c, const Outcome& o) {
   return false;
 }
 
-// Holm's step-down over the family: the level the k-th smallest of m p values is held to.
+// Holm's step-down over the family: the level each p was held to. The k-th smallest of m is
+// held to alpha / (m - k) while every smaller one was rejected; once one is not, the step-down
+// stops, and every larger p was held to that one's level (none of them is rejected).
 std::vector<double> holm_levels(const std::vector<double>& p) {
   std::vector<size_t> order(p.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return p[a] < p[b]; });
   std::vector<double> level(p.size());
-  for (size_t k = 0; k < order.size(); ++k) level[order[k]] = kAlpha / (order.size() - k);
+  bool stopped = false;
+  double stop_level = kAlpha;
+  for (size_t k = 0; k < order.size(); ++k) {
+    const double own = kAlpha / (order.size() - k);
+    if (!stopped && !(p[order[k]] < own)) {
+      stopped = true;
+      stop_level = own;
+    }
+    level[order[k]] = stopped ? stop_level : own;
+  }
   return level;
 }
 
@@ -245,7 +256,15 @@ BasisDecision decide(const ClaimRule& rule, ClaimMeasurement& m, int basis) {
   const std::optional<double>& max_peak = rule.thresholds.max_peak_ratio;
   if (d.verdict == Verdict::kReproduced && max_peak && m.peak_ratio > *max_peak)
     d.verdict = Verdict::kNotReproduced;
-  // Per test, its line; the headline is the counted contrast nearest to deciding.
+  // Per test, its line. The headline is the counted contrast with the smallest p among those
+  // whose outcome is the verdict's (a pass for reproduced, a fail for not reproduced), or among
+  // all when the verdict is neither.
+  const ClaimComparison c = rule.thresholds.comparison;
+  const auto matches = [&](const Outcome& o) {
+    if (d.verdict == Verdict::kReproduced) return rule_passes(c, o);
+    if (d.verdict == Verdict::kNotReproduced) return rule_fails(c, o);
+    return true;
+  };
   double best_p = 2;
   for (size_t i = 0; i < tests.size(); ++i) {
     const ClaimTest& t = tests[i];
@@ -255,10 +274,12 @@ BasisDecision decide(const ClaimRule& rule, ClaimMeasurement& m, int basis) {
       const Outcome& o = outcomes[k - f.counted.begin()];
       line = outcome_text(rule, t, o);
       for (size_t g : t.groups) d.deciding_groups.push_back(g);
-      if (o.low.valid && o.low.p < best_p) {
+      if (o.low.valid && matches(o) && o.low.p < best_p) {
         best_p = o.low.p;
-        d.headline = fmt::format("{}: {}, p = {:.2g}", t.brief.empty() ? t.name : t.brief,
-                                 observed_text(rule, t, o.low, rule.thresholds.low), o.low.p);
+        d.headline = fmt::format("{}: {}, p = {:.2g} (held to {:.2g})",
+                                 t.brief.empty() ? t.name : t.brief,
+                                 observed_text(rule, t, o.low, rule.thresholds.low), o.low.p,
+                                 o.level_low);
       }
     } else if (f.duplicate_of.count(i)) {
       line = fmt::format("the same values as \"{}\": counted once",
@@ -312,8 +333,9 @@ std::string accumulation_rule(const char* model, int factor, int half) {
   return fmt::format(
       "{} runs with accumulation against standard runs of the same settings, paired at the "
       "same micro-batch (the study's setup: k times the effective batch) and at the same "
-      "effective batch; the same micro-batch decides where the data has it, accumulation at "
-      "the standard run's rate and, where its own rate was tuned apart, at that rate. Per pair, "
+      "effective batch; the same micro-batch decides where the data has it, at the standard "
+      "run's rate (the study's reading; accumulation at a rate tuned for its own step is shown "
+      "beside). Per pair, "
       "log(standard loss) - log(accumulation loss) is tested against log {} (half the claimed "
       "{}x): reproduced when more than half the pairs are significantly above, and no "
       "accumulation run needs more than 1.10x the standard run's peak memory (a larger peak "
@@ -382,8 +404,9 @@ DecidingScale deciding_scale(const GroupedRuns& data, std::vector<size_t> groups
                        params_lo < 0 ? "unknown" : range(params_lo, params_hi),
                        range(steps_lo, steps_hi), groups.size() - untuned, groups.size());
   s.text += judged == 0 ? "no validation loss to tell whether they had converged"
-                        : fmt::format("validation loss still falling over the last tenth in {} "
-                                      "of {} (by up to {:.3g})",
+                        : fmt::format("validation loss still falling from the last evaluation "
+                                      "at or before 90% of the steps to the end in {} of {} "
+                                      "(by up to {:.3g})",
                                       falling, judged, largest_fall);
   std::vector<std::string> why;
   if (untuned > 0 && rates_matter)
@@ -454,7 +477,8 @@ const std::vector<ClaimRule>& study_claims() {
        "Checkpointed runs against standard runs of the same settings: per seed, |log(checkpointed "
        "loss / standard loss)|, tested against the model's noise floor, the same figure for "
        "runs that compute the same gradient in another order (accumulation at the standard "
-       "runs' effective batch against standard, every such pair of the model on this device): "
+       "runs' effective batch against standard, every such pair of the model's optimizers at "
+       "the same preset on the same device; ok runs only): "
        "reproduced when some pair is significantly above the noise floor; not reproduced when "
        "every pair is significantly below it. Recomputing activations gives the same gradients "
        "(dropout masks redrawn the same), so only floating-point reordering should show." +

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 namespace gradscope {
 
@@ -17,22 +18,22 @@ double sample_sd(const std::vector<double>& v) {
   return std::sqrt(ss / (v.size() - 1));
 }
 
-// Both sides name the same seeds, each once (then value i of a and of b share seed i after
-// sorting by seed).
-bool same_seeds(std::vector<uint64_t> a, std::vector<uint64_t> b) {
-  std::sort(a.begin(), a.end());
-  std::sort(b.begin(), b.end());
-  return !a.empty() && a == b && std::adjacent_find(a.begin(), a.end()) == a.end();
-}
-
-// The values in seed order.
-std::vector<double> by_seed(const std::vector<double>& v, const std::vector<uint64_t>& seeds) {
-  std::vector<size_t> order(v.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](size_t x, size_t y) { return seeds[x] < seeds[y]; });
-  std::vector<double> out;
-  for (size_t i : order) out.push_back(v[i]);
-  return out;
+// Per seed both sides ran (each side naming a seed once), a's value minus b's; empty when a
+// side names a seed twice or they share fewer than kMinPairedSeeds.
+std::vector<double> paired_differences(const std::vector<double>& a,
+                                       const std::vector<uint64_t>& seeds_a,
+                                       const std::vector<double>& b,
+                                       const std::vector<uint64_t>& seeds_b) {
+  std::map<uint64_t, double> of_a, of_b;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!of_a.emplace(seeds_a[i], a[i]).second) return {};
+  for (size_t i = 0; i < b.size(); ++i)
+    if (!of_b.emplace(seeds_b[i], b[i]).second) return {};
+  std::vector<double> d;
+  for (const auto& [seed, x] : of_a)
+    if (const auto it = of_b.find(seed); it != of_b.end()) d.push_back(x - it->second);
+  if (static_cast<int>(d.size()) < kMinPairedSeeds) return {};
+  return d;
 }
 
 // The t test's result in ContrastStat's terms.
@@ -73,10 +74,10 @@ ContrastStat test_contrast(const std::vector<double>& a,
   // t x b on the contrast's scale.
   std::vector<double> fb;
   for (double x : *b) fb.push_back(log_scale ? std::log(x) + std::log(threshold) : threshold * x);
-  if (seeds_a.size() == a.size() && seeds_b.size() == b->size() && same_seeds(seeds_a, seeds_b)) {
-    const std::vector<double> sa = by_seed(fa, seeds_a), sb = by_seed(fb, seeds_b);
-    std::vector<double> d;
-    for (size_t i = 0; i < sa.size(); ++i) d.push_back(sa[i] - sb[i]);
+  const std::vector<double> d = seeds_a.size() == a.size() && seeds_b.size() == b->size()
+                                    ? paired_differences(fa, seeds_a, fb, seeds_b)
+                                    : std::vector<double>{};
+  if (!d.empty()) {
     take_test(s, one_sample_t_test(d, 0));
     s.paired = true;
     s.sd = sample_sd(d);

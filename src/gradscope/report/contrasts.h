@@ -3,9 +3,10 @@
 // A contrast holds per-seed values a against per-seed values b scaled by a threshold (or a
 // against a constant). On the linear scale the question is a - t x b; on the log scale (ratio
 // claims: a loss ratio, a step-time ratio) it is log a - log b - log t, so that one outlier seed
-// weighs as a factor, not as an absolute amount. When both sides ran the same seeds (seeds
-// share initial weights and data order) the test is paired: a one-sample t test of the
-// per-seed differences. Otherwise it is Welch's t test of the two sides.
+// weighs as a factor, not as an absolute amount. When both sides ran at least kMinPairedSeeds of
+// the same seeds (a seed fixes the initial weights and, at the same batch, the data order) the
+// test is paired over those seeds: a one-sample t test of the per-seed differences. Otherwise
+// it is Welch's t test of the two sides.
 //
 // Power: at the level alpha a contrast is held to, with its spread and degrees of freedom, the
 // smallest difference it detects 80% of the time is (t(1 - alpha/2, df) + t(0.8, df)) x SE, and
@@ -23,6 +24,8 @@ namespace gradscope {
 
 // The power every "could have detected" figure is stated at.
 inline constexpr double kPower = 0.8;
+// Seeds both sides must share for a paired test; the seeds only one side ran are then left out.
+inline constexpr int kMinPairedSeeds = 3;
 // Seeds per side beyond which "seeds needed" says "more than this".
 inline constexpr int kMaxSeedsNeeded = 1000;
 

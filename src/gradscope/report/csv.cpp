@@ -204,7 +204,7 @@ std::string claims_csv(const std::vector<Finding>& findings) {
                              "correction", "contrasts", "verdict_rule_gave"});
   for (const Finding& f : findings) {
     std::string contrasts;
-    for (const std::string& c : f.contrasts) contrasts += (contrasts.empty() ? "" : "; ") + c;
+    for (const std::string& c : f.contrasts) contrasts += (contrasts.empty() ? "" : " | ") + c;
     // What the rule gave: the verdict itself, unless the runs could carry none.
     const Verdict gave = f.verdict == Verdict::kIndicativeOnly ? f.leaning : f.verdict;
     csv += csv_row({f.id, f.claim, verdict_name(f.verdict), verdict_name(f.verdict_equal_samples),
