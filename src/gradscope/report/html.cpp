@@ -192,8 +192,9 @@ std::string findings_section(const ReportData& data) {
          "and each undecided contrast says what it could have detected. The fair comparisons "
          "are at equal samples (when a strategy changes how many samples a step sees) and at "
          "equal gradient evaluations (equal compute). A claim about a quantity this data does "
-         "not measure (GPU utilization, on CPU runs) is not comparable here; a verdict from runs that cannot carry one (untuned learning rates, "
-         "too few steps) is indicative only.</p>\n</details>\n" +
+         "not measure (GPU utilization, on CPU runs) is not comparable here; a verdict from "
+         "runs that cannot carry one (untuned learning rates, too few steps) is indicative "
+         "only.</p>\n</details>\n" +
          claims_table_html(data.findings) + "</section>\n";
 }
 
