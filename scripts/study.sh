@@ -105,6 +105,20 @@ fi
 # 2. The pick, and the sweep files of the comparison: the committed grids with the picked rates
 # appended, and the accumulation step's own rates where they differ.
 bash "$here/study-rates.sh" "$work/rates.db" "$work"
+# A resumed study keeps the runs it has, which ran at the rates picked when they started: a
+# pick that changed since (another rates grid, another rule) would mix two sets of rates in
+# one report. The picks the comparison first ran at are kept beside the database.
+picks=$(cat -- "$work/rates.toml" && if [[ -f $work/accumulation-own-rate.toml ]]; then
+  cat -- "$work/accumulation-own-rate.toml"; fi)
+if [[ -f $work/picks-used.toml ]]; then
+  if [[ $picks != "$(cat -- "$work/picks-used.toml")" ]]; then
+    echo "study: the rates picked now differ from those the runs in $work/study.db were made" \
+      "at ($work/picks-used.toml): remove $work to start the study over" >&2
+    exit 2
+  fi
+else
+  printf '%s\n' "$picks" > "$work/picks-used.toml"
+fi
 # Every model and optimizer of the main grid has its pick: one without would run at the
 # optimizer's default rate. The dry run's lines of runs (those with a run id) start with the
 # number, the model and the optimizer.

@@ -623,6 +623,16 @@ TEST(ReportVerdicts, CheckpointLossIsHeldAgainstTheNoiseFloorNotAFixedBand) {
   const Finding g = finding(
       analyze_long_runs(all_of({seeds_of(standard), checkpoints(0.03), floor})), "checkpoint-loss");
   EXPECT_EQ(g.verdict, Verdict::kReproduced) << g.measured;
+  // The same losses bit for bit in every seed changed nothing: no floor, no test needed.
+  std::vector<FakeRun> twins = seeds_of(standard);
+  for (FakeRun& r : twins) {
+    r.strategy = "checkpoint";
+    r.step_s *= 1.3;
+  }
+  const Finding same = finding(analyze_long_runs(all_of({seeds_of(standard), twins})),
+                               "checkpoint-loss");
+  EXPECT_EQ(same.verdict, Verdict::kNotReproduced) << same.measured;
+  EXPECT_TRUE(testing::contains(same.headline, "the same losses bit for bit")) << same.headline;
   // Without a floor there is no verdict, however small the difference.
   const Finding h =
       finding(analyze_long_runs(all_of({seeds_of(standard), checkpoints(0.005)})),

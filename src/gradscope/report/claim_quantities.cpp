@@ -465,6 +465,18 @@ ClaimMeasurement loss_difference(const GroupedRuns& data, const ClaimRule& rule)
       const std::vector<double> floor = noise_floor(data, b, axis);
       text = fmt::format("at {}: |log ratio| per seed up to {:.2e} over {}", format_count(x), most,
                          seeds_text(d.values));
+      if (most == 0) {
+        // The same losses bit for bit in every seed: no floor is needed to say nothing changed.
+        ClaimTest t;
+        t.a = d.values;
+        t.identical = true;
+        t.evidence = m.evidence.size();
+        t.name = contrast_name(data, p);
+        t.brief = contrast_brief(data, p);
+        t.groups = {p.a, p.b};
+        m.tests[basis].push_back(t);
+        continue;
+      }
       if (floor.empty()) {
         without_floor.insert(a.model);
         text += "; no noise floor for this model: shown, does not count";

@@ -28,6 +28,9 @@ struct ClaimTest {
   // with their figures but are not tested.
   bool decides = true;
   std::vector<size_t> groups;  // the groups behind its two sides (their scale is stated)
+  // The two runs of every seed ended with the same loss bit for bit: nothing changed, which
+  // needs no test (kLossDifference: the contrast fails outright).
+  bool identical = false;
 };
 
 struct ClaimMeasurement {

@@ -114,13 +114,16 @@ std::string power_text(const ClaimRule& rule, const ContrastStat& s, double leve
   if (!(std::abs(s.effect) > 0)) return text + "; no difference observed: no number of seeds";
   const std::optional<int> n = seeds_needed(s, level);
   const std::string observed = distance_text(rule, std::abs(s.effect));
-  return text + (n ? fmt::format("; the observed {} would need {} seeds a side", observed, *n)
-                   : fmt::format("; the observed {} would need more than {} seeds a side",
+  return text + (n ? fmt::format("; the distance observed, {}, would need {} seeds a side",
+                                 observed, *n)
+                   : fmt::format("; the distance observed, {}, would need more than {} seeds a "
+                                 "side",
                                  observed, kMaxSeedsNeeded));
 }
 
 std::string outcome_text(const ClaimRule& rule, const ClaimTest& t, const Outcome& o) {
   const ClaimComparison c = rule.thresholds.comparison;
+  if (t.identical) return "the same losses bit for bit in every seed: no change, no test needed";
   const char* kind = o.low.paired ? "paired t" : t.b ? "Welch t" : "one-sample t";
   const char* unit = t.b ? "x" : "";
   std::string p = fmt::format("{}: {} against {:.4g}{}: p = {:.3g} (held to {:.3g})", kind,
@@ -132,7 +135,10 @@ std::string outcome_text(const ClaimRule& rule, const ClaimTest& t, const Outcom
   if (rule_passes(c, o)) return p + ": passes";
   if (rule_fails(c, o)) return p + ": fails";
   // The end nearer to deciding says what the contrast could have detected.
-  const bool use_high = two_ended(rule) && o.high.p < o.low.p;
+  // The end that is still open; of two open ends, the one nearer to deciding.
+  const bool low_decided = o.above_low || o.below_low;
+  const bool high_decided = o.above_high || o.below_high;
+  const bool use_high = two_ended(rule) && !high_decided && (low_decided || o.high.p < o.low.p);
   return p + ": undecided" +
          power_text(rule, use_high ? o.high : o.low, use_high ? o.level_high : o.level_low);
 }
@@ -175,8 +181,16 @@ std::vector<Outcome> holm_outcomes(const ClaimRule& rule, const std::vector<Clai
                                    const Family& f) {
   std::vector<Outcome> out(f.counted.size());
   std::vector<double> ps;
+  std::vector<size_t> tested;  // the outcomes whose p values enter the family
   for (size_t k = 0; k < f.counted.size(); ++k) {
     const ClaimTest& t = tests[f.counted[k]];
+    if (t.identical) {
+      // Nothing changed, bit for bit: below every threshold of a difference, without a test.
+      out[k].below_low = out[k].below_high = true;
+      out[k].low.p = out[k].high.p = 0;
+      continue;
+    }
+    tested.push_back(k);
     out[k].low = stat_of(rule, t, rule.thresholds.low);
     ps.push_back(out[k].low.valid ? out[k].low.p : 1);
     if (two_ended(rule)) {
@@ -187,15 +201,15 @@ std::vector<Outcome> holm_outcomes(const ClaimRule& rule, const std::vector<Clai
   const std::vector<bool> rejected = holm_rejections(ps, kAlpha);
   const std::vector<double> level = holm_levels(ps);
   const size_t per = two_ended(rule) ? 2 : 1;
-  for (size_t k = 0; k < out.size(); ++k) {
-    Outcome& o = out[k];
-    o.level_low = level[k * per];
-    o.above_low = rejected[k * per] && o.low.effect > 0;
-    o.below_low = rejected[k * per] && o.low.effect < 0;
+  for (size_t j = 0; j < tested.size(); ++j) {
+    Outcome& o = out[tested[j]];
+    o.level_low = level[j * per];
+    o.above_low = rejected[j * per] && o.low.effect > 0;
+    o.below_low = rejected[j * per] && o.low.effect < 0;
     if (per == 2) {
-      o.level_high = level[k * per + 1];
-      o.above_high = rejected[k * per + 1] && o.high.effect > 0;
-      o.below_high = rejected[k * per + 1] && o.high.effect < 0;
+      o.level_high = level[j * per + 1];
+      o.above_high = rejected[j * per + 1] && o.high.effect > 0;
+      o.below_high = rejected[j * per + 1] && o.high.effect < 0;
     }
   }
   return out;
@@ -274,7 +288,10 @@ BasisDecision decide(const ClaimRule& rule, ClaimMeasurement& m, int basis) {
       const Outcome& o = outcomes[k - f.counted.begin()];
       line = outcome_text(rule, t, o);
       for (size_t g : t.groups) d.deciding_groups.push_back(g);
-      if (o.low.valid && matches(o) && o.low.p < best_p) {
+      if (t.identical && matches(o) && best_p > 0) {
+        best_p = 0;
+        d.headline = (t.brief.empty() ? t.name : t.brief) + ": the same losses bit for bit";
+      } else if (o.low.valid && matches(o) && o.low.p < best_p) {
         best_p = o.low.p;
         d.headline = fmt::format("{}: {}, p = {:.2g} (held to {:.2g})",
                                  t.brief.empty() ? t.name : t.brief,
@@ -480,7 +497,8 @@ const std::vector<ClaimRule>& study_claims() {
        "runs' effective batch against standard, every such pair of the model's optimizers at "
        "the same preset on the same device; ok runs only): "
        "reproduced when some pair is significantly above the noise floor; not reproduced when "
-       "every pair is significantly below it. Recomputing activations gives the same gradients "
+       "every pair is significantly below it (a pair with the same losses bit for bit in every "
+       "seed changed nothing and counts as below without a test). Recomputing activations gives the same gradients "
        "(dropout masks redrawn the same), so only floating-point reordering should show." +
            seed_rule(),
        {Q::kLossDifference, "checkpoint", {}},
