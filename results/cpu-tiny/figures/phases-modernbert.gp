@@ -3,21 +3,24 @@ set datafile separator "\t"
 set datafile missing "NaN"
 do for [format in "svg png"] {
   if (format eq "svg") {
-    set terminal svg size 1520,512 fixed noenhanced font "sans,12" background rgb "white"
+    set terminal svg size 1350,714 fixed noenhanced font "sans,12" background rgb "white"
   } else {
-    set terminal pngcairo size 1520,512 noenhanced font "sans,10" background rgb "white"
+    set terminal pngcairo size 1350,714 noenhanced font "sans,10" background rgb "white"
   }
   set output 'phases-modernbert.'.format
-  set style data histograms
-  set style histogram rowstacked
   set style fill solid 0.85 border rgb '#333333'
-  set boxwidth 0.7
-  set key outside right top
-  set grid ytics
-  set ylabel 'ms per step'
-  set xtics rotate by -35 left font ",10"
-  set yrange [0:*]
-  set bmargin 13
-  plot 'phases-modernbert.dat' using 2:xtic(1) title 'data' lc rgb '#1f77b4', 'phases-modernbert.dat' using 3 title 'forward' lc rgb '#d62728', 'phases-modernbert.dat' using 4 title 'backward' lc rgb '#2ca02c', 'phases-modernbert.dat' using 5 title 'optimizer' lc rgb '#ff7f0e'
+  set key outside right top vertical Left reverse
+  set grid xtics
+  set xlabel 'ms per step'
+  set xrange [0:*]
+  set yrange [23.5:-0.5]
+  set ytics scale 0
+  set lmargin (format eq 'svg' ? 70 : 82)
+  # The left end of column c's bar: the sum of the columns before it.
+  lo(c) = c <= 2 ? 0 : sum [k=2:c-1] column(k)
+  plot 'phases-modernbert.dat' using (lo(2)+column(2)/2):0:(lo(2)):(lo(2)+column(2)):($0-0.35):($0+0.35):ytic(1) with boxxyerror title 'data' lc rgb '#1f77b4', \
+       'phases-modernbert.dat' using (lo(3)+column(3)/2):0:(lo(3)):(lo(3)+column(3)):($0-0.35):($0+0.35) with boxxyerror title 'forward' lc rgb '#d62728', \
+       'phases-modernbert.dat' using (lo(4)+column(4)/2):0:(lo(4)):(lo(4)+column(4)):($0-0.35):($0+0.35) with boxxyerror title 'backward' lc rgb '#2ca02c', \
+       'phases-modernbert.dat' using (lo(5)+column(5)/2):0:(lo(5)):(lo(5)+column(5)):($0-0.35):($0+0.35) with boxxyerror title 'optimizer' lc rgb '#ff7f0e'
   set output
 }

@@ -299,6 +299,8 @@ BasisDecision decide(const ClaimRule& rule, ClaimMeasurement& m, int basis) {
                                  o.level_low);
       }
     } else if (f.duplicate_of.count(i)) {
+      // Counted once, but its runs are among those the verdict rests on.
+      for (size_t g : t.groups) d.deciding_groups.push_back(g);
       line = fmt::format("the same values as \"{}\": counted once",
                          tests[f.duplicate_of.at(i)].name);
     } else if (!t.decides) {
@@ -498,8 +500,9 @@ const std::vector<ClaimRule>& study_claims() {
        "the same preset on the same device; ok runs only): "
        "reproduced when some pair is significantly above the noise floor; not reproduced when "
        "every pair is significantly below it (a pair with the same losses bit for bit in every "
-       "seed changed nothing and counts as below without a test). Recomputing activations gives the same gradients "
-       "(dropout masks redrawn the same), so only floating-point reordering should show." +
+       "seed changed nothing and counts as below without a test). Recomputing activations "
+       "gives the same gradients (dropout masks redrawn the same), so only floating-point "
+       "reordering should show." +
            seed_rule(),
        {Q::kLossDifference, "checkpoint", {}},
        {C::kAtLeast, 1, 0, A::kAny, kNone}},
