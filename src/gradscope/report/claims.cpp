@@ -423,9 +423,9 @@ DecidingScale deciding_scale(const GroupedRuns& data, std::vector<size_t> groups
                        params_lo < 0 ? "unknown" : range(params_lo, params_hi),
                        range(steps_lo, steps_hi), groups.size() - untuned, groups.size());
   s.text += judged == 0 ? "no validation loss to tell whether they had converged"
-                        : fmt::format("validation loss still falling from the last evaluation "
-                                      "at or before 90% of the steps to the end in {} of {} "
-                                      "(by up to {:.3g})",
+                        : fmt::format("validation loss still falling at the end in {} of {} "
+                                      "(by up to {:.3g} since the evaluation before the last "
+                                      "tenth)",
                                       falling, judged, largest_fall);
   std::vector<std::string> why;
   if (untuned > 0 && rates_matter)

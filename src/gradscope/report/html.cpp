@@ -50,7 +50,9 @@ details.about > summary, details.more > summary { color: #5b6472; font-size: 12p
 details.more { margin: 0; }
 /* A short row, then the row of its disclosure: one line each until it is opened. */
 tr.claim-row td, tr.rec-row td { border-bottom: none; padding-top: 6px; }
+/* Figures stay on one line; a long configuration label wraps rather than widen the page. */
 tr.rec-row td { white-space: nowrap; }
+tr.rec-row td:nth-child(3) { white-space: normal; }
 tr.claim-more td, tr.rec-more td { padding-top: 0; padding-bottom: 6px; font-size: 12px; }
 dl.more { display: grid; grid-template-columns: fit-content(280px) 1fr; gap: 3px 14px;
   margin: 6px 0; max-width: 1100px; }
