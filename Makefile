@@ -114,9 +114,9 @@ demo: data build-binary
 # of full-length runs at seed 100 (configs/sweeps/study-rates.toml: 208 runs), the lowest final
 # validation loss picked per model, optimizer and step (scripts/study-rates.sh); then the
 # comparison at those rates (configs/sweeps/study-cpu.toml: 290 runs, study-dropout.toml: 18,
-# and up to 70 accumulation runs at their own rate): 516 to 586 runs, 70 to 95 minutes on two
-# cores. Its report goes to $(STUDY_OUT) with made.md (command, commit, machine, each phase's
-# wall time, the chosen rates), rates.md and the sweep files it ran: the committed folder, so
+# and the accumulation runs at their own rate where those differ: 29 in the committed study):
+# 545 runs, about 80 minutes on two cores. Its report goes to $(STUDY_OUT) with made.md
+# (command, commit, machine, each phase's wall time, the chosen rates), rates.md and the sweep files it ran: the committed folder, so
 # `git diff` shows what a rerun changed. The databases and logs stay in $(STUDY_WORK): run
 # again to resume a killed study, remove it to start over.
 study: data build
