@@ -117,8 +117,8 @@ demo: data build-binary
 # and the accumulation runs at their own rate where those differ: 29 in the committed study):
 # 545 runs, about 80 minutes on two cores. Its report goes to $(STUDY_OUT) with made.md
 # (command, commit, machine, each phase's wall time, the chosen rates), rates.md and the sweep
-# files it ran: the committed folder, so `git diff` shows what a rerun changed. The databases and logs stay in $(STUDY_WORK): run
-# again to resume a killed study, remove it to start over.
+# files it ran: the committed folder, so `git diff` shows what a rerun changed. The databases
+# and logs stay in $(STUDY_WORK): run again to resume a killed study, remove it to start over.
 study: data build
 	bash scripts/study.sh $(GS) $(STUDY_OUT) $(STUDY_WORK)
 
