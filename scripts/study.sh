@@ -107,15 +107,21 @@ fi
 bash "$here/study-rates.sh" "$work/rates.db" "$work"
 # A resumed study keeps the runs it has, which ran at the rates picked when they started: a
 # pick that changed since (another rates grid, another rule) would mix two sets of rates in
-# one report. The picks the comparison first ran at are kept beside the database.
+# one report. The picks (each model's and optimizer's rates, not the grids' other settings)
+# the comparison's runs were made at are kept beside its database.
 picks=$(cat -- "$work/rates.toml" && if [[ -f $work/accumulation-own-rate.toml ]]; then
-  cat -- "$work/accumulation-own-rate.toml"; fi)
-if [[ -f $work/picks-used.toml ]]; then
+  grep -E '^(when|lr) = ' -- "$work/accumulation-own-rate.toml"; fi)
+if [[ -f $work/study.db && -f $work/picks-used.toml ]]; then
   if [[ $picks != "$(cat -- "$work/picks-used.toml")" ]]; then
     echo "study: the rates picked now differ from those the runs in $work/study.db were made" \
-      "at ($work/picks-used.toml): remove $work to start the study over" >&2
+      "at ($work/picks-used.toml): remove $work/study.db (the rates grid's runs in" \
+      "$work/rates.db stay) to run the comparison again" >&2
     exit 2
   fi
+elif [[ -f $work/study.db ]]; then
+  echo "study: $work/study.db has no record of the rates its runs were made at" \
+    "($work/picks-used.toml): remove $work/study.db to run the comparison again" >&2
+  exit 2
 else
   printf '%s\n' "$picks" > "$work/picks-used.toml"
 fi

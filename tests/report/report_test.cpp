@@ -633,6 +633,9 @@ TEST(ReportVerdicts, CheckpointLossIsHeldAgainstTheNoiseFloorNotAFixedBand) {
                                "checkpoint-loss");
   EXPECT_EQ(same.verdict, Verdict::kNotReproduced) << same.measured;
   EXPECT_TRUE(testing::contains(same.headline, "the same losses bit for bit")) << same.headline;
+  EXPECT_TRUE(testing::contains(same.correction, "Holm over 0 contrast(s)")) << same.correction;
+  EXPECT_TRUE(testing::contains(same.correction, "1 with the same losses bit for bit"))
+      << same.correction;
   // Without a floor there is no verdict, however small the difference.
   const Finding h =
       finding(analyze_long_runs(all_of({seeds_of(standard), checkpoints(0.005)})),

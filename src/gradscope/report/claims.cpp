@@ -105,12 +105,13 @@ std::string observed_text(const ClaimRule& rule, const ClaimTest& t, const Contr
 }
 
 // What an undecided contrast could have detected, and what it would need.
-std::string power_text(const ClaimRule& rule, const ContrastStat& s, double level) {
+std::string power_text(const ClaimRule& rule, const ContrastStat& s, double threshold,
+                       double level) {
   const double mdd = detectable_effect(s, level);
   if (!std::isfinite(mdd)) return "";
   std::string text =
-      fmt::format("; could detect {} from the threshold ({:.0f}% power at {:.3g})",
-                  distance_text(rule, mdd), 100 * kPower, level);
+      fmt::format("; could detect {} from {:.4g} ({:.0f}% power at {:.3g})",
+                  distance_text(rule, mdd), threshold, 100 * kPower, level);
   if (!(std::abs(s.effect) > 0)) return text + "; no difference observed: no number of seeds";
   const std::optional<int> n = seeds_needed(s, level);
   const std::string observed = distance_text(rule, std::abs(s.effect));
@@ -140,7 +141,9 @@ std::string outcome_text(const ClaimRule& rule, const ClaimTest& t, const Outcom
   const bool high_decided = o.above_high || o.below_high;
   const bool use_high = two_ended(rule) && !high_decided && (low_decided || o.high.p < o.low.p);
   return p + ": undecided" +
-         power_text(rule, use_high ? o.high : o.low, use_high ? o.level_high : o.level_low);
+         power_text(rule, use_high ? o.high : o.low,
+                    use_high ? rule.thresholds.high : rule.thresholds.low,
+                    use_high ? o.level_high : o.level_low);
 }
 
 // Contrasts of one basis that count, each once: enough seeds, named as deciding, and not the
@@ -164,9 +167,12 @@ Family family_of(const std::vector<ClaimTest>& tests) {
       ++f.too_few;
       continue;
     }
-    const auto same = std::find_if(f.counted.begin(), f.counted.end(), [&](size_t j) {
-      return tests[j].a == t.a && tests[j].b == t.b;
-    });
+    // A pair with the same losses bit for bit is its own evidence (no test): never merged.
+    const auto same = t.identical ? f.counted.end()
+                                  : std::find_if(f.counted.begin(), f.counted.end(), [&](size_t j) {
+                                      return !tests[j].identical && tests[j].a == t.a &&
+                                             tests[j].b == t.b;
+                                    });
     if (same != f.counted.end())
       f.duplicate_of[i] = *same;
     else
@@ -288,15 +294,22 @@ BasisDecision decide(const ClaimRule& rule, ClaimMeasurement& m, int basis) {
       const Outcome& o = outcomes[k - f.counted.begin()];
       line = outcome_text(rule, t, o);
       for (size_t g : t.groups) d.deciding_groups.push_back(g);
+      // The end of a two-ended rule that decided, or the one nearer to deciding.
+      const bool decided_low = o.above_low || o.below_low;
+      const bool decided_high = o.above_high || o.below_high;
+      const bool high = two_ended(rule) && o.high.valid &&
+                        (decided_high != decided_low ? decided_high : o.high.p < o.low.p);
+      const ContrastStat& end = high ? o.high : o.low;
+      const double threshold = high ? rule.thresholds.high : rule.thresholds.low;
       if (t.identical && matches(o) && best_p > 0) {
         best_p = 0;
         d.headline = (t.brief.empty() ? t.name : t.brief) + ": the same losses bit for bit";
-      } else if (o.low.valid && matches(o) && o.low.p < best_p) {
-        best_p = o.low.p;
-        d.headline = fmt::format("{}: {}, p = {:.2g} (held to {:.2g})",
+      } else if (end.valid && matches(o) && end.p < best_p) {
+        best_p = end.p;
+        d.headline = fmt::format("{}: {}, p = {:.2g} against {:.4g}{} (held to {:.2g})",
                                  t.brief.empty() ? t.name : t.brief,
-                                 observed_text(rule, t, o.low, rule.thresholds.low), o.low.p,
-                                 o.level_low);
+                                 observed_text(rule, t, end, threshold), end.p, threshold,
+                                 t.b ? "x" : "", high ? o.level_high : o.level_low);
       }
     } else if (f.duplicate_of.count(i)) {
       // Counted once, but its runs are among those the verdict rests on.
@@ -316,9 +329,15 @@ BasisDecision decide(const ClaimRule& rule, ClaimMeasurement& m, int basis) {
     }
     if (t.decides) d.contrasts.push_back(t.name + ": " + line);
   }
+  const size_t identical = std::count_if(f.counted.begin(), f.counted.end(),
+                                         [&](size_t i) { return tests[i].identical; });
+  const size_t tested = f.counted.size() - identical;
   d.correction = fmt::format(
-      "Holm over {} contrast(s) ({} test(s)) at {:.0f}%{}{}", f.counted.size(),
-      f.counted.size() * (two_ended(rule) ? 2 : 1), 100 * kAlpha,
+      "Holm over {} contrast(s) ({} test(s): both thresholds of each where the rule has two) at "
+      "{:.0f}%{}{}{}",
+      tested, tested * (two_ended(rule) ? 2 : 1), 100 * kAlpha,
+      identical == 0 ? "" : fmt::format("; {} with the same losses bit for bit, no test needed",
+                                        identical),
       f.duplicate_of.empty() ? "" : fmt::format("; {} with the same values as another counted once",
                                                 f.duplicate_of.size()),
       f.too_few == 0 ? "" : fmt::format("; {} with fewer than {} seeds a side not counted",
