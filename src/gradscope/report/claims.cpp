@@ -333,13 +333,15 @@ BasisDecision decide(const ClaimRule& rule, ClaimMeasurement& m, int basis) {
                                          [&](size_t i) { return tests[i].identical; });
   const size_t tested = f.counted.size() - identical;
   d.correction = fmt::format(
-      "Holm over {} contrast(s) ({} test(s): both thresholds of each where the rule has two) at "
-      "{:.0f}%{}{}{}",
-      tested, tested * (two_ended(rule) ? 2 : 1), 100 * kAlpha,
+      "Holm over {} contrast(s) ({} test(s){}) at {:.0f}%{}{}{}", tested,
+      tested * (two_ended(rule) ? 2 : 1), two_ended(rule) ? ": both thresholds of each" : "",
+      100 * kAlpha,
       identical == 0 ? "" : fmt::format("; {} with the same losses bit for bit, no test needed",
                                         identical),
-      f.duplicate_of.empty() ? "" : fmt::format("; {} with the same values as another counted once",
-                                                f.duplicate_of.size()),
+      f.duplicate_of.empty()
+          ? ""
+          : fmt::format("; {} with the same values as another counted once",
+                        f.duplicate_of.size()),
       f.too_few == 0 ? "" : fmt::format("; {} with fewer than {} seeds a side not counted",
                                         f.too_few, kMinSeeds));
   if (d.headline.empty())
@@ -352,17 +354,18 @@ BasisDecision decide(const ClaimRule& rule, ClaimMeasurement& m, int basis) {
 // Appended to each rule's text: the rule every verdict follows.
 std::string seed_rule() {
   return fmt::format(
-      " Every contrast is of per-seed values (a diverged run counts as no better than it began: "
-      "the larger of its first loss and its loss at the point), needs at least {} seeds on each "
-      "side (fewer: listed, not counted) and is tested two-sided: paired by seed where both "
-      "sides ran the same seeds (they share initial weights and data order), Welch's t test "
-      "otherwise; ratio claims on the log scale. Contrasts with the same values are counted "
-      "once; the claim's contrasts are corrected together by Holm's step-down at {:.0f}%. An "
-      "undecided contrast states the smallest difference it could have detected ({:.0f}% power) "
-      "and the seeds the observed one would need. With no counted contrast, or none that "
-      "settles the rule, the verdict is not enough data. Deciding runs shorter than {} steps, or "
-      "(for a claim about losses) at rates neither searched (--lr auto) nor fixed by a recorded "
-      "choice (--lr-chosen-by), give an indicative verdict only.",
+      " Every contrast is of per-seed values (a diverged run counts as no better than it "
+      "began: the larger of its first loss and its loss at the point), needs at least {} "
+      "seeds on each side (fewer: listed, not counted) and is tested two-sided: paired by "
+      "seed over the seeds both sides ran where they share 3 or more (a seed fixes the "
+      "initial weights and, at the same batch, the data order), Welch's t test otherwise; "
+      "ratio claims on the log scale. Contrasts with the same values are counted once; the "
+      "claim's contrasts are corrected together by Holm's step-down at {:.0f}%. An "
+      "undecided contrast states the smallest difference it could have detected ({:.0f}% "
+      "power) and the seeds the observed one would need. With no counted contrast, or none "
+      "that settles the rule, the verdict is not enough data. Deciding runs shorter than {} "
+      "steps, or (for a claim about losses) at rates neither searched (--lr auto) nor fixed "
+      "by a recorded choice (--lr-chosen-by), give an indicative verdict only.",
       kMinSeeds, 100 * kAlpha, 100 * kPower, kMinVerdictSteps);
 }
 
