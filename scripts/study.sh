@@ -54,9 +54,10 @@ libtorch_of() { "$1" --version | sed -n 's/.* on LibTorch //p'; }
 running=$(libtorch_of "$gs")
 for db in "$work/rates.db" "$work/study.db"; do
   [[ -f $db ]] || continue
+  # The versions as the records give them, control characters shown as '?' (a record is data).
   others=$(sqlite3 -readonly "$db" \
     "SELECT DISTINCT coalesce(json_extract(record_json, '$.env.libtorch'), 'unknown') FROM runs" |
-    grep -vxF -- "$running" || true)
+    grep -vxF -- "$running" | tr -c '[:print:]\n' '?' || true)
   if [[ -n $others ]]; then
     echo "study: $db holds runs made on LibTorch $(echo "$others" | tr '\n' ' ')and" \
       "this gradscope runs on LibTorch $running: remove $work to start the study over" >&2
