@@ -110,6 +110,13 @@ TEST(Statistics, HolmStepsDownAndStopsAtTheFirstKeptHypothesis) {
   // m = 6, all 0.033: the first needs 0.0083.
   EXPECT_EQ(holm_rejections(std::vector<double>(6, 0.033), 0.05), std::vector<bool>(6, false));
   EXPECT_TRUE(holm_rejections({}, 0.05).empty());
+  // The levels they were held to: 0.01 at 0.05 / 3; 0.03 at 0.05 / 2, where the step-down
+  // stops, so 0.04 was held to 0.025 too, not to 0.05.
+  const std::vector<double> levels = holm_levels({0.04, 0.01, 0.03}, 0.05);
+  ASSERT_EQ(levels.size(), 3u);
+  EXPECT_DOUBLE_EQ(levels[0], 0.025);
+  EXPECT_DOUBLE_EQ(levels[1], 0.05 / 3);
+  EXPECT_DOUBLE_EQ(levels[2], 0.025);
   const WelchTest exact = welch_t_test({1, 1, 1}, {2, 2, 2});
   EXPECT_TRUE(exact.valid);
   EXPECT_DOUBLE_EQ(exact.p, 0);

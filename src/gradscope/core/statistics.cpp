@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "gradscope/core/error.h"
 
@@ -152,14 +153,25 @@ Interval mean_interval(const std::vector<double>& values) {
   return i;
 }
 
-std::vector<bool> holm_rejections(const std::vector<double>& p, double alpha) {
+std::vector<double> holm_levels(const std::vector<double>& p, double alpha) {
   std::vector<size_t> order(p.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return p[a] < p[b]; });
-  std::vector<bool> rejected(p.size(), false);
+  std::vector<double> level(p.size());
   const size_t m = p.size();
-  for (size_t k = 0; k < m && p[order[k]] < alpha / static_cast<double>(m - k); ++k)
-    rejected[order[k]] = true;
+  std::optional<double> stopped;  // the level where the step-down stopped
+  for (size_t k = 0; k < m; ++k) {
+    const double own = alpha / static_cast<double>(m - k);
+    if (!stopped && !(p[order[k]] < own)) stopped = own;
+    level[order[k]] = stopped.value_or(own);
+  }
+  return level;
+}
+
+std::vector<bool> holm_rejections(const std::vector<double>& p, double alpha) {
+  const std::vector<double> level = holm_levels(p, alpha);
+  std::vector<bool> rejected(p.size());
+  for (size_t i = 0; i < p.size(); ++i) rejected[i] = p[i] < level[i];
   return rejected;
 }
 

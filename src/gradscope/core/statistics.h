@@ -56,5 +56,9 @@ WelchTest one_sample_t_test(const std::vector<double>& a, double mu);
 // family errs at most alpha. Sorted by p, the k-th smallest (from 0) is rejected while it and
 // every smaller one are below alpha / (m - k). One flag per p, in the order given.
 std::vector<bool> holm_rejections(const std::vector<double>& p, double alpha);
+// The level each p of the family was held to: the k-th smallest at alpha / (m - k) while every
+// smaller one was rejected; once one is not, the step-down stops and every larger p was held to
+// that one's level. A p is rejected exactly when it is below its level.
+std::vector<double> holm_levels(const std::vector<double>& p, double alpha);
 
 }  // namespace gradscope

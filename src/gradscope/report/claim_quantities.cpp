@@ -446,6 +446,7 @@ ClaimMeasurement loss_difference(const GroupedRuns& data, const ClaimRule& rule)
   double worst[kBases] = {0, 0, 0};
   const std::vector<Pair> pairs = pairs_of(data, rule);
   std::set<std::string> without_floor;
+  std::map<std::string, std::vector<double>> floors[kBases];
   for (const Pair& p : pairs) {
     const Group& a = data.groups[p.a];
     const Group& b = data.groups[p.b];
@@ -462,35 +463,33 @@ ClaimMeasurement loss_difference(const GroupedRuns& data, const ClaimRule& rule)
       }
       const double most = *std::max_element(d.values.begin(), d.values.end());
       worst[basis] = std::max(worst[basis], most);
-      const std::vector<double> floor = noise_floor(data, b, axis);
       text = fmt::format("at {}: |log ratio| per seed up to {:.2e} over {}", format_count(x), most,
                          seeds_text(d.values));
-      if (most == 0) {
-        // The same losses bit for bit in every seed: no floor is needed to say nothing changed.
-        ClaimTest t;
-        t.a = d.values;
-        t.identical = true;
-        t.evidence = m.evidence.size();
-        t.name = contrast_name(data, p);
-        t.brief = contrast_brief(data, p);
-        t.groups = {p.a, p.b};
-        m.tests[basis].push_back(t);
-        continue;
-      }
-      if (floor.empty()) {
-        without_floor.insert(a.model);
-        text += "; no noise floor for this model: shown, does not count";
-        continue;
-      }
-      text += fmt::format("; noise floor median {:.2e} over {} seed pair(s)", median(floor),
-                          floor.size());
       ClaimTest t;
       t.a = d.values;
-      t.b = floor;
       t.evidence = m.evidence.size();
-      t.name = contrast_name(data, p) + " against the noise floor";
-      t.brief = contrast_brief(data, p) + " vs noise floor";
+      t.name = contrast_name(data, p);
+      t.brief = contrast_brief(data, p);
       t.groups = {p.a, p.b};
+      // The same losses bit for bit in every seed: no floor is needed to say nothing changed.
+      t.identical = most == 0;
+      if (!t.identical) {
+        // One floor per model, preset, device and basis, however many pairs share it.
+        const std::string where = b.model + '\n' + b.preset + '\n' + b.config.device;
+        const auto [slot, fresh] = floors[basis].try_emplace(where);
+        if (fresh) slot->second = noise_floor(data, b, axis);
+        const std::vector<double>& floor = slot->second;
+        if (floor.empty()) {
+          without_floor.insert(a.model);
+          text += "; no noise floor for this model: shown, does not count";
+          continue;
+        }
+        text += fmt::format("; noise floor median {:.2e} over {} seed pair(s)", median(floor),
+                            floor.size());
+        t.b = floor;
+        t.name += " against the noise floor";
+        t.brief += " vs noise floor";
+      }
       m.tests[basis].push_back(t);
     }
     m.evidence.push_back(e);

@@ -65,27 +65,6 @@ bool rule_fails(ClaimComparison c, const Outcome& o) {
   return false;
 }
 
-// Holm's step-down over the family: the level each p was held to. The k-th smallest of m is
-// held to alpha / (m - k) while every smaller one was rejected; once one is not, the step-down
-// stops, and every larger p was held to that one's level (none of them is rejected).
-std::vector<double> holm_levels(const std::vector<double>& p) {
-  std::vector<size_t> order(p.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return p[a] < p[b]; });
-  std::vector<double> level(p.size());
-  bool stopped = false;
-  double stop_level = kAlpha;
-  for (size_t k = 0; k < order.size(); ++k) {
-    const double own = kAlpha / (order.size() - k);
-    if (!stopped && !(p[order[k]] < own)) {
-      stopped = true;
-      stop_level = own;
-    }
-    level[order[k]] = stopped ? stop_level : own;
-  }
-  return level;
-}
-
 // A distance from the threshold on the rule's scale, in words: a factor on the log scale, an
 // amount otherwise.
 std::string distance_text(const ClaimRule& rule, double distance) {
@@ -204,18 +183,19 @@ std::vector<Outcome> holm_outcomes(const ClaimRule& rule, const std::vector<Clai
       ps.push_back(out[k].high.valid ? out[k].high.p : 1);
     }
   }
-  const std::vector<bool> rejected = holm_rejections(ps, kAlpha);
-  const std::vector<double> level = holm_levels(ps);
+  const std::vector<double> level = holm_levels(ps, kAlpha);
   const size_t per = two_ended(rule) ? 2 : 1;
   for (size_t j = 0; j < tested.size(); ++j) {
     Outcome& o = out[tested[j]];
     o.level_low = level[j * per];
-    o.above_low = rejected[j * per] && o.low.effect > 0;
-    o.below_low = rejected[j * per] && o.low.effect < 0;
+    const bool rejected_low = ps[j * per] < o.level_low;
+    o.above_low = rejected_low && o.low.effect > 0;
+    o.below_low = rejected_low && o.low.effect < 0;
     if (per == 2) {
       o.level_high = level[j * per + 1];
-      o.above_high = rejected[j * per + 1] && o.high.effect > 0;
-      o.below_high = rejected[j * per + 1] && o.high.effect < 0;
+      const bool rejected_high = ps[j * per + 1] < o.level_high;
+      o.above_high = rejected_high && o.high.effect > 0;
+      o.below_high = rejected_high && o.high.effect < 0;
     }
   }
   return out;

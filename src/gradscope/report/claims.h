@@ -143,7 +143,8 @@ struct Finding {
   Verdict leaning = Verdict::kNotEnoughData;
   std::string measured;  // the headline figure(s) this database gives
   // One short line: the contrast behind the verdict on the study's basis, its figure, p and the
-  // level it was held to ("llama sgd vs adam: difference -0.14, p = 0.003 against 1x (held to 0.0125)").
+  // level it was held to ("llama sgd vs adam: difference -0.14, p = 0.003 against 1x (held to
+  // 0.0125)").
   std::string headline;
   // The scale of the deciding runs: parameters, steps, how their rates were chosen, whether
   // their validation loss was still falling over the last tenth of the run.
