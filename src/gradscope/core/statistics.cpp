@@ -132,6 +132,11 @@ double student_t_quantile(double p, double df) {
   return 0.5 * (lo + hi);
 }
 
+double sample_sd(const std::vector<double>& values) {
+  const Moments m = moments_of(values);
+  return m.n < 2 ? kNaN : std::sqrt(m.var);
+}
+
 Interval mean_interval(const std::vector<double>& values) {
   Interval i;
   i.n = static_cast<int>(values.size());
@@ -146,9 +151,7 @@ Interval mean_interval(const std::vector<double>& values) {
     i.half_width = kNaN;
     return i;
   }
-  double ss = 0;
-  for (double v : values) ss += (v - i.mean) * (v - i.mean);
-  const double sd = std::sqrt(ss / (i.n - 1));
+  const double sd = sample_sd(values);
   i.half_width = student_t_quantile(0.975, i.n - 1) * sd / std::sqrt(static_cast<double>(i.n));
   return i;
 }

@@ -27,6 +27,8 @@ struct Interval {
 };
 // The mean of `values` and, with n >= 2, t(0.975, n-1) * sd / sqrt(n). Empty: n = 0, NaN mean.
 Interval mean_interval(const std::vector<double>& values);
+// The sample standard deviation (n - 1 in the denominator); NaN with fewer than two values.
+double sample_sd(const std::vector<double>& values);
 
 // The p-quantile of Student's t distribution with `df` degrees of freedom (p in (0, 1)),
 // computed from the regularized incomplete beta function, not looked up.

@@ -8,16 +8,6 @@ namespace gradscope {
 
 namespace {
 
-double sample_sd(const std::vector<double>& v) {
-  if (v.size() < 2) return kNaN;
-  double sum = 0;
-  for (double x : v) sum += x;
-  const double mean = sum / v.size();
-  double ss = 0;
-  for (double x : v) ss += (x - mean) * (x - mean);
-  return std::sqrt(ss / (v.size() - 1));
-}
-
 // Per seed both sides ran (each side naming a seed once), a's value minus b's; empty when a
 // side names a seed twice or they share fewer than kMinPairedSeeds.
 std::vector<double> paired_differences(const std::vector<double>& a,
