@@ -16,7 +16,20 @@
 #include <optional>
 #include <vector>
 
+#include "gradscope/core/memory_timeline.h"
+
 namespace gradscope {
+
+// What was live when the tracking allocator refused an allocation under --memory-cap: the
+// request, who made it, and the live bytes by label (component, module, phase: the scope the
+// allocation was made in, or what it was found to be since, core/memory_scope.h).
+struct MemoryRefusal {
+  int64_t requested_bytes = 0;
+  int64_t live_bytes = 0;
+  int64_t cap_bytes = 0;
+  TimelineLabel request;
+  std::vector<std::pair<TimelineLabel, int64_t>> live;  // largest first, no zero entries
+};
 
 // The process-wide CPU tracking allocator. Blocks LibTorch allocated before install() are
 // neither counted nor disturbed: each DataPtr carries the deleter of the allocator that made
@@ -41,6 +54,11 @@ class CpuMemoryTracker {
   // This is how --memory-cap makes a CPU run fail the way a GPU run out of memory does.
   void set_cap(int64_t cap_bytes);
   int64_t cap_bytes() const { return cap_bytes_.load(std::memory_order_relaxed); }
+
+  // The first refusal since install() or clear_refusal(), kept at the moment it happened
+  // (nullopt when none).
+  std::optional<MemoryRefusal> last_refusal() const;
+  void clear_refusal();
 
   // Used by the allocator itself: reserve n bytes (throws past the cap), give them back.
   void reserve(int64_t n);
