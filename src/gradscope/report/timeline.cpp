@@ -24,6 +24,154 @@ constexpr const char* kColours[] = {"#4c72b0", "#dd8452", "#55a868", "#c44e52",
                                     "#8172b3", "#937860", "#9a9a9a"};
 static_assert(std::size(kColours) == kComponents);
 
+// The section's styles, added to the page's.
+const char* const kCss = R"CSS(
+.tl-figure { margin: 10px 0 24px 0; }
+.tl-chart-box { position: relative; max-width: 960px; }
+svg.tl-chart { width: 100%; height: auto; background: #fff; border: 1px solid #eceef1; }
+.tl-band { stroke: none; opacity: 0.9; }
+.tl-phase { cursor: zoom-in; }
+.tl-shade-0 { fill: #f3f5f8; }
+.tl-shade-1 { fill: #e7ebf1; }
+.tl-phase:hover { fill: #dbe4f3; }
+.tl-phase-label { font-size: 10px; fill: #4b5361; text-anchor: middle; pointer-events: none; }
+.tl-grid { stroke: #e6e8eb; stroke-width: 1; }
+.tl-ytick { font-size: 10px; fill: #4b5361; text-anchor: end; }
+.tl-xtick, .tl-xlabel { font-size: 10px; fill: #4b5361; text-anchor: middle; }
+.tl-peak { stroke: #b00020; stroke-width: 1.5; stroke-dasharray: 4 3; pointer-events: none; }
+.tl-peak-label { font-size: 11px; fill: #b00020; font-weight: 600; }
+.tl-tip { position: absolute; pointer-events: none; background: #1d2330; color: #fff;
+  font-size: 12px; padding: 4px 8px; border-radius: 4px; max-width: 420px; }
+.tl-legend span { font-size: 12px; margin-right: 12px; white-space: nowrap; }
+.tl-legend i { display: inline-block; width: 10px; height: 10px; margin-right: 4px; }
+.tl-controls { font-size: 12px; color: #5b6472; margin: 4px 0; }
+.tl-controls button { font-size: 12px; padding: 2px 10px; border-radius: 12px;
+  border: 1px solid #b9c0ca; background: #fff; cursor: pointer; }
+.tl-tables { display: flex; flex-wrap: wrap; gap: 24px; }
+tr.tl-differs td { background: #fff4d6; }
+.tl-cap { background: #fde2e1; color: #9b1c17; border: 1px solid #e6a29f; padding: 8px 12px;
+  border-radius: 6px; }
+.tl-note, .tl-about { font-size: 12.5px; color: #4b5361; }
+)CSS";
+
+// Each figure: its zoom (the transform of its plot, the x ticks, the phase and peak labels),
+// the tooltip that names the component under the pointer, its bytes and the event's module,
+// and the phases that zoom when clicked. Marks on the section how many figures it set up
+// (data-timelines-drawn) for automated checks. Text from the file is only ever set as
+// textContent.
+const char* const kScript = R"JS(
+(function () {
+  var SVGNS = 'http://www.w3.org/2000/svg';
+  function fmtBytes(b) {
+    var units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'], i = 0, v = b;
+    while (Math.abs(v) >= 1024 && i < units.length - 1) { v /= 1024; i++; }
+    return (i === 0 ? String(v) : v.toFixed(2)) + ' ' + units[i];
+  }
+  function nums(el, name) {
+    var s = el ? el.getAttribute(name) || '' : '';
+    return s === '' ? [] : s.split(' ').map(Number);
+  }
+  function setUp(fig) {
+    var svg = fig.querySelector('svg.tl-chart');
+    if (!svg) return false;
+    var num = function (name) { return Number(svg.getAttribute(name)); };
+    var n = num('data-events'), left = num('data-left'), pw = num('data-plot-width');
+    var top = num('data-top'), ph = num('data-plot-height'), ymax = num('data-ymax');
+    var pts = fig.querySelector('.tl-points');
+    var xs = nums(pts, 'data-x'), ts = nums(pts, 'data-t'), lives = nums(pts, 'data-live');
+    var lab = nums(pts, 'data-label');
+    var labels = Array.prototype.slice.call(fig.querySelectorAll('.tl-labels li'));
+    var bands = Array.prototype.slice.call(svg.querySelectorAll('.tl-band')).map(function (b) {
+      return { name: b.getAttribute('data-component'), values: nums(b, 'data-values') };
+    });
+    var plot = svg.querySelector('.tl-plot'), ticks = svg.querySelector('.tl-xticks');
+    var tip = fig.querySelector('.tl-tip'), box = fig.querySelector('.tl-chart-box');
+    var view = { x0: -0.5, x1: n - 0.5 };
+    var k = function () { return pw / (view.x1 - view.x0); };
+    var px = function (x) { return left + (x - view.x0) * k(); };
+    function layout() {
+      plot.setAttribute('transform',
+                        'translate(' + (left - view.x0 * k()) + ' 0) scale(' + k() + ' 1)');
+      svg.setAttribute('data-x0', String(view.x0));
+      svg.setAttribute('data-x1', String(view.x1));
+      while (ticks.firstChild) ticks.removeChild(ticks.firstChild);
+      var seen = {};
+      for (var i = 0; i <= 5; i++) {
+        var x = Math.round(view.x0 + 0.5 + (view.x1 - view.x0 - 1) * i / 5);
+        if (seen[x]) continue;
+        seen[x] = true;
+        var t = document.createElementNS(SVGNS, 'text');
+        t.setAttribute('class', 'tl-xtick');
+        t.setAttribute('x', String(px(x)));
+        t.setAttribute('y', String(top + ph + 13));
+        t.textContent = String(x);
+        ticks.appendChild(t);
+      }
+      svg.querySelectorAll('.tl-phase-label').forEach(function (l) {
+        var a = Math.max(px(Number(l.getAttribute('data-first')) - 0.5), left);
+        var b = Math.min(px(Number(l.getAttribute('data-end')) - 0.5), left + pw);
+        l.setAttribute('x', String((a + b) / 2));
+        l.style.display = b - a >= 6 * l.textContent.length ? '' : 'none';
+      });
+      var pl = svg.querySelector('.tl-peak-label');
+      var at = px(Number(pl.getAttribute('data-event')));
+      pl.setAttribute('x', String(Math.min(Math.max(at, left), left + pw)));
+      pl.setAttribute('text-anchor', at > left + pw / 2 ? 'end' : 'start');
+      pl.style.opacity = at >= left && at <= left + pw ? '1' : '0.5';
+    }
+    function nearest(x) {
+      var lo = 0, hi = xs.length - 1;
+      while (hi - lo > 1) {
+        var mid = (lo + hi) >> 1;
+        if (xs[mid] <= x) lo = mid; else hi = mid;
+      }
+      return Math.abs(xs[hi] - x) < Math.abs(x - xs[lo]) ? hi : lo;
+    }
+    svg.addEventListener('mousemove', function (ev) {
+      var r = svg.getBoundingClientRect(), s = r.width / svg.viewBox.baseVal.width;
+      var sx = (ev.clientX - r.left) / s, sy = (ev.clientY - r.top) / s;
+      if (!xs.length || sx < left || sx > left + pw || sy < top || sy > top + ph) {
+        tip.hidden = true;
+        return;
+      }
+      var i = nearest(view.x0 + (sx - left) / k());
+      var v = (top + ph - sy) / ph * ymax, acc = 0, band = null;
+      for (var c = 0; c < bands.length && !band; c++) {
+        acc += bands[c].values[i];
+        if (v <= acc && bands[c].values[i] > 0) band = bands[c];
+      }
+      var li = labels[lab[i]];
+      tip.textContent = (band ? band.name + ': ' + fmtBytes(band.values[i]) + ' of ' : '') +
+          fmtBytes(lives[i]) + ' live after event ' + xs[i] + ' (' + ts[i] + ' ns), by ' +
+          (li ? li.textContent + ' in ' + li.getAttribute('data-phase') : '?');
+      var b = box.getBoundingClientRect();
+      tip.style.left = Math.min(ev.clientX - b.left + 12, b.width - 200) + 'px';
+      tip.style.top = (ev.clientY - b.top + 14) + 'px';
+      tip.hidden = false;
+    });
+    svg.addEventListener('mouseleave', function () { tip.hidden = true; });
+    svg.querySelectorAll('.tl-phase').forEach(function (p) {
+      p.addEventListener('click', function () {
+        view.x0 = Number(p.getAttribute('data-first')) - 0.5;
+        view.x1 = Number(p.getAttribute('data-end')) - 0.5;
+        layout();
+      });
+    });
+    fig.querySelector('.tl-reset').addEventListener('click', function () {
+      view.x0 = -0.5;
+      view.x1 = n - 0.5;
+      layout();
+    });
+    layout();
+    return true;
+  }
+  var drawn = 0;
+  document.querySelectorAll('.tl-figure').forEach(function (fig) { if (setUp(fig)) drawn++; });
+  var section = document.getElementById('memory-timeline');
+  if (section) section.setAttribute('data-timelines-drawn', String(drawn));
+})();
+)JS";
+
 std::string bytes_text(int64_t bytes) {
   return fmt::format("{} bytes ({})", bytes, format_bytes(static_cast<double>(bytes)));
 }
@@ -348,155 +496,8 @@ std::string timeline_section_html(const std::vector<ReportTimeline>& timelines) 
   return h + "</section>\n";
 }
 
-const char* timeline_css() {
-  return R"CSS(
-.tl-figure { margin: 10px 0 24px 0; }
-.tl-chart-box { position: relative; max-width: 960px; }
-svg.tl-chart { width: 100%; height: auto; background: #fff; border: 1px solid #eceef1; }
-.tl-band { stroke: none; opacity: 0.9; }
-.tl-phase { cursor: zoom-in; }
-.tl-shade-0 { fill: #f3f5f8; }
-.tl-shade-1 { fill: #e7ebf1; }
-.tl-phase:hover { fill: #dbe4f3; }
-.tl-phase-label { font-size: 10px; fill: #4b5361; text-anchor: middle; pointer-events: none; }
-.tl-grid { stroke: #e6e8eb; stroke-width: 1; }
-.tl-ytick { font-size: 10px; fill: #4b5361; text-anchor: end; }
-.tl-xtick, .tl-xlabel { font-size: 10px; fill: #4b5361; text-anchor: middle; }
-.tl-peak { stroke: #b00020; stroke-width: 1.5; stroke-dasharray: 4 3; pointer-events: none; }
-.tl-peak-label { font-size: 11px; fill: #b00020; font-weight: 600; }
-.tl-tip { position: absolute; pointer-events: none; background: #1d2330; color: #fff;
-  font-size: 12px; padding: 4px 8px; border-radius: 4px; max-width: 420px; }
-.tl-legend span { font-size: 12px; margin-right: 12px; white-space: nowrap; }
-.tl-legend i { display: inline-block; width: 10px; height: 10px; margin-right: 4px; }
-.tl-controls { font-size: 12px; color: #5b6472; margin: 4px 0; }
-.tl-controls button { font-size: 12px; padding: 2px 10px; border-radius: 12px;
-  border: 1px solid #b9c0ca; background: #fff; cursor: pointer; }
-.tl-tables { display: flex; flex-wrap: wrap; gap: 24px; }
-tr.tl-differs td { background: #fff4d6; }
-.tl-cap { background: #fde2e1; color: #9b1c17; border: 1px solid #e6a29f; padding: 8px 12px;
-  border-radius: 6px; }
-.tl-note, .tl-about { font-size: 12.5px; color: #4b5361; }
-)CSS";
-}
+const char* timeline_css() { return timeline_html::kCss; }
 
-const char* timeline_script() {
-  // Each figure: its zoom (the transform of its plot, the x ticks, the phase and peak labels),
-  // the tooltip that names the component under the pointer, its bytes and the event's module,
-  // and the phases that zoom when clicked. Marks on the section how many figures it set up
-  // (data-timelines-drawn) for automated checks. Text from the file is only ever set as
-  // textContent.
-  return R"JS(
-(function () {
-  var SVGNS = 'http://www.w3.org/2000/svg';
-  function fmtBytes(b) {
-    var units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'], i = 0, v = b;
-    while (Math.abs(v) >= 1024 && i < units.length - 1) { v /= 1024; i++; }
-    return (i === 0 ? String(v) : v.toFixed(2)) + ' ' + units[i];
-  }
-  function nums(el, name) {
-    var s = el ? el.getAttribute(name) || '' : '';
-    return s === '' ? [] : s.split(' ').map(Number);
-  }
-  function setUp(fig) {
-    var svg = fig.querySelector('svg.tl-chart');
-    if (!svg) return false;
-    var num = function (name) { return Number(svg.getAttribute(name)); };
-    var n = num('data-events'), left = num('data-left'), pw = num('data-plot-width');
-    var top = num('data-top'), ph = num('data-plot-height'), ymax = num('data-ymax');
-    var pts = fig.querySelector('.tl-points');
-    var xs = nums(pts, 'data-x'), ts = nums(pts, 'data-t'), lives = nums(pts, 'data-live');
-    var lab = nums(pts, 'data-label');
-    var labels = Array.prototype.slice.call(fig.querySelectorAll('.tl-labels li'));
-    var bands = Array.prototype.slice.call(svg.querySelectorAll('.tl-band')).map(function (b) {
-      return { name: b.getAttribute('data-component'), values: nums(b, 'data-values') };
-    });
-    var plot = svg.querySelector('.tl-plot'), ticks = svg.querySelector('.tl-xticks');
-    var tip = fig.querySelector('.tl-tip'), box = fig.querySelector('.tl-chart-box');
-    var view = { x0: -0.5, x1: n - 0.5 };
-    var k = function () { return pw / (view.x1 - view.x0); };
-    var px = function (x) { return left + (x - view.x0) * k(); };
-    function layout() {
-      plot.setAttribute('transform',
-                        'translate(' + (left - view.x0 * k()) + ' 0) scale(' + k() + ' 1)');
-      svg.setAttribute('data-x0', String(view.x0));
-      svg.setAttribute('data-x1', String(view.x1));
-      while (ticks.firstChild) ticks.removeChild(ticks.firstChild);
-      var seen = {};
-      for (var i = 0; i <= 5; i++) {
-        var x = Math.round(view.x0 + 0.5 + (view.x1 - view.x0 - 1) * i / 5);
-        if (seen[x]) continue;
-        seen[x] = true;
-        var t = document.createElementNS(SVGNS, 'text');
-        t.setAttribute('class', 'tl-xtick');
-        t.setAttribute('x', String(px(x)));
-        t.setAttribute('y', String(top + ph + 13));
-        t.textContent = String(x);
-        ticks.appendChild(t);
-      }
-      svg.querySelectorAll('.tl-phase-label').forEach(function (l) {
-        var a = Math.max(px(Number(l.getAttribute('data-first')) - 0.5), left);
-        var b = Math.min(px(Number(l.getAttribute('data-end')) - 0.5), left + pw);
-        l.setAttribute('x', String((a + b) / 2));
-        l.style.display = b - a >= 6 * l.textContent.length ? '' : 'none';
-      });
-      var pl = svg.querySelector('.tl-peak-label');
-      var at = px(Number(pl.getAttribute('data-event')));
-      pl.setAttribute('x', String(Math.min(Math.max(at, left), left + pw)));
-      pl.setAttribute('text-anchor', at > left + pw / 2 ? 'end' : 'start');
-      pl.style.opacity = at >= left && at <= left + pw ? '1' : '0.5';
-    }
-    function nearest(x) {
-      var lo = 0, hi = xs.length - 1;
-      while (hi - lo > 1) {
-        var mid = (lo + hi) >> 1;
-        if (xs[mid] <= x) lo = mid; else hi = mid;
-      }
-      return Math.abs(xs[hi] - x) < Math.abs(x - xs[lo]) ? hi : lo;
-    }
-    svg.addEventListener('mousemove', function (ev) {
-      var r = svg.getBoundingClientRect(), s = r.width / svg.viewBox.baseVal.width;
-      var sx = (ev.clientX - r.left) / s, sy = (ev.clientY - r.top) / s;
-      if (!xs.length || sx < left || sx > left + pw || sy < top || sy > top + ph) {
-        tip.hidden = true;
-        return;
-      }
-      var i = nearest(view.x0 + (sx - left) / k());
-      var v = (top + ph - sy) / ph * ymax, acc = 0, band = null;
-      for (var c = 0; c < bands.length && !band; c++) {
-        acc += bands[c].values[i];
-        if (v <= acc && bands[c].values[i] > 0) band = bands[c];
-      }
-      var li = labels[lab[i]];
-      tip.textContent = (band ? band.name + ': ' + fmtBytes(band.values[i]) + ' of ' : '') +
-          fmtBytes(lives[i]) + ' live after event ' + xs[i] + ' (' + ts[i] + ' ns), by ' +
-          (li ? li.textContent + ' in ' + li.getAttribute('data-phase') : '?');
-      var b = box.getBoundingClientRect();
-      tip.style.left = Math.min(ev.clientX - b.left + 12, b.width - 200) + 'px';
-      tip.style.top = (ev.clientY - b.top + 14) + 'px';
-      tip.hidden = false;
-    });
-    svg.addEventListener('mouseleave', function () { tip.hidden = true; });
-    svg.querySelectorAll('.tl-phase').forEach(function (p) {
-      p.addEventListener('click', function () {
-        view.x0 = Number(p.getAttribute('data-first')) - 0.5;
-        view.x1 = Number(p.getAttribute('data-end')) - 0.5;
-        layout();
-      });
-    });
-    fig.querySelector('.tl-reset').addEventListener('click', function () {
-      view.x0 = -0.5;
-      view.x1 = n - 0.5;
-      layout();
-    });
-    layout();
-    return true;
-  }
-  var drawn = 0;
-  document.querySelectorAll('.tl-figure').forEach(function (fig) { if (setUp(fig)) drawn++; });
-  var section = document.getElementById('memory-timeline');
-  if (section) section.setAttribute('data-timelines-drawn', String(drawn));
-})();
-)JS";
-}
+const char* timeline_script() { return timeline_html::kScript; }
 
 }  // namespace gradscope
