@@ -132,11 +132,17 @@ TEST(MemoryTimelineHostile, TruncatedOrWrongMagicIsRefused) {
 TEST(MemoryTimelineHostile, CountsPastTheFileAreRefusedBeforeAllocating) {
   const MemoryTimeline t = sample_timeline();
   const std::string meta = timeline_meta_to_json(t.meta);
-  // A chunk that says more events than the file holds.
+  // A chunk that says more events than the JSON part.
   std::string chunk = timeline_file(t.events, meta, 100);
-  const std::string n = timeline_le(uint32_t{60000});
-  chunk.replace(12, 4, n);
-  EXPECT_TRUE(testing::contains(refusal(chunk), "past the end of the events"));
+  chunk.replace(12, 4, timeline_le(uint32_t{60000}));
+  EXPECT_TRUE(testing::contains(refusal(chunk), "more events than the 9 its JSON part says"));
+  // A last chunk that says more events than the file holds (chunks of one event, 45 bytes
+  // each, so that ten events' 370 bytes fit in the 405 before the JSON part).
+  TimelineMeta ten = t.meta;
+  ten.events = 10;
+  std::string past = timeline_file(t.events, timeline_meta_to_json(ten), 1);
+  past.replace(8 + 8 * 45 + 4, 4, timeline_le(uint32_t{2}));
+  EXPECT_TRUE(testing::contains(refusal(past), "says 2 events, past the end of the events"));
   // A JSON part that says a billion events (past the limit) and one that says more than fit.
   TimelineMeta many = t.meta;
   many.events = int64_t{1} << 40;
