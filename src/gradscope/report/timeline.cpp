@@ -178,11 +178,15 @@ std::string bytes_text(int64_t bytes) {
 
 std::string module_text(const std::string& module) { return module.empty() ? "unnamed" : module; }
 
-// "step 3 backward" for the phase holding event `e`, else the event's label's phase.
+// "step 3 backward" for the phase holding event `e`; else the event's label's phase, or where
+// it lies against the phases when its label names none.
 std::string phase_of(const MemoryTimeline& t, int64_t e) {
   for (const TimelinePhase& p : t.meta.phases)
     if (p.first_event <= e && e < p.end_event) return fmt::format("step {} {}", p.step, p.phase);
-  return t.meta.labels[t.events[e].label].phase;
+  const std::string& phase = t.meta.labels[t.events[e].label].phase;
+  if (!phase.empty()) return phase;
+  return t.meta.phases.empty() || e < t.meta.phases.front().first_event ? "before the window"
+                                                                         : "between phases";
 }
 
 double y_of(double bytes, double ymax) { return kTop + kPlotH - bytes / ymax * kPlotH; }
