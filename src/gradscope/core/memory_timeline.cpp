@@ -12,8 +12,6 @@
 #include <cstring>
 #include <functional>
 #include <limits>
-#include <set>
-#include <string_view>
 #include <unordered_map>
 
 #include <fmt/format.h>
