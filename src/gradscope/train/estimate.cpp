@@ -547,6 +547,7 @@ MemoryEstimate estimate_run(const RunConfig& config, int64_t data_bytes) {
   const MemoryTrace::Checkpointing ck = checkpointing_of(plan);
   const auto first = trace.replay(ck, /*grads_exist=*/false, /*with_grad=*/true);
   e.grads_bytes = first.grads_bytes;
+  e.grads_at_backward_peak_bytes = first.grads_at_backward_peak;
   e.activations_bytes = first.saved_bytes;
   e.logits_bytes = first.head_saved_bytes;
   // The steady state from the second step on: parameters, optimizer state, batch and data.
@@ -568,6 +569,7 @@ MemoryEstimate estimate_run(const RunConfig& config, int64_t data_bytes) {
     const auto sizes = trace.trainable_param_sizes();
     const int64_t largest = sizes.empty() ? 0 : *std::max_element(sizes.begin(), sizes.end());
     e.grads_bytes = 0;
+    e.grads_at_backward_peak_bytes = 0;
     e.backward_peak_bytes =
         steady + std::max(unbuffered.backward_peak, largest + e.optimizer_scratch_bytes);
     e.notes.push_back(
@@ -579,6 +581,7 @@ MemoryEstimate estimate_run(const RunConfig& config, int64_t data_bytes) {
         std::max(e.forward_peak_bytes, steady + e.grads_bytes + later.forward_peak);
     e.backward_peak_bytes =
         std::max(e.backward_peak_bytes, steady + e.grads_bytes + later.backward_peak);
+    e.grads_at_backward_peak_bytes = e.grads_bytes;  // the later micro-batches' peak
   }
   // Without a buffer the optimizer's work was done in backward.
   e.optimizer_peak_bytes =
@@ -595,6 +598,7 @@ MemoryEstimate estimate_run(const RunConfig& config, int64_t data_bytes) {
       estimate_rank(config, trace, ck, data_bytes, e);
     else
       e.notes.push_back("not modelled per rank: " + why + "; the figures are one process's");
+    e.grads_at_backward_peak_bytes = e.grads_bytes;  // the rank's, whole
   }
   pick_peak(e);
   if (config.dtype != Dtype::kFp32)
@@ -681,7 +685,8 @@ std::map<std::string, int64_t> estimate_breakdown_at_peak(const MemoryEstimate& 
   std::map<std::string, int64_t> parts;
   parts[component_name(MemoryComponent::kParameters)] = e.params_bytes;
   parts[component_name(MemoryComponent::kOptimizerState)] = e.optimizer_state_bytes;
-  parts[component_name(MemoryComponent::kGradients)] = after_forward ? e.grads_bytes : 0;
+  parts[component_name(MemoryComponent::kGradients)] =
+      phase == "backward" ? e.grads_at_backward_peak_bytes : after_forward ? e.grads_bytes : 0;
   parts[component_name(MemoryComponent::kCollectiveBuffers)] =
       e.sharded && after_forward ? e.collective_buffers_bytes : 0;
   parts[component_name(MemoryComponent::kOther)] =

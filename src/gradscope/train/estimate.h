@@ -23,6 +23,9 @@ struct MemoryEstimate {
   int64_t grads_bytes = 0;
   int64_t optimizer_state_bytes = 0;
   int64_t optimizer_scratch_bytes = 0;  // temporaries of the update, largest parameter's
+  // Of grads_bytes, those allocated at the backward's peak (one process, one micro-batch, a
+  // gradient buffer; else grads_bytes): a peak early in backward has few of them.
+  int64_t grads_at_backward_peak_bytes = 0;
   int64_t activations_bytes = 0;        // saved for backward when one micro-batch's forward ends
   // Of activations_bytes, what the loss head of a language model keeps for backward: the
   // log-softmax of every position's logits with --loss full; chunked, the gradients of its
@@ -104,8 +107,9 @@ namespace gradscope {
 
 // The estimate's peak split as the memory timeline splits live bytes (component name ->
 // bytes, core/memory_timeline.h): parameters, optimizer state, the batch and data set as
-// other (with the update's scratch when the peak is the optimizer's), gradients whole from
-// backward on (none in forward, where the previous step's were freed), collective buffers
+// other (with the update's scratch when the peak is the optimizer's), gradients as the replay
+// had them at a backward peak and whole after it (none in forward, where the previous step's
+// were freed), collective buffers
 // with --shard, logits as the head keeps them, and activations the rest of the peak.
 std::map<std::string, int64_t> estimate_breakdown_at_peak(const MemoryEstimate& e);
 

@@ -25,6 +25,8 @@ class MemoryTrace::Replayer {
         grad_(trace.tensors_.size(), -1),
         param_grad_(trace.params_.size(), grads_exist) {
     find_units();
+    if (grads_exist)
+      for (const int64_t bytes : t_.params_) grads_live_ += bytes;
     if (overlay_) {
       // The backward nodes that make each parameter's gradient: each runs once, from the tape
       // or from a recompute's.
@@ -55,6 +57,7 @@ class MemoryTrace::Replayer {
         if (allocated_[id]) r.head_saved_bytes += t_.bytes(static_cast<Id>(id));
     if (!with_grad) return r;
     peak_ = live_ + extra();
+    grads_at_peak_ = grads_live_;
     if (t_.loss_ >= 0) set_grad(t_.loss_, t_.bytes(t_.loss_));
     in_backward_ = true;
     backward(tape);
@@ -68,6 +71,7 @@ class MemoryTrace::Replayer {
         }
     }
     r.backward_peak = peak_;
+    r.grads_at_backward_peak = grads_at_peak_;
     for (size_t p = 0; p < t_.params_.size(); ++p)
       if (param_grad_[p]) r.grads_bytes += t_.params_[p];
     return r;
@@ -109,9 +113,15 @@ class MemoryTrace::Replayer {
   }
 
   int64_t extra() const { return overlay_ ? overlay_->bytes() : 0; }
-  void touch() { peak_ = std::max(peak_, live_ + extra()); }
+  void touch() { raise(live_ + extra()); }
   // After a call into the overlay: the most it held meanwhile.
-  void moved(int64_t overlay_peak) { peak_ = std::max(peak_, live_ + overlay_peak); }
+  void moved(int64_t overlay_peak) { raise(live_ + overlay_peak); }
+  // A new peak, and in backward the parameter gradients allocated at that moment.
+  void raise(int64_t bytes) {
+    if (bytes <= peak_) return;
+    peak_ = bytes;
+    if (in_backward_) grads_at_peak_ = grads_live_;
+  }
   // The backward reaches block `block` (the overlay hears of changes only).
   void reach(int64_t block) {
     if (!overlay_ || block == backward_block_) return;
@@ -225,9 +235,10 @@ class MemoryTrace::Replayer {
           } else {
             param_grad_[p] = true;
             live_ += t_.params_[p];
+            grads_live_ += t_.params_[p];
           }
         }
-        peak_ = std::max(peak_, live_ + transient + extra());
+        raise(live_ + transient + extra());
         for (Id o : n.outputs) {
           if (moved)
             grad_[o] = -1;  // handed on, not freed
@@ -294,6 +305,8 @@ class MemoryTrace::Replayer {
   std::vector<Unit> units_;
   std::map<size_t, int> unit_at_;
   int64_t live_ = 0, peak_ = 0;
+  int64_t grads_live_ = 0;     // parameter gradients allocated (before backward: those that exist)
+  int64_t grads_at_peak_ = 0;  // of them, at backward's peak
 };
 
 MemoryTrace::Replay MemoryTrace::replay(const Checkpointing& checkpointing, bool grads_exist,

@@ -152,6 +152,7 @@ class MemoryTrace {
     int64_t backward_peak = 0;  // most live at once during the backward, above the forward's start
     int64_t saved_bytes = 0;    // held for backward when the forward ends
     int64_t grads_bytes = 0;    // parameter gradients the backward leaves
+    int64_t grads_at_backward_peak = 0;  // of the gradients, those allocated at backward_peak
     int64_t head_saved_bytes = 0;  // of saved_bytes, what the loss head holds (begin_head)
   };
   struct Checkpointing {
