@@ -51,7 +51,7 @@ struct ModuleOfNode {
   std::optional<MemoryComponent> component;
 };
 
-// Pushes one segment of the module path ("block 3", "attention"; nested pushes are joined
+// Pushes one segment of the module path ("layers.3", "attention"; nested pushes are joined
 // with "/") or overrides the component, until destroyed. Destroy in reverse order of making
 // (they are scoped objects of one thread).
 class MemoryScope {

@@ -41,10 +41,10 @@ enum class MemoryComponent : uint8_t {
 const char* component_name(MemoryComponent c);
 std::optional<MemoryComponent> parse_component(const std::string& name);
 
-// Who made an allocation: its component, the module ("block 3 attention", "loss head",
-// "optimizer step", a parameter's name; "" where nothing was pushed: shown as "unnamed") and
-// the phase ("data", "forward", "backward", "optimizer", "comm", "between steps", and
-// "before the window" for what was live when the window opened).
+// Who made an allocation: its component, the module ("layers.3/attention", "loss head",
+// "recompute/layers.3", a parameter's name, "optimizer state"; "" where nothing was pushed:
+// shown as "unnamed") and the phase ("data", "forward", "backward", "optimizer", "comm",
+// "between steps", "evaluation", "before the first step"; "" for a label found by identity).
 struct TimelineLabel {
   MemoryComponent component = MemoryComponent::kOther;
   std::string module;

@@ -37,11 +37,14 @@ struct TimelineWriter::Impl {
   int64_t file_bytes = 0;
   int64_t written = 0, dropped = 0;
   std::vector<TimelineEvent> pending;
+  // A write that failed (a full disk): nothing more is written, later events are dropped,
+  // and finish() reports it. add() never throws: it runs inside the allocator, where a free
+  // cannot fail.
+  bool failed = false;
 
   void write(const std::string& bytes) {
-    if (bytes.empty()) return;
-    if (std::fwrite(bytes.data(), 1, bytes.size(), file) != bytes.size())
-      fail_runtime("cannot write the memory timeline " + temp_path, "check the disk has room");
+    if (bytes.empty() || failed) return;
+    if (std::fwrite(bytes.data(), 1, bytes.size(), file) != bytes.size()) failed = true;
     file_bytes += static_cast<int64_t>(bytes.size());
   }
 
@@ -91,13 +94,17 @@ void TimelineWriter::add(const TimelineEvent& e) {
   const int64_t after = w.file_bytes + timeline_write::kChunkHeaderBytes +
                         (static_cast<int64_t>(w.pending.size()) + 1) * timeline_write::kEventBytes +
                         timeline_write::kTailReserve;
-  if (w.dropped > 0 || (w.cap_bytes > 0 && after > w.cap_bytes)) {
+  if (w.failed || w.dropped > 0 || (w.cap_bytes > 0 && after > w.cap_bytes)) {
     ++w.dropped;
     return;
   }
-  w.pending.push_back(e);
-  ++w.written;
-  if (w.pending.size() == kTimelineChunkEvents) w.flush_chunk();
+  try {
+    w.pending.push_back(e);
+    ++w.written;
+    if (w.pending.size() == kTimelineChunkEvents) w.flush_chunk();
+  } catch (const std::exception&) {  // no memory for the chunk: as a failed write
+    w.failed = true;
+  }
 }
 
 int64_t TimelineWriter::written() const { return impl_->written; }
@@ -107,6 +114,12 @@ void TimelineWriter::finish(TimelineMeta meta) {
   using timeline_write::put;
   Impl& w = *impl_;
   w.flush_chunk();
+  if (w.failed) {
+    std::fclose(w.file);
+    w.file = nullptr;
+    std::remove(w.temp_path.c_str());
+    fail_runtime("cannot write the memory timeline " + w.temp_path, "check the disk has room");
+  }
   meta.events = w.written;
   meta.dropped_events = w.dropped;
   meta.cap_bytes = w.cap_bytes;

@@ -475,9 +475,9 @@ void add_step_to_output_rows(std::vector<Setting>& t) {
   // --- outputs ---
   t.push_back(member_row("memory-snapshot", "", &RunConfig::memory_snapshot, T::kText,
                          R::kOutput, S::kOutput,
-                         "Write the memory history of the --memory-steps to this file as the "
-                         "pickle PyTorch's memory_viz reads (CPU: gradscope's own labelled "
-                         "history; CUDA: the caching allocator's)"));
+                         "Write the memory history to this file as the pickle PyTorch's "
+                         "memory_viz reads (CPU: gradscope's labelled history of the "
+                         "--memory-steps; CUDA: the caching allocator's, of the whole run)"));
   t.push_back(member_row("memory-timeline", "", &RunConfig::memory_timeline, T::kText,
                          R::kOutput, S::kOutput,
                          "Write every allocation and free of the --memory-steps to this file, "
@@ -494,8 +494,9 @@ void add_step_to_output_rows(std::vector<Setting>& t) {
   {
     Setting s = member_row("memory-timeline-cap", "", &RunConfig::memory_timeline_cap_bytes,
                            T::kBytes, R::kOutput, S::kOutput,
-                           "The --memory-timeline file's size cap: past it, events are counted, "
-                           "not written, and the file says so");
+                           "The size cap of the --memory-timeline file (and of the one a CPU "
+                           "--memory-snapshot is made from): past it, events are counted, not "
+                           "written, and the file says so");
     s.parse = [](RunConfig& c, const std::string& text) {
       c.memory_timeline_cap_bytes = parse_bytes(text);
     };

@@ -191,7 +191,7 @@ void CpuMemoryTracker::set_cap(int64_t cap_bytes) {
   cap_bytes_.store(cap_bytes, std::memory_order_relaxed);
 }
 
-void CpuMemoryTracker::reserve(int64_t n, uint32_t label) {
+int64_t CpuMemoryTracker::reserve(int64_t n, uint32_t label) {
   // A compare-exchange loop rather than add-then-undo, so that a refused allocation never
   // shows up in current or peak, even for a moment seen by another thread.
   int64_t current = current_bytes_.load(std::memory_order_relaxed);
@@ -207,9 +207,13 @@ void CpuMemoryTracker::reserve(int64_t n, uint32_t label) {
     }
   } while (!current_bytes_.compare_exchange_weak(current, next, std::memory_order_relaxed));
   by_label_[label].fetch_add(n, std::memory_order_relaxed);
+  return next;
+}
+
+void CpuMemoryTracker::raise_peaks(int64_t bytes) {
   for (std::atomic<int64_t>* peak : {&peak_bytes_, &window_peak_}) {
     int64_t seen = peak->load(std::memory_order_relaxed);
-    while (next > seen && !peak->compare_exchange_weak(seen, next, std::memory_order_relaxed)) {
+    while (bytes > seen && !peak->compare_exchange_weak(seen, bytes, std::memory_order_relaxed)) {
     }
   }
 }
@@ -219,12 +223,19 @@ void CpuMemoryTracker::release(int64_t n, uint32_t label) {
   by_label_[label].fetch_sub(n, std::memory_order_relaxed);
 }
 
+// While an observer is set every change takes the lock, and the observer is read again under
+// it: one that set_observer(nullptr) has taken away is never called.
+CpuMemoryTracker::Observer* CpuMemoryTracker::lock_observer(std::unique_lock<std::mutex>& lock) {
+  if (observer_.load(std::memory_order_acquire) == nullptr) return nullptr;
+  lock.lock();
+  return observer_.load(std::memory_order_relaxed);
+}
+
 void* CpuMemoryTracker::allocate_block(size_t nbytes) {
   const uint32_t label = current_memory_label();
-  Observer* observer = observer_.load(std::memory_order_acquire);
   std::unique_lock<std::mutex> lock(observed_, std::defer_lock);
-  if (observer != nullptr) lock.lock();
-  reserve(static_cast<int64_t>(nbytes), label);
+  Observer* observer = lock_observer(lock);
+  const int64_t live = reserve(static_cast<int64_t>(nbytes), label);
   void* base = nullptr;
   if (nbytes > SIZE_MAX - kAlignment ||
       posix_memalign(&base, kAlignment, nbytes + kAlignment) != 0) {
@@ -234,6 +245,7 @@ void* CpuMemoryTracker::allocate_block(size_t nbytes) {
   std::memcpy(base, &nbytes, sizeof(nbytes));
   std::memcpy(static_cast<char*>(base) + kLabelOffset, &label, sizeof(label));
   void* data = static_cast<char*>(base) + kAlignment;
+  raise_peaks(live);  // once the block exists: a refused one is no peak
   if (observer != nullptr)
     observer->on_event(TimelineEventKind::kAlloc, reinterpret_cast<uint64_t>(data),
                        static_cast<int64_t>(nbytes), label, current_bytes(), label);
@@ -244,9 +256,8 @@ void CpuMemoryTracker::free_block(void* data) {
   char* base = static_cast<char*>(data) - kAlignment;
   size_t nbytes = 0;
   uint32_t label = 0;
-  Observer* observer = observer_.load(std::memory_order_acquire);
   std::unique_lock<std::mutex> lock(observed_, std::defer_lock);
-  if (observer != nullptr) lock.lock();
+  Observer* observer = lock_observer(lock);
   std::memcpy(&nbytes, base, sizeof(nbytes));
   std::memcpy(&label, base + kLabelOffset, sizeof(label));
   release(static_cast<int64_t>(nbytes), label);
@@ -261,9 +272,8 @@ bool CpuMemoryTracker::relabel(const at::Tensor& t, uint32_t label) {
   const c10::DataPtr& ptr = t.storage().data_ptr();
   if (ptr.get() == nullptr || ptr.get_deleter() != &tracked_free) return false;
   char* base = static_cast<char*>(ptr.get()) - kAlignment;
-  Observer* observer = observer_.load(std::memory_order_acquire);
   std::unique_lock<std::mutex> lock(observed_, std::defer_lock);
-  if (observer != nullptr) lock.lock();
+  Observer* observer = lock_observer(lock);
   size_t nbytes = 0;
   uint32_t old_label = 0;
   std::memcpy(&nbytes, base, sizeof(nbytes));

@@ -97,7 +97,10 @@ class CpuMemoryTracker {
 
  private:
   CpuMemoryTracker() = default;
-  void reserve(int64_t n, uint32_t label);
+  // Counts n bytes more (refusing past the cap); returns the live bytes then.
+  int64_t reserve(int64_t n, uint32_t label);
+  void raise_peaks(int64_t bytes);
+  Observer* lock_observer(std::unique_lock<std::mutex>& lock);
   void release(int64_t n, uint32_t label);
   void record_refusal(int64_t requested, int64_t live, int64_t cap, uint32_t label);
 

@@ -21,8 +21,9 @@ Dict new_dict() { return Dict(c10::AnyType::get(), c10::AnyType::get()); }
 List new_list() { return List(c10::AnyType::get()); }
 
 // Addresses for the bytes live before the window that no block names: one made-up block per
-// label, in a range no real address of this process reaches.
-constexpr uint64_t kUnnamedBase = uint64_t{0xFFFF} << 48;
+// label, laid end to end from an address user space on x86-64 and aarch64 does not reach
+// (above 2^47), below 2^63 so that it stays a positive integer in the pickle.
+constexpr uint64_t kUnnamedBase = uint64_t{1} << 60;
 
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string out = "(";
@@ -126,10 +127,13 @@ void write_memory_viz_snapshot(const MemoryTimeline& t, const std::string& path)
   for (const auto& [address, block] : live)
     segments.push_back(segment_dict(address, events[block].bytes,
                                     frames_for(block, label_of[block])));
-  for (size_t label = 0; label < unnamed.size(); ++label)
-    if (unnamed[label] > 0)
-      segments.push_back(segment_dict(kUnnamedBase + label * 4096, unnamed[label],
-                                       frames_for(-1, static_cast<uint32_t>(label))));
+  uint64_t made_up = kUnnamedBase;
+  for (size_t label = 0; label < unnamed.size(); ++label) {
+    if (unnamed[label] <= 0) continue;
+    segments.push_back(segment_dict(made_up, unnamed[label],
+                                    frames_for(-1, static_cast<uint32_t>(label))));
+    made_up += (static_cast<uint64_t>(unnamed[label]) + 4095) / 4096 * 4096;
+  }
 
   // The window's own allocations and frees (what was live before it is the starting state),
   // the last kMemoryVizMaxEvents of them.

@@ -337,7 +337,10 @@ class FsdpUpdater : public Updater, public MicroBatchListener {
     // Synchronous, inside backward (its time is backward's): not among the bucket reductions
     // whose overlap the record reports.
     comm_->allreduce(flat);
-    u.grad_shard = flat.narrow(0, comm_->rank() * u.shard, u.shard).clone();
+    {
+      const MemoryScope scope(MemoryComponent::kGradients);  // this rank's gradient shard
+      u.grad_shard = flat.narrow(0, comm_->rank() * u.shard, u.shard).clone();
+    }
     buffers_.remove(bytes_of(flat));
     u.reduced = true;
   }

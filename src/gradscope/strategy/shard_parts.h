@@ -191,9 +191,11 @@ class GradientReducer : public MicroBatchListener {
   // zero2: this rank's shard of the reduced gradients (made when the step's last backward
   // starts, filled as buckets finish), handed over once.
   torch::Tensor take_shard_grad() {
-    if (!shard_grad_.defined() && !params_.empty())  // no bucket at all
+    if (!shard_grad_.defined() && !params_.empty()) {  // no bucket at all
+      const MemoryScope scope(MemoryComponent::kGradients);
       shard_grad_ =
           torch::zeros({layout_.hi() - layout_.lo()}, params_[0].options().requires_grad(false));
+    }
     return std::move(shard_grad_);
   }
 
@@ -315,16 +317,20 @@ class GradientReducer : public MicroBatchListener {
         torch::Tensor p = params_[j];
         const torch::Tensor piece =
             b.buffer.narrow(0, layout_.offset(j) - b.lo, layout_.numel(j)).view_as(p);
-        if (p.grad().defined())
+        if (p.grad().defined()) {
           p.mutable_grad().copy_(piece);
-        else
+        } else {
+          const MemoryScope scope(MemoryComponent::kGradients);
           p.mutable_grad() = piece.clone();
+        }
       }
     } else {
       // The shard is made at the first drain, not before: backward's early part holds none.
-      if (!shard_grad_.defined())
+      if (!shard_grad_.defined()) {
+        const MemoryScope scope(MemoryComponent::kGradients);  // this rank's gradient shard
         shard_grad_ =
             torch::zeros({layout_.hi() - layout_.lo()}, b.buffer.options().requires_grad(false));
+      }
       const int64_t lo = std::max(b.lo, layout_.lo()), hi = std::min(b.hi, layout_.hi());
       if (lo < hi)
         shard_grad_.narrow(0, lo - layout_.lo(), hi - lo)

@@ -1,6 +1,11 @@
 #include "gradscope/train/memory_labels.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 #include <fmt/format.h>
 
@@ -12,11 +17,25 @@
 #include "gradscope/train/estimate.h"
 
 namespace gradscope {
+namespace {
+
+// A new file of this process's own beside `path` (PATH.timeline-XXXXXX), for the timeline a
+// CPU --memory-snapshot is made from; removed once the pickle is written.
+std::string temporary_beside(const std::string& path) {
+  std::string name = path + ".timeline-XXXXXX";
+  const int fd = mkstemp(name.data());
+  if (fd < 0) fail_runtime("cannot make a temporary file beside " + path, std::strerror(errno));
+  close(fd);
+  return name;
+}
+
+}  // namespace
 
 RunMemoryLabels::RunMemoryLabels(Session& session)
     : session_(session), config_(session.config()) {
   install_backward_memory_labels();
   set_memory_phase("before the first step");
+  if (session_.device().is_cpu()) CpuMemoryTracker::install().clear_refusal();
   for (const auto& item : session_.model().named_parameters(/*recurse=*/true))
     params_.emplace_back(item.key(), item.value());
   grad_labels_.reserve(params_.size());
@@ -46,15 +65,29 @@ RunMemoryLabels::~RunMemoryLabels() {
   set_memory_phase("");
 }
 
-std::string RunMemoryLabels::rank_path(const std::string& path) const {
-  return session_.world() > 1 ? fmt::format("{}.rank{}", path, session_.rank()) : path;
+std::string rank_output_path(const Session& session, const std::string& path) {
+  return session.world() > 1 ? fmt::format("{}.rank{}", path, session.rank()) : path;
 }
 
 void RunMemoryLabels::step_begins(int64_t step) {
   step_ = step;
   clear_module_ranges();
-  // A resumed run may start inside the window: it opens at the first step run.
-  if (!recorder_ && step >= first_step_ && step <= last_step_) open_window(step);
+  if (first_step_ == 0) return;
+  if (step == first_step_) {
+    open_window(step);
+  } else if (step > first_step_ && step <= last_step_ && !recorder_ && !skipped_) {
+    // A run resumed inside the window would write a timeline without its first steps, over
+    // the one the stopped run wrote of them: it writes none.
+    skipped_ = true;
+    log_warn("the run resumed at step {}, inside the memory timeline's steps {} to {}: no "
+             "timeline is written this time (the stopped run wrote what it recorded)",
+             step, first_step_, last_step_);
+  }
+}
+
+void RunMemoryLabels::outside_steps(const std::string& what) {
+  set_memory_phase(what);
+  if (recorder_ && recorder_->is_open()) recorder_->phase(step_, what);
 }
 
 void RunMemoryLabels::phase_begins(Phase entered, std::optional<Phase> left) {
@@ -76,7 +109,7 @@ void RunMemoryLabels::step_ends(int64_t step) {
 
 void RunMemoryLabels::finish() {
   if (recorder_ && recorder_->is_open()) close_window();
-  if (first_step_ > 0 && !recorder_)
+  if (first_step_ > 0 && !recorder_ && !skipped_ && step_ < first_step_)
     log_warn("the run ended before step {}: no memory timeline was written", first_step_);
 }
 
@@ -114,14 +147,23 @@ void RunMemoryLabels::open_window(int64_t step) {
   } catch (const std::exception&) {
     // A toy problem, or an optimizer the estimate has no model of: the timeline stands alone.
   }
-  timeline_is_temporary_ = config_.memory_timeline.empty();
-  timeline_path_ = rank_path(timeline_is_temporary_ ? config_.memory_snapshot + ".timeline"
-                                                    : config_.memory_timeline);
-  recorder_ = std::make_unique<MemoryWindowRecorder>(timeline_path_,
-                                                      config_.memory_timeline_cap_bytes);
-  recorder_->open(named);
-  opened_at_ = step;
-  recorder_->phase(step, current_memory_phase());
+  // The files are outputs beside the run's measurements: failing to write them (a full
+  // disk) is said, and the run and its record go on.
+  try {
+    timeline_is_temporary_ = config_.memory_timeline.empty();
+    timeline_path_ = timeline_is_temporary_
+                         ? temporary_beside(rank_output_path(session_, config_.memory_snapshot))
+                         : rank_output_path(session_, config_.memory_timeline);
+    recorder_ = std::make_unique<MemoryWindowRecorder>(timeline_path_,
+                                                        config_.memory_timeline_cap_bytes);
+    recorder_->open(named);
+    opened_at_ = step;
+    recorder_->phase(step, current_memory_phase());
+  } catch (const std::exception& e) {
+    recorder_.reset();
+    skipped_ = true;
+    log_warn("the memory timeline cannot be written: {}", e.what());
+  }
 }
 
 void RunMemoryLabels::close_window() {
@@ -141,7 +183,7 @@ void RunMemoryLabels::close_window() {
                            CpuMemoryTracker::install().window_peak_bytes()};
     if (!config_.memory_snapshot.empty())
       write_memory_viz_snapshot(read_memory_timeline(timeline_path_),
-                                rank_path(config_.memory_snapshot));
+                                rank_output_path(session_, config_.memory_snapshot));
   } catch (const std::exception& e) {
     log_warn("the memory timeline of steps {} to {} could not be written: {}", opened_at_,
              meta.last_step, e.what());

@@ -17,6 +17,9 @@
 
 namespace gradscope {
 
+// With several ranks each writes its own memory files: PATH.rankR (R its rank).
+std::string rank_output_path(const Session& session, const std::string& path);
+
 class RunMemoryLabels {
  public:
   // Labels the parameters; installs backward's labels (measure/memory_window.h).
@@ -33,6 +36,9 @@ class RunMemoryLabels {
   // The step's phases are over: between steps from here; the window closes (and its files
   // are written) after its last step.
   void step_ends(int64_t step);
+  // Between steps, outside the steps' phases ("evaluation", "saving the state"): what is
+  // allocated there is labelled so, and a window open across it marks it.
+  void outside_steps(const std::string& what);
   // The run is over: a window still open (the run failed or stopped inside it) is closed and
   // written with what it saw.
   void finish();
@@ -45,14 +51,13 @@ class RunMemoryLabels {
   void label_optimizer_state();
   void open_window(int64_t step);
   void close_window();
-  // With several ranks each writes its own files: FILE.rankR.
-  std::string rank_path(const std::string& path) const;
 
   Session& session_;
   const RunConfig& config_;
   int64_t first_step_ = 0, last_step_ = 0;  // the window; 0: none
   int64_t step_ = 0;
-  int64_t opened_at_ = 0;  // the step the window opened at (a resumed run: maybe past first_step_)
+  int64_t opened_at_ = 0;
+  bool skipped_ = false;  // the window was not recorded (resumed inside it, or unwritable)  // the step the window opened at (a resumed run: maybe past first_step_)
   std::vector<std::pair<std::string, torch::Tensor>> params_;
   std::vector<uint32_t> grad_labels_;
   uint32_t state_label_ = 0;

@@ -267,7 +267,7 @@ RunRecord Trainer::run(ProgressSink* progress) {
 
   if (loop.sensors.sampler()) loop.sensors.sampler()->stop();
   if (!c.memory_snapshot.empty() && !loop.device.is_cpu())
-    write_memory_snapshot(c.memory_snapshot);
+    write_memory_snapshot(rank_output_path(*session_, c.memory_snapshot));
   loop.memory.finish();  // a window the run ended in keeps what it saw
   finish_record(record, loop.tally, loop.timer, loop.sensors,
                 loop.clock.now_s() - loop.run_started, loop.threads, loop.timed_sent,
@@ -407,7 +407,9 @@ void Trainer::tally_timed_step(Loop& loop, int64_t step, double step_s, double s
 void Trainer::evaluate_at(Loop& loop, int64_t done) {
   // peak_bytes is training's: the peak so far is kept, and evaluation's own is left out.
   loop.tally.training_peak_bytes = std::max(loop.tally.training_peak_bytes, meter_->peak_bytes());
+  loop.memory.outside_steps("evaluation");
   const Evaluation e = evaluate();
+  loop.memory.outside_steps("between steps");
   meter_->reset_peak();
   loop.tally.evals.push_back({done, finite_or_null(e.val_loss), e.accuracy});
   if (loop.progress) loop.progress->on_eval(done, e.val_loss);
