@@ -57,9 +57,14 @@ void check_run_outputs(const RunConfig& c, bool db) {
     check_output_path(c.memory_snapshot);
     check_output_file("--memory-snapshot", c.memory_snapshot, OutputKind::kMemorySnapshot);
   }
+  if (!c.memory_timeline.empty()) {
+    check_output_path(c.memory_timeline);
+    check_output_file("--memory-timeline", c.memory_timeline, OutputKind::kMemoryTimeline);
+  }
   check_distinct_outputs({{"--json", c.json_path},
                           {"--db", db ? c.db_path : ""},
                           {"--memory-snapshot", c.memory_snapshot},
+                          {"--memory-timeline", c.memory_timeline},
                           {"--save-weights", c.save_weights, /*folder=*/true},
                           {"--save-state", c.save_state, /*folder=*/true}});
 }

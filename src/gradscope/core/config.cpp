@@ -254,4 +254,24 @@ StepPlan RunConfig::step_plan() const {
   return plan;
 }
 
+std::pair<int64_t, int64_t> memory_window_steps(const RunConfig& c) {
+  const int64_t total = c.warmup_steps + c.steps;
+  if (c.memory_steps.empty()) return {c.warmup_steps + 1, c.warmup_steps + 1};
+  const auto number = [&](const std::string& text) -> int64_t {
+    const bool digits = !text.empty() && text.size() <= 12 &&
+                        text.find_first_not_of("0123456789") == std::string::npos;
+    return digits ? std::stoll(text) : -1;
+  };
+  const size_t dash = c.memory_steps.find('-');
+  const int64_t first = number(c.memory_steps.substr(0, dash));
+  const int64_t last =
+      dash == std::string::npos ? first : number(c.memory_steps.substr(dash + 1));
+  check_usage(first >= 1 && last >= first && last <= total,
+              fmt::format("--memory-steps {:.60} is not A or A-B with 1 <= A <= B <= {} (the "
+                          "warm-up and timed steps)",
+                          c.memory_steps, total),
+              "write e.g. --memory-steps 3, or 3-4 for two steps");
+  return {first, last};
+}
+
 }  // namespace gradscope

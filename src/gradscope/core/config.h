@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace gradscope {
@@ -185,6 +186,9 @@ struct RunConfig {
 
   // --- outputs ---
   std::string memory_snapshot;  // CUDA allocator history file, "" = none
+  std::string memory_timeline;  // the columnar memory timeline (core/memory_timeline.h), "" = none
+  std::string memory_steps;     // its steps, "A" or "A-B" (1-based); "" = the first timed step
+  int64_t memory_timeline_cap_bytes = int64_t{256} << 20;  // its file's size cap
   std::string db_path = "gradscope.db";
   std::string json_path;       // "" = no JSON record
   std::string sweep;           // the sweep the run belongs to, "" for a single run
@@ -253,5 +257,10 @@ const std::vector<StrategyDescription>& strategy_shorthands();
 // The settings that combine with every strategy ("--loss chunked"), with what each trades, in
 // documentation order.
 const std::vector<StrategyDescription>& step_options();
+
+// The steps --memory-steps names, 1-based and inclusive ({first, last}); without it the first
+// timed step. A usage error naming the flag for text that is not A or A-B with
+// 1 <= A <= B <= warm-up + steps.
+std::pair<int64_t, int64_t> memory_window_steps(const RunConfig& c);
 
 }  // namespace gradscope

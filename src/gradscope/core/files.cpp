@@ -300,6 +300,8 @@ const char* output_kind_name(OutputKind kind) {
       return "a gradscope eval result";
     case OutputKind::kMemorySnapshot:
       return "a memory snapshot (pickle)";
+    case OutputKind::kMemoryTimeline:
+      return "a gradscope memory timeline";
     case OutputKind::kReportPage:
       return "a gradscope report page";
     case OutputKind::kReportSummary:
@@ -389,6 +391,9 @@ void check_output_file(const std::string& flag, const std::string& path, OutputK
     case OutputKind::kMemorySnapshot:
       same_kind = head.size() >= 2 && static_cast<unsigned char>(head[0]) == 0x80 &&
                   static_cast<unsigned char>(head[1]) >= 2;
+      break;
+    case OutputKind::kMemoryTimeline:
+      same_kind = starts_with(head, "GSMEMTL1");
       break;
     case OutputKind::kReportPage:
       same_kind = starts_with(head, "<!DOCTYPE html>") &&

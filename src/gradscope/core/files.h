@@ -93,6 +93,7 @@ enum class OutputKind {
   kEstimate,      // `estimate --json`: an object with "config" and "estimate"
   kEvalResult,     // `eval --json`: an object with "loss_nats", "split" and "model"
   kMemorySnapshot,  // `run --memory-snapshot`: a pickle (protocol 2 or later)
+  kMemoryTimeline,  // `run --memory-timeline`: begins with the magic "GSMEMTL1"
   kReportPage,      // report.html: "<!DOCTYPE html>" with the title "gradscope report"
   kReportSummary,   // summary.md: begins "# gradscope report"
   kReportTable,     // runs.csv, steps.csv, claims.csv: a header that begins "run_id," or

@@ -183,6 +183,13 @@ struct PhasePeaks {
   std::optional<int64_t> comm;  // with --shard
 };
 
+// The steps a memory timeline recorded (--memory-timeline, --memory-snapshot on the CPU) and
+// the allocator's own peak over them: peak_bytes above covers the whole run, warm-up included.
+struct MemoryWindow {
+  int64_t first_step = 0, last_step = 0;  // 1-based, inclusive
+  int64_t peak_bytes = 0;
+};
+
 struct RunMemory {
   int64_t peak_bytes = 0;
   MemoryBreakdown breakdown;
@@ -202,6 +209,7 @@ struct RunMemory {
   std::optional<PhasePeaks> phase_peak_bytes;
   std::optional<int64_t> reserved_peak_bytes;  // CUDA's caching allocator only
   std::optional<int64_t> peak_rss_bytes;       // null where the system does not say
+  std::optional<MemoryWindow> window;          // with a memory timeline
 };
 
 struct RunUtilization {

@@ -283,6 +283,16 @@ struct Fields<StepMemory> {
 };
 
 template <>
+struct Fields<MemoryWindow> {
+  template <typename V, typename S>
+  static void visit(V& v, S& w) {
+    v("first_step", w.first_step);
+    v("last_step", w.last_step);
+    v("peak_bytes", w.peak_bytes);
+  }
+};
+
+template <>
 struct Fields<RunMemory> {
   template <typename V, typename S>
   static void visit(V& v, S& m) {
@@ -300,6 +310,7 @@ struct Fields<RunMemory> {
     v("peak_rss_bytes", m.peak_rss_bytes);
     v.if_set("peak_phase", m.peak_phase);  // with phase timing
     v.if_set("peak_step", m.peak_step);
+    v.if_set("window", m.window);  // with a memory timeline
   }
 };
 

@@ -475,8 +475,37 @@ void add_step_to_output_rows(std::vector<Setting>& t) {
   // --- outputs ---
   t.push_back(member_row("memory-snapshot", "", &RunConfig::memory_snapshot, T::kText,
                          R::kOutput, S::kOutput,
-                         "CUDA with LibTorch >= 2.1: write the caching allocator's history to "
-                         "this file (the pickle that pytorch.org/memory_viz reads)"));
+                         "Write the memory history of the --memory-steps to this file as the "
+                         "pickle PyTorch's memory_viz reads (CPU: gradscope's own labelled "
+                         "history; CUDA: the caching allocator's)"));
+  t.push_back(member_row("memory-timeline", "", &RunConfig::memory_timeline, T::kText,
+                         R::kOutput, S::kOutput,
+                         "Write every allocation and free of the --memory-steps to this file, "
+                         "each labelled with its component, module and phase: the timeline "
+                         "`gradscope report --memory-timeline` draws (docs/memory-timeline.md)"));
+  {
+    Setting s = member_row("memory-steps", "", &RunConfig::memory_steps, T::kText, R::kOutput,
+                           S::kOutput,
+                           "The steps --memory-timeline records, A or A-B, 1-based with the "
+                           "warm-up counted (default: the first timed step)");
+    s.check = [](const RunConfig& c) { memory_window_steps(c); };
+    t.push_back(std::move(s));
+  }
+  {
+    Setting s = member_row("memory-timeline-cap", "", &RunConfig::memory_timeline_cap_bytes,
+                           T::kBytes, R::kOutput, S::kOutput,
+                           "The --memory-timeline file's size cap: past it, events are counted, "
+                           "not written, and the file says so");
+    s.parse = [](RunConfig& c, const std::string& text) {
+      c.memory_timeline_cap_bytes = parse_bytes(text);
+    };
+    s.check = [flag = s.flag()](const RunConfig& c) {
+      check_usage(c.memory_timeline_cap_bytes >= (int64_t{4} << 20),
+                  fmt::format("{} {} is below 4MiB", flag, c.memory_timeline_cap_bytes),
+                  "write a size such as 256MiB");
+    };
+    t.push_back(std::move(s));
+  }
   t.push_back(member_row("db", "", &RunConfig::db_path, T::kText, R::kOutput,
                          S::kOutput, "SQLite results database"));
   t.push_back(member_row("json", "", &RunConfig::json_path, T::kText, R::kOutput,

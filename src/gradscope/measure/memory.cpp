@@ -16,6 +16,7 @@
 #include <sstream>
 #include <string>
 #include <unordered_set>
+#include <algorithm>
 
 #include "gradscope/core/env.h"
 #include "gradscope/core/error.h"
@@ -60,29 +61,22 @@ CpuMemoryTracker* g_tracker = nullptr;
   std::abort();  // unreachable: TORCH_CHECK_WITH(false) throws
 }
 
+// The block's header: its size, then the label of the scope it was made in (or what it was
+// found to be since), in the alignment unit in front of the data.
+constexpr size_t kLabelOffset = sizeof(size_t);
+static_assert(kLabelOffset + sizeof(uint32_t) <= kAlignment, "the header must hold the label");
+
 // The raw deleter: the context is the data pointer (LibTorch's raw_allocate asserts it),
 // and the block size sits in the header just before it.
 void tracked_free(void* data) {
   if (data == nullptr) return;
-  char* base = static_cast<char*>(data) - kAlignment;
-  size_t nbytes = 0;
-  std::memcpy(&nbytes, base, sizeof(nbytes));
-  g_tracker->release(static_cast<int64_t>(nbytes));
-  std::free(base);
+  g_tracker->free_block(data);
 }
 
 c10::DataPtr tracked_allocate(size_t nbytes) {
   const c10::Device cpu(c10::DeviceType::CPU);
   if (nbytes == 0) return {nullptr, nullptr, &tracked_free, cpu};
-  g_tracker->reserve(static_cast<int64_t>(nbytes));
-  void* base = nullptr;
-  if (nbytes > SIZE_MAX - kAlignment ||
-      posix_memalign(&base, kAlignment, nbytes + kAlignment) != 0) {
-    g_tracker->release(static_cast<int64_t>(nbytes));
-    throw_cpu_oom(nbytes, "the system refused the allocation");
-  }
-  std::memcpy(base, &nbytes, sizeof(nbytes));
-  void* data = static_cast<char*>(base) + kAlignment;
+  void* data = g_tracker->allocate_block(nbytes);
   return {data, data, &tracked_free, cpu};
 }
 
@@ -197,7 +191,7 @@ void CpuMemoryTracker::set_cap(int64_t cap_bytes) {
   cap_bytes_.store(cap_bytes, std::memory_order_relaxed);
 }
 
-void CpuMemoryTracker::reserve(int64_t n) {
+void CpuMemoryTracker::reserve(int64_t n, uint32_t label) {
   // A compare-exchange loop rather than add-then-undo, so that a refused allocation never
   // shows up in current or peak, even for a moment seen by another thread.
   int64_t current = current_bytes_.load(std::memory_order_relaxed);
@@ -206,14 +200,150 @@ void CpuMemoryTracker::reserve(int64_t n) {
     const int64_t cap = cap_bytes_.load(std::memory_order_relaxed);
     next = current + n;
     if (cap > 0 && next > cap) {
+      record_refusal(n, current, cap, label);
       throw_cpu_oom(static_cast<size_t>(n),
                     fmt::format("the memory cap of {} bytes would be exceeded; {} bytes in use",
                                 cap, current));
     }
   } while (!current_bytes_.compare_exchange_weak(current, next, std::memory_order_relaxed));
-  int64_t peak = peak_bytes_.load(std::memory_order_relaxed);
-  while (next > peak && !peak_bytes_.compare_exchange_weak(peak, next, std::memory_order_relaxed)) {
+  by_label_[label].fetch_add(n, std::memory_order_relaxed);
+  for (std::atomic<int64_t>* peak : {&peak_bytes_, &window_peak_}) {
+    int64_t seen = peak->load(std::memory_order_relaxed);
+    while (next > seen && !peak->compare_exchange_weak(seen, next, std::memory_order_relaxed)) {
+    }
   }
+}
+
+void CpuMemoryTracker::release(int64_t n, uint32_t label) {
+  current_bytes_.fetch_sub(n, std::memory_order_relaxed);
+  by_label_[label].fetch_sub(n, std::memory_order_relaxed);
+}
+
+void* CpuMemoryTracker::allocate_block(size_t nbytes) {
+  const uint32_t label = current_memory_label();
+  Observer* observer = observer_.load(std::memory_order_acquire);
+  std::unique_lock<std::mutex> lock(observed_, std::defer_lock);
+  if (observer != nullptr) lock.lock();
+  reserve(static_cast<int64_t>(nbytes), label);
+  void* base = nullptr;
+  if (nbytes > SIZE_MAX - kAlignment ||
+      posix_memalign(&base, kAlignment, nbytes + kAlignment) != 0) {
+    release(static_cast<int64_t>(nbytes), label);
+    throw_cpu_oom(nbytes, "the system refused the allocation");
+  }
+  std::memcpy(base, &nbytes, sizeof(nbytes));
+  std::memcpy(static_cast<char*>(base) + kLabelOffset, &label, sizeof(label));
+  void* data = static_cast<char*>(base) + kAlignment;
+  if (observer != nullptr)
+    observer->on_event(TimelineEventKind::kAlloc, reinterpret_cast<uint64_t>(data),
+                       static_cast<int64_t>(nbytes), label, current_bytes(), label);
+  return data;
+}
+
+void CpuMemoryTracker::free_block(void* data) {
+  char* base = static_cast<char*>(data) - kAlignment;
+  size_t nbytes = 0;
+  uint32_t label = 0;
+  Observer* observer = observer_.load(std::memory_order_acquire);
+  std::unique_lock<std::mutex> lock(observed_, std::defer_lock);
+  if (observer != nullptr) lock.lock();
+  std::memcpy(&nbytes, base, sizeof(nbytes));
+  std::memcpy(&label, base + kLabelOffset, sizeof(label));
+  release(static_cast<int64_t>(nbytes), label);
+  if (observer != nullptr)
+    observer->on_event(TimelineEventKind::kFree, reinterpret_cast<uint64_t>(data),
+                       static_cast<int64_t>(nbytes), label, current_bytes(), label);
+  std::free(base);
+}
+
+bool CpuMemoryTracker::relabel(const at::Tensor& t, uint32_t label) {
+  if (!t.defined() || !t.has_storage() || label >= kMaxMemoryLabels) return false;
+  const c10::DataPtr& ptr = t.storage().data_ptr();
+  if (ptr.get() == nullptr || ptr.get_deleter() != &tracked_free) return false;
+  char* base = static_cast<char*>(ptr.get()) - kAlignment;
+  Observer* observer = observer_.load(std::memory_order_acquire);
+  std::unique_lock<std::mutex> lock(observed_, std::defer_lock);
+  if (observer != nullptr) lock.lock();
+  size_t nbytes = 0;
+  uint32_t old_label = 0;
+  std::memcpy(&nbytes, base, sizeof(nbytes));
+  std::memcpy(&old_label, base + kLabelOffset, sizeof(old_label));
+  if (old_label == label) return true;
+  std::memcpy(base + kLabelOffset, &label, sizeof(label));
+  by_label_[old_label].fetch_sub(static_cast<int64_t>(nbytes), std::memory_order_relaxed);
+  by_label_[label].fetch_add(static_cast<int64_t>(nbytes), std::memory_order_relaxed);
+  if (observer != nullptr)
+    observer->on_event(TimelineEventKind::kRelabel, reinterpret_cast<uint64_t>(ptr.get()),
+                       static_cast<int64_t>(nbytes), label, current_bytes(), old_label);
+  return true;
+}
+
+void CpuMemoryTracker::start_window() {
+  window_peak_.store(current_bytes_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+}
+
+std::vector<int64_t> CpuMemoryTracker::live_by_label() const {
+  const uint32_t count = std::min(memory_label_count(), kMaxMemoryLabels);
+  std::vector<int64_t> live(count);
+  for (uint32_t i = 0; i < count; ++i) live[i] = by_label_[i].load(std::memory_order_relaxed);
+  return live;
+}
+
+void CpuMemoryTracker::set_observer(Observer* observer, const std::vector<at::Tensor>& named) {
+  const std::lock_guard<std::mutex> lock(observed_);
+  if (observer != nullptr) {
+    std::vector<int64_t> unnamed = live_by_label();
+    std::unordered_set<const void*> seen;
+    int64_t live = 0;
+    for (const at::Tensor& t : named) {
+      if (!t.defined() || !t.has_storage()) continue;
+      const c10::DataPtr& ptr = t.storage().data_ptr();
+      if (ptr.get() == nullptr || ptr.get_deleter() != &tracked_free) continue;
+      if (!seen.insert(ptr.get()).second) continue;
+      const char* base = static_cast<const char*>(ptr.get()) - kAlignment;
+      size_t nbytes = 0;
+      uint32_t label = 0;
+      std::memcpy(&nbytes, base, sizeof(nbytes));
+      std::memcpy(&label, base + kLabelOffset, sizeof(label));
+      if (label < unnamed.size()) unnamed[label] -= static_cast<int64_t>(nbytes);
+      live += static_cast<int64_t>(nbytes);
+      observer->on_event(TimelineEventKind::kAlloc, reinterpret_cast<uint64_t>(ptr.get()),
+                         static_cast<int64_t>(nbytes), label, live, label);
+    }
+    for (uint32_t label = 0; label < unnamed.size(); ++label) {
+      if (unnamed[label] <= 0) continue;
+      live += unnamed[label];
+      observer->on_event(TimelineEventKind::kAlloc, 0, unnamed[label], label, live, label);
+    }
+  }
+  observer_.store(observer, std::memory_order_release);
+}
+
+void CpuMemoryTracker::record_refusal(int64_t requested, int64_t live, int64_t cap,
+                                      uint32_t label) {
+  const std::lock_guard<std::mutex> lock(refusal_mutex_);
+  if (refusal_) return;  // the first refusal is the one that ended the run
+  MemoryRefusal r;
+  r.requested_bytes = requested;
+  r.live_bytes = live;
+  r.cap_bytes = cap;
+  r.request = memory_label(label);
+  const std::vector<int64_t> by_label = live_by_label();
+  for (uint32_t id = 0; id < by_label.size(); ++id)
+    if (by_label[id] > 0) r.live.emplace_back(memory_label(id), by_label[id]);
+  std::stable_sort(r.live.begin(), r.live.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
+  refusal_ = std::move(r);
+}
+
+std::optional<MemoryRefusal> CpuMemoryTracker::last_refusal() const {
+  const std::lock_guard<std::mutex> lock(refusal_mutex_);
+  return refusal_;
+}
+
+void CpuMemoryTracker::clear_refusal() {
+  const std::lock_guard<std::mutex> lock(refusal_mutex_);
+  refusal_.reset();
 }
 
 std::unique_ptr<MemoryMeter> make_memory_meter(const torch::Device& device) {
@@ -286,7 +416,7 @@ void clear_cuda_memory_cap(const torch::Device& device) {
 }
 
 bool memory_snapshot_supported(const torch::Device& device) {
-  return GRADSCOPE_HAS_CUDA_STATS && device.is_cuda();
+  return device.is_cpu() || (GRADSCOPE_HAS_CUDA_STATS && device.is_cuda());
 }
 
 void start_memory_history() {
@@ -303,7 +433,8 @@ void write_memory_snapshot(const std::string& path) {
   check_usage(static_cast<bool>(out), "cannot write " + path, "check the directory exists");
   out.write(pickled.data(), static_cast<std::streamsize>(pickled.size()));
 #else
-  fail_usage("--memory-snapshot needs CUDA (a CUDA build of gradscope)", "leave --memory-snapshot out");
+  fail_usage("--memory-snapshot of a CUDA device needs a CUDA build of gradscope",
+             "leave --memory-snapshot out, or use --device cpu");
 #endif
 }
 

@@ -10,12 +10,15 @@
 
 #include <torch/torch.h>
 
+#include <array>
 #include <atomic>
+#include <mutex>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <vector>
 
+#include "gradscope/core/memory_scope.h"
 #include "gradscope/core/memory_timeline.h"
 
 namespace gradscope {
@@ -60,16 +63,53 @@ class CpuMemoryTracker {
   std::optional<MemoryRefusal> last_refusal() const;
   void clear_refusal();
 
-  // Used by the allocator itself: reserve n bytes (throws past the cap), give them back.
-  void reserve(int64_t n);
-  void release(int64_t n) { current_bytes_.fetch_sub(n, std::memory_order_relaxed); }
+  // A second peak register for a window of its own (a memory timeline's steps), which the
+  // per-phase resets of reset_peak() leave alone: start_window() sets it to current.
+  void start_window();
+  int64_t window_peak_bytes() const { return window_peak_.load(std::memory_order_relaxed); }
+
+  // Live bytes by label now (index = label id, core/memory_scope.h); ids past the vector's end
+  // have none.
+  std::vector<int64_t> live_by_label() const;
+  // The block of `t`'s storage is, for its whole life, of `label` (a gradient, a parameter,
+  // optimizer state): its bytes move to that label, and an observer hears of it. Returns
+  // false, changing nothing, for storage the tracker did not allocate (or empty storage).
+  bool relabel(const at::Tensor& t, uint32_t label);
+
+  // Told of every allocation, free and relabel while set, under one lock with the change, so
+  // that `live` is exactly the running total after it. One observer at a time; nullptr ends.
+  // Setting one first tells it, as kAlloc events, what is live already: each block of the
+  // `named` tensors' storage (once per block, with its label), then per label the bytes no
+  // named block holds (address 0). Set it between steps: an allocation another thread makes
+  // while it is being set may go unseen. An observer must not allocate tensors.
+  class Observer {
+   public:
+    virtual ~Observer() = default;
+    // `previous` is the label a relabelled block had (for other kinds, `label`).
+    virtual void on_event(TimelineEventKind kind, uint64_t address, int64_t bytes,
+                          uint32_t label, int64_t live, uint32_t previous) = 0;
+  };
+  void set_observer(Observer* observer, const std::vector<at::Tensor>& named = {});
+
+  // Used by the allocator itself.
+  void* allocate_block(size_t nbytes);
+  void free_block(void* data);
 
  private:
   CpuMemoryTracker() = default;
+  void reserve(int64_t n, uint32_t label);
+  void release(int64_t n, uint32_t label);
+  void record_refusal(int64_t requested, int64_t live, int64_t cap, uint32_t label);
 
   std::atomic<int64_t> current_bytes_{0};
   std::atomic<int64_t> peak_bytes_{0};
+  std::atomic<int64_t> window_peak_{0};
   std::atomic<int64_t> cap_bytes_{0};
+  std::array<std::atomic<int64_t>, kMaxMemoryLabels> by_label_{};
+  std::atomic<Observer*> observer_{nullptr};
+  mutable std::mutex observed_;  // held around a change while an observer is set
+  mutable std::mutex refusal_mutex_;
+  std::optional<MemoryRefusal> refusal_;
 };
 
 // The allocator-level view of one device's memory, for one run.
@@ -99,9 +139,10 @@ std::unique_ptr<MemoryMeter> make_memory_meter(const torch::Device& device);
 void set_cuda_memory_cap(const torch::Device& device, int64_t cap_bytes);
 // Lets the caching allocator use the whole device again (a no-op without CUDA).
 void clear_cuda_memory_cap(const torch::Device& device);
-// --memory-snapshot: whether this build and device can record the allocator's history
-// (CUDA); start_memory_history() starts recording, write_memory_snapshot() writes
-// the pickle that PyTorch's memory_viz page reads.
+// --memory-snapshot: whether this build and device can record the allocator's history (the
+// CPU's is a memory timeline, measure/memory_viz.h; CUDA's the caching allocator's).
+// start_memory_history() starts CUDA's, write_memory_snapshot() writes it as the pickle that
+// PyTorch's memory_viz page reads.
 bool memory_snapshot_supported(const torch::Device& device);
 void start_memory_history();
 void write_memory_snapshot(const std::string& path);

@@ -17,12 +17,25 @@ bool Model::has_block_runner() const {
 torch::Tensor Model::run_block_from(size_t layer, Block& block, const torch::Tensor& x,
                                     const BlockContext& ctx) {
   while (layer < runners_.size() && !runners_[layer]) ++layer;
-  if (layer == runners_.size()) return block.forward(x, ctx);
+  if (layer == runners_.size()) {
+    // Innermost, so that a recompute in backward, which runs the layers inside its own, is
+    // labelled with the block too.
+    const MemoryScope scope(block_scope_name(block));
+    return block.forward(x, ctx);
+  }
   const BlockRunner inner = [this, layer](Block& b, const torch::Tensor& in,
                                           const BlockContext& c) {
     return run_block_from(layer + 1, b, in, c);
   };
   return runners_[layer](block, x, ctx, inner);
+}
+
+const std::string& Model::block_scope_name(const Block& block) {
+  const auto found = block_scope_names_.find(&block);
+  if (found != block_scope_names_.end()) return found->second;
+  for (const auto& item : named_modules("", /*include_self=*/false))
+    if (item.value().get() == &block) return block_scope_names_[&block] = item.key();
+  return block_scope_names_[&block] = "block";
 }
 
 void Model::set_packed_projections(bool packed) {

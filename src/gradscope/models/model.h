@@ -8,14 +8,17 @@
 
 #include <array>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
+#include "gradscope/core/memory_scope.h"
 #include "gradscope/models/common/lora.h"
 
 namespace gradscope {
@@ -86,6 +89,7 @@ class Block : public torch::nn::Module {
 
  protected:
   torch::Tensor run_sublayer(SubLayer which, const SubLayerFn& fn, const torch::Tensor& x) {
+    const MemoryScope scope(which == SubLayer::kAttention ? "attention" : "mlp");
     return sublayer_runner_ ? sublayer_runner_(which, fn, x) : fn(x);
   }
 
@@ -122,6 +126,31 @@ struct LossOptions {
   // false once the summed loss exists; lets the trainer measure what the head keeps for
   // backward without models reading a meter. Models only test and call it (no allocation).
   std::function<void(bool starts)> head_probe;
+};
+
+// Around a language model's loss head, from the projection to the vocabulary to the summed
+// loss: calls the head probe (LossOptions) as the head starts and, unless it threw, once the
+// loss exists, in training forwards; and labels what the head allocates as logits, module
+// "loss head" (core/memory_scope.h).
+class LossHeadScope {
+ public:
+  LossHeadScope(const LossOptions& options, bool training)
+      : options_(options), probe_(options.head_probe && training),
+        exceptions_(std::uncaught_exceptions()) {
+    if (probe_) options_.head_probe(true);
+  }
+  ~LossHeadScope() {
+    if (probe_ && std::uncaught_exceptions() == exceptions_) options_.head_probe(false);
+  }
+  LossHeadScope(const LossHeadScope&) = delete;
+  LossHeadScope& operator=(const LossHeadScope&) = delete;
+
+ private:
+  const LossOptions& options_;
+  const bool probe_;
+  const int exceptions_;
+  const MemoryScope component_{MemoryComponent::kLogits};
+  const MemoryScope module_{std::string("loss head")};
 };
 
 class Model : public torch::nn::Module {
@@ -166,8 +195,13 @@ class Model : public torch::nn::Module {
   torch::Tensor run_block_from(size_t layer, Block& block, const torch::Tensor& x,
                                const BlockContext& ctx);
 
+  // The module path each block's allocations are labelled with (core/memory_scope.h): its
+  // name in the model ("layers.3", "decoder.layers.3"), found on first use.
+  const std::string& block_scope_name(const Block& block);
+
   std::array<LayeredBlockRunner, static_cast<size_t>(RunnerLayer::kCount)> runners_;
   LossOptions loss_options_;
+  std::unordered_map<const Block*, std::string> block_scope_names_;
 };
 
 }  // namespace gradscope

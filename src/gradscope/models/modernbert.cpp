@@ -172,18 +172,18 @@ LossOutput ModernBertModel::loss(const Batch& batch) {
   auto h = hidden.reshape({-1, hidden.size(-1)}).index_select(0, positions);  // (M, C)
   auto targets = batch.targets.reshape({-1}).index_select(0, positions);      // (M)
   const LossOptions& options = loss_options();
-  const bool probe = options.head_probe && is_training();
-  if (probe) options.head_probe(true);
   LossOutput out;
-  if (options.chunked) {
-    // Only the decoder holds (M, V) tensors: the dense layer and norm before it run whole.
-    out.loss_sum = chunked_cross_entropy(mlm_hidden(h), tok_embeddings->weight, decoder_bias,
-                                         targets, options.chunk_rows, kIgnoreIndex);  // ()
-  } else {
-    out.loss_sum = F::cross_entropy(mlm_logits(h).to(torch::kFloat), targets,
-                                    F::CrossEntropyFuncOptions().reduction(torch::kSum));  // ()
+  {
+    const LossHeadScope head(options, is_training());
+    if (options.chunked) {
+      // Only the decoder holds (M, V) tensors: the dense layer and norm before it run whole.
+      out.loss_sum = chunked_cross_entropy(mlm_hidden(h), tok_embeddings->weight, decoder_bias,
+                                           targets, options.chunk_rows, kIgnoreIndex);  // ()
+    } else {
+      out.loss_sum = F::cross_entropy(mlm_logits(h).to(torch::kFloat), targets,
+                                      F::CrossEntropyFuncOptions().reduction(torch::kSum));  // ()
+    }
   }
-  if (probe) options.head_probe(false);
   out.target_count = positions.size(0);
   return out;
 }

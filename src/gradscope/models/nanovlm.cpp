@@ -104,18 +104,18 @@ LossOutput NanoVlmModel::loss(const Batch& batch) {
               batch.targets.sizes(), " do not match input_ids ", batch.input_ids.sizes());
   auto hidden = caption_hidden(batch.images, batch.input_ids, batch.text_mask);  // (B, T, C)
   const LossOptions& options = loss_options();
-  const bool probe = options.head_probe && is_training();
-  if (probe) options.head_probe(true);
   LossOutput out;
-  if (options.chunked) {
-    out.loss_sum = decoder->chunked_lm_loss(hidden, batch.targets, options.chunk_rows);  // ()
-  } else {
-    auto lg = decoder->lm_logits(hidden);  // (B, T, V)
-    out.loss_sum = F::cross_entropy(
-        lg.reshape({-1, lg.size(-1)}).to(torch::kFloat), batch.targets.reshape({-1}),
-        F::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(kIgnoreIndex));  // ()
-  }  // the logits are gone unless backward keeps them
-  if (probe) options.head_probe(false);
+  {
+    const LossHeadScope head(options, is_training());
+    if (options.chunked) {
+      out.loss_sum = decoder->chunked_lm_loss(hidden, batch.targets, options.chunk_rows);  // ()
+    } else {
+      auto lg = decoder->lm_logits(hidden);  // (B, T, V)
+      out.loss_sum = F::cross_entropy(
+          lg.reshape({-1, lg.size(-1)}).to(torch::kFloat), batch.targets.reshape({-1}),
+          F::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(kIgnoreIndex));  // ()
+    }  // the logits are gone unless backward keeps them
+  }
   // The batch counted its targets on the CPU; counting them here would wait for the device.
   out.target_count = batch.targets_count > 0 ? batch.targets_count
                                              : batch.targets.ne(kIgnoreIndex).sum().item<int64_t>();

@@ -1,5 +1,6 @@
 #include "gradscope/optim/state_bytes.h"
 
+#include <algorithm>
 #include <typeinfo>
 
 #include <fmt/format.h>
@@ -40,25 +41,33 @@ bool append_builtin_state(const torch::optim::OptimizerParamState& state,
 
 }  // namespace
 
-int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer) {
-  if (const auto* own = dynamic_cast<const StateBytes*>(&optimizer)) {
-    return tensors_bytes(own->state_tensors());
-  }
+std::vector<torch::Tensor> optimizer_state_tensors(const torch::optim::Optimizer& optimizer) {
   std::vector<torch::Tensor> tensors;
-  for (const auto& entry : optimizer.state()) {
-    const torch::optim::OptimizerParamState* state = entry.second.get();
-    if (state == nullptr) continue;
-    if (const auto* custom = dynamic_cast<const StateBytes*>(state)) {
-      const auto more = custom->state_tensors();
-      tensors.insert(tensors.end(), more.begin(), more.end());
-    } else if (!append_builtin_state(*state, tensors)) {
-      fail_runtime(
-          fmt::format("cannot count the optimizer state of type {}", typeid(*state).name()),
-          "make the optimizer's param state implement gradscope::StateBytes "
-          "(optim/state_bytes.h)");
+  if (const auto* own = dynamic_cast<const StateBytes*>(&optimizer)) {
+    tensors = own->state_tensors();
+  } else {
+    for (const auto& entry : optimizer.state()) {
+      const torch::optim::OptimizerParamState* state = entry.second.get();
+      if (state == nullptr) continue;
+      if (const auto* custom = dynamic_cast<const StateBytes*>(state)) {
+        const auto more = custom->state_tensors();
+        tensors.insert(tensors.end(), more.begin(), more.end());
+      } else if (!append_builtin_state(*state, tensors)) {
+        fail_runtime(
+            fmt::format("cannot count the optimizer state of type {}", typeid(*state).name()),
+            "make the optimizer's param state implement gradscope::StateBytes "
+            "(optim/state_bytes.h)");
+      }
     }
   }
-  return tensors_bytes(tensors);
+  tensors.erase(std::remove_if(tensors.begin(), tensors.end(),
+                               [](const torch::Tensor& t) { return !t.defined(); }),
+                tensors.end());
+  return tensors;
+}
+
+int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer) {
+  return tensors_bytes(optimizer_state_tensors(optimizer));
 }
 
 }  // namespace gradscope

@@ -26,5 +26,7 @@ class StateBytes {
 // byte); states of any other type must implement StateBytes, and a state that does neither
 // throws a runtime error naming the gap rather than being counted as 0.
 int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer);
+// The tensors counted by optimizer_state_bytes (undefined ones left out), found the same way.
+std::vector<torch::Tensor> optimizer_state_tensors(const torch::optim::Optimizer& optimizer);
 
 }  // namespace gradscope

@@ -90,6 +90,8 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
     // A rounded input is widened back: the recompute runs in the forward's dtypes.
     if (x.scalar_type() != state->input_dtype) x = x.to(state->input_dtype);
     x.requires_grad_(input_grad);
+    // What the recompute and its backward allocate is labelled as such (core/memory_scope.h).
+    const MemoryScope recompute(std::string("recompute"));
     torch::Tensor y;
     {
       std::optional<RngScope> rng;

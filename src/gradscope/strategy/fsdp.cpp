@@ -193,6 +193,11 @@ class FsdpUpdater : public Updater, public MicroBatchListener {
   int64_t state_bytes() const override {
     return optimizer_state_bytes(root_->optimizer()) + optimizer_state_bytes(*blocks_optimizer_);
   }
+  std::vector<torch::Tensor> state_tensors() const override {
+    std::vector<torch::Tensor> out = optimizer_state_tensors(root_->optimizer());
+    for (auto& t : optimizer_state_tensors(*blocks_optimizer_)) out.push_back(std::move(t));
+    return out;
+  }
   std::optional<int64_t> grads_bytes() const override { return grads_bytes_; }
   MicroBatchListener* micro_batch_listener() override { return this; }
   void save(torch::serialize::OutputArchive& archive) const override {
@@ -226,6 +231,12 @@ class FsdpUpdater : public Updater, public MicroBatchListener {
     for (const FsdpUnit& u : units_) bytes += bytes_of(u.master);
     for (const auto& p : root_params()) bytes += bytes_of(p);
     return bytes;
+  }
+  std::vector<std::pair<std::string, torch::Tensor>> parameter_shards() const override {
+    std::vector<std::pair<std::string, torch::Tensor>> out;
+    for (size_t k = 0; k < units_.size(); ++k)
+      out.emplace_back(fmt::format("block {} shard", k), units_[k].master);
+    return out;
   }
   const ShardFigures& figures() const { return figures_; }
 
@@ -274,7 +285,10 @@ class FsdpUpdater : public Updater, public MicroBatchListener {
     torch::NoGradGuard no_grad;
     c10::StorageImpl* storage = u.full.storage().unsafeGetStorageImpl();
     const auto bytes = static_cast<size_t>(bytes_of(u.full));
-    storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
+    {
+      const MemoryScope scope(MemoryComponent::kCollectiveBuffers);
+      storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
+    }
     storage->set_nbytes(bytes);
     buffers_.add(static_cast<int64_t>(bytes));
     std::vector<torch::Tensor> parts;
@@ -309,7 +323,11 @@ class FsdpUpdater : public Updater, public MicroBatchListener {
   // rank's shard of them.
   void reduce(FsdpUnit& u) {
     torch::NoGradGuard no_grad;
-    torch::Tensor flat = torch::zeros({u.shard * comm_->world()}, u.full.options());
+    torch::Tensor flat;
+    {
+      const MemoryScope scope(MemoryComponent::kCollectiveBuffers);
+      flat = torch::zeros({u.shard * comm_->world()}, u.full.options());
+    }
     buffers_.add(bytes_of(flat));
     for (size_t j = 0; j < u.params.size(); ++j) {
       torch::Tensor p = u.params[j];

@@ -77,6 +77,13 @@ class PerParameterUpdater : public Updater {
     return total;
   }
 
+  std::vector<torch::Tensor> state_tensors() const override {
+    std::vector<torch::Tensor> out;
+    for (const auto& o : optimizers_)
+      for (auto& t : optimizer_state_tensors(*o)) out.push_back(std::move(t));
+    return out;
+  }
+
   std::optional<int64_t> grads_bytes() const override { return std::nullopt; }
 
   // One archive per parameter's optimizer, in the parameters' order. A fold's bookkeeping

@@ -54,6 +54,7 @@ class DdpUpdater : public Updater {
   }
   void set_learning_rate(double lr) override { inner_->set_learning_rate(lr); }
   int64_t state_bytes() const override { return inner_->state_bytes(); }
+  std::vector<torch::Tensor> state_tensors() const override { return inner_->state_tensors(); }
   std::optional<int64_t> grads_bytes() const override { return inner_->grads_bytes(); }
   MicroBatchListener* micro_batch_listener() override { return &reducer_; }
   void save(torch::serialize::OutputArchive& archive) const override { inner_->save(archive); }
@@ -106,6 +107,9 @@ class ZeroUpdater : public Updater {
     gradscope::set_learning_rate(part_.optimizer(), lr);
   }
   int64_t state_bytes() const override { return optimizer_state_bytes(part_.optimizer()); }
+  std::vector<torch::Tensor> state_tensors() const override {
+    return optimizer_state_tensors(part_.optimizer());
+  }
   std::optional<int64_t> grads_bytes() const override { return part_.grads_bytes(); }
   MicroBatchListener* micro_batch_listener() override { return &part_.reducer(); }
   void save(torch::serialize::OutputArchive& archive) const override {

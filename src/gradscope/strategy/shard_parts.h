@@ -279,7 +279,10 @@ class GradientReducer : public MicroBatchListener {
     } else {
       const torch::Tensor& first = params_[b.first];
       b.in_place = false;
-      b.buffer = torch::empty({b.hi - b.lo}, first.options().requires_grad(false));
+      {
+        const MemoryScope scope(MemoryComponent::kCollectiveBuffers);
+        b.buffer = torch::empty({b.hi - b.lo}, first.options().requires_grad(false));
+      }
       buffers_.add(bytes_of(b.buffer));
       for (size_t j = b.first; j < b.last; ++j) {
         torch::Tensor piece = b.buffer.narrow(0, layout_.offset(j) - b.lo, layout_.numel(j));

@@ -93,6 +93,9 @@ class AfterBackward : public Updater {
 
   void set_learning_rate(double lr) override { gradscope::set_learning_rate(*optimizer_, lr); }
   int64_t state_bytes() const override { return optimizer_state_bytes(*optimizer_); }
+  std::vector<torch::Tensor> state_tensors() const override {
+    return optimizer_state_tensors(*optimizer_);
+  }
   std::optional<int64_t> grads_bytes() const override { return grads_bytes_; }
   void save(torch::serialize::OutputArchive& archive) const override { optimizer_->save(archive); }
   void load(torch::serialize::InputArchive& archive) override { optimizer_->load(archive); }

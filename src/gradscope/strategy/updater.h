@@ -69,6 +69,8 @@ class Updater {
   virtual void set_learning_rate(double lr) = 0;
   // Bytes of the optimizer state (momentum, moments, accumulators).
   virtual int64_t state_bytes() const = 0;
+  // The tensors of that state (what the memory timeline names optimizer state).
+  virtual std::vector<torch::Tensor> state_tensors() const = 0;
   // Bytes of every gradient at once, measured at the first step; nullopt where they never
   // exist at once (the fused step) or before the first step.
   virtual std::optional<int64_t> grads_bytes() const = 0;
@@ -91,6 +93,11 @@ class Updater {
   virtual void scatter_parameters() {}
   // The parameter bytes this rank holds between steps, where that is not every parameter.
   virtual std::optional<int64_t> resident_params_bytes() const { return std::nullopt; }
+  // Parameters it holds outside the model's own tensors, by name (fsdp's shards); none by
+  // default.
+  virtual std::vector<std::pair<std::string, torch::Tensor>> parameter_shards() const {
+    return {};
+  }
 };
 
 // The Updater of a step plan for these parameters. A usage error for settings it cannot honour

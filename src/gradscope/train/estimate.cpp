@@ -8,6 +8,7 @@
 
 #include "gradscope/core/env.h"
 #include "gradscope/core/error.h"
+#include "gradscope/core/memory_timeline.h"
 #include "gradscope/models/common/memory_trace.h"
 #include "gradscope/models/registry.h"
 #include "gradscope/optim/factory.h"
@@ -668,6 +669,30 @@ int64_t resident_data_bytes(const RunConfig& config) {
   int64_t bytes = 0;
   make_data_source(family, resolve_arch(config), config, &bytes);
   return bytes;
+}
+
+}  // namespace gradscope
+
+namespace gradscope {
+
+std::map<std::string, int64_t> estimate_breakdown_at_peak(const MemoryEstimate& e) {
+  const std::string& phase = e.peak_phase;
+  const bool after_forward = phase != "forward";
+  std::map<std::string, int64_t> parts;
+  parts[component_name(MemoryComponent::kParameters)] = e.params_bytes;
+  parts[component_name(MemoryComponent::kOptimizerState)] = e.optimizer_state_bytes;
+  parts[component_name(MemoryComponent::kGradients)] = after_forward ? e.grads_bytes : 0;
+  parts[component_name(MemoryComponent::kCollectiveBuffers)] =
+      e.sharded && after_forward ? e.collective_buffers_bytes : 0;
+  parts[component_name(MemoryComponent::kOther)] =
+      e.batch_bytes + e.data_bytes + (phase == "optimizer" ? e.optimizer_scratch_bytes : 0);
+  int64_t named = 0;
+  for (const auto& [name, bytes] : parts) named += bytes;
+  const int64_t rest = std::max<int64_t>(e.peak_bytes - named, 0);
+  const int64_t logits = std::min(e.logits_bytes, rest);
+  parts[component_name(MemoryComponent::kLogits)] = logits;
+  parts[component_name(MemoryComponent::kActivations)] = rest - logits;
+  return parts;
 }
 
 }  // namespace gradscope

@@ -99,3 +99,14 @@ namespace gradscope {
 int64_t resident_data_bytes(const RunConfig& config);
 
 }  // namespace gradscope
+
+namespace gradscope {
+
+// The estimate's peak split as the memory timeline splits live bytes (component name ->
+// bytes, core/memory_timeline.h): parameters, optimizer state, the batch and data set as
+// other (with the update's scratch when the peak is the optimizer's), gradients whole from
+// backward on (none in forward, where the previous step's were freed), collective buffers
+// with --shard, logits as the head keeps them, and activations the rest of the peak.
+std::map<std::string, int64_t> estimate_breakdown_at_peak(const MemoryEstimate& e);
+
+}  // namespace gradscope

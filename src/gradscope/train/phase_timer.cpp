@@ -12,8 +12,11 @@ void PhaseTimer::begin_step() {
 }
 
 void PhaseTimer::enter(Phase phase) {
+  const std::optional<Phase> left =
+      current_ < 0 ? std::nullopt : std::optional<Phase>(static_cast<Phase>(current_));
   close();
   current_ = static_cast<int>(phase);
+  if (listener_) listener_(phase, left);
   if (!enabled_) return;
   meter_.reset_peak();
   start_bytes_ = meter_.current_bytes();

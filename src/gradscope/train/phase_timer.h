@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -39,6 +40,11 @@ class PhaseTimer : public PhaseObserver {
   // timed nor measured, so the step pays no synchronization or clock read per phase.
   PhaseTimer(const Clock& clock, MemoryMeter& meter, const torch::Device& device, bool enabled)
       : clock_(clock), meter_(meter), device_(device), enabled_(enabled) {}
+
+  // Told as each phase begins, with the phase that ended there, if one did (the memory
+  // labels follow the phases, train/memory_labels.h).
+  using Listener = std::function<void(Phase entered, std::optional<Phase> left)>;
+  void set_listener(Listener listener) { listener_ = std::move(listener); }
 
   void begin_step();
   void enter(Phase phase) override;
@@ -96,6 +102,7 @@ class PhaseTimer : public PhaseObserver {
   bool backward_in_step_ = false;  // a backward phase of this step has ended
   bool optimizer_done_ = false;    // an optimizer phase has ended
   std::optional<PeakMoment> peak_moment_;
+  Listener listener_;
 };
 
 }  // namespace gradscope

@@ -204,8 +204,12 @@ Session::Session(const RunConfig& config, const SessionOptions& options)
     if (const std::optional<RankEnv> env = rank_env_from_environment())
       device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env->local_rank));
   check_usage(c.memory_snapshot.empty() || memory_snapshot_supported(device_),
-              "--memory-snapshot needs CUDA",
-              "leave --memory-snapshot out, or run on a GPU with a CUDA build of gradscope");
+              "--memory-snapshot on " + device_.str() + " needs a CUDA build of gradscope",
+              "leave --memory-snapshot out, or use --device cpu");
+  check_usage(c.memory_timeline.empty() || device_.is_cpu(),
+              "--memory-timeline needs --device cpu",
+              "on CUDA, --memory-snapshot writes the caching allocator's history");
+  if (!c.memory_timeline.empty() || !c.memory_snapshot.empty()) memory_window_steps(c);
   // Checked here, on the machine that runs, not with the settings: a sweep planned (or a Slurm
   // job emitted) on one machine runs on another.
   if (c.threads > 0) check_threads_here(c.threads);

@@ -22,6 +22,7 @@
 #include "gradscope/train/autocast.h"
 #include "gradscope/train/estimate.h"
 #include "gradscope/train/fit_hint.h"
+#include "gradscope/train/memory_labels.h"
 #include "gradscope/train/phase_timer.h"
 #include "gradscope/train/record_parts.h"
 #include "gradscope/train/weights_io.h"
@@ -165,7 +166,12 @@ struct Trainer::Loop {
         threads(at::get_num_threads()),
         total_steps(config.warmup_steps + config.steps),
         timer(clock, *trainer.meter_, device, config.phase_timing),
-        sensors(config, device, *trainer.meter_, threads, clock) {}
+        sensors(config, device, *trainer.meter_, threads, clock),
+        memory(*trainer.session_) {
+    timer.set_listener([this](Phase entered, std::optional<Phase> left) {
+      memory.phase_begins(entered, left);
+    });
+  }
 
   ProgressSink* const progress;
   const RunConfig& config;
@@ -177,6 +183,7 @@ struct Trainer::Loop {
   double run_started = clock.now_s();  // earlier by the wall time before a resume
   PhaseTimer timer;
   RunSensors sensors;
+  RunMemoryLabels memory;  // what the tracker's bytes are, and the memory timeline's window
   RunRecord record;
   RunTally tally;
   int64_t first_step = 0;  // the step a resumed run goes on from
@@ -201,7 +208,7 @@ RunRecord Trainer::run(ProgressSink* progress) {
   if (progress) progress->on_start(record, loop.total_steps);
 
   seed_dropout(c, session_->rank());
-  if (!c.memory_snapshot.empty()) start_memory_history();
+  if (!c.memory_snapshot.empty() && !loop.device.is_cpu()) start_memory_history();
   meter_->reset_peak();
   // The refusal an oom reads is this run's, not an earlier one's in this process (a trial of
   // --lr auto, a test's run).
@@ -263,10 +270,13 @@ RunRecord Trainer::run(ProgressSink* progress) {
   }
 
   if (loop.sensors.sampler()) loop.sensors.sampler()->stop();
-  if (!c.memory_snapshot.empty()) write_memory_snapshot(c.memory_snapshot);
+  if (!c.memory_snapshot.empty() && !loop.device.is_cpu())
+    write_memory_snapshot(c.memory_snapshot);
+  loop.memory.finish();  // a window the run ended in keeps what it saw
   finish_record(record, loop.tally, loop.timer, loop.sensors,
                 loop.clock.now_s() - loop.run_started, loop.threads, loop.timed_sent,
                 loop.timed_run);
+  if (record.memory) record.memory->window = loop.memory.window();
   save_trained_weights(record);
   if (progress) progress->on_finish(record);
   return std::move(record);
@@ -332,6 +342,7 @@ double Trainer::train_step(Loop& loop, int64_t step) {
   const double step_cpu0 = process_cpu_seconds();
   sync(loop.device);
   const double step_t0 = loop.clock.now_s();
+  loop.memory.step_begins(step + 1);
   loop.timer.begin_step();
   const MicroBatchSource next = session_->step_batches(step);
   const int64_t sent_before = bytes_sent();
@@ -352,6 +363,7 @@ double Trainer::train_step(Loop& loop, int64_t step) {
                       static_cast<double>(std::max<int64_t>(r.out.target_count, 1));
   loop.timer.close();
   const double step_s = loop.clock.now_s() - step_t0;
+  loop.memory.step_ends(step + 1);
   const double step_cpu = process_cpu_seconds() - step_cpu0;
   const StepContention contention =
       loop.timed ? step_contention(contention0, read_contention(), loop.threads)

@@ -1,0 +1,142 @@
+#include "gradscope/train/memory_labels.h"
+
+#include <cstdio>
+
+#include <fmt/format.h>
+
+#include "gradscope/core/error.h"
+#include "gradscope/core/log.h"
+#include "gradscope/core/memory_scope.h"
+#include "gradscope/measure/memory.h"
+#include "gradscope/measure/memory_viz.h"
+#include "gradscope/train/estimate.h"
+
+namespace gradscope {
+
+RunMemoryLabels::RunMemoryLabels(Session& session)
+    : session_(session), config_(session.config()) {
+  install_backward_memory_labels();
+  set_memory_phase("before the first step");
+  for (const auto& item : session_.model().named_parameters(/*recurse=*/true))
+    params_.emplace_back(item.key(), item.value());
+  grad_labels_.reserve(params_.size());
+  const bool cpu = session_.device().is_cpu();
+  CpuMemoryTracker* tracker = cpu ? &CpuMemoryTracker::install() : nullptr;
+  for (const auto& [name, p] : params_) {
+    grad_labels_.push_back(intern_memory_label({MemoryComponent::kGradients, name, ""}));
+    if (tracker) tracker->relabel(p, intern_memory_label({MemoryComponent::kParameters, name, ""}));
+  }
+  for (const auto& shard : session_.updater()->parameter_shards()) {
+    params_.push_back(shard);
+    grad_labels_.push_back(intern_memory_label({MemoryComponent::kGradients, shard.first, ""}));
+    if (tracker)
+      tracker->relabel(shard.second,
+                       intern_memory_label({MemoryComponent::kParameters, shard.first, ""}));
+  }
+  state_label_ = intern_memory_label({MemoryComponent::kOptimizerState, "optimizer state", ""});
+  const bool snapshot_here = cpu && !config_.memory_snapshot.empty();
+  if (!config_.memory_timeline.empty() || snapshot_here)  // on the CPU (the session checked)
+    std::tie(first_step_, last_step_) = memory_window_steps(config_);
+}
+
+RunMemoryLabels::~RunMemoryLabels() {
+  recorder_.reset();  // a window never closed leaves no file
+  if (timeline_is_temporary_ && !timeline_path_.empty())
+    std::remove(timeline_path_.c_str());
+  set_memory_phase("");
+}
+
+std::string RunMemoryLabels::rank_path(const std::string& path) const {
+  return session_.world() > 1 ? fmt::format("{}.rank{}", path, session_.rank()) : path;
+}
+
+void RunMemoryLabels::step_begins(int64_t step) {
+  step_ = step;
+  clear_module_ranges();
+  if (step == first_step_) open_window(step);
+}
+
+void RunMemoryLabels::phase_begins(Phase entered, std::optional<Phase> left) {
+  if (left == Phase::kBackward) label_gradients();
+  if (left == Phase::kOptimizer) label_optimizer_state();
+  set_memory_phase(phase_name(entered));
+  if (recorder_ && recorder_->is_open()) recorder_->phase(step_, phase_name(entered));
+}
+
+void RunMemoryLabels::step_ends(int64_t step) {
+  label_gradients();
+  label_optimizer_state();
+  set_memory_phase("between steps");
+  if (recorder_ && recorder_->is_open()) {
+    recorder_->phase(step, "between steps");
+    if (step == last_step_) close_window();
+  }
+}
+
+void RunMemoryLabels::finish() {
+  if (recorder_ && recorder_->is_open()) close_window();
+}
+
+void RunMemoryLabels::label_gradients() {
+  if (!session_.device().is_cpu()) return;
+  CpuMemoryTracker& tracker = CpuMemoryTracker::install();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const torch::Tensor& g = params_[i].second.grad();
+    if (g.defined()) tracker.relabel(g, grad_labels_[i]);
+  }
+}
+
+void RunMemoryLabels::label_optimizer_state() {
+  if (!session_.device().is_cpu()) return;
+  CpuMemoryTracker& tracker = CpuMemoryTracker::install();
+  for (const torch::Tensor& t : session_.updater()->state_tensors()) tracker.relabel(t, state_label_);
+}
+
+void RunMemoryLabels::open_window(int64_t step) {
+  // The tensors the timeline names from the start, as the tracker now labels them.
+  std::vector<std::pair<std::string, torch::Tensor>> named = params_;
+  for (const auto& [name, p] : params_)
+    if (p.grad().defined()) named.emplace_back(name + " (gradient)", p.grad());
+  label_gradients();
+  label_optimizer_state();
+  for (const torch::Tensor& t : session_.updater()->state_tensors())
+    named.emplace_back("optimizer state", t);
+  // The estimate beside the timeline, made before the window opens so that what it
+  // allocates is not in it.
+  try {
+    const MemoryEstimate e = estimate_run(session_.resolved().given, session_.data_bytes());
+    estimate_.estimate = estimate_breakdown_at_peak(e);
+    estimate_.estimate_peak_phase = e.peak_phase;
+    estimate_.estimate_peak_bytes = e.peak_bytes;
+  } catch (const std::exception&) {
+    // A toy problem, or an optimizer the estimate has no model of: the timeline stands alone.
+  }
+  timeline_is_temporary_ = config_.memory_timeline.empty();
+  timeline_path_ = rank_path(timeline_is_temporary_ ? config_.memory_snapshot + ".timeline"
+                                                    : config_.memory_timeline);
+  recorder_ = std::make_unique<MemoryWindowRecorder>(timeline_path_,
+                                                      config_.memory_timeline_cap_bytes);
+  recorder_->open(named);
+  recorder_->phase(step, current_memory_phase());
+}
+
+void RunMemoryLabels::close_window() {
+  TimelineMeta meta;
+  meta.run_id = session_.resolved().run_id;
+  meta.device = session_.device().str();
+  meta.first_step = first_step_;
+  meta.last_step = std::min(step_, last_step_);
+  meta.estimate = estimate_.estimate;
+  meta.estimate_peak_phase = estimate_.estimate_peak_phase;
+  meta.estimate_peak_bytes = estimate_.estimate_peak_bytes;
+  recorder_->close(meta);
+  window_ = MemoryWindow{first_step_, meta.last_step,
+                         CpuMemoryTracker::install().window_peak_bytes()};
+  if (!config_.memory_snapshot.empty())
+    write_memory_viz_snapshot(read_memory_timeline(timeline_path_),
+                              rank_path(config_.memory_snapshot));
+  if (timeline_is_temporary_) std::remove(timeline_path_.c_str());
+  timeline_path_.clear();
+}
+
+}  // namespace gradscope
