@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -99,6 +100,10 @@ struct FailureMemory {
 
 // Where a failed run stopped. Step and phase are unknown for a run the sweep had to record.
 struct RunFailure {
+  RunFailure() = default;
+  RunFailure(std::optional<int64_t> step, std::optional<std::string> phase, std::string message)
+      : step(step), phase(std::move(phase)), message(std::move(message)) {}
+
   std::optional<int64_t> step;       // 1-based, warm-up steps included
   std::optional<std::string> phase;  // data, forward, backward, optimizer
   std::string message;

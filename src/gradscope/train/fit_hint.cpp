@@ -1,7 +1,6 @@
 #include "gradscope/train/fit_hint.h"
 
 #include <algorithm>
-#include <functional>
 #include <map>
 #include <tuple>
 
@@ -122,8 +121,10 @@ std::string refusal(const RunConfig& c, bool& adama) {
   }
 }
 
+// "every block", "every 2nd block", "every 4th block".
 std::string every_text(int64_t every) {
-  return every == 1 ? "every block" : fmt::format("every {} blocks", every);
+  if (every == 1) return "every block";
+  return fmt::format("every {}{} block", every, every == 2 ? "nd" : every == 3 ? "rd" : "th");
 }
 
 void add_step_methods(const RunConfig& run, std::vector<Candidate>& out) {
