@@ -170,17 +170,18 @@ void add_step_methods(const RunConfig& run, std::vector<Candidate>& out) {
 }
 
 void add_training_methods(const RunConfig& run, std::vector<Candidate>& out) {
-  // 8-bit state for Adam's rule (adam8bit adds the weight decay to the gradient, as Adam
-  // does; AdamW's decoupled decay only when there is none), at the run's learning rate.
-  if (run.optimizer == "adam" || (run.optimizer == "adamw" && run.weight_decay == 0)) {
+  // 8-bit state for the run's own update rule, where its optimizer has such a form, at the
+  // run's learning rate.
+  if (const char* eight_bit = optimizer_registry().get(run.optimizer).eight_bit_state) {
     RunConfig c = run;
-    c.optimizer = "adam8bit";
+    c.optimizer = eight_bit;
     try {
       if (run.lr == 0 && !run.lr_auto && learning_rate_of(c) != learning_rate_of(run))
         c.lr = learning_rate_of(run);
     } catch (const std::exception&) {
     }
-    out.push_back({"8-bit optimizer state (adam8bit)", c, Tier::kChangesTraining, 0});
+    out.push_back({fmt::format("8-bit optimizer state ({})", eight_bit), c,
+                   Tier::kChangesTraining, 0});
   }
   if (!run.lora()) {
     RunConfig c = run;
