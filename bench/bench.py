@@ -18,6 +18,8 @@ median meets it. Benchmarks are not tests: nothing here fails the build.
   accumulation peak memory of 4 accumulated micro-batches against one micro-batch alone, with
                a gradient buffer (Adam) and without one (SGD with momentum stepped in backward)
   sampler      step time with the sampler thread and phase timing on against both off
+  timeline     step time with every timed step on the memory timeline against none, and
+               the timeline file's bytes per step
   ranks        the Llama `small` step of 2 ranks (--shard ddp) against 1 rank at the same
                per-rank batch, one thread per rank; zero2 and fsdp at 2 ranks against ddp; the
                communication per step and the share of it overlapped with backward
@@ -555,6 +557,33 @@ class Bench:
             [x.reason if isinstance(x, Failed) else x["memory"]["peak_bytes"] for x in pair]
             for pair in fused]
 
+    def timeline(self):
+        """The memory timeline's cost: the Llama small step with every timed step recorded
+        (--memory-timeline, --memory-steps over the whole timed window) against none, and the
+        file's bytes per recorded step."""
+        steps = self.args.steps
+        base = ["--model", "llama", "--preset", "small", "--batch", "8", "--seq", "128",
+                "--optimizer", "adam", "--steps", str(steps), "--warmup-steps", "1"]
+        sizes = []
+
+        def on():
+            path = os.path.join(self.tmp, f"timeline-{self.counter + 1}.bin")
+            record = self.gradscope(*base, "--memory-timeline", path,
+                                    "--memory-steps", f"2-{steps + 1}")
+            sizes.append(os.path.getsize(path) / steps)
+            os.remove(path)
+            return record
+
+        runs = self.pairs("timeline", on, lambda: self.gradscope(*base))
+        self.row(f"Llama small, {self.args.threads} thread(s): step time with every step on the "
+                 "memory timeline / without",
+                 [a["time"]["step_median_s"] / b["time"]["step_median_s"] for a, b in runs], 1.10)
+        self.details["timeline"] = (
+            f"The memory timeline's file: {min(sizes) / 2**20:.2f} to {max(sizes) / 2**20:.2f} "
+            f"MiB per recorded step of the Llama small (batch 8, sequence 128).")
+        self.raw["timeline"] = [[a["time"]["step_median_s"], b["time"]["step_median_s"], size]
+                                for (a, b), size in zip(runs, sizes)]
+
     def sampler(self):
         base = ["--model", "vit", "--preset", "small", "--batch", "8", "--steps", "20",
                 "--warmup-steps", "2"]
@@ -791,7 +820,7 @@ def main():
     p.add_argument("--steps", type=int, default=8, help="timed steps per run")
     p.add_argument("--threads", type=int, default=1, help="threads on both sides")
     p.add_argument("--only", default="peers,limit,attention,checkpoint,accumulation,sampler,"
-                   "ranks,collectives,grid",
+                   "timeline,ranks,collectives,grid",
                    help="comma-separated benchmarks to run")
     p.add_argument("--gradscope", default="build/gradscope", help="the binary, from the root")
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "results.md"))

@@ -95,6 +95,9 @@ inline RunRecord full_record() {
   m.phase_peak_bytes = PhasePeaks{10, 20, 30, 40, 50};
   m.reserved_peak_bytes = 10000;
   m.peak_rss_bytes = 20000;
+  m.window = MemoryWindow{2, 3, 8500};
+  m.figures = {{"peak_bytes", "live tensors", 9000, 0},
+               {"peak_rss_bytes", "the process's resident memory", 20000, 11000}};
   r.memory = m;
   r.distributed = RunDistributed{2, "zero2", "gradscope", "gloo", 4000, 2000,
                                  {sample_rank(0), sample_rank(1)}};

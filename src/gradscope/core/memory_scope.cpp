@@ -30,6 +30,7 @@ struct State {
   // range the scopes inside it (closed before it) left uncovered.
   std::map<uint64_t, std::pair<uint64_t, ModuleOfNode>> segments;
   std::atomic<uint32_t> current{kUnnamedLabel};
+  std::atomic<MemoryLabelListener> listener{nullptr};
 
   State() {
     labels.push_back({MemoryComponent::kOther, "", ""});
@@ -98,11 +99,19 @@ void cover_locked(State& s, uint64_t first, uint64_t end, const ModuleOfNode& mo
   }
 }
 
+void notify(State& s) {
+  if (const MemoryLabelListener listener = s.listener.load(std::memory_order_acquire))
+    listener(s.current.load(std::memory_order_relaxed));
+}
+
 void push(Entry entry) {
   State& s = state();
-  const std::lock_guard<std::mutex> lock(s.mutex);
-  s.stack.push_back(std::move(entry));
-  update_locked(s);
+  {
+    const std::lock_guard<std::mutex> lock(s.mutex);
+    s.stack.push_back(std::move(entry));
+    update_locked(s);
+  }
+  notify(s);
 }
 
 }  // namespace memory_scope_state
@@ -132,10 +141,17 @@ uint32_t current_memory_label() { return state().current.load(std::memory_order_
 
 void set_memory_phase(const std::string& phase) {
   auto& s = state();
-  const std::lock_guard<std::mutex> lock(s.mutex);
-  if (s.phase == phase) return;
-  s.phase = phase;
-  memory_scope_state::update_locked(s);
+  {
+    const std::lock_guard<std::mutex> lock(s.mutex);
+    if (s.phase == phase) return;
+    s.phase = phase;
+    memory_scope_state::update_locked(s);
+  }
+  memory_scope_state::notify(s);
+}
+
+void set_memory_label_listener(MemoryLabelListener listener) {
+  state().listener.store(listener, std::memory_order_release);
 }
 
 std::string current_memory_phase() {
@@ -179,7 +195,7 @@ MemoryScope::~MemoryScope() {
   if (!active_) return;
   const uint64_t end = records_range_ ? at::sequence_number::peek() : 0;
   auto& s = state();
-  const std::lock_guard<std::mutex> lock(s.mutex);
+  std::unique_lock<std::mutex> lock(s.mutex);
   if (records_range_ && end > first_sequence_nr_) {
     if (s.segments.size() >= kMaxModuleRanges) s.segments.clear();
     memory_scope_state::cover_locked(s, first_sequence_nr_, end,
@@ -188,6 +204,8 @@ MemoryScope::~MemoryScope() {
   }
   if (!s.stack.empty()) s.stack.pop_back();
   memory_scope_state::update_locked(s);
+  lock.unlock();
+  memory_scope_state::notify(s);
 }
 
 std::optional<ModuleOfNode> module_of_node(uint64_t sequence_nr) {

@@ -36,6 +36,11 @@ uint32_t memory_label_count();
 // The label allocations are made under right now (a relaxed atomic read: the allocator's path).
 uint32_t current_memory_label();
 
+// Called with the new current label each time it changes (nullptr: nobody), outside the
+// scope's lock: how CUDA's caching allocator gets the labels (measure/memory.h).
+using MemoryLabelListener = void (*)(uint32_t label);
+void set_memory_label_listener(MemoryLabelListener listener);
+
 // Sets the phase every label is made in from now on ("data", "forward", ...).
 void set_memory_phase(const std::string& phase);
 std::string current_memory_phase();

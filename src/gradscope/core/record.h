@@ -195,6 +195,17 @@ struct MemoryWindow {
   int64_t peak_bytes = 0;
 };
 
+// One of the record's memory figures beside the others (docs/metrics.md, "Which memory
+// number to read"): what it counts, its peak over the run, and how far that lies above the
+// live tensors' peak (peak_bytes): on the CPU the heap's free blocks, LibTorch's own memory and
+// everything else in the process; on CUDA the caching allocator's cached and fragmented bytes.
+struct MemoryFigure {
+  std::string figure;  // the record's key: "peak_bytes", "reserved_peak_bytes", ...
+  std::string counts;  // "live tensors", "allocator reserved", "process resident", ...
+  int64_t bytes = 0;
+  int64_t over_live_bytes = 0;  // bytes - peak_bytes
+};
+
 struct RunMemory {
   int64_t peak_bytes = 0;
   MemoryBreakdown breakdown;
@@ -215,6 +226,7 @@ struct RunMemory {
   std::optional<int64_t> reserved_peak_bytes;  // CUDA's caching allocator only
   std::optional<int64_t> peak_rss_bytes;       // null where the system does not say
   std::optional<MemoryWindow> window;          // with a memory timeline
+  std::vector<MemoryFigure> figures;           // the figures above this device has, side by side
 };
 
 struct RunUtilization {

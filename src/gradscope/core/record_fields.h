@@ -283,6 +283,17 @@ struct Fields<StepMemory> {
 };
 
 template <>
+struct Fields<MemoryFigure> {
+  template <typename V, typename S>
+  static void visit(V& v, S& f) {
+    v("figure", f.figure);
+    v("counts", f.counts);
+    v("bytes", f.bytes);
+    v("over_live_bytes", f.over_live_bytes);
+  }
+};
+
+template <>
 struct Fields<MemoryWindow> {
   template <typename V, typename S>
   static void visit(V& v, S& w) {
@@ -311,6 +322,7 @@ struct Fields<RunMemory> {
     v.if_set("peak_phase", m.peak_phase);  // with phase timing
     v.if_set("peak_step", m.peak_step);
     v.if_set("window", m.window);  // with a memory timeline
+    v("figures", m.figures);  // absent in older records: none
   }
 };
 

@@ -419,15 +419,31 @@ bool memory_snapshot_supported(const torch::Device& device) {
   return device.is_cpu() || (GRADSCOPE_HAS_CUDA_STATS && device.is_cuda());
 }
 
+#if GRADSCOPE_HAS_CUDA_STATS
+namespace {
+// Each label as the caching allocator's user metadata, which every entry of its history
+// keeps ("user_metadata" in memory_viz's snapshot): "component | module | phase".
+void label_cuda_history(uint32_t id) {
+  const TimelineLabel label = memory_label(id);
+  c10::cuda::CUDACachingAllocator::setUserMetadata(
+      fmt::format("{} | {} | {}", component_name(label.component),
+                  label.module.empty() ? "unnamed" : label.module, label.phase));
+}
+}  // namespace
+#endif
+
 void start_memory_history() {
 #if GRADSCOPE_HAS_CUDA_STATS
-  // Every allocation and free with its C++ context, up to 100000 entries.
+  // Every allocation and free with its C++ context, up to 100000 entries, each labelled.
   torch::cuda::_record_memory_history(true, true, int64_t{100000}, true, false);
+  set_memory_label_listener(&label_cuda_history);
+  label_cuda_history(current_memory_label());
 #endif
 }
 
 void write_memory_snapshot(const std::string& path) {
 #if GRADSCOPE_HAS_CUDA_STATS
+  set_memory_label_listener(nullptr);
   const std::string pickled = torch::cuda::_memory_snapshot_pickled();
   std::ofstream out(path, std::ios::binary);
   check_usage(static_cast<bool>(out), "cannot write " + path, "check the directory exists");

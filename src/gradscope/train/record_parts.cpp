@@ -275,6 +275,28 @@ RunMemory memory_part(const RunTally& tally, const PhaseTimer& timer, const Memo
   return m;
 }
 
+std::vector<MemoryFigure> memory_figures(const RunRecord& record) {
+  std::vector<MemoryFigure> out;
+  if (!record.memory) return out;
+  const RunMemory& m = *record.memory;
+  const auto add = [&](const char* figure, const char* counts, int64_t bytes) {
+    out.push_back({figure, counts, bytes, bytes - m.peak_bytes});
+  };
+  add("peak_bytes", "live tensors (the allocator's bytes in use)", m.peak_bytes);
+  if (m.reserved_peak_bytes)
+    add("reserved_peak_bytes", "the caching allocator's reserved bytes (live, cached, fragments)",
+        *m.reserved_peak_bytes);
+  if (m.peak_rss_bytes)
+    add("peak_rss_bytes", "the process's resident memory (VmHWM)", *m.peak_rss_bytes);
+  std::optional<int64_t> used;
+  for (const TimelineSample& s : record.timeline)
+    if (s.gpu_memory_used_bytes) used = std::max(used.value_or(0), *s.gpu_memory_used_bytes);
+  if (used)
+    add("gpu_memory_used_peak_bytes", "the device's used memory as NVML reports it (all processes)",
+        *used);
+  return out;
+}
+
 RankFigures rank_figures_of(const RunRecord& record, int64_t rank,
                             int64_t collective_buffer_peak_bytes, int64_t bytes_sent,
                             int64_t steps_run, int64_t reduced_bytes, int64_t overlapped_bytes) {

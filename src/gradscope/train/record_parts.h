@@ -88,6 +88,10 @@ RunThroughput throughput_part(const RunTally& tally);
 // With --shard, collective_buffer_bytes (the most the collectives held at once) is a part of
 // its own when the peak fell in backward or communication, and the communication phase has a
 // peak of its own.
+// The record's memory figures side by side (RunMemory::figures) from its memory part and,
+// on CUDA, the largest device memory NVML reported in its timeline.
+std::vector<MemoryFigure> memory_figures(const RunRecord& record);
+
 RunMemory memory_part(const RunTally& tally, const PhaseTimer& timer, const MemoryMeter& meter,
                       int64_t params_bytes, int64_t frozen_params_bytes,
                       std::optional<int64_t> grads_bytes, bool phase_timing,

@@ -584,6 +584,7 @@ void Trainer::finish_record(RunRecord& record, RunTally& tally, const PhaseTimer
       session_->frozen_params_bytes(), session_->updater()->grads_bytes(), c.phase_timing,
       shard ? std::optional<int64_t>(shard->buffer_peak_bytes) : std::nullopt);
   sensors.fill(record, tally, c, device.is_cpu(), threads);
+  record.memory->figures = memory_figures(record);
   // Over every timed step, those before a resume included (their readings are in the steps).
   std::vector<StepContention> contention;
   std::vector<double> contention_s;
