@@ -15,6 +15,7 @@
 
 #include "gradscope/core/error.h"
 #include "gradscope/core/json_input.h"
+#include "gradscope/core/memory_timeline.h"
 #include "gradscope/core/record.h"
 #include "gradscope/core/safetensors.h"
 #include "gradscope/data/bpe.h"
@@ -230,6 +231,25 @@ int fuzz_train_state(const uint8_t* data, size_t size) {
   return swallow_errors([&] { read_train_progress(dir); });
 }
 
+int fuzz_memory_timeline(const uint8_t* data, size_t size) {
+  return swallow_errors([&] {
+    const MemoryTimeline t = parse_memory_timeline(text_of(data, size), "timeline");
+    const TimelineReplay r = replay_memory_timeline(t, "timeline");
+    if (r.live.size() != t.events.size()) finding("the replay lost events");
+    for (size_t i = 0; i < r.live.size(); ++i) {
+      int64_t sum = 0;
+      for (const int64_t v : r.by_component[i]) {
+        if (v < 0) finding("a component's live bytes went below zero");
+        sum += v;
+      }
+      if (sum != r.live[i] || r.live[i] > r.peak_bytes) finding("the totals do not add up");
+    }
+    int64_t at_peak = 0;
+    for (const auto& b : r.live_at_peak) at_peak += b.bytes;
+    if (r.peak_event >= 0 && at_peak != r.peak_bytes) finding("the peak's blocks miss bytes");
+  });
+}
+
 const std::vector<FuzzTarget>& fuzz_targets() {
   static const std::vector<FuzzTarget> targets{
       {"tokenizer_json", &fuzz_tokenizer_json},
@@ -241,6 +261,7 @@ const std::vector<FuzzTarget>& fuzz_targets() {
       {"safetensors", &fuzz_safetensors},
       {"hf_config", &fuzz_hf_config},
       {"train_state", &fuzz_train_state},
+      {"memory_timeline", &fuzz_memory_timeline},
   };
   return targets;
 }

@@ -33,6 +33,9 @@ int fuzz_safetensors(const uint8_t* data, size_t size);
 int fuzz_hf_config(const uint8_t* data, size_t size);
 // A training state's state.json, read as --resume reads it before any tensor.
 int fuzz_train_state(const uint8_t* data, size_t size);
+// A memory timeline file, parsed and replayed; a replay that passes its checks must end with
+// totals that add up and a peak that is the largest total.
+int fuzz_memory_timeline(const uint8_t* data, size_t size);
 
 struct FuzzTarget {
   const char* name;  // also the corpus folder: fuzz/corpus/<name>

@@ -16,7 +16,8 @@ repo="$(cd "$(dirname "$0")/.." && pwd)"
 build="$(cd "${FUZZ_BUILD:-$repo/build-fuzz}" && pwd)"
 which="${1:-all}"
 seconds="${2:-${FUZZ_TIME:-300}}"
-all=(tokenizer_json gpt2_vocab idx png sweep_file run_record safetensors hf_config train_state)
+all=(tokenizer_json gpt2_vocab idx png sweep_file run_record safetensors hf_config train_state
+     memory_timeline)
 max_corpus_file=262144
 budget=$((${FUZZ_CORPUS_KB:-320} * 1024))
 

@@ -91,6 +91,43 @@ TEST(MemoryTimeline, AFileReadsBackAsWrittenFromBytesAndFromDisk) {
   }
 }
 
+TEST(MemoryTimeline, WhatTheWriterWritesReadsBackAndReplays) {
+  MemoryTimeline t = sample_timeline();
+  t.meta.cap_bytes = 0;  // no cap: what the writer says of a writer made with none
+  testing::TempDir dir("gradscope-timeline");
+  const std::string path = dir.file("w.gsmt");
+  {
+    TimelineWriter w(path, 0);
+    for (const TimelineEvent& e : t.events) w.add(e);
+    w.finish(t.meta);
+  }
+  const MemoryTimeline back = read_memory_timeline(path);
+  EXPECT_EQ(timeline_meta_to_json(back.meta), timeline_meta_to_json(t.meta));
+  ASSERT_EQ(back.events.size(), t.events.size());
+  for (size_t i = 0; i < t.events.size(); ++i) {
+    EXPECT_EQ(back.events[i].address, t.events[i].address) << i;
+    EXPECT_EQ(back.events[i].live, t.events[i].live) << i;
+  }
+  EXPECT_EQ(replay_memory_timeline(back, path).peak_bytes, 15000);
+  // Under a cap that holds four events (and the room the writer keeps for the JSON part) the
+  // rest are dropped, and the file says so and still reads back.
+  MemoryTimeline capped = sample_timeline();
+  capped.meta.phases = {{1, "forward", 2, 4}};
+  capped.meta.tensors.resize(1);
+  {
+    TimelineWriter w(path, (int64_t{1} << 20) + 16 + 4 * 37);
+    for (const TimelineEvent& e : capped.events) w.add(e);
+    EXPECT_EQ(w.written(), 4);
+    EXPECT_EQ(w.dropped(), 5);
+    w.finish(capped.meta);
+  }
+  const MemoryTimeline cut = read_memory_timeline(path);
+  EXPECT_TRUE(cut.meta.cap_reached);
+  EXPECT_EQ(cut.meta.dropped_events, 5);
+  ASSERT_EQ(cut.events.size(), 4u);
+  EXPECT_EQ(replay_memory_timeline(cut, path).peak_bytes, 10000);
+}
+
 TEST(MemoryTimeline, ReplayAppliesRelabelsToTheWholeLifeAndFindsThePeak) {
   const TimelineReplay r = replay_memory_timeline(sample_timeline(), kWhat);
   ASSERT_EQ(r.live.size(), 9u);
@@ -132,11 +169,17 @@ TEST(MemoryTimelineHostile, TruncatedOrWrongMagicIsRefused) {
 TEST(MemoryTimelineHostile, CountsPastTheFileAreRefusedBeforeAllocating) {
   const MemoryTimeline t = sample_timeline();
   const std::string meta = timeline_meta_to_json(t.meta);
-  // A chunk that says more events than the file holds.
+  // A chunk that says more events than the JSON part.
   std::string chunk = timeline_file(t.events, meta, 100);
-  const std::string n = timeline_le(uint32_t{60000});
-  chunk.replace(12, 4, n);
-  EXPECT_TRUE(testing::contains(refusal(chunk), "past the end of the events"));
+  chunk.replace(12, 4, timeline_le(uint32_t{60000}));
+  EXPECT_TRUE(testing::contains(refusal(chunk), "more events than the 9 its JSON part says"));
+  // A last chunk that says more events than the file holds (chunks of one event, 45 bytes
+  // each, so that ten events' 370 bytes fit in the 405 before the JSON part).
+  TimelineMeta ten = t.meta;
+  ten.events = 10;
+  std::string past = timeline_file(t.events, timeline_meta_to_json(ten), 1);
+  past.replace(8 + 8 * 45 + 4, 4, timeline_le(uint32_t{2}));
+  EXPECT_TRUE(testing::contains(refusal(past), "says 2 events, past the end of the events"));
   // A JSON part that says a billion events (past the limit) and one that says more than fit.
   TimelineMeta many = t.meta;
   many.events = int64_t{1} << 40;

@@ -58,6 +58,7 @@ TEST(FuzzCorpus, RunRecord) { replay_corpus("run_record"); }
 TEST(FuzzCorpus, Safetensors) { replay_corpus("safetensors"); }
 TEST(FuzzCorpus, HfConfig) { replay_corpus("hf_config"); }
 TEST(FuzzCorpus, TrainState) { replay_corpus("train_state"); }
+TEST(FuzzCorpus, MemoryTimeline) { replay_corpus("memory_timeline"); }
 
 }  // namespace
 }  // namespace gradscope

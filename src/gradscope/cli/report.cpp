@@ -15,6 +15,7 @@
 #include "gradscope/report/analysis.h"
 #include "gradscope/report/files.h"
 #include "gradscope/report/render.h"
+#include "gradscope/report/timeline.h"
 #include "gradscope/store/db.h"
 
 namespace gradscope {
@@ -26,6 +27,7 @@ struct ReportCommandOptions {
   std::string format = "html";
   std::vector<std::string> budgets;
   std::string gnuplot = "gnuplot";
+  std::vector<std::string> memory_timelines;  // files from `run --memory-timeline`
 };
 
 // Refuses (a usage error naming --out and the file) a report folder whose files the report
@@ -81,6 +83,8 @@ void add_report_command(CLI::App& root, int& exit_code) {
       "      summary.md\n"
       "  --format md: print the tables as Markdown (and write DIR/summary.md with --out)\n"
       "  --format csv: write DIR/runs.csv and DIR/steps.csv only\n"
+      "  --memory-timeline FILE (html, up to 2): a section with the memory timeline a run\n"
+      "      wrote (`gradscope run --memory-timeline FILE`), beside its memory estimate\n"
       "The same database always gives the same files.\n"
       "Example: gradscope report runs.db --out report/ && xdg-open report/report.html");
   cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
@@ -94,6 +98,10 @@ void add_report_command(CLI::App& root, int& exit_code) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("--gnuplot", o->gnuplot, "The gnuplot executable that draws the figures")
       ->capture_default_str();
+  cmd->add_option("--memory-timeline", o->memory_timelines,
+                  "Add the memory timeline of this file from `gradscope run --memory-timeline` "
+                  "(repeatable, at most 2: shown one above the other)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->callback([o, &exit_code] {
     check_usage(optional_input_file(o->db, "database"), fmt::format("no database at {}", o->db),
                 "pass the file given to `gradscope run --db` or `gradscope sweep --db`");
@@ -105,9 +113,22 @@ void add_report_command(CLI::App& root, int& exit_code) {
       check_usage(bytes > 0, fmt::format("--memory-budget {} must be positive", b));
       options.memory_budgets.push_back(bytes);
     }
+    check_usage(o->memory_timelines.size() <= kMaxReportTimelines,
+                fmt::format("--memory-timeline given {} times; a report shows at most {}",
+                            o->memory_timelines.size(), kMaxReportTimelines),
+                "pass one or two timeline files");
+    check_usage(o->memory_timelines.empty() || o->format == "html",
+                fmt::format("--memory-timeline is drawn in report.html, not in --format {}",
+                            o->format),
+                "leave out --format, or --memory-timeline");
     if (!o->out.empty()) check_report_folder(o->out, o->format);
+    // Read before the database, so that a bad file is refused before anything is written.
+    std::vector<ReportTimeline> timelines;
+    for (const std::string& path : o->memory_timelines)
+      timelines.push_back(load_report_timeline(path));
     Database db(o->db, DatabaseAccess::kReadOnly);
-    const ReportData data = analyze(db, options);
+    ReportData data = analyze(db, options);
+    data.timelines = std::move(timelines);
     if (o->format == "md") {
       const std::string md = markdown_summary(data);
       fmt::print("{}", terminal_text(md));  // record text, on a terminal: no control characters

@@ -16,6 +16,7 @@
 #include "gradscope/report/format.h"
 #include "gradscope/report/groups.h"
 #include "gradscope/report/recommendations.h"
+#include "gradscope/report/timeline.h"
 
 namespace gradscope {
 
@@ -32,6 +33,8 @@ struct ReportData : GroupedRuns {
   std::vector<std::string> unreadable;
   std::vector<Finding> findings;  // study_claims(), in order
   std::vector<Recommendation> recommendations;
+  // Memory timeline files (--memory-timeline), read and replayed; not from the database.
+  std::vector<ReportTimeline> timelines;
 };
 
 // Reads the database and computes everything above; a record that cannot be read is left out

@@ -8,6 +8,7 @@
 #include "gradscope/report/encode.h"
 #include "gradscope/report/files.h"
 #include "gradscope/report/tables.h"
+#include "gradscope/report/timeline.h"
 
 namespace gradscope {
 
@@ -155,7 +156,7 @@ std::string page_head(const ReportData& data) {
       "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
       "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
       "<title>gradscope report</title>\n<style>" +
-      std::string(kCss) + "</style>\n</head>\n<body>\n";
+      std::string(kCss) + timeline_css() + "</style>\n</head>\n<body>\n";
   h += "<header><h1>gradscope report</h1><p>" + html_escape(provenance(data)) +
        "</p></header>\n<main>\n";
   return h;
@@ -269,7 +270,7 @@ std::string page_end() {
          "(these tables in Markdown). Each "
          "figure's data and gnuplot script are in figures/.</p></section>\n"
          "</main>\n<script>" +
-         std::string(kScript) + "</script>\n</body>\n</html>\n";
+         std::string(kScript) + timeline_script() + "</script>\n</body>\n</html>\n";
 }
 
 }  // namespace
@@ -336,6 +337,7 @@ std::string report_html(const ReportData& data, const std::vector<Figure>& figur
   for (const std::string& model : data.models)
     h += model_section(data, model, figures, figures_dir);
   h += across_models_section(figures, figures_dir);
+  h += timeline_section_html(data.timelines);
   h += page_end();
   return h;
 }

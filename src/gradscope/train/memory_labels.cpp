@@ -53,7 +53,8 @@ std::string RunMemoryLabels::rank_path(const std::string& path) const {
 void RunMemoryLabels::step_begins(int64_t step) {
   step_ = step;
   clear_module_ranges();
-  if (step == first_step_) open_window(step);
+  // A resumed run may start inside the window: it opens at the first step run.
+  if (!recorder_ && step >= first_step_ && step <= last_step_) open_window(step);
 }
 
 void RunMemoryLabels::phase_begins(Phase entered, std::optional<Phase> left) {
@@ -75,6 +76,8 @@ void RunMemoryLabels::step_ends(int64_t step) {
 
 void RunMemoryLabels::finish() {
   if (recorder_ && recorder_->is_open()) close_window();
+  if (first_step_ > 0 && !recorder_)
+    log_warn("the run ended before step {}: no memory timeline was written", first_step_);
 }
 
 void RunMemoryLabels::label_gradients() {
@@ -117,6 +120,7 @@ void RunMemoryLabels::open_window(int64_t step) {
   recorder_ = std::make_unique<MemoryWindowRecorder>(timeline_path_,
                                                       config_.memory_timeline_cap_bytes);
   recorder_->open(named);
+  opened_at_ = step;
   recorder_->phase(step, current_memory_phase());
 }
 
@@ -124,17 +128,24 @@ void RunMemoryLabels::close_window() {
   TimelineMeta meta;
   meta.run_id = session_.resolved().run_id;
   meta.device = session_.device().str();
-  meta.first_step = first_step_;
+  meta.first_step = opened_at_;
   meta.last_step = std::min(step_, last_step_);
   meta.estimate = estimate_.estimate;
   meta.estimate_peak_phase = estimate_.estimate_peak_phase;
   meta.estimate_peak_bytes = estimate_.estimate_peak_bytes;
-  recorder_->close(meta);
-  window_ = MemoryWindow{first_step_, meta.last_step,
-                         CpuMemoryTracker::install().window_peak_bytes()};
-  if (!config_.memory_snapshot.empty())
-    write_memory_viz_snapshot(read_memory_timeline(timeline_path_),
-                              rank_path(config_.memory_snapshot));
+  // The files are outputs beside the run's measurements: failing to write them (a full
+  // disk) is said, and the run and its record go on.
+  try {
+    recorder_->close(meta);
+    window_ = MemoryWindow{opened_at_, meta.last_step,
+                           CpuMemoryTracker::install().window_peak_bytes()};
+    if (!config_.memory_snapshot.empty())
+      write_memory_viz_snapshot(read_memory_timeline(timeline_path_),
+                                rank_path(config_.memory_snapshot));
+  } catch (const std::exception& e) {
+    log_warn("the memory timeline of steps {} to {} could not be written: {}", opened_at_,
+             meta.last_step, e.what());
+  }
   if (timeline_is_temporary_) std::remove(timeline_path_.c_str());
   timeline_path_.clear();
 }

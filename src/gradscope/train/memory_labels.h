@@ -52,6 +52,7 @@ class RunMemoryLabels {
   const RunConfig& config_;
   int64_t first_step_ = 0, last_step_ = 0;  // the window; 0: none
   int64_t step_ = 0;
+  int64_t opened_at_ = 0;  // the step the window opened at (a resumed run: maybe past first_step_)
   std::vector<std::pair<std::string, torch::Tensor>> params_;
   std::vector<uint32_t> grad_labels_;
   uint32_t state_label_ = 0;
