@@ -44,6 +44,22 @@ inline RunRecord full_record() {
   r.arch = {{"hidden_size", 64}, {"seq_len", 32}};
   r.status = RunStatus::kDiverged;
   r.failure = RunFailure{7, "backward", "the loss became NaN"};
+  // What an oom keeps of memory (a diverged run has none; the sample sets every field).
+  FailureMemory memory;
+  memory.cap_bytes = 4096;
+  memory.live_bytes = 4000;
+  memory.request = MemoryLabelBytes{"activations", "block 1 mlp", "forward", 512};
+  memory.live = {{"activations", "block 0 attention", "forward", 2500},
+                 {"parameters", "layers.0.mlp.up_proj.weight", "before the window", 1000}};
+  memory.live_rest_bytes = 500;
+  memory.live_by_component = {{"activations", "", "", 3000}, {"parameters", "", "", 1000}};
+  memory.reserved_peak_bytes = 8192;
+  MemoryMethodFit chunked{"chunked loss", "keeps the math and the compute", {"--loss", "chunked"},
+                          4500, false, std::nullopt};
+  MemoryMethodFit recompute{"recompute full in every block", "recomputes",
+                            {"--recompute", "full"}, 3000, true, 1.5e6};
+  memory.fit = MemoryFit{4096, 4600, 6, recompute, {chunked, recompute}};
+  r.failure->memory = memory;
   r.params = 123456;
   r.trainable_params = 12345;
   r.data = {{"dataset", "sotu"}, {"train_tokens", 1000}};

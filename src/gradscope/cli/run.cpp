@@ -205,6 +205,55 @@ int64_t write_record(const RunConfig& c, Database* db, const RunRecord& record) 
   return attempt;
 }
 
+// "activations (block 1 attention, forward) 1.50 MiB"; "unnamed" where nothing named the
+// module.
+std::string label_text(const MemoryLabelBytes& l) {
+  std::string where = l.module.empty() ? "unnamed" : l.module;
+  if (!l.phase.empty()) where += ", " + l.phase;
+  return fmt::format("{} ({}) {}", l.component, where,
+                     format_bytes(static_cast<double>(l.bytes)));
+}
+
+// After the summary of a run that ran out of memory: the request that failed, the largest
+// live labels, and what the estimate says would have fitted.
+std::string oom_hint(const FailureMemory& m) {
+  std::string text;
+  if (m.request && m.live_bytes && m.cap_bytes)
+    text += fmt::format("out of memory: a request of {} with {} of the {} cap live\n",
+                        label_text(*m.request),
+                        format_bytes(static_cast<double>(*m.live_bytes)),
+                        format_bytes(static_cast<double>(*m.cap_bytes)));
+  else if (m.reserved_peak_bytes)
+    text += fmt::format("out of memory: the caching allocator held up to {} in that phase\n",
+                        format_bytes(static_cast<double>(*m.reserved_peak_bytes)));
+  else
+    text += "out of memory\n";
+  if (!m.live.empty()) {
+    std::string largest;
+    for (size_t i = 0; i < m.live.size() && i < 3; ++i)
+      largest += (i ? "; " : "") + label_text(m.live[i]);
+    text += "  largest live: " + largest + "\n";
+  }
+  if (!m.fit) return text;
+  const MemoryFit& fit = *m.fit;
+  text += fmt::format("  by the estimate, within the {} cap: ",
+                      format_bytes(static_cast<double>(fit.cap_bytes)));
+  text += fit.max_batch > 0 ? fmt::format("--batch {} would have fitted\n", fit.max_batch)
+                            : std::string("not even --batch 1 fits\n");
+  if (fit.cheapest) {
+    std::string flags;
+    for (const std::string& f : fit.cheapest->flags) flags += (flags.empty() ? "" : " ") + f;
+    text += fmt::format("  cheapest method that fits: {}: {} (estimated peak {}; {} tried)\n",
+                        fit.cheapest->method, flags,
+                        format_bytes(static_cast<double>(fit.cheapest->estimated_peak_bytes)),
+                        fit.tried.size());
+  } else {
+    text += fmt::format("  none of the {} methods tried fits (the record lists them)\n",
+                        fit.tried.size());
+  }
+  return text;
+}
+
 // Trains the run as rank 0 or the only process, then writes and summarises its record.
 int train_and_record(const RunConfig& c, const RunOptions& o, Trainer& trainer) {
   if (!c.quiet && trainer.resumed_state())
@@ -235,6 +284,8 @@ int train_and_record(const RunConfig& c, const RunOptions& o, Trainer& trainer) 
                                    : c.db_path + " (stored from the record file by a collect)"});
     if (!c.json_path.empty()) where.push_back({"record", c.json_path});
     fmt::print("\n{}", terminal_text(summary_table(record, where)));  // paths as given
+    if (record.failure && record.failure->memory)
+      fmt::print("\n{}", terminal_text(oom_hint(*record.failure->memory)));
   }
   if (!trainer.save_error().empty())
     fail_runtime("the run is recorded, but its weights could not be saved to '" + c.save_weights +

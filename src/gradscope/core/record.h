@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -47,11 +48,66 @@ std::optional<RunStatus> parse_status(const std::string& name);
 // crashed and timeout may be retried; interrupted is resumed or started again.
 bool is_final_status(RunStatus s);
 
+// A memory method tried against the cap of a run that ran out of memory (train/fit_hint.h):
+// the run's own settings with the method's flags added, and the estimate's peak for them.
+struct MemoryMethodFit {
+  std::string method;  // "chunked loss", "recompute attention in every block", ...
+  // Why it costs what it costs, the rule's tiers in order: "keeps the math and the compute",
+  // "recomputes", "changes what is trained or its precision", "needs more devices".
+  std::string cost;
+  std::vector<std::string> flags;     // to add to the run's command line: {"--loss", "chunked"}
+  int64_t estimated_peak_bytes = 0;   // one rank's with --nproc
+  bool fits = false;                  // estimated_peak_bytes <= the cap
+  std::optional<double> recompute_flops_per_step;  // what a checkpoint runs again; recompute only
+};
+
+// What the estimate says would have fitted the cap under the run's settings.
+struct MemoryFit {
+  int64_t cap_bytes = 0;
+  int64_t estimated_peak_bytes = 0;  // the run as it was configured
+  int64_t max_batch = 0;  // the largest --batch whose estimated peak fits; 0: not even 1
+  std::optional<MemoryMethodFit> cheapest;  // the first of `tried` that fits, if any
+  std::vector<MemoryMethodFit> tried;       // every method gradscope allows here, cheapest first
+};
+
+// Live bytes of one label of the tracking allocator (core/memory_timeline.h's TimelineLabel):
+// its component ("activations"), module ("block 1 attention"; "" when nothing named it) and
+// phase.
+struct MemoryLabelBytes {
+  std::string component;
+  std::string module;
+  std::string phase;
+  int64_t bytes = 0;
+};
+
+// The most labels a failure's `live` keeps, largest first; the others are summed.
+inline constexpr size_t kFailureLiveLabels = 12;
+
+// What memory looked like when a run ran out of it. Under --memory-cap on the CPU, the tracking
+// allocator's refusal: the request and who made it, the live bytes and the cap, the largest
+// labels live then and their sum by component. On CUDA only what the caching allocator says
+// (its reserved peak) and the cap; never figures of another source standing in for those.
+struct FailureMemory {
+  std::optional<int64_t> cap_bytes;
+  std::optional<int64_t> live_bytes;
+  std::optional<MemoryLabelBytes> request;  // bytes: what was asked for
+  std::vector<MemoryLabelBytes> live;       // at most kFailureLiveLabels, largest first
+  std::optional<int64_t> live_rest_bytes;   // the labels left out of `live`, summed
+  std::vector<MemoryLabelBytes> live_by_component;  // module and phase "", largest first
+  std::optional<int64_t> reserved_peak_bytes;       // CUDA's caching allocator
+  std::optional<MemoryFit> fit;  // null without a cap or without an estimate of the run
+};
+
 // Where a failed run stopped. Step and phase are unknown for a run the sweep had to record.
 struct RunFailure {
+  RunFailure() = default;
+  RunFailure(std::optional<int64_t> step, std::optional<std::string> phase, std::string message)
+      : step(step), phase(std::move(phase)), message(std::move(message)) {}
+
   std::optional<int64_t> step;       // 1-based, warm-up steps included
   std::optional<std::string> phase;  // data, forward, backward, optimizer
   std::string message;
+  std::optional<FailureMemory> memory;  // status oom, when the run recorded it itself
 };
 
 // One optimizer step (warm-up included).

@@ -145,12 +145,65 @@ struct Fields<EvalEntry> {
 };
 
 template <>
+struct Fields<MemoryMethodFit> {
+  template <typename V, typename S>
+  static void visit(V& v, S& m) {
+    v("method", m.method);
+    v("cost", m.cost);
+    v("flags", m.flags);
+    v("estimated_peak_bytes", m.estimated_peak_bytes);
+    v("fits", m.fits);
+    v.if_set("recompute_flops_per_step", m.recompute_flops_per_step);
+  }
+};
+
+template <>
+struct Fields<MemoryFit> {
+  template <typename V, typename S>
+  static void visit(V& v, S& f) {
+    v("cap_bytes", f.cap_bytes);
+    v("estimated_peak_bytes", f.estimated_peak_bytes);
+    v("max_batch", f.max_batch);
+    v("cheapest", f.cheapest);
+    v("tried", f.tried);
+  }
+};
+
+template <>
+struct Fields<MemoryLabelBytes> {
+  template <typename V, typename S>
+  static void visit(V& v, S& l) {
+    v("component", l.component);
+    v("module", l.module);
+    v("phase", l.phase);
+    v("bytes", l.bytes);
+  }
+};
+
+template <>
+struct Fields<FailureMemory> {
+  template <typename V, typename S>
+  static void visit(V& v, S& m) {
+    v("cap_bytes", m.cap_bytes);
+    v("live_bytes", m.live_bytes);
+    v("request", m.request);
+    v("live", m.live);
+    v("live_rest_bytes", m.live_rest_bytes);
+    v("live_by_component", m.live_by_component);
+    v("reserved_peak_bytes", m.reserved_peak_bytes);
+    v("fit", m.fit);
+  }
+};
+
+template <>
 struct Fields<RunFailure> {
   template <typename V, typename S>
   static void visit(V& v, S& f) {
     v("step", f.step);
     v("phase", f.phase);
     v("message", f.message);
+    // Only for an oom the run recorded itself: every other failure reads back as it was.
+    v.if_set("memory", f.memory);
   }
 };
 

@@ -79,6 +79,10 @@ struct OptimizerEntry {
   // Whether `gradscope estimate` lists it among the alternatives it compares: optimizers
   // whose memory follows from the parameters' sizes at default settings.
   bool compared_in_estimate = false;
+  // The optimizer that keeps this one's update rule with its state in 8 bits (adam: adam8bit,
+  // whose weight decay is Adam's L2), offered when a run runs out of memory (train/fit_hint.h);
+  // null when there is none.
+  const char* eight_bit_state = nullptr;
 };
 
 // The default learning rates of the toy problems (start about 1 from their minimum, curvature

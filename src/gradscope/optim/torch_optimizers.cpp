@@ -144,6 +144,7 @@ OptimizerEntry adam_entry() {
   e.elementwise = true;
   e.memory = adam_memory;
   e.compared_in_estimate = true;
+  e.eight_bit_state = "adam8bit";
   return e;
 }
 

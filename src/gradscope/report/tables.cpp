@@ -26,7 +26,33 @@ std::string seconds_or_na(const Interval& i) {
   return i.n > 0 ? format_duration(i.mean) : std::string("n/a");
 }
 
+// After a group's statuses, what would have fitted its first run that ran out of memory and
+// kept the estimate's answer ("" when none did).
+std::string oom_note(const ReportData& data, const Group& g) {
+  for (size_t r : g.runs) {
+    const RunRecord& record = data.runs[r].record;
+    if (record.status == RunStatus::kOom && record.failure && record.failure->memory &&
+        record.failure->memory->fit)
+      return " (oom: " + fit_hint_text(*record.failure->memory->fit) + ")";
+  }
+  return "";
+}
+
 }  // namespace
+
+std::string fit_hint_text(const MemoryFit& fit) {
+  std::vector<std::string> parts;
+  if (fit.max_batch > 0) parts.push_back(fmt::format("--batch {}", fit.max_batch));
+  if (fit.cheapest) {
+    std::string flags;
+    for (const std::string& f : fit.cheapest->flags) flags += (flags.empty() ? "" : " ") + f;
+    parts.push_back(flags + " (" + fit.cheapest->method + ")");
+  }
+  if (parts.empty())
+    return fmt::format("nothing tried fits {}: not a micro-batch of 1, nor any of {} methods",
+                       format_bytes(static_cast<double>(fit.cap_bytes)), fit.tried.size());
+  return "would have fitted: " + parts[0] + (parts.size() > 1 ? ", or " + parts[1] : "");
+}
 
 std::string markdown_table(const Table& t) {
   std::string text = "|";
@@ -153,8 +179,9 @@ Table groups_table(const ReportData& data, const std::string& model) {
           {}};
   for (const Group& g : data.groups) {
     if (g.model != model) continue;
-    t.rows.push_back({g.label, g.preset, std::to_string(g.runs.size()), g.statuses,
-                      format_interval(g.final_loss), format_interval(g.val_loss),
+    t.rows.push_back({g.label, g.preset, std::to_string(g.runs.size()),
+                      g.statuses + oom_note(data, g), format_interval(g.final_loss),
+                      format_interval(g.val_loss),
                       seconds_or_na(g.step_s) + disturbed_note(g), bytes_or_na(g.peak_bytes),
                       g.energy_j.n ? format_joules(g.energy_j.mean) : "n/a",
                       g.util_pct.n ? fmt::format("{:.1f}%", g.util_pct.mean) : "n/a"});

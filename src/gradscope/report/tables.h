@@ -43,6 +43,10 @@ Table groups_table(const ReportData& data, const std::string& model);
 // baseline, communication, and the largest rank's peak. No rows without such configurations.
 Table ranks_table(const ReportData& data, const std::string& model);
 
+// What would have fitted a run that ran out of memory, in one short line: "would have fitted:
+// --batch 6, or --loss chunked (chunked loss)"; the estimate's answer as its record keeps it.
+std::string fit_hint_text(const MemoryFit& fit);
+
 // One line on where the data comes from: runs, configurations, attempts, sweeps, devices and
 // LibTorch versions.
 std::string provenance(const ReportData& data);

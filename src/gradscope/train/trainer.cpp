@@ -21,6 +21,7 @@
 #include "gradscope/strategy/shard.h"
 #include "gradscope/train/autocast.h"
 #include "gradscope/train/estimate.h"
+#include "gradscope/train/fit_hint.h"
 #include "gradscope/train/memory_labels.h"
 #include "gradscope/train/phase_timer.h"
 #include "gradscope/train/record_parts.h"
@@ -209,6 +210,9 @@ RunRecord Trainer::run(ProgressSink* progress) {
   seed_dropout(c, session_->rank());
   if (!c.memory_snapshot.empty() && !loop.device.is_cpu()) start_memory_history();
   meter_->reset_peak();
+  // The refusal an oom reads is this run's, not an earlier one's in this process (a trial of
+  // --lr auto, a test's run).
+  if (CpuMemoryTracker::installed()) CpuMemoryTracker::install().clear_refusal();
   // With --resume: the weights, optimizer state and generators as the state left them (after
   // seed_dropout, whose stream they continue), and the loop's tally and wall time so far.
   if (resume_) restore_state(loop);
@@ -525,6 +529,8 @@ void Trainer::record_failure(Loop& loop, const std::exception& e, int64_t step) 
     torch::Tensor t = p;
     t.mutable_grad() = torch::Tensor();
   }
+  // After the gradients are gone: the estimate's checks may allocate a little.
+  if (record.status == RunStatus::kOom) record.failure->memory = oom_memory(*session_, *meter_);
 }
 
 void Trainer::save_trained_weights(const RunRecord& record) {
