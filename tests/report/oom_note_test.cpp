@@ -25,12 +25,18 @@ MemoryFit sample_fit() {
 
 TEST(OomNote, TheFitIsOneShortLine) {
   MemoryFit fit = sample_fit();
-  EXPECT_EQ(fit_hint_text(fit), "would have fitted: --batch 3, or --loss chunked (chunked loss)");
+  EXPECT_EQ(fit_hint_text(fit),
+            "by the estimate, would have fitted: --batch 3, or --loss chunked (chunked loss)");
   fit.max_batch = 0;
-  EXPECT_EQ(fit_hint_text(fit), "would have fitted: --loss chunked (chunked loss)");
+  EXPECT_EQ(fit_hint_text(fit),
+            "by the estimate, would have fitted: --loss chunked (chunked loss)");
   fit.cheapest.reset();
   EXPECT_EQ(fit_hint_text(fit),
             "nothing tried fits 4.00 MiB: not a micro-batch of 1, nor any of 2 methods");
+  // The estimate put the run itself within the cap: it has no answer to give.
+  fit.estimated_peak_bytes = fit.cap_bytes;
+  EXPECT_EQ(fit_hint_text(fit),
+            "the estimate put this run within the cap: no answer of what would have fitted");
 }
 
 TEST(OomNote, TheFailedRunsRowSaysWhatWouldHaveFitted) {
@@ -51,7 +57,7 @@ TEST(OomNote, TheFailedRunsRowSaysWhatWouldHaveFitted) {
   const std::string& status = t.rows[0][3];
   EXPECT_TRUE(testing::contains(status, "oom")) << status;
   EXPECT_TRUE(testing::contains(
-      status, "(oom: would have fitted: --batch 3, or --loss chunked (<script>))"))
+      status, "(oom: by the estimate, would have fitted: --batch 3, or --loss chunked (<script>))"))
       << status;
   const std::string html = html_table(t);
   EXPECT_FALSE(testing::contains(html, "<script>")) << html;

@@ -236,6 +236,11 @@ std::string oom_hint(const FailureMemory& m) {
   }
   if (!m.fit) return text;
   const MemoryFit& fit = *m.fit;
+  if (fit.estimated_peak_bytes <= fit.cap_bytes)
+    return text + fmt::format("  the estimate put this run at {}, within the {} cap: it cannot "
+                              "say what would have fitted\n",
+                              format_bytes(static_cast<double>(fit.estimated_peak_bytes)),
+                              format_bytes(static_cast<double>(fit.cap_bytes)));
   text += fmt::format("  by the estimate, within the {} cap: ",
                       format_bytes(static_cast<double>(fit.cap_bytes)));
   text += fit.max_batch > 0 ? fmt::format("--batch {} would have fitted\n", fit.max_batch)

@@ -169,6 +169,41 @@ json record_to_json(const RunRecord& r) {
   return j;
 }
 
+namespace {
+
+// A record's failure.memory is read as typed; what it says must also hold together: sizes
+// within what a run writes, no negative bytes, a cheapest method that fits and was tried.
+void check_failure_memory(const FailureMemory& m, const std::string& run_id) {
+  const auto refuse = [&](const std::string& what) {
+    fail_usage(fmt::format("run record {}: failure.memory {}", run_id, what), kNotARecord);
+  };
+  constexpr size_t kMostTried = 256, kMostFlags = 32;
+  const auto non_negative = [&](const std::optional<int64_t>& v, const char* key) {
+    if (v && *v < 0) refuse(fmt::format("has a negative {}", key));
+  };
+  non_negative(m.cap_bytes, "cap_bytes");
+  non_negative(m.live_bytes, "live_bytes");
+  non_negative(m.live_rest_bytes, "live_rest_bytes");
+  non_negative(m.reserved_peak_bytes, "reserved_peak_bytes");
+  if (m.live.size() > kFailureLiveLabels) refuse("lists more labels than a run keeps");
+  if (m.live_by_component.size() > 16) refuse("lists more components than there are");
+  for (const auto* list : {&m.live, &m.live_by_component})
+    for (const MemoryLabelBytes& l : *list)
+      if (l.bytes < 0) refuse("has a label with negative bytes");
+  if (!m.fit) return;
+  const MemoryFit& f = *m.fit;
+  if (f.cap_bytes < 0 || f.estimated_peak_bytes < 0 || f.max_batch < 0)
+    refuse("fit has a negative figure");
+  if (f.tried.size() > kMostTried) refuse("fit lists more methods than gradscope has");
+  for (const MemoryMethodFit& t : f.tried)
+    if (t.flags.size() > kMostFlags || t.estimated_peak_bytes < 0)
+      refuse("fit has a method with too many flags or a negative peak");
+  if (f.cheapest && (!f.cheapest->fits || f.cheapest->estimated_peak_bytes > f.cap_bytes))
+    refuse("fit names as cheapest a method that does not fit");
+}
+
+}  // namespace
+
 RunRecord record_from_json(const json& j) {
   const Reader r(j, "");
   RunRecord out;
@@ -185,6 +220,7 @@ RunRecord record_from_json(const json& j) {
   out.status = *status;
   Loader loader(r);
   Fields<RunRecord>::visit(loader, out);
+  if (out.failure && out.failure->memory) check_failure_memory(*out.failure->memory, out.run_id);
   // A version-1 record the sweep wrote for a run that ended without its own put the
   // attempt's elapsed time in time.total_s (and measured no step): in version 2 that is wall_s.
   if (out.schema == kRunSchemaV1 && out.log && out.time && out.steps.empty() && !out.time->wall_s &&

@@ -41,6 +41,8 @@ std::string oom_note(const ReportData& data, const Group& g) {
 }  // namespace
 
 std::string fit_hint_text(const MemoryFit& fit) {
+  if (fit.estimated_peak_bytes <= fit.cap_bytes)
+    return "the estimate put this run within the cap: no answer of what would have fitted";
   std::vector<std::string> parts;
   if (fit.max_batch > 0) parts.push_back(fmt::format("--batch {}", fit.max_batch));
   if (fit.cheapest) {
@@ -51,7 +53,8 @@ std::string fit_hint_text(const MemoryFit& fit) {
   if (parts.empty())
     return fmt::format("nothing tried fits {}: not a micro-batch of 1, nor any of {} methods",
                        format_bytes(static_cast<double>(fit.cap_bytes)), fit.tried.size());
-  return "would have fitted: " + parts[0] + (parts.size() > 1 ? ", or " + parts[1] : "");
+  return "by the estimate, would have fitted: " + parts[0] +
+         (parts.size() > 1 ? ", or " + parts[1] : "");
 }
 
 std::string markdown_table(const Table& t) {

@@ -271,11 +271,17 @@ FailureMemory refusal_memory(const MemoryRefusal& refusal) {
 FailureMemory oom_memory(const Session& session, const MemoryMeter& meter) {
   FailureMemory m;
   const RunConfig& c = session.config();
-  if (session.device().is_cpu() && CpuMemoryTracker::installed()) {
-    if (const std::optional<MemoryRefusal> refusal = CpuMemoryTracker::install().last_refusal())
-      m = refusal_memory(*refusal);
-  } else {
-    m.reserved_peak_bytes = meter.reserved_peak_bytes();
+  // Called while the failure is being recorded: nothing here may lose the record.
+  try {
+    if (session.device().is_cpu() && CpuMemoryTracker::installed()) {
+      if (const std::optional<MemoryRefusal> refusal =
+              CpuMemoryTracker::install().last_refusal())
+        m = refusal_memory(*refusal);
+    } else {
+      m.reserved_peak_bytes = meter.reserved_peak_bytes();
+    }
+  } catch (const std::exception&) {
+    m = FailureMemory{};
   }
   if (c.memory_cap_bytes <= 0) return m;
   if (!m.cap_bytes) m.cap_bytes = c.memory_cap_bytes;
@@ -301,7 +307,11 @@ MemoryFit fit_within(const RunConfig& run, int64_t data_bytes, int64_t cap_bytes
   MemoryFit fit;
   fit.cap_bytes = cap_bytes;
   fit.estimated_peak_bytes = estimate_run(run, data_bytes).peak_bytes;
-  fit.max_batch = max_batch_within(run, data_bytes, cap_bytes);
+  // The estimate put the run itself within the cap, and it ran out all the same: what the
+  // estimate says fits is no answer then (the hint says so), so none is given.
+  if (fit.estimated_peak_bytes <= cap_bytes) return fit;
+  // A larger micro-batch than the one that ran out is no answer either.
+  fit.max_batch = std::min(max_batch_within(run, data_bytes, cap_bytes), run.batch - 1);
 
   std::vector<Candidate> candidates;
   add_step_methods(run, candidates);

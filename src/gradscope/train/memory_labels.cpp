@@ -72,6 +72,8 @@ std::string rank_output_path(const Session& session, const std::string& path) {
 void RunMemoryLabels::step_begins(int64_t step) {
   step_ = step;
   clear_module_ranges();
+  // A refusal the run survived (a state save that failed) is not the oom of a later step.
+  if (session_.device().is_cpu()) CpuMemoryTracker::install().clear_refusal();
   if (first_step_ == 0) return;
   if (step == first_step_) {
     open_window(step);
