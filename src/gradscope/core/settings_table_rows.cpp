@@ -486,8 +486,9 @@ void add_step_to_output_rows(std::vector<Setting>& t) {
   {
     Setting s = member_row("memory-steps", "", &RunConfig::memory_steps, T::kText, R::kOutput,
                            S::kOutput,
-                           "The steps --memory-timeline records, A or A-B, 1-based with the "
-                           "warm-up counted (default: the first timed step)");
+                           "The steps --memory-timeline (and a CPU --memory-snapshot) records, "
+                           "A or A-B, 1-based with the warm-up counted (default: the first timed "
+                           "step)");
     s.check = [](const RunConfig& c) { memory_window_steps(c); };
     t.push_back(std::move(s));
   }
