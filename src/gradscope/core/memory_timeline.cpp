@@ -467,13 +467,7 @@ const char* kind_name(TimelineEventKind k) {
   }
 }
 
-// Which block each event is about: the index of the block's allocation, or -1 for the bytes
-// live before the window that nothing names (counted per label); and each block's final label
-// (at its allocation's index), relabels applied.
-struct Blocks {
-  std::vector<int64_t> block_of;
-  std::vector<uint32_t> final_label;
-};
+using Blocks = TimelineBlocks;
 
 Blocks match_blocks(const MemoryTimeline& t, const std::string& what) {
   const size_t n = t.events.size();
@@ -558,14 +552,19 @@ std::vector<TimelineReplay::LiveBlock> live_after(const MemoryTimeline& t, const
 // event itself (the components' totals after it, the total, which block it is about and the
 // block's final label, a flag while finding the peak's blocks), some 7.3 GiB with the events
 // at kTimelineMaxEvents; a run's default window is far smaller.
-TimelineReplay replay_memory_timeline(const MemoryTimeline& t, const std::string& what) {
+TimelineBlocks match_timeline_blocks(const MemoryTimeline& t, const std::string& what) {
   using namespace timeline_read;
-  const size_t n = t.events.size();
-  for (size_t i = 0; i < n; ++i)
+  for (size_t i = 0; i < t.events.size(); ++i)
     if (t.events[i].label >= t.meta.labels.size() || t.events[i].bytes <= 0)
       refuse(what, fmt::format("event {} names label {} of {}, or has no size", i,
                                t.events[i].label, t.meta.labels.size()));
-  const Blocks b = match_blocks(t, what);
+  return match_blocks(t, what);
+}
+
+TimelineReplay replay_memory_timeline(const MemoryTimeline& t, const std::string& what) {
+  using namespace timeline_read;
+  const size_t n = t.events.size();
+  const Blocks b = match_timeline_blocks(t, what);
   TimelineReplay r;
   r.by_component.resize(n);
   r.live.resize(n);

@@ -162,6 +162,16 @@ MemoryTimeline read_memory_timeline(const std::string& path);
 // The same from bytes already in memory (`what` names them in errors): for tests and fuzzing.
 MemoryTimeline parse_memory_timeline(const std::string& bytes, const std::string& what);
 
+// Which block each event is about: the index of the block's allocation event, or -1 for the
+// bytes live before the window that nothing names (counted per label); and each block's final
+// label (at its allocation's index), relabels applied. A usage error (naming `what`) when the
+// events contradict each other, as replay_memory_timeline's.
+struct TimelineBlocks {
+  std::vector<int64_t> block_of;
+  std::vector<uint32_t> final_label;
+};
+TimelineBlocks match_timeline_blocks(const MemoryTimeline& t, const std::string& what);
+
 // What a timeline says once its events are replayed: each block's final label (relabels
 // applied to the block's whole life), the live bytes per component after each event, the
 // largest live total and the event it came after, and the blocks live then.

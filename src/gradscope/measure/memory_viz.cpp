@@ -90,30 +90,21 @@ void write_memory_viz_snapshot(const MemoryTimeline& t, const std::string& path)
   using namespace memory_viz;
   const auto& events = t.events;
   const size_t n = events.size();
-  // Each block's final label (relabels over its whole life) and its tensor, by the index of
-  // its allocation; -1 for bytes that no block of the window holds.
-  std::vector<int64_t> block_of(n, -1);
-  std::vector<uint32_t> label_of(n, 0);
-  std::unordered_map<uint64_t, int64_t> live;
+  const TimelineBlocks blocks = match_timeline_blocks(t, path);
+  const std::vector<int64_t>& block_of = blocks.block_of;
+  const std::vector<uint32_t>& label_of = blocks.final_label;
+  // What is live when the window closes: the blocks allocated and not freed, and per label the
+  // unnamed bytes from before the window that no free took.
+  std::vector<bool> freed(n, false);
   std::vector<int64_t> unnamed(t.meta.labels.size(), 0);
   for (size_t i = 0; i < n; ++i) {
     const TimelineEvent& e = events[i];
-    if (e.kind == TimelineEventKind::kAlloc && e.address == 0) {
-      unnamed[e.label] += e.bytes;
-      continue;
-    }
-    const auto it = live.find(e.address);
-    if (e.kind == TimelineEventKind::kAlloc) {
-      live[e.address] = static_cast<int64_t>(i);
-      block_of[i] = static_cast<int64_t>(i);
-      label_of[i] = e.label;
-    } else if (it == live.end()) {
-      if (e.kind == TimelineEventKind::kFree) unnamed[e.label] -= e.bytes;
-    } else {
-      block_of[i] = it->second;
-      if (e.kind == TimelineEventKind::kRelabel) label_of[it->second] = e.label;
-      if (e.kind == TimelineEventKind::kFree) live.erase(it);
-    }
+    if (e.kind == TimelineEventKind::kAlloc && e.address == 0) unnamed[e.label] += e.bytes;
+    if (e.kind != TimelineEventKind::kFree) continue;
+    if (block_of[i] >= 0)
+      freed[static_cast<size_t>(block_of[i])] = true;
+    else
+      unnamed[e.label] -= e.bytes;
   }
   std::unordered_map<int64_t, const TimelineTensor*> tensor_of;
   for (const TimelineTensor& tensor : t.meta.tensors) tensor_of[tensor.event] = &tensor;
@@ -124,9 +115,12 @@ void write_memory_viz_snapshot(const MemoryTimeline& t, const std::string& path)
   };
 
   List segments = new_list();
-  for (const auto& [address, block] : live)
-    segments.push_back(segment_dict(address, events[block].bytes,
-                                    frames_for(block, label_of[block])));
+  for (size_t i = 0; i < n; ++i) {
+    const TimelineEvent& e = events[i];
+    if (e.kind == TimelineEventKind::kAlloc && e.address != 0 && !freed[i])
+      segments.push_back(segment_dict(e.address, e.bytes,
+                                      frames_for(static_cast<int64_t>(i), label_of[i])));
+  }
   uint64_t made_up = kUnnamedBase;
   for (size_t label = 0; label < unnamed.size(); ++label) {
     if (unnamed[label] <= 0) continue;
