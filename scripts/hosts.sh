@@ -223,10 +223,12 @@ start_time() {
   sed -n 's/.*) [^ ]* //p' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f19
 }
 
+# take_lock: 0 with the lock held on $lock_fd, 77 when the lock file cannot be opened (no
+# right to), 1 when another process held the lock for 60 s.
 take_lock() {
   mkdir -p "${lock_file%/*}" 2>/dev/null
-  exec {lock_fd}>>"$lock_file" || return 1
-  flock -w 60 "$lock_fd"
+  exec {lock_fd}>>"$lock_file" || return 77
+  flock -w 60 "$lock_fd" || return 1
 }
 
 clean_stale() {
@@ -268,7 +270,12 @@ owner_record() {
 # namespace or a bridge cannot be made here.
 make_switch() {
   local used s err
-  take_lock || die "cannot take the lock $lock_file"
+  take_lock 2>/dev/null
+  case $? in
+    0) ;;
+    77) give_up 77 "cannot open the lock $lock_file as $(id -un) (namespaces need root)" ;;
+    *) give_up 1 "the lock $lock_file stayed taken for 60 s" ;;
+  esac
   while :; do
     prefix="gs-$(od -An -N4 -tx1 /dev/urandom | tr -d ' \n')"
     [[ $prefix =~ ^gs-[0-9a-f]{8}$ ]] || die "cannot read /dev/urandom"
@@ -281,21 +288,16 @@ make_switch() {
   for subnet in $(seq 1 254) none; do
     [[ $used == *" $subnet "* ]] || break
   done
-  [ "$subnet" != none ] || die "all 254 subnets of $net.0.0/16 are in use"
-  echo "$prefix" >"$dir/prefix" || die "cannot write $dir/prefix"
-  err="$(ip netns add "$prefix-sw" 2>&1)" || {
-    rm -f "$dir/prefix"
-    skip "cannot make a network namespace here (ip netns add: $err)"
-  }
-  err="$(ip -n "$prefix-sw" link add name sw type bridge 2>&1)" || {
-    remove_prefix "$prefix"
-    rm -f "$dir/prefix"
-    skip "cannot make a bridge here (ip link add type bridge: $err)"
-  }
+  [ "$subnet" != none ] || give_up 1 "all 254 subnets of $net.0.0/16 are in use"
+  echo "$prefix" >"$dir/prefix" || give_up 1 "cannot write $dir/prefix"
+  err="$(ip netns add "$prefix-sw" 2>&1)" ||
+    give_up 77 "cannot make a network namespace here (ip netns add: $err)"
+  err="$(ip -n "$prefix-sw" link add name sw type bridge 2>&1)" ||
+    give_up 77 "cannot make a bridge here (ip link add type bridge: $err)"
   ip -n "$prefix-sw" link set dev sw alias \
     "gradscope-hosts owner=$1 subnet=$subnet dir=$dir" &&
     ip -n "$prefix-sw" link set dev sw up && no_ipv6 "$prefix-sw" ||
-    fail_start "cannot set up the switch"
+    give_up 1 "cannot set up the switch"
   exec {lock_fd}>&-
 }
 
@@ -306,30 +308,37 @@ no_ipv6() {
     echo 1 >/proc/sys/net/ipv6/conf/default/disable_ipv6'
 }
 
-# fail_start MESSAGE: remove what this start made and exit 1.
-fail_start() {
+# give_up CODE MESSAGE: remove what this start made (DIR too, when it made DIR and DIR is
+# empty) and exit CODE: 77 where hosts cannot be made here, 1 on another failure.
+give_up() {
   stop_dir
-  die "$*"
+  [ "$made_dir" = 1 ] && rmdir "$dir" 2>/dev/null
+  if [ "$1" -eq 77 ]; then
+    echo "hosts: skipped: $2" >&2
+  else
+    echo "hosts: error: $2" >&2
+  fi
+  exit "$1"
 }
 
 # make_host K: host K's namespace, its link to the switch, its address and its rate. The first
 # host's veth pair and tbf tell whether this kernel has them: exit 77 when not.
 make_host() {
   local k="$1" ns="$prefix-h$1" sw="$prefix-sw" err
-  ip netns add "$ns" || fail_start "cannot make the namespace $ns"
-  ip -n "$ns" link set dev lo up && no_ipv6 "$ns" || fail_start "cannot set up $ns"
+  ip netns add "$ns" || give_up 1 "cannot make the namespace $ns"
+  ip -n "$ns" link set dev lo up && no_ipv6 "$ns" || give_up 1 "cannot set up $ns"
   if ! err="$(ip -n "$sw" link add name "h$k" type veth peer name "$ifname" netns "$ns" 2>&1)"
   then
-    [ "$k" -ne 1 ] || { stop_dir; skip "cannot make a veth pair here ($err)"; }
-    fail_start "cannot link $ns to the switch: $err"
+    [ "$k" -ne 1 ] || give_up 77 "cannot make a veth pair here ($err)"
+    give_up 1 "cannot link $ns to the switch: $err"
   fi
   ip -n "$sw" link set dev "h$k" master sw up &&
     ip -n "$ns" addr add "$net.$subnet.$k/24" dev "$ifname" &&
-    ip -n "$ns" link set dev "$ifname" up || fail_start "cannot set up the link of $ns"
+    ip -n "$ns" link set dev "$ifname" up || give_up 1 "cannot set up the link of $ns"
   if [ "$rate_bits" -gt 0 ]; then
     err="$( (set_rate "$ns" "$ifname" && set_rate "$sw" "h$k") 2>&1)" || {
-      [ "$k" -ne 1 ] || { stop_dir; skip "cannot limit a link's rate with tbf here ($err)"; }
-      fail_start "cannot limit the rate of $ns: $err"
+      [ "$k" -ne 1 ] || give_up 77 "cannot limit a link's rate with tbf here ($err)"
+      give_up 1 "cannot limit the rate of $ns: $err"
     }
   fi
 }
@@ -362,20 +371,24 @@ start() {
   command -v flock >/dev/null 2>&1 || skip "flock (util-linux) is not installed"
   # Hosts left by an earlier start in the same folder go first.
   stop_dir
-  mkdir -p "$dir" || die "cannot create $dir"
-  trap 'fail_start "interrupted"' INT TERM HUP
+  made_dir=0
+  if [ ! -d "$dir" ]; then
+    mkdir -p "$dir" || die "cannot create $dir"
+    made_dir=1
+  fi
+  trap 'give_up 1 "interrupted"' INT TERM HUP
   make_switch "$owner"
   for k in $(seq "$n"); do
     make_host "$k"
   done
-  wait_ready "$n" || fail_start "the switch's ports did not come up within 5 s"
+  wait_ready "$n" || give_up 1 "the switch's ports did not come up within 5 s"
   {
     echo "# host namespace address interface"
     for k in $(seq "$n"); do
       echo "$k $prefix-h$k $net.$subnet.$k $ifname"
     done
   } >"$dir/hosts.tmp" && echo "${owner/:/ }" >"$dir/owner" && mv "$dir/hosts.tmp" "$dir/hosts" ||
-    fail_start "cannot write $dir/hosts"
+    give_up 1 "cannot write $dir/hosts"
   trap - INT TERM HUP
   echo "hosts: $n hosts in $prefix-h1..h$n, $net.$subnet.1..$n on $ifname, rate ${3:-off}"
 }
