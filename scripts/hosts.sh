@@ -34,13 +34,14 @@
 #   DIR/owner    the owner process (see clean-stale) as "PID START_TIME"
 #
 # Rate. RATE is a tc rate, digits and a unit: bit, kbit, mbit, gbit, tbit (bits per second)
-# or bps, kbps, mbps, gbps, tbps (bytes per second), e.g. 100mbit or 1gbit; `off` (the default)
-# sets no limit. A limit is a token bucket filter (tbf) on the egress of both ends of the host's
-# link, so that sending and receiving are both limited. Its bucket (burst) holds 2 ms of the
-# rate, at least 16 KiB, so that timer slack does not keep it under the rate; its queue holds
-# the bucket and 10 ms more. Measured TCP throughput is about 96% of the rate from 10mbit to
-# 10gbit (the rest is the Ethernet, IP and TCP headers tbf counts); this kernel has no netem,
-# so there is no delay or loss.
+# or bps, kbps, mbps, gbps, tbps (bytes per second), from 8kbit to 1tbit, e.g. 100mbit or
+# 1gbit; `off` (the default) sets no limit. A limit is a token bucket filter (tbf) on the
+# egress of both ends of the host's link, so that sending and receiving are both limited. Its
+# bucket (burst) holds 2 ms of the rate, at least 16 KiB, so that timer slack does not keep it
+# under the rate; its queue holds the bucket and 10 ms more. Measured TCP throughput is about
+# 96% of the rate from 10mbit to 10gbit (the rest is the Ethernet, IP and TCP headers tbf
+# counts). Only the rate is modelled, no delay or loss: netem, which would add them, is not in
+# every kernel.
 #
 # Host names. `exec` runs CMD in a UTS namespace of its own named gs-hostK, so gethostname()
 # differs from host to host (the names are the same in every DIR: hosts of different starts
@@ -56,8 +57,10 @@
 # the PID in GRADSCOPE_HOSTS_OWNER (0: none, only DIR counts). `clean-stale` removes every
 # prefix whose switch is missing or unrecorded, whose DIR is gone or records another prefix,
 # or whose owner has exited, with the processes in it; a test run that crashed (kill -9) leaves
-# nothing behind past the next clean-stale. Starts and clean-stale take the lock
-# /run/lock/gradscope-hosts.lock, so neither sees the other's start half made.
+# nothing behind past the next clean-stale, which a test harness runs before its starts (start
+# does not, so that hosts made by hand from a shell that exited live on until their stop).
+# Starts and clean-stale take the lock /run/lock/gradscope-hosts.lock, so neither sees the
+# other's start half made.
 set -uo pipefail
 
 ifname=gs0
@@ -101,7 +104,7 @@ check_dir() {
 
 # check_rate RATE: sets $rate_bits to RATE in bits per second (0 for off).
 check_rate() {
-  local digits unit
+  local digits per
   if [ "$1" = off ]; then
     rate_bits=0
     return 0
@@ -109,21 +112,22 @@ check_rate() {
   [[ $1 =~ ^([0-9]{1,12})(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps|tbps)$ ]] ||
     bad "RATE '$1' is not a tc rate such as 100mbit, 1gbit or 500kbit, nor off"
   digits=$((10#${BASH_REMATCH[1]}))
-  unit="${BASH_REMATCH[2]}"
-  case "$unit" in
-    bit) rate_bits=$digits ;;
-    kbit) rate_bits=$((digits * 1000)) ;;
-    mbit) rate_bits=$((digits * 1000000)) ;;
-    gbit) rate_bits=$((digits * 1000000000)) ;;
-    tbit) rate_bits=$((digits * 1000000000000)) ;;
-    bps) rate_bits=$((digits * 8)) ;;
-    kbps) rate_bits=$((digits * 8000)) ;;
-    mbps) rate_bits=$((digits * 8000000)) ;;
-    gbps) rate_bits=$((digits * 8000000000)) ;;
-    tbps) rate_bits=$((digits * 8000000000000)) ;;
+  case "${BASH_REMATCH[2]}" in
+    bit) per=1 ;;
+    kbit) per=1000 ;;
+    mbit) per=1000000 ;;
+    gbit) per=1000000000 ;;
+    tbit) per=1000000000000 ;;
+    bps) per=8 ;;
+    kbps) per=8000 ;;
+    mbps) per=8000000 ;;
+    gbps) per=8000000000 ;;
+    tbps) per=8000000000000 ;;
   esac
+  # Compared before multiplying, so that no digits overflow 64 bits.
+  [ "$digits" -le $((1000000000000 / per)) ] || bad "RATE '$1' is above 1tbit"
+  rate_bits=$((digits * per))
   [ "$rate_bits" -ge 8000 ] || bad "RATE '$1' is below 8kbit"
-  [ "$rate_bits" -le 1000000000000 ] || bad "RATE '$1' is above 1tbit"
 }
 
 # read_hosts: sets $prefix and $count from DIR's record; exit 1 when DIR holds no hosts.
@@ -135,10 +139,14 @@ read_hosts() {
   [ "$count" -ge 2 ] || die "'$dir/hosts' lists no hosts"
 }
 
-# check_host K: K must be a host of DIR; sets $k, $ns (its namespace) and $sw.
+# check_host DIR K: DIR must hold running hosts and K be one of them; sets $dir, $prefix,
+# $count, $k, $ns (host K's namespace) and $sw (the switch's).
 check_host() {
-  [[ $1 =~ ^[1-8]$ ]] && [ "$1" -le "$count" ] || bad "K '$1' is not a host of $dir (1..$count)"
-  k="$1"
+  check_dir "$1"
+  [[ $2 =~ ^[1-8]$ ]] || bad "K '$2' is not a host number (1..8)"
+  read_hosts
+  [ "$2" -le "$count" ] || bad "K '$2' is not a host of $dir (1..$count)"
+  k="$2"
   ns="$prefix-h$k"
   sw="$prefix-sw"
 }
@@ -408,9 +416,7 @@ case "$cmd" in
     ;;
   exec)
     [ $# -ge 3 ] || usage
-    check_dir "$1"
-    read_hosts
-    check_host "$2"
+    check_host "$1" "$2"
     shift 2
     # The host name is written through /proc, inside the new UTS namespace; CMD and its
     # arguments stay an argument vector ("$@"), never a string the shell reads again.
@@ -420,9 +426,7 @@ case "$cmd" in
     ;;
   addr)
     [ $# -eq 2 ] || usage
-    check_dir "$1"
-    read_hosts
-    check_host "$2"
+    check_host "$1" "$2"
     awk -v k="$k" '$1 == k { print $3 }' "$dir/hosts"
     ;;
   ifname)
@@ -431,17 +435,13 @@ case "$cmd" in
     ;;
   rate)
     [ $# -eq 3 ] || usage
-    check_dir "$1"
-    read_hosts
-    check_host "$2"
     check_rate "$3"
+    check_host "$1" "$2"
     set_rate "$ns" "$ifname" && set_rate "$sw" "h$k" || die "cannot set the rate of host $k"
     ;;
   cut | mend)
     [ $# -eq 2 ] || usage
-    check_dir "$1"
-    read_hosts
-    check_host "$2"
+    check_host "$1" "$2"
     state=down
     [ "$cmd" = mend ] && state=up
     ip -n "$sw" link set dev "h$k" "$state" || die "cannot set the switch's port h$k $state"
