@@ -166,6 +166,10 @@ echo "hosts_test: host names $name1, $name2 (this machine: $(hostname))"
 code=0
 bash "$hosts" exec "$d" 1 sh -c 'exit 3' || code=$?
 [[ $code -eq 3 ]] || fail "exec passes on exit 3 as $code"
+code=0
+# In a subshell whose stderr is dropped: the shell's note that its command was terminated.
+(bash "$hosts" exec "$d" 1 sh -c 'kill -TERM $$') 2> /dev/null || code=$?
+[[ $code -eq 143 ]] || fail "exec passes on a SIGTERM as exit $code, not 143"
 args=$(bash "$hosts" exec "$d" 1 printf '%s|' 'a b' '$(echo x)' ';' '*')
 [[ $args == 'a b|$(echo x)|;|*|' ]] || fail "exec's arguments came through as '$args'"
 
@@ -200,6 +204,8 @@ sleeper=$!
 bg_pids+=("$sleeper")
 sleep 0.3
 kill9 "$server"
+# exec replaced itself with the server: the job's pid was the server's, in host 2.
+[[ -z $(ip netns pids "$prefix-h2") ]] || fail "kill -9 of exec's pid left host 2's server"
 t0=$(now)
 bash "$hosts" stop "$d" || fail "stop: exit $?"
 echo "hosts_test: stop of 2 hosts took $(elapsed "$t0" "$(now)") s"
