@@ -1,9 +1,11 @@
 // gradscope run --nproc N: starts N ranks of the same command on this machine, each a copy of
 // this executable with torchrun's variables set (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
-// MASTER_PORT), meeting at a store this process hosts on a port the system picks. Rank 0
-// writes the record; this process waits for every rank, stops the others when one fails (so
-// nothing hangs), forwards SIGTERM and SIGINT, and records the run as crashed when rank 0
-// died without writing its record.
+// MASTER_PORT), meeting at a store this process hosts at 127.0.0.1 on a port the system picks.
+// Across hosts (--nnodes M --node-rank R --nproc-per-node K), each host's gradscope starts its
+// K ranks, numbered from R x K, and node 0's hosts the store at --master-addr:--master-port.
+// Rank 0 writes the record; this process waits for its ranks, stops the others when one fails
+// (so nothing hangs), forwards SIGTERM and SIGINT, and, on node 0, records the run as crashed
+// when rank 0 died without writing its record.
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -13,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -48,6 +51,9 @@ const char* signal_text(int sig) {
   return s ? s : "a signal";
 }
 
+// The ranks this host starts: all of them on one host, --nproc-per-node on each of several.
+int64_t local_rank_count(const RunConfig& c) { return c.nproc / std::max<int64_t>(1, c.nnodes); }
+
 // What a rank's end says, for messages.
 std::string ending(int status) {
   if (WIFSIGNALED(status)) return fmt::format("was killed ({})", signal_text(WTERMSIG(status)));
@@ -60,14 +66,18 @@ void check_rank_launch(const std::vector<std::string>& args, const RunConfig& c)
   check_usage(!args.empty() && (args[0] == "run" || args[0] == "verify"),
               "--nproc starts ranks of `gradscope run` and `gradscope verify` only",
               "start the ranks with gradscope run --nproc N");
-  check_local_ranks_here(c.nproc);
+  check_usage(c.nnodes == 1 || !c.master_addr.empty(),
+              fmt::format("--nnodes {} needs --master-addr: node 0's address", c.nnodes),
+              "add --master-addr with an address of node 0 that every host reaches");
+  const int64_t here = local_rank_count(c);
+  check_local_ranks_here(here);
   if (c.threads > 0) check_threads_here(c.threads);  // each rank's, before any is started
   const int64_t cores = usable_cores();
-  if (c.nproc > cores)
+  if (here > cores)
     log_warn(
-        "--nproc {} starts more ranks than this machine has cores ({}): they take turns on the "
-        "cores, and step times measure that",
-        c.nproc, cores);
+        "{} ranks on this host are more than its cores ({}): they take turns on the cores, and "
+        "step times measure that",
+        here, cores);
 }
 
 // Everything the ranks' processes need, built before fork (after it only exec): the command
@@ -75,8 +85,11 @@ void check_rank_launch(const std::vector<std::string>& args, const RunConfig& c)
 // own). Built in place and never moved, so that the pointers stay valid.
 class RankCommands {
  public:
-  RankCommands(const std::vector<std::string>& args, const RunConfig& c, const std::string& port,
+  RankCommands(const std::vector<std::string>& args, const RunConfig& c,
+               const std::string& master_addr, const std::string& port,
                const std::string& marker) {
+    const int64_t here = local_rank_count(c);
+    const int64_t first = c.node_rank * here;
     arg_text_ = {"gradscope"};
     arg_text_.insert(arg_text_.end(), args.begin(), args.end());
     for (auto& a : arg_text_) argv_.push_back(a.data());
@@ -85,30 +98,34 @@ class RankCommands {
     // cores) unless --threads says each one's. Through OMP_NUM_THREADS, as torchrun does
     // (which sets 1), so that N ranks of the default never run N times the cores' threads.
     const std::string rank_threads =
-        std::to_string(std::max<int64_t>(1, at::get_num_threads() / c.nproc));
+        std::to_string(std::max<int64_t>(1, at::get_num_threads() / here));
     const std::string world = std::to_string(c.nproc);
-    env_text_.resize(static_cast<size_t>(c.nproc));
-    envp_.resize(static_cast<size_t>(c.nproc));
+    env_text_.resize(static_cast<size_t>(here));
+    envp_.resize(static_cast<size_t>(here));
     const char* const launcher_names[] = {
         "RANK=",         "WORLD_SIZE=",   "LOCAL_RANK=",
         "MASTER_ADDR=",  "MASTER_PORT=",  "GRADSCOPE_RANK_LAUNCHER=",
-        "SLURM_NTASKS=", "SLURM_PROCID=", "GRADSCOPE_RECORD_MARKER=", "OMP_NUM_THREADS="};
-    for (int r = 0; r < c.nproc; ++r) {
+        "SLURM_NTASKS=", "SLURM_PROCID=", "GRADSCOPE_RECORD_MARKER=", "OMP_NUM_THREADS=",
+        "GLOO_SOCKET_IFNAME="};
+    for (int r = 0; r < here; ++r) {
       auto& e = env_text_[static_cast<size_t>(r)];
       for (char** v = environ; *v; ++v) {
         bool ours = false;
         for (const char* name : launcher_names)
           ours = ours || std::strncmp(*v, name, std::strlen(name)) == 0;
-        if (!ours) e.emplace_back(*v);
+        // GLOO_SOCKET_IFNAME stays unless --ifname names the interface instead.
+        const bool interface = std::strncmp(*v, "GLOO_SOCKET_IFNAME=", 19) == 0;
+        if (!ours || (interface && c.ifname.empty())) e.emplace_back(*v);
       }
-      e.push_back("RANK=" + std::to_string(r));
+      e.push_back("RANK=" + std::to_string(first + r));
       e.push_back("WORLD_SIZE=" + world);
       e.push_back("LOCAL_RANK=" + std::to_string(r));
-      e.push_back("MASTER_ADDR=127.0.0.1");
+      e.push_back("MASTER_ADDR=" + master_addr);
       e.push_back("MASTER_PORT=" + port);
       e.push_back(std::string(kLauncherVariable) + "=gradscope");
       e.push_back("OMP_NUM_THREADS=" + rank_threads);
-      if (r == 0) e.push_back(std::string(kRecordMarkerVariable) + "=" + marker);
+      if (!c.ifname.empty()) e.push_back("GLOO_SOCKET_IFNAME=" + c.ifname);
+      if (first + r == 0) e.push_back(std::string(kRecordMarkerVariable) + "=" + marker);
       for (auto& s : e) envp_[static_cast<size_t>(r)].push_back(s.data());
       envp_[static_cast<size_t>(r)].push_back(nullptr);
     }
@@ -156,7 +173,7 @@ std::vector<Rank> start_ranks(const RankCommands& commands, int64_t nproc) {
 
 // Waits for every rank, forwarding a stop. Once one fails, the others get --dist-timeout (at
 // most) to notice it and record it, then they are killed.
-void wait_for_ranks(std::vector<Rank>& ranks, const RunConfig& c) {
+void wait_for_ranks(std::vector<Rank>& ranks, const RunConfig& c, int64_t first) {
   using Clock = std::chrono::steady_clock;
   bool deadline_set = false;
   Clock::time_point deadline{};
@@ -194,13 +211,25 @@ void wait_for_ranks(std::vector<Rank>& ranks, const RunConfig& c) {
                                   WEXITSTATUS(status) != 1 && WEXITSTATUS(status) != kExitStopped);
       if (abnormal && !deadline_set && running > 0) {
         const double grace = 2 * c.dist_timeout_s + 10;
-        log_warn("rank {} {}; the other ranks stop within {:.0f} s", r, ending(status), grace);
+        log_warn("rank {} {}; the other ranks stop within {:.0f} s", first + static_cast<int64_t>(r),
+                 ending(status), grace);
         deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                       std::chrono::duration<double>(grace));
         deadline_set = true;
       }
     }
   }
+}
+
+// A host without rank 0 ends as its ranks did: 0 when all ended well, else the first other
+// code among 2 (refused), 75 (stopped) and 1 (failed, or killed).
+int hosts_exit_code(const std::vector<Rank>& ranks) {
+  int code = 0;
+  for (const Rank& k : ranks) {
+    const int c = WIFEXITED(k.status) ? WEXITSTATUS(k.status) : 1;
+    if (c != 0 && code == 0) code = (c == 2 || c == kExitStopped) ? c : 1;
+  }
+  return code;
 }
 
 // Rank 0 died without a record: the run crashed, and the database says so (through `store`).
@@ -236,8 +265,23 @@ int launch_local_ranks(const RunConfig& c, const std::function<void(const RunRec
   const std::vector<std::string>& args = command_line();
   check_rank_launch(args, c);
   const bool run = args[0] == "run";
+  const bool node0 = c.node_rank == 0;
 
-  HostedStore meeting(static_cast<int>(c.nproc), c.dist_timeout_s);
+  // One host: a store at 127.0.0.1 on a port the system picks. Several: node 0 hosts it at
+  // --master-addr:--master-port, and the other hosts' ranks meet there.
+  std::optional<HostedStore> meeting;
+  std::string master_addr = "127.0.0.1";
+  std::string port;
+  if (c.nnodes == 1) {
+    meeting.emplace(static_cast<int>(c.nproc), c.dist_timeout_s);
+    port = std::to_string(meeting->port());
+  } else {
+    master_addr = c.master_addr;
+    port = std::to_string(c.master_port);
+    if (node0)
+      meeting.emplace(static_cast<int>(c.nproc), c.dist_timeout_s, c.master_addr,
+                      static_cast<int>(c.master_port));
+  }
   // Rank 0 creates this file once its record is written: without it, the run ended without a
   // record, and this process writes the crashed one.
   std::string marker_dir =
@@ -245,17 +289,18 @@ int launch_local_ranks(const RunConfig& c, const std::function<void(const RunRec
   if (!mkdtemp(marker_dir.data()))
     fail_runtime(std::string("cannot make a private temporary folder: ") + std::strerror(errno));
   const std::string marker = (std::filesystem::path(marker_dir) / "recorded").string();
-  const RankCommands commands(args, c, std::to_string(meeting.port()), marker);
+  const RankCommands commands(args, c, master_addr, port, marker);
   const std::string started_at = utc_now_iso8601();
   const auto t0 = std::chrono::steady_clock::now();
 
-  std::vector<Rank> ranks = start_ranks(commands, c.nproc);
-  wait_for_ranks(ranks, c);
+  std::vector<Rank> ranks = start_ranks(commands, local_rank_count(c));
+  wait_for_ranks(ranks, c, c.node_rank * local_rank_count(c));
 
-  const int status0 = ranks[0].status;
   std::error_code ec;
   const bool recorded = std::filesystem::exists(marker, ec);
   std::filesystem::remove_all(marker_dir, ec);
+  if (!node0) return hosts_exit_code(ranks);
+  const int status0 = ranks[0].status;
   if (WIFEXITED(status0)) {
     // Rank 0 wrote its record, or refused the settings (2: nothing ran, nothing to record).
     const int code = WEXITSTATUS(status0);

@@ -35,7 +35,8 @@ RunConfig verify_defaults() {
 
 // The run settings verify takes, from the settings table: those that define a run's model,
 // optimizer, step, shape and device, but for those each check sets itself, and how the ranks
-// meet (--dist-timeout).
+// meet (--dist-timeout, and across hosts --nproc-per-node, --node-rank, --master-addr,
+// --master-port, --ifname).
 std::vector<std::string> verify_setting_names() {
   // Set by verify: --strategy and --dtype (its own options) say which strategies and dtypes
   // are checked, and the step's parts with them; dropout is forced on or off per check; a
@@ -54,7 +55,9 @@ std::vector<std::string> verify_setting_names() {
   std::vector<std::string> names;
   for (const Setting& s : run_settings()) {
     const bool defines = s.role == SettingRole::kDefines && sections.count(s.section) > 0;
-    if ((defines && set_by_verify.count(s.name) == 0) || s.name == "dist-timeout")
+    static const std::set<std::string> meeting = {"dist-timeout", "nproc-per-node", "node-rank",
+                                                  "master-addr",  "master-port",    "ifname"};
+    if ((defines && set_by_verify.count(s.name) == 0) || meeting.count(s.name) > 0)
       names.push_back(s.name);
   }
   return names;
@@ -71,7 +74,9 @@ bool verify_ranks(const RunConfig& c, const RankEnv& env, const VerifyOptions& o
   torch::Device device = parse_device(c.device);
   if (device.is_cuda() && !device.has_index())  // a GPU per rank, as a run's session does
     device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
-  const auto comm = connect_ranks(env, device, c.dist_timeout_s);
+  RankEnv meeting = env;
+  if (!c.ifname.empty()) meeting.ifname = c.ifname;
+  const auto comm = connect_ranks(meeting, device, c.dist_timeout_s);
   checks = verify_sharding(c, comm, options);
   torch::Tensor failed = torch::zeros({static_cast<int64_t>(checks.size())}, torch::kFloat64);
   for (size_t i = 0; i < checks.size(); ++i)

@@ -2,16 +2,24 @@
 // CPU, NCCL on CUDA (in a build against a CUDA LibTorch).
 #include "gradscope/comm/comm.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <map>
+#include <thread>
 #include <utility>
 
 #include <fmt/format.h>
 
 #include "gradscope/core/env.h"
 #include "gradscope/core/error.h"
+#include "gradscope/core/plain_text.h"
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -55,7 +63,7 @@ struct Done : PendingCollective {
 
 class SingleRank : public Communicator {
  public:
-  SingleRank() : Communicator(0, 1) {}
+  SingleRank() : Communicator(0, 1) { rank_hosts_ = {this_host_name()}; }
   std::unique_ptr<PendingCollective> allreduce_async(const torch::Tensor&) override {
     ++stats_.collectives;
     return std::make_unique<Done>();
@@ -75,9 +83,23 @@ std::chrono::milliseconds millis(double s) {
 // A c10d backend (Gloo or NCCL) behind the Communicator: only Backend's virtual collectives.
 class C10dRanks : public Communicator {
  public:
-  C10dRanks(int rank, int world, const torch::Device& device,
-            c10::intrusive_ptr<c10d::Backend> group)
-      : Communicator(rank, world, device), group_(std::move(group)) {}
+  C10dRanks(const RankEnv& env, const torch::Device& device,
+            c10::intrusive_ptr<c10d::Backend> group, double timeout_s)
+      : Communicator(env.rank, env.world, device),
+        group_(std::move(group)),
+        env_(env),
+        timeout_s_(timeout_s) {}
+
+  // Once the ranks have told each other their hosts: ranks on several hosts take a roll call
+  // when a collective fails, and their collectives leave it its window within the timeout.
+  void met(std::vector<std::string> rank_hosts, std::string ifname) {
+    rank_hosts_ = std::move(rank_hosts);
+    ifname_ = std::move(ifname);
+    if (host_count() <= 1) return;
+    roll_call_ = true;
+    const double window = roll_call_window_s(timeout_s_);
+    group_->setTimeout(millis(std::max(1.0, timeout_s_ - window)));
+  }
 
   std::unique_ptr<PendingCollective> allreduce_async(const torch::Tensor& t) override {
     count_allreduce(static_cast<int64_t>(t.numel() * t.element_size()));
@@ -86,7 +108,7 @@ class C10dRanks : public Communicator {
     const bool staged = t.device() != device_;
     std::vector<at::Tensor> tensors{staged ? t.to(device_) : t};
     try {
-      auto pending = std::make_unique<Pending>(rank_, device_, group_->allreduce(tensors));
+      auto pending = std::make_unique<Pending>(this, group_->allreduce(tensors));
       if (!staged) return pending;
       pending->wait();
       t.copy_(tensors[0]);
@@ -94,7 +116,7 @@ class C10dRanks : public Communicator {
     } catch (const Error&) {
       throw;
     } catch (const std::exception& e) {
-      fail_collective(rank_, "all-reduce", e);
+      lost("all-reduce", e);
     }
   }
   void allgather(std::vector<torch::Tensor>& out, const torch::Tensor& in) override {
@@ -104,7 +126,7 @@ class C10dRanks : public Communicator {
     try {
       finish(group_->allgather(outputs, inputs), device_);
     } catch (const std::exception& e) {
-      fail_collective(rank_, "all-gather", e);
+      lost("all-gather", e);
     }
   }
   void broadcast(const torch::Tensor& t, int root) override {
@@ -115,7 +137,7 @@ class C10dRanks : public Communicator {
     try {
       finish(group_->broadcast(tensors, o), device_);
     } catch (const std::exception& e) {
-      fail_collective(rank_, "broadcast", e);
+      lost("broadcast", e);
     }
   }
 
@@ -128,21 +150,77 @@ class C10dRanks : public Communicator {
     work->wait();
     if (device.is_cuda()) torch::cuda::synchronize(device.index());
   }
+  // Waited for while its communicator lives (the strategies wait before they let go of it).
   struct Pending : PendingCollective {
-    Pending(int r, const torch::Device& d, Work w) : rank(r), device(d), work(std::move(w)) {}
+    Pending(C10dRanks* o, Work w) : owner(o), work(std::move(w)) {}
     void wait() override {
       try {
-        finish(work, device);
+        finish(work, owner->device_);
       } catch (const std::exception& e) {
-        fail_collective(rank, "all-reduce", e);
+        owner->lost("all-reduce", e);
       }
     }
     bool done() override { return work->isCompleted(); }
-    int rank;
-    torch::Device device;
+    C10dRanks* owner;
     Work work;
   };
+
+  // A failed collective's error; across hosts, with what the roll call found.
+  [[noreturn]] void lost(const std::string& what, const std::exception& e) {
+    std::string why = e.what();
+    why = why.substr(0, why.find('\n'));
+    if (why.size() > 300) why = why.substr(0, 300) + "...";
+    if (roll_call_) {
+      roll_call_ = false;  // once: a later failure of this rank says only its own
+      why += "; " + roll_call();
+    }
+    throw PeerLost(fmt::format("rank {}: {} failed: {}", rank_, what, why),
+                   "another rank stopped (its error is in its own output), or did not answer "
+                   "within --dist-timeout");
+  }
+
+  // Every surviving rank checks in at the meeting point and waits the window for the others:
+  // those that do not are on a host that was lost (killed, or cut off). A rank that cannot
+  // reach the meeting point itself has lost node 0, which hosts it.
+  std::string roll_call() {
+    const double window = roll_call_window_s(timeout_s_);
+    const auto deadline = std::chrono::steady_clock::now() + millis(window);
+    std::vector<int> absent;
+    try {
+      c10d::TCPStoreOptions o;
+      o.port = static_cast<std::uint16_t>(env_.master_port);
+      o.isServer = false;
+      o.waitWorkers = false;
+      o.timeout = millis(window);
+      auto client = c10::make_intrusive<c10d::TCPStore>(env_.master_addr, o);
+      c10d::PrefixStore calls("gradscope/roll-call", client);
+      calls.set(std::to_string(rank_), std::vector<uint8_t>{1});
+      std::vector<bool> here(static_cast<size_t>(world_), false);
+      here[static_cast<size_t>(rank_)] = true;
+      while (true) {
+        bool all = true;
+        for (int r = 0; r < world_; ++r) {
+          const auto i = static_cast<size_t>(r);
+          if (!here[i]) here[i] = calls.check({std::to_string(r)});
+          all = all && here[i];
+        }
+        if (all || std::chrono::steady_clock::now() >= deadline) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+      for (int r = 0; r < world_; ++r)
+        if (!here[static_cast<size_t>(r)]) absent.push_back(r);
+    } catch (const std::exception&) {
+      return fmt::format("the meeting point at {}:{} cannot be reached: lost {}",
+                         env_.master_addr, env_.master_port, hosts_of_ranks(rank_hosts_, {0}));
+    }
+    if (absent.empty()) return "every rank answered the roll call";
+    return fmt::format("no answer to the roll call from {}", hosts_of_ranks(rank_hosts_, absent));
+  }
+
   c10::intrusive_ptr<c10d::Backend> group_;
+  RankEnv env_;
+  double timeout_s_;
+  bool roll_call_ = false;
 };
 
 }  // namespace
@@ -203,6 +281,12 @@ std::optional<RankEnv> rank_env_from_environment() {
     return std::nullopt;
   }
   if (env.world <= 1) return std::nullopt;
+  if (const char* ifname = env_text("GLOO_SOCKET_IFNAME")) {
+    check_usage(is_plain_name(ifname, 15),
+                "environment variable GLOO_SOCKET_IFNAME is no network interface name",
+                "set it to an interface `ip link` lists (eth0, ib0), or unset it");
+    env.ifname = ifname;
+  }
   return env;
 }
 
@@ -296,6 +380,68 @@ void Communicator::count_broadcast(int64_t bytes, int root) {
 
 std::shared_ptr<Communicator> single_rank_communicator() { return std::make_shared<SingleRank>(); }
 
+int Communicator::host_count() const {
+  std::vector<std::string> hosts = rank_hosts_;
+  std::sort(hosts.begin(), hosts.end());
+  return std::max<int>(1, static_cast<int>(std::unique(hosts.begin(), hosts.end()) -
+                                           hosts.begin()));
+}
+
+std::string this_host_name() {
+  char name[256] = {};
+  if (gethostname(name, sizeof name - 1) != 0 || name[0] == 0) return "unnamed-host";
+  return plain_name_from(name, 64);
+}
+
+std::string hosts_of_ranks(const std::vector<std::string>& rank_hosts,
+                           const std::vector<int>& ranks) {
+  std::map<std::string, std::vector<int>> by_host;
+  std::vector<std::string> order;
+  for (int r : ranks) {
+    const std::string host = r >= 0 && r < static_cast<int>(rank_hosts.size())
+                                 ? rank_hosts[static_cast<size_t>(r)]
+                                 : "an unknown host";
+    if (!by_host.count(host)) order.push_back(host);
+    by_host[host].push_back(r);
+  }
+  std::string out;
+  for (const std::string& host : order) {
+    const std::vector<int>& rs = by_host[host];
+    std::string list;
+    for (int r : rs) list += (list.empty() ? "" : ", ") + std::to_string(r);
+    out += fmt::format("{}host {} (rank{} {})", out.empty() ? "" : ", ", host,
+                       rs.size() > 1 ? "s" : "", list);
+  }
+  return out;
+}
+
+double roll_call_window_s(double timeout_s) {
+  return std::clamp(kRollCallShare * timeout_s, 1.0, kRollCallMaxS);
+}
+
+LinkProbe Communicator::probe_link(int64_t min_bytes, int64_t max_bytes, int repeats) {
+  const CommStats before = stats_;  // the probe is no part of the run's traffic
+  LinkProbe p;
+  p.repeats = repeats;
+  // All ranks must agree on each size: they go on by the mean of their times.
+  const auto timed = [&](int64_t bytes) {
+    torch::Tensor t = torch::ones({bytes / 4}, torch::kFloat32).to(device_);
+    const auto t0 = std::chrono::steady_clock::now();
+    allreduce(t);
+    const double s = Seconds(std::chrono::steady_clock::now() - t0).count();
+    return sum(s) / world_;
+  };
+  int64_t bytes = min_bytes;
+  timed(bytes);  // the connections' first use
+  while (bytes < max_bytes && timed(bytes) < 0.1) bytes *= 4;
+  p.bytes = std::min(bytes, max_bytes);
+  p.best_s = std::numeric_limits<double>::infinity();
+  for (int i = 0; i < repeats; ++i) p.best_s = std::min(p.best_s, timed(p.bytes));
+  p.bus_bytes_per_s = 2.0 * (world_ - 1) / world_ * static_cast<double>(p.bytes) / p.best_s;
+  stats_ = before;
+  return p;
+}
+
 std::shared_ptr<Communicator> connect_ranks(const RankEnv& env, const torch::Device& device,
                                             double timeout_s) {
 #ifndef USE_C10D_NCCL
@@ -331,7 +477,9 @@ std::shared_ptr<Communicator> connect_ranks(const RankEnv& env, const torch::Dev
       options->timeout = millis(timeout_s);
       auto group =
           c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, env.rank, env.world, options);
-      return std::make_shared<C10dRanks>(env.rank, env.world, device, std::move(group));
+      auto ranks = std::make_shared<C10dRanks>(env, device, std::move(group), timeout_s);
+      ranks->met(ranks->gather_text(this_host_name()), env.ifname);
+      return ranks;
     } catch (const std::exception& e) {
       fail_collective(env.rank, "meeting the other ranks (NCCL)", e);
     }
@@ -339,41 +487,86 @@ std::shared_ptr<Communicator> connect_ranks(const RankEnv& env, const torch::Dev
 #endif
   auto options = c10d::ProcessGroupGloo::Options::create();
   options->timeout = millis(timeout_s);
+  std::shared_ptr<C10dRanks> ranks;
   try {
-    if (const char* ifname = env_text("GLOO_SOCKET_IFNAME"))
-      options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+    if (!env.ifname.empty())
+      options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(env.ifname));
     else if (env.master_addr == "127.0.0.1" || env.master_addr == "localhost")
       options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
     else
       options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
     auto group =
         c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, env.rank, env.world, options);
-    return std::make_shared<C10dRanks>(env.rank, env.world, torch::Device(torch::kCPU),
-                                       std::move(group));
+    ranks = std::make_shared<C10dRanks>(env, torch::Device(torch::kCPU), std::move(group),
+                                        timeout_s);
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
     fail_collective(env.rank, "meeting the other ranks", e);
   }
+  ranks->met(ranks->gather_text(this_host_name()), env.ifname);
+  return ranks;
 }
 
 struct HostedStore::Impl {
   c10::intrusive_ptr<c10d::TCPStore> store;
 };
 
-HostedStore::HostedStore(int world, double timeout_s) : impl_(std::make_unique<Impl>()) {
+namespace {
+
+// A TCP socket bound to `address`:`port` (not yet listening), for the store to take over: so
+// that the meeting point listens on that address alone, not on every interface of the host.
+int bound_socket(const std::string& address, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  const std::string service = std::to_string(port);
+  const int rc = getaddrinfo(address.c_str(), service.c_str(), &hints, &found);
+  check_usage(rc == 0 && found,
+              fmt::format("cannot resolve --master-addr '{}': {}", address, gai_strerror(rc)),
+              "pass an address of node 0 (an IP address, or a name every host resolves)");
+  std::string why;
+  int fd = -1;
+  for (addrinfo* a = found; a && fd < 0; a = a->ai_next) {
+    fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    const int on = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+    if (bind(fd, a->ai_addr, a->ai_addrlen) != 0) {
+      why = std::strerror(errno);
+      close(fd);
+      fd = -1;
+    }
+  }
+  freeaddrinfo(found);
+  check_usage(fd >= 0,
+              fmt::format("the meeting point cannot listen on {}:{}: {}", address, port, why),
+              "on node 0, --master-addr must be an address of this host and --master-port a "
+              "free port");
+  return fd;
+}
+
+}  // namespace
+
+HostedStore::HostedStore(int world, double timeout_s, const std::string& address, int port)
+    : impl_(std::make_unique<Impl>()) {
   c10d::TCPStoreOptions o;
-  o.port = 0;  // the system picks a free one
+  o.port = static_cast<std::uint16_t>(port);
   o.isServer = true;
   o.numWorkers = world;
   o.waitWorkers = false;
   o.timeout = millis(timeout_s);
+  const int fd = bound_socket(address, port);
+  o.masterListenFd = fd;  // the store listens on it and closes it
   try {
-    impl_->store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", o);
+    impl_->store = c10::make_intrusive<c10d::TCPStore>(address, o);
   } catch (const std::exception& e) {
+    close(fd);
     std::string why = e.what();
     fail_runtime("cannot host the ranks' meeting point: " + why.substr(0, why.find('\n')),
-                 "the system refused a local TCP port");
+                 "the system refused a TCP port on " + address);
   }
   port_ = impl_->store->getPort();
 }

@@ -42,6 +42,9 @@ struct RankEnv {
   int master_port = 0;
   std::string launcher;       // "gradscope", "torchrun" or "slurm"
   bool store_hosted = false;  // the launcher hosts the store: rank 0 connects as a client too
+  // The network interface the ranks reach each other on (GLOO_SOCKET_IFNAME, or --ifname);
+  // "" = the address the host name resolves to (127.0.0.1 when the ranks meet there).
+  std::string ifname;
 };
 
 // The environment variables gradscope run --nproc sets in each rank it starts (beside
@@ -76,6 +79,16 @@ struct CommStats {
   int64_t bytes_sent = 0;
 };
 
+// The link between the hosts, measured (Communicator::probe_link). bus_bytes_per_s is what a
+// link must carry per second for the fastest time: the ring algorithm's 2(N-1)/N of the
+// buffer over it (NCCL's "bus bandwidth").
+struct LinkProbe {
+  int64_t bytes = 0;    // the buffer all-reduced
+  int repeats = 0;
+  double best_s = 0;    // the fastest of the repeats
+  double bus_bytes_per_s = 0;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -98,6 +111,19 @@ class Communicator {
 
   const CommStats& stats() const { return stats_; }
 
+  // Each rank's host name, in rank order, as the ranks told each other when they met (one
+  // entry, this host's, for a single rank).
+  const std::vector<std::string>& rank_hosts() const { return rank_hosts_; }
+  // Distinct hosts among the ranks.
+  int host_count() const;
+  // The network interface the ranks use ("" when chosen by the host name).
+  const std::string& interface_name() const { return ifname_; }
+
+  // The link between the ranks, measured: all-reduces of one buffer, from min_bytes growing
+  // 4-fold while one takes under 0.1 s (up to max_bytes), then the best of `repeats`. Every
+  // rank must call it at once. Its traffic is left out of stats().
+  LinkProbe probe_link(int64_t min_bytes, int64_t max_bytes, int repeats);
+
   // Where the collectives' tensors live (NCCL takes CUDA tensors only): sum and gather_text
   // make theirs there.
   const torch::Device& device() const { return device_; }
@@ -112,7 +138,16 @@ class Communicator {
   int rank_, world_;
   torch::Device device_;
   CommStats stats_;
+  std::vector<std::string> rank_hosts_;
+  std::string ifname_;
 };
+
+// This host's name (gethostname), cut to a plain name: what the ranks tell each other.
+std::string this_host_name();
+
+// "gs-host2 (ranks 2, 3)": the hosts of `ranks`, each with its ranks, for messages.
+std::string hosts_of_ranks(const std::vector<std::string>& rank_hosts,
+                           const std::vector<int>& ranks);
 
 // One rank alone: every collective is the identity. Sharded runs of one rank use it, so that
 // --nproc 1 with --shard measures the same code without a transport.
@@ -120,18 +155,31 @@ std::shared_ptr<Communicator> single_rank_communicator();
 
 // Meets the other ranks (TCPStore at env.master_addr:master_port, rank 0 hosting it unless the
 // launcher does) and builds the process group: Gloo on the CPU, NCCL on CUDA (a usage error in
-// a build without CUDA). A collective or the meeting that waits longer than timeout_s fails
-// with a runtime error, as does one whose peer died (its connection closes). On CUDA, waiting
-// for a collective waits for the device to finish it and whatever was queued before it; a
-// CPU tensor handed to a CUDA communicator is reduced on the device and copied back.
+// a build without CUDA); then the ranks tell each other their hosts. A collective or the
+// meeting that waits longer than timeout_s fails with a PeerLost error, as does one whose peer
+// died (its connection closes). On CUDA, waiting for a collective waits for the device to
+// finish it and whatever was queued before it; a CPU tensor handed to a CUDA communicator is
+// reduced on the device and copied back.
+//
+// Ranks on several hosts: a failed collective first takes a roll call at the meeting point
+// (each surviving rank checks in; kRollCallShare of timeout_s, at most kRollCallMaxS) and its
+// error names the hosts whose ranks did not answer, or node 0's when the meeting point cannot
+// be reached. Their collectives wait the rest of timeout_s, so that every rank ends within it.
 std::shared_ptr<Communicator> connect_ranks(const RankEnv& env, const torch::Device& device,
                                             double timeout_s);
 
-// The rendezvous store gradscope run --nproc hosts for its ranks, on a port the system picks
-// (so no port in use can be taken). Lives until destroyed.
+constexpr double kRollCallShare = 0.1;
+constexpr double kRollCallMaxS = 5;
+// The roll call's window for a --dist-timeout: kRollCallShare of it, 1 to kRollCallMaxS s.
+double roll_call_window_s(double timeout_s);
+
+// The rendezvous store gradscope run hosts for its ranks, listening on `address` alone (an
+// address of this host) at `port`; port 0 = one the system picks (so no port in use can be
+// taken), as for ranks on this machine at 127.0.0.1. Lives until destroyed.
 class HostedStore {
  public:
-  HostedStore(int world, double timeout_s);
+  HostedStore(int world, double timeout_s, const std::string& address = "127.0.0.1",
+              int port = 0);
   ~HostedStore();
   HostedStore(const HostedStore&) = delete;
   HostedStore& operator=(const HostedStore&) = delete;

@@ -168,6 +168,16 @@ struct RunConfig {
   // Ranks (processes) that train together; each reads its share of every micro-batch, so a
   // step sees global_batch() samples.
   int64_t nproc = 1;
+  // Hosts the ranks are spread over, nproc / nnodes on each (torchrun's vocabulary). With
+  // several, each host starts its own ranks (`gradscope run --nnodes M --node-rank R ...`)
+  // and they meet at master_addr:master_port, which node 0's launcher hosts.
+  int64_t nnodes = 1;
+  int64_t nproc_per_node = 0;  // as given (--nproc-per-node); 0 = not given, nproc holds all
+  int64_t node_rank = 0;
+  std::string master_addr;    // with nnodes > 1: node 0's address, reachable from every host
+  int64_t master_port = 29500;
+  std::string ifname;  // the network interface the ranks use ("" = GLOO_SOCKET_IFNAME, else
+                       // the address the host name resolves to)
   Shard shard = Shard::kNone;
   int64_t bucket_bytes = 25LL << 20;  // gradients reduced together (ddp, zero) or gathered
   double dist_timeout_s = 120;        // a collective that waits longer fails the run
@@ -202,6 +212,14 @@ struct RunConfig {
   // Samples of one optimizer step on one rank, and over all ranks.
   int64_t effective_batch() const { return batch * accum_steps; }
   int64_t global_batch() const { return effective_batch() * nproc; }
+  // n ranks on one host: what a reference run or a what-if of this configuration is.
+  void set_ranks_on_one_host(int64_t n) {
+    nproc = n;
+    nnodes = 1;
+    nproc_per_node = 0;
+    node_rank = 0;
+    master_addr.clear();
+  }
   // How a step is computed, from the strategy and the settings that refine it. A usage error
   // when they disagree (--strategy standard with --accum-steps 4, --recompute attention with
   // --checkpoint-policy mlp).

@@ -328,6 +328,14 @@ nlohmann::json rank_figures_to_json(const RankFigures& f);
 // A usage error names `path` and the key of a value of the wrong type.
 RankFigures rank_figures_from_json(const nlohmann::json& j, const std::string& path = "rank");
 
+// The link between the hosts of a run's ranks, measured as they met (docs/metrics.md).
+struct RunLink {
+  int64_t probe_bytes = 0;  // the buffer all-reduced
+  int64_t repeats = 0;
+  double best_s = 0;        // the fastest all-reduce of it
+  double bus_bytes_per_s = 0;  // 2(N-1)/N x probe_bytes / best_s
+};
+
 // How a run with several ranks was spread (null for one process).
 struct RunDistributed {
   int64_t world = 1;
@@ -337,6 +345,12 @@ struct RunDistributed {
   int64_t flat_params = 0;         // trainable elements laid end to end
   int64_t shard_params = 0;        // of them, one rank's share (zero, fsdp) or all (ddp)
   std::vector<RankFigures> ranks;  // in rank order
+  // Distinct hosts among the ranks, and each rank's host in rank order (as the ranks told each
+  // other when they met; empty in records that predate it).
+  int64_t nnodes = 1;
+  std::vector<std::string> hosts;
+  std::optional<std::string> interface;  // the network interface named for the ranks
+  std::optional<RunLink> link;           // with several hosts
 };
 
 struct RunRecord {

@@ -347,6 +347,17 @@ struct Fields<RankFigures> {
 };
 
 template <>
+struct Fields<RunLink> {
+  template <typename V, typename S>
+  static void visit(V& v, S& l) {
+    v("probe_bytes", l.probe_bytes);
+    v("repeats", l.repeats);
+    v("best_s", l.best_s);
+    v("bus_bytes_per_s", l.bus_bytes_per_s);
+  }
+};
+
+template <>
 struct Fields<RunDistributed> {
   template <typename V, typename S>
   static void visit(V& v, S& d) {
@@ -357,6 +368,10 @@ struct Fields<RunDistributed> {
     v("flat_params", d.flat_params);
     v("shard_params", d.shard_params);
     v("ranks", d.ranks);
+    v("nnodes", d.nnodes);
+    v("hosts", d.hosts);
+    v.if_set("interface", d.interface);
+    v.if_set("link", d.link);
   }
 };
 

@@ -310,6 +310,9 @@ Setting choice_row(std::string name, std::string key, Member RunConfig::*member,
 // The rows from how a step is computed to the outputs, appended to `t` in --help's order
 // (settings_table_rows.cpp).
 void add_step_to_output_rows(std::vector<Setting>& t);
+// The rows of the ranks a run trains on and where they meet (--nproc, --nnodes, --shard, ...),
+// appended to `t` (settings_rank_rows.cpp); add_step_to_output_rows calls it.
+void add_rank_rows(std::vector<Setting>& t);
 
 }  // namespace setting_rows
 }  // namespace gradscope

@@ -308,74 +308,7 @@ void add_step_to_output_rows(std::vector<Setting>& t) {
     };
     t.push_back(std::move(s));
   }
-  {
-    Setting s = member_row("nproc", "nproc", &RunConfig::nproc, T::kInteger, R::kDefines,
-                           S::kDevice,
-                           "Ranks (processes) that train together, with --shard; each reads its "
-                           "share of every step (global batch = batch x accum-steps x nproc). "
-                           "gradscope run starts them itself (at most the cores it may run on + 4 "
-                           "ranks), or each is started by torchrun or srun "
-                           "(docs/distributed.md)");
-    s.check = [flag = s.flag()](const RunConfig& c) {
-      check_usage(c.nproc >= 1 && c.nproc <= 1024,
-                  fmt::format("{} {} must be between 1 and 1024", flag, c.nproc),
-                  "pass the number of ranks, e.g. --nproc 2");
-      check_usage(c.nproc == 1 || c.shard != Shard::kNone,
-                  fmt::format("{} {} needs a way to share the work: --shard", flag, c.nproc),
-                  "add --shard ddp (or zero1, zero2, fsdp)");
-      check_usage(c.nproc == 1 || !c.lr_auto,
-                  fmt::format("--lr auto searches with one process, not with {} {}", flag, c.nproc),
-                  "find the rate with one process, then pass it with --lr");
-    };
-    // In the id only with several ranks: the key is newer than the first records.
-    s.write = [](const RunConfig& c, json& out, JsonPurpose purpose) {
-      if (purpose == JsonPurpose::kRecord || c.nproc != 1) out["nproc"] = c.nproc;
-    };
-    t.push_back(std::move(s));
-  }
-  {
-    Setting s = choice_row<Shard>(
-        "shard", "shard", &RunConfig::shard, S::kDevice,
-        "How --nproc ranks share a step: none (one process), ddp (gradients all-reduced in "
-        "buckets as backward makes them), zero1 (optimizer state split over the ranks), zero2 "
-        "(also gradients), fsdp (also parameters, gathered per block)",
-        parse_shard, shard_name, shard_names());
-    s.write = [](const RunConfig& c, json& out, JsonPurpose purpose) {
-      if (purpose == JsonPurpose::kRecord || c.shard != Shard::kNone)
-        out["shard"] = shard_name(c.shard);
-    };
-    t.push_back(std::move(s));
-  }
-  {
-    Setting s = member_row("bucket-size", "bucket_bytes", &RunConfig::bucket_bytes, T::kBytes,
-                           R::kDefines, S::kDevice,
-                           "With --shard: gradients reduced (and parameters gathered) in "
-                           "buckets of this many bytes; a bucket is the transient buffer of "
-                           "one collective");
-    s.parse = [](RunConfig& c, const std::string& text) { c.bucket_bytes = parse_bytes(text); };
-    s.check = [flag = s.flag()](const RunConfig& c) {
-      check_usage(c.bucket_bytes >= 1024, fmt::format("{} {} is below 1KiB", flag, c.bucket_bytes),
-                  "write a size such as 25MiB");
-    };
-    s.write = [](const RunConfig& c, json& out, JsonPurpose purpose) {
-      if (purpose == JsonPurpose::kRecord || c.shard != Shard::kNone)
-        out["bucket_bytes"] = c.bucket_bytes;
-    };
-    t.push_back(std::move(s));
-  }
-  {
-    Setting s = member_row("dist-timeout", "dist_timeout_s", &RunConfig::dist_timeout_s,
-                           T::kNumber, R::kMeasures, S::kDevice,
-                           "With --nproc: seconds the ranks wait for each other (to meet, and in "
-                           "a collective) before the run fails; a rank that dies ends the others "
-                           "sooner, when its connections close");
-    s.check = [flag = s.flag()](const RunConfig& c) {
-      check_usage(c.dist_timeout_s >= 1 && std::isfinite(c.dist_timeout_s),
-                  fmt::format("{} {} must be at least 1 second", flag, c.dist_timeout_s),
-                  "pass e.g. --dist-timeout 120");
-    };
-    t.push_back(std::move(s));
-  }
+  add_rank_rows(t);
   {
     Setting s = member_row("timeout", "timeout_s", &RunConfig::timeout_s, T::kNumber,
                            R::kMeasures, S::kDevice,

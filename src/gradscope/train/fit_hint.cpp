@@ -194,7 +194,7 @@ void add_training_methods(const RunConfig& run, std::vector<Candidate>& out) {
     if (n <= run.nproc || global_micro % n != 0) continue;
     for (Shard mode : {Shard::kZero1, Shard::kZero2, Shard::kFsdp}) {
       RunConfig c = run;
-      c.nproc = n;
+      c.set_ranks_on_one_host(n);
       c.shard = mode;
       c.batch = global_micro / n;
       out.push_back({fmt::format("{} over {} ranks", shard_name(mode), n), c, Tier::kDevices,

@@ -19,6 +19,7 @@
 #include "gradscope/optim/factory.h"
 #include "gradscope/strategy/shard.h"
 #include "gradscope/train/estimate.h"
+#include "gradscope/train/rank_meeting.h"
 #include "gradscope/train/train_state.h"
 #include "gradscope/train/weights_io.h"
 
@@ -151,7 +152,7 @@ void check_step_buffers(const RunConfig& c) {
 // A configuration the estimate has no model of is left to the build.
 void check_cap_holds_parameters(const RunConfig& given, int64_t cap_bytes) {
   RunConfig whole = given;
-  whole.nproc = 1;
+  whole.set_ranks_on_one_host(1);
   whole.shard = Shard::kNone;
   int64_t params_bytes = 0;
   try {
@@ -343,8 +344,12 @@ void Session::meet_ranks(const SessionOptions& options) {
         env->world == c.nproc,
         fmt::format("--nproc {} but {} started {} ranks", c.nproc, env->launcher, env->world),
         "pass --nproc equal to the launcher's number of ranks");
-    comm_ = connect_ranks(*env, device_, c.dist_timeout_s);
+    RankEnv meeting = *env;
+    if (!c.ifname.empty()) meeting.ifname = c.ifname;
+    comm_ = connect_ranks(meeting, device_, c.dist_timeout_s);
     launcher_ = env->launcher;
+    check_same_run(*comm_, c);
+    link_ = probe_hosts_link(*comm_);
   } else if (c.shard != Shard::kNone) {
     comm_ = single_rank_communicator();
     launcher_ = "single";

@@ -122,6 +122,8 @@ class Session {
   int world() const { return comm_ ? comm_->world() : 1; }
   // How the ranks were started ("" for one process).
   const std::string& launcher() const { return launcher_; }
+  // The link between the ranks' hosts, measured when they met; nullopt on one host.
+  const std::optional<LinkProbe>& link() const { return link_; }
 
   // With several ranks each keeps its own training state: --save-state DIR and --resume DIR
   // become DIR/rank-R (every rank's shard of the optimizer state and its dropout stream).
@@ -160,6 +162,7 @@ class Session {
   LoraOptions lora_options_;
   std::shared_ptr<Communicator> comm_;
   std::string launcher_;
+  std::optional<LinkProbe> link_;
   std::unique_ptr<Strategy> strategy_;
   std::unique_ptr<Updater> updater_;
   double lr_ = 0;

@@ -649,6 +649,11 @@ void Trainer::distributed_part(RunRecord& record, const ShardFigures& shard, int
   d.backend = comm.world() > 1 ? "gloo" : "none";
   d.flat_params = shard.flat_elements;
   d.shard_params = shard.shard_elements;
+  d.hosts = comm.rank_hosts();
+  d.nnodes = comm.host_count();
+  if (!comm.interface_name().empty()) d.interface = comm.interface_name();
+  if (const auto& probe = session_->link())
+    d.link = RunLink{probe->bytes, probe->repeats, probe->best_s, probe->bus_bytes_per_s};
   const RankFigures mine = rank_figures_of(record, comm.rank(), shard.buffer_peak_bytes, timed_sent,
                                            timed_run, shard.reduced_bytes, shard.overlapped_bytes);
   // Every rank ends its loop at the same step with the same status, except when one failed on

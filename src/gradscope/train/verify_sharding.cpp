@@ -124,7 +124,7 @@ std::vector<VerifyCheck> verify_sharding(const RunConfig& config,
   for (const Dtype dtype : dtypes) {
     RunConfig one = base;
     one.dtype = dtype;
-    one.nproc = 1;
+    one.set_ranks_on_one_host(1);
     one.shard = Shard::kNone;
     one.batch = config.batch * world;
     SessionOptions alone;
