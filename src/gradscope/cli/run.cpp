@@ -146,6 +146,10 @@ int run_silent_rank(Trainer& trainer) {
   const bool own_failure = record.status == RunStatus::kError ||
                            record.status == RunStatus::kOom ||
                            record.status == RunStatus::kCrashed;
+  // Rank 0's record may not hold it (rank 0 may be the one lost): this rank's output does.
+  if (own_failure && record.failure)
+    log_warn("{} at step {}: {}", status_name(record.status),
+             record.failure->step.value_or(0), record.failure->message);
   return own_failure ? 1 : 0;
 }
 

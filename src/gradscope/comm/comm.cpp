@@ -97,8 +97,9 @@ class C10dRanks : public Communicator {
     ifname_ = std::move(ifname);
     if (host_count() <= 1) return;
     roll_call_ = true;
+    // The roll call's window, then as long again to record the failure and end.
     const double window = roll_call_window_s(timeout_s_);
-    group_->setTimeout(millis(std::max(1.0, timeout_s_ - window)));
+    group_->setTimeout(millis(std::max(1.0, timeout_s_ - 2 * window)));
   }
 
   std::unique_ptr<PendingCollective> allreduce_async(const torch::Tensor& t) override {
@@ -170,11 +171,12 @@ class C10dRanks : public Communicator {
     std::string why = e.what();
     why = why.substr(0, why.find('\n'));
     if (why.size() > 300) why = why.substr(0, 300) + "...";
+    std::string lost_host;
     if (roll_call_) {
       roll_call_ = false;  // once: a later failure of this rank says only its own
-      why += "; " + roll_call();
+      lost_host = "; " + roll_call();
     }
-    throw PeerLost(fmt::format("rank {}: {} failed: {}", rank_, what, why),
+    throw PeerLost(fmt::format("rank {}: {} failed{}: {}", rank_, what, lost_host, why),
                    "another rank stopped (its error is in its own output), or did not answer "
                    "within --dist-timeout");
   }
@@ -186,6 +188,12 @@ class C10dRanks : public Communicator {
     const double window = roll_call_window_s(timeout_s_);
     const auto deadline = std::chrono::steady_clock::now() + millis(window);
     std::vector<int> absent;
+    // c10d logs a failed connection with a stack trace: this rank's message says it instead.
+    struct Quiet {
+      int before = FLAGS_caffe2_log_level;
+      Quiet() { FLAGS_caffe2_log_level = 3; }
+      ~Quiet() { FLAGS_caffe2_log_level = before; }
+    } quiet;
     try {
       c10d::TCPStoreOptions o;
       o.port = static_cast<std::uint16_t>(env_.master_port);
@@ -210,11 +218,11 @@ class C10dRanks : public Communicator {
       for (int r = 0; r < world_; ++r)
         if (!here[static_cast<size_t>(r)]) absent.push_back(r);
     } catch (const std::exception&) {
-      return fmt::format("the meeting point at {}:{} cannot be reached: lost {}",
-                         env_.master_addr, env_.master_port, hosts_of_ranks(rank_hosts_, {0}));
+      return fmt::format("lost node 0, {}: its meeting point at {}:{} cannot be reached",
+                         hosts_of_ranks(rank_hosts_, {0}), env_.master_addr, env_.master_port);
     }
     if (absent.empty()) return "every rank answered the roll call";
-    return fmt::format("no answer to the roll call from {}", hosts_of_ranks(rank_hosts_, absent));
+    return fmt::format("lost {}: no answer to the roll call", hosts_of_ranks(rank_hosts_, absent));
   }
 
   c10::intrusive_ptr<c10d::Backend> group_;

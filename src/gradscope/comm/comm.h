@@ -164,7 +164,8 @@ std::shared_ptr<Communicator> single_rank_communicator();
 // Ranks on several hosts: a failed collective first takes a roll call at the meeting point
 // (each surviving rank checks in; kRollCallShare of timeout_s, at most kRollCallMaxS) and its
 // error names the hosts whose ranks did not answer, or node 0's when the meeting point cannot
-// be reached. Their collectives wait the rest of timeout_s, so that every rank ends within it.
+// be reached. Their collectives wait timeout_s less twice that window (the roll call, then
+// writing down the failure), so that every rank ends within timeout_s.
 std::shared_ptr<Communicator> connect_ranks(const RankEnv& env, const torch::Device& device,
                                             double timeout_s);
 
