@@ -101,6 +101,10 @@ inline RunRecord full_record() {
   r.memory = m;
   r.distributed = RunDistributed{2, "zero2", "gradscope", "gloo", 4000, 2000,
                                  {sample_rank(0), sample_rank(1)}};
+  r.distributed->nnodes = 2;
+  r.distributed->hosts = {"node-a", "node-b"};
+  r.distributed->interface = "eth0";
+  r.distributed->link = RunLink{1048576, 3, 0.0625, 16777216.0};
   r.utilization = RunUtilization{"cpu", 80.5, 81.5, 95.5, 2, "process cpu time"};
   RunContention c;
   c.steps = 1;
