@@ -25,6 +25,7 @@ inline RankFigures sample_rank(int64_t rank) {
   f.comm_s = 0.25;
   f.backward_s = 0.5;
   f.bytes_sent_per_step = 4096.5;
+  f.comm_wait_per_step_s = 0.03125;
   f.overlapped_share = 0.75;
   return f;
 }

@@ -125,7 +125,7 @@ class C10dRanks : public Communicator {
     std::vector<std::vector<at::Tensor>> outputs{out};
     std::vector<at::Tensor> inputs{in};
     try {
-      finish(group_->allgather(outputs, inputs), device_);
+      finish_counted(group_->allgather(outputs, inputs));
     } catch (const std::exception& e) {
       lost("all-gather", e);
     }
@@ -136,7 +136,7 @@ class C10dRanks : public Communicator {
     c10d::BroadcastOptions o;
     o.rootRank = root;
     try {
-      finish(group_->broadcast(tensors, o), device_);
+      finish_counted(group_->broadcast(tensors, o));
     } catch (const std::exception& e) {
       lost("broadcast", e);
     }
@@ -151,12 +151,18 @@ class C10dRanks : public Communicator {
     work->wait();
     if (device.is_cuda()) torch::cuda::synchronize(device.index());
   }
+  // finish(), its time counted as waiting.
+  void finish_counted(const Work& work) {
+    const auto t0 = std::chrono::steady_clock::now();
+    finish(work, device_);
+    stats_.wait_s += Seconds(std::chrono::steady_clock::now() - t0).count();
+  }
   // Waited for while its communicator lives (the strategies wait before they let go of it).
   struct Pending : PendingCollective {
     Pending(C10dRanks* o, Work w) : owner(o), work(std::move(w)) {}
     void wait() override {
       try {
-        finish(work, owner->device_);
+        owner->finish_counted(work);
       } catch (const std::exception& e) {
         owner->lost("all-reduce", e);
       }

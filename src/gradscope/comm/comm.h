@@ -77,6 +77,22 @@ struct CommStats {
   // What this rank sends under the ring algorithms: an all-reduce of n bytes sends
   // 2(N-1)/N n, an all-gather of n bytes per rank (N-1) n, a broadcast (N-1) n from its root.
   int64_t bytes_sent = 0;
+  // Seconds this rank's thread spent blocked on collectives: waiting for an all-reduce it
+  // started, or in a synchronous one (the communication the step could not hide).
+  double wait_s = 0;
+
+  CommStats& operator+=(const CommStats& o) {
+    collectives += o.collectives;
+    bytes_sent += o.bytes_sent;
+    wait_s += o.wait_s;
+    return *this;
+  }
+  friend CommStats operator-(CommStats a, const CommStats& b) {
+    a.collectives -= b.collectives;
+    a.bytes_sent -= b.bytes_sent;
+    a.wait_s -= b.wait_s;
+    return a;
+  }
 };
 
 // The link between the hosts, measured (Communicator::probe_link). bus_bytes_per_s is what a

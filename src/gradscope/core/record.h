@@ -320,6 +320,8 @@ struct RankFigures {
   std::optional<double> backward_s;
   // Bytes this rank sends per timed step by the ring algorithms' volume (docs/metrics.md).
   std::optional<double> bytes_sent_per_step;
+  // Seconds per timed step this rank was blocked on collectives: the exposed communication.
+  std::optional<double> comm_wait_per_step_s;
   // Of the gradients all-reduced, the share whose bucket had finished when backward ended.
   std::optional<double> overlapped_share;
 };

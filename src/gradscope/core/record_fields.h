@@ -342,6 +342,7 @@ struct Fields<RankFigures> {
     v("comm_s", f.comm_s);
     v("backward_s", f.backward_s);
     v("bytes_sent_per_step", f.bytes_sent_per_step);
+    v("comm_wait_per_step_s", f.comm_wait_per_step_s);
     v("overlapped_share", f.overlapped_share);
   }
 };

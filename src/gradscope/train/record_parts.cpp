@@ -298,7 +298,7 @@ std::vector<MemoryFigure> memory_figures(const RunRecord& record) {
 }
 
 RankFigures rank_figures_of(const RunRecord& record, int64_t rank,
-                            int64_t collective_buffer_peak_bytes, int64_t bytes_sent,
+                            int64_t collective_buffer_peak_bytes, const CommStats& timed,
                             int64_t steps_run, int64_t reduced_bytes, int64_t overlapped_bytes) {
   RankFigures f;
   f.rank = rank;
@@ -318,8 +318,11 @@ RankFigures rank_figures_of(const RunRecord& record, int64_t rank,
     f.backward_s = record.time->backward_s;
   }
   // Over this process's timed steps: the bytes are the same each step.
-  if (steps_run > 0)
-    f.bytes_sent_per_step = static_cast<double>(bytes_sent) / static_cast<double>(steps_run);
+  if (steps_run > 0) {
+    f.bytes_sent_per_step =
+        static_cast<double>(timed.bytes_sent) / static_cast<double>(steps_run);
+    f.comm_wait_per_step_s = timed.wait_s / static_cast<double>(steps_run);
+  }
   if (reduced_bytes > 0)
     f.overlapped_share = static_cast<double>(overlapped_bytes) / static_cast<double>(reduced_bytes);
   return f;

@@ -13,6 +13,7 @@
 
 #include <torch/torch.h>
 
+#include "gradscope/comm/comm.h"
 #include "gradscope/core/record.h"
 #include "gradscope/measure/clock.h"
 #include "gradscope/measure/memory.h"
@@ -96,10 +97,11 @@ RunMemory memory_part(const RunTally& tally, const PhaseTimer& timer, const Memo
                       int64_t params_bytes, int64_t frozen_params_bytes,
                       std::optional<int64_t> grads_bytes, bool phase_timing,
                       std::optional<int64_t> collective_buffer_bytes = std::nullopt);
-// This rank's own figures of a run with several ranks, from its record's parts; bytes_sent by
-// the steps_run timed steps of this process (evaluation's collectives left out).
+// This rank's own figures of a run with several ranks, from its record's parts; `timed` is
+// what the collectives of the steps_run timed steps of this process did (evaluation's and the
+// loop's own agreement on stopping left out).
 RankFigures rank_figures_of(const RunRecord& record, int64_t rank,
-                            int64_t collective_buffer_peak_bytes, int64_t bytes_sent,
+                            int64_t collective_buffer_peak_bytes, const CommStats& timed,
                             int64_t steps_run, int64_t reduced_bytes, int64_t overlapped_bytes);
 // Model FLOPs (3 x the analytical forward x tokens per step), achieved FLOP/s and hardware
 // FLOPs (model FLOPs + what checkpointing recomputes per step, estimate.h recompute_flops);

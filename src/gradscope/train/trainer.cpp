@@ -190,7 +190,8 @@ struct Trainer::Loop {
   int64_t saved_step = -1;  // the step of the last training state saved (-1: none)
   bool timed = false;       // the step running is a timed one
   bool agreed_stop = false;  // with several ranks: every rank stops after this step
-  int64_t timed_sent = 0, timed_run = 0;  // bytes sent over this process's timed steps
+  CommStats timed_comm;    // what this process's timed steps' collectives did
+  int64_t timed_run = 0;  // of those steps
 };
 
 RunRecord Trainer::run(ProgressSink* progress) {
@@ -274,7 +275,7 @@ RunRecord Trainer::run(ProgressSink* progress) {
     write_memory_snapshot(rank_output_path(*session_, c.memory_snapshot));
   loop.memory.finish();  // a window the run ended in keeps what it saw
   finish_record(record, loop.tally, loop.timer, loop.sensors,
-                loop.clock.now_s() - loop.run_started, loop.threads, loop.timed_sent,
+                loop.clock.now_s() - loop.run_started, loop.threads, loop.timed_comm,
                 loop.timed_run);
   if (record.memory) record.memory->window = loop.memory.window();
   save_trained_weights(record);
@@ -325,7 +326,7 @@ double Trainer::train_step(Loop& loop, int64_t step) {
   RunTally& tally = loop.tally;
   Updater& updater = *session_->updater();
   Communicator* const comm = session_->communicator().get();
-  const auto bytes_sent = [comm] { return comm ? comm->stats().bytes_sent : int64_t{0}; };
+  const auto comm_stats = [comm] { return comm ? comm->stats() : CommStats{}; };
   loop.timed = step >= c.warmup_steps;
   if (step == c.warmup_steps) {
     tally.timed_wall_start = loop.clock.now_s();
@@ -345,7 +346,7 @@ double Trainer::train_step(Loop& loop, int64_t step) {
   loop.memory.step_begins(step + 1);
   loop.timer.begin_step();
   const MicroBatchSource next = session_->step_batches(step);
-  const int64_t sent_before = bytes_sent();
+  const CommStats comm_before = comm_stats();
   const bool bf16 = c.dtype == Dtype::kBf16;  // autocast around forward and backward
   const UpdateResult r = updater.step(
       [&] {
@@ -355,7 +356,7 @@ double Trainer::train_step(Loop& loop, int64_t step) {
       loop.timer);
   // What the step's collectives sent (evaluation's and the loop's own left out).
   if (loop.timed) {
-    loop.timed_sent += bytes_sent() - sent_before;
+    loop.timed_comm += comm_stats() - comm_before;
     ++loop.timed_run;
   }
   if (tally.tokens_per_step == 0) tally.tokens_per_step = r.out.tokens;
@@ -560,7 +561,7 @@ void Trainer::save_trained_weights(const RunRecord& record) {
 
 void Trainer::finish_record(RunRecord& record, RunTally& tally, const PhaseTimer& timer,
                             const RunSensors& sensors, double wall_s, int threads,
-                            int64_t timed_sent, int64_t timed_run) {
+                            const CommStats& timed_comm, int64_t timed_run) {
   const RunConfig& c = config();
   const torch::Device& device = session_->device();
   record.steps = tally.steps;
@@ -610,7 +611,7 @@ void Trainer::finish_record(RunRecord& record, RunTally& tally, const PhaseTimer
                             recompute_flops(c, arch(), c.seq_len).per_step);
   record.env = env_part(c.device, device);
   apply_device_peak(record);
-  if (shard) distributed_part(record, *shard, timed_sent, timed_run);
+  if (shard) distributed_part(record, *shard, timed_comm, timed_run);
 }
 
 // With several ranks: the run disturbed when any rank was (see below).
@@ -638,8 +639,8 @@ static void merge_rank_contention(RunRecord& record, Communicator& comm) {
   }
 }
 
-void Trainer::distributed_part(RunRecord& record, const ShardFigures& shard, int64_t timed_sent,
-                               int64_t timed_run) {
+void Trainer::distributed_part(RunRecord& record, const ShardFigures& shard,
+                               const CommStats& timed_comm, int64_t timed_run) {
   Communicator& comm = *session_->communicator();
   const RunConfig& c = config();
   RunDistributed d;
@@ -654,7 +655,7 @@ void Trainer::distributed_part(RunRecord& record, const ShardFigures& shard, int
   if (!comm.interface_name().empty()) d.interface = comm.interface_name();
   if (const auto& probe = session_->link())
     d.link = RunLink{probe->bytes, probe->repeats, probe->best_s, probe->bus_bytes_per_s};
-  const RankFigures mine = rank_figures_of(record, comm.rank(), shard.buffer_peak_bytes, timed_sent,
+  const RankFigures mine = rank_figures_of(record, comm.rank(), shard.buffer_peak_bytes, timed_comm,
                                            timed_run, shard.reduced_bytes, shard.overlapped_bytes);
   // Every rank ends its loop at the same step with the same status, except when one failed on
   // its own (an error, out of memory) or lost a peer: then only this rank's figures are known.

@@ -113,12 +113,12 @@ class Trainer {
   // Everything the record says once training ends: steps, evaluations, time, memory,
   // utilization, energy, FLOPs, the estimate and the environment.
   void finish_record(RunRecord& record, RunTally& tally, const PhaseTimer& timer,
-                     const RunSensors& sensors, double wall_s, int threads, int64_t timed_sent,
-                     int64_t timed_run);
+                     const RunSensors& sensors, double wall_s, int threads,
+                     const CommStats& timed_comm, int64_t timed_run);
   // With --shard: the record's distributed part, every rank's figures gathered on rank 0.
-  // timed_sent: the bytes the timed_run timed steps of this process sent.
-  void distributed_part(RunRecord& record, const ShardFigures& shard, int64_t timed_sent,
-                        int64_t timed_run);
+  // timed_comm: what the collectives of this process's timed_run timed steps did.
+  void distributed_part(RunRecord& record, const ShardFigures& shard,
+                        const CommStats& timed_comm, int64_t timed_run);
 
   std::unique_ptr<Session> session_;
   std::unique_ptr<MemoryMeter> meter_;
