@@ -88,7 +88,9 @@ json() {
 }
 losses() { json "$1" '" ".join(repr(s["loss"]) for s in r["steps"])'; }
 now() { date +%s.%N; }
-elapsed() { "$py" -c 'import sys; print(f"{float(sys.argv[2]) - float(sys.argv[1]):.2f}")' "$1" "$2"; }
+elapsed() {
+  "$py" -c 'import sys; print(f"{float(sys.argv[2]) - float(sys.argv[1]):.2f}")' "$1" "$2"
+}
 
 echo "== verify: four shard modes on 2 hosts against one process"
 port=$((port + 1))
@@ -161,8 +163,8 @@ wait $pid
 rc2=$?
 grep -h '^error' refuse-h1.log | head -1
 [[ $rc1 == 2 && $rc2 == 2 ]] || fail "a host with another --lr: exit $rc1 and $rc2, not 2 and 2"
-grep -q 'rank 1 (host gs-host2) runs another configuration than rank 0 (host gs-host1): its config.lr' \
-  refuse-h1.log || fail "the refusal does not name rank 1, its host and config.lr"
+refusal='rank 1 (host gs-host2) runs another configuration than rank 0 (host gs-host1)'
+grep -qF "$refusal: its config.lr" refuse-h1.log || fail "the refusal does not name rank 1, its host and config.lr"
 
 # A run on 2 hosts whose host 2 is hurt after DELAY seconds by ACTION (kill, cut, throttle);
 # NAME-hK.log, .json and .rc as `both`, NAME.hurt and NAME-hK.end the times.

@@ -211,8 +211,8 @@ void wait_for_ranks(std::vector<Rank>& ranks, const RunConfig& c, int64_t first)
                                   WEXITSTATUS(status) != 1 && WEXITSTATUS(status) != kExitStopped);
       if (abnormal && !deadline_set && running > 0) {
         const double grace = 2 * c.dist_timeout_s + 10;
-        log_warn("rank {} {}; the other ranks stop within {:.0f} s", first + static_cast<int64_t>(r),
-                 ending(status), grace);
+        log_warn("rank {} {}; the other ranks stop within {:.0f} s",
+                 first + static_cast<int64_t>(r), ending(status), grace);
         deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                       std::chrono::duration<double>(grace));
         deadline_set = true;

@@ -115,10 +115,6 @@ class Trainer {
   void finish_record(RunRecord& record, RunTally& tally, const PhaseTimer& timer,
                      const RunSensors& sensors, double wall_s, int threads,
                      const CommStats& timed_comm, int64_t timed_run);
-  // With --shard: the record's distributed part, every rank's figures gathered on rank 0.
-  // timed_comm: what the collectives of this process's timed_run timed steps did.
-  void distributed_part(RunRecord& record, const ShardFigures& shard,
-                        const CommStats& timed_comm, int64_t timed_run);
 
   std::unique_ptr<Session> session_;
   std::unique_ptr<MemoryMeter> meter_;
