@@ -38,10 +38,10 @@
 # 1gbit; `off` (the default) sets no limit. A limit is a token bucket filter (tbf) on the
 # egress of both ends of the host's link, so that sending and receiving are both limited. Its
 # bucket (burst) holds 2 ms of the rate, at least 16 KiB, so that timer slack does not keep it
-# under the rate; its queue holds the bucket and 10 ms more. Measured TCP throughput is about
-# 96% of the rate from 10mbit to 10gbit (the rest is the Ethernet, IP and TCP headers tbf
-# counts). Only the rate is modelled, no delay or loss: netem, which would add them, is not in
-# every kernel.
+# under the rate; its queue holds the bucket and 50 ms more (at least 64 KiB), a switch's
+# buffer. Measured TCP throughput is about 96% of the rate from 10mbit to 10gbit (the rest is
+# the Ethernet, IP and TCP headers tbf counts). Only the rate is modelled, no delay or loss:
+# netem, which would add them, is not in every kernel.
 #
 # Host names. `exec` runs CMD in a UTS namespace of its own named gs-hostK, so gethostname()
 # differs from host to host (the names are the same in every DIR: hosts of different starts
@@ -161,10 +161,14 @@ set_rate() {
     [[ $left != *"qdisc tbf"* ]]
     return
   fi
-  # 2 ms of the rate (bits / 8 / 500), at least 16 KiB; the queue 10 ms more (bits / 8 / 100).
+  # 2 ms of the rate (bits / 8 / 500), at least 16 KiB; the queue 50 ms more (bits / 8 / 20),
+  # at least 64 KiB: a switch's buffer, deep enough that TCP's window fills it without drops
+  # (a drop at a low rate costs a retransmission timeout of 200 ms or more).
   burst=$((rate_bits / 4000))
   [ "$burst" -ge 16384 ] || burst=16384
-  limit=$((burst + rate_bits / 800))
+  limit=$((rate_bits / 160))
+  [ "$limit" -ge 65536 ] || limit=65536
+  limit=$((burst + limit))
   tc -n "$1" qdisc replace dev "$2" root tbf rate "${rate_bits}bit" burst "$burst" \
     limit "$limit"
 }

@@ -3,6 +3,7 @@
 // combinations would; with --max-batch, the largest micro-batch that fits.
 #include "gradscope/train/estimate.h"
 #include "gradscope/cli/commands.h"
+#include "gradscope/train/comm_estimate.h"
 #include "gradscope/cli/settings_options.h"
 #include "gradscope/core/env.h"
 #include "gradscope/core/error.h"
@@ -16,6 +17,7 @@ namespace {
 struct EstimateOptions {
   SettingOptions settings;
   std::string budget, json;
+  std::string link, intra_link, device_flops;
   bool max_batch = false;
   bool no_data = false;
 };
@@ -132,6 +134,37 @@ int64_t print_max_batch(const RunConfig& c, const MemoryEstimate& e, int64_t dat
   return b;
 }
 
+// --link: each shard mode's communication per step, predicted.
+nlohmann::json print_comm(const RunConfig& c, const EstimateOptions& o) {
+  check_usage(!o.device_flops.empty(), "--link needs --device-flops: the compute it hides behind",
+              "add the FLOP/s one device sustains, e.g. --device-flops 400T");
+  check_usage(c.nproc >= 2, "--link needs ranks to connect: --nproc (or --nnodes and "
+              "--nproc-per-node) of at least 2", "add e.g. --nnodes 2 --nproc-per-node 8");
+  const int64_t nnodes = c.nnodes;
+  const int64_t per_node = c.nproc / nnodes;
+  const Link inter = parse_link("--link", o.link);
+  const Link intra = o.intra_link.empty() ? inter : parse_link("--intra-link", o.intra_link);
+  const double flops = parse_flops("--device-flops", o.device_flops);
+  const CommPrediction p = predict_comm(c, nnodes, per_node, inter, intra, flops);
+  fmt::print("\ncommunication per step, predicted: {} node{} x {} rank{}; ", nnodes,
+             nnodes > 1 ? "s" : "", per_node, per_node > 1 ? "s" : "");
+  if (nnodes > 1) fmt::print("between nodes {}; ", link_text(inter));
+  if (per_node > 1 || nnodes == 1) fmt::print("within a node {}; ", link_text(intra));
+  fmt::print("compute at {}FLOP/s per device: forward {} s, backward {} s\n", format_si(flops),
+             format_si(p.forward_s), format_si(p.backward_s));
+  fmt::print("  {:<6} {:>12} {:>11} {:>10} {:>10} {:>10} {:>10} {:>12}\n", "shard",
+             "bytes/rank", "collectives", "comm s", "hidden", "exposed s", "step s",
+             "comm share");
+  for (const CommModePrediction& m : p.modes)
+    fmt::print("  {:<6} {:>12} {:>11} {:>10.4g} {:>9.0f}% {:>10.4g} {:>10.4g} {:>11.0f}%\n",
+               m.shard, format_bytes(m.bytes_per_step), m.collectives, m.comm_s,
+               m.comm_s > 0 ? 100 * m.hidden_s / m.comm_s : 0.0, m.exposed_s, m.step_s,
+               m.step_s > 0 ? 100 * m.exposed_s / m.step_s : 0.0);
+  fmt::print("  (a prediction: hidden is the share of the link's time that ran while backward "
+             "computed; comm share is the step's time spent waiting on it)\n");
+  return comm_prediction_to_json(p);
+}
+
 }  // namespace
 
 void add_estimate_command(CLI::App& root, int& exit_code) {
@@ -145,6 +178,8 @@ void add_estimate_command(CLI::App& root, int& exit_code) {
       "With --memory-budget: whether it fits, and which strategies and optimizers would.\n"
       "With --max-batch: the largest micro-batch within the budget.\n"
       "With --nproc N --shard MODE: the figures are one rank's (its micro-batch, its share).\n"
+      "With --link (and --nnodes, --nproc-per-node, --device-flops): each shard mode's\n"
+      "communication per step on that interconnect, and what backward hides of it, predicted.\n"
       "Example: gradscope estimate --model llama --preset small --memory-budget 1GiB --max-batch");
   o->settings.add_to(cmd, RunConfig{},
                      {"model",
@@ -163,6 +198,8 @@ void add_estimate_command(CLI::App& root, int& exit_code) {
                       "optimizer-step",
                       "batch",
                       "nproc",
+                      "nnodes",
+                      "nproc-per-node",
                       "shard",
                       "bucket-size",
                       "seq",
@@ -180,6 +217,15 @@ void add_estimate_command(CLI::App& root, int& exit_code) {
   cmd->add_flag("--max-batch", o->max_batch, "Find the largest micro-batch within the budget");
   cmd->add_flag("--no-data", o->no_data, "Do not load the data set (its bytes count as 0)");
   cmd->add_option("--json", o->json, "Also write the estimate to this JSON file");
+  cmd->add_option("--link", o->link,
+                  "The link between nodes (or between the ranks of one node), BANDWIDTH[,LATENCY]: "
+                  "25gbit, 100gbit,5us, 50GB/s; predicts each shard mode's communication per step");
+  cmd->add_option("--intra-link", o->intra_link,
+                  "With --link and several ranks per node: the link between them (default: "
+                  "--link's)");
+  cmd->add_option("--device-flops", o->device_flops,
+                  "With --link: the FLOP/s one device sustains (400T, 2.5e10), for the compute "
+                  "time communication can hide behind");
   cmd->callback([o, &exit_code] {
     RunConfig c;
     o->settings.apply(c);
@@ -206,6 +252,9 @@ void add_estimate_command(CLI::App& root, int& exit_code) {
       out["combinations"] = compare_alternatives(c, e, data, budget);
       if (o->max_batch) out["max_batch"] = print_max_batch(c, e, data, budget);
     }
+    if (!o->link.empty()) out["comm"] = print_comm(c, *o);
+    check_usage(o->link.empty() ? o->intra_link.empty() && o->device_flops.empty() : true,
+                "--intra-link and --device-flops go with --link", "add --link BANDWIDTH");
     if (!o->json.empty()) write_json_atomically(o->json, out);
     exit_code = 0;
   });

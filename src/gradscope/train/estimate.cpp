@@ -517,22 +517,38 @@ RecomputeFlops recompute_flops(const RunConfig& config, const nlohmann::json& ar
   return r;
 }
 
-MemoryEstimate estimate_run(const RunConfig& config, int64_t data_bytes) {
+namespace {
+
+// The model of one micro-batch's step of the run (models/common/memory_trace.h).
+MemoryTrace trace_of(const RunConfig& config, const StepPlan& plan) {
   const ModelFamily& family = model_registry().get(config.model);
-  const StepPlan plan = config.step_plan();
   optimizer_registry().get(config.optimizer);
   check_usage(family.trace_step != nullptr,
               "no memory model for '" + config.model + "' (a toy problem)",
               "estimate models the transformers: llama, modernbert, nanovlm, vit");
   check_usage(config.batch > 0 && config.accum_steps > 0, "batch and accum-steps must be positive",
               "pass --batch and --accum-steps of at least 1");
-  const nlohmann::json arch = resolve_arch(config);
   MemoryTrace trace;
   if (plan.loss == LossKind::kChunked) trace.set_loss_chunk(plan.loss_chunk);
   trace.set_packed_projections(config.projections == Projections::kPacked);
   trace.set_attention(config.attention, torch::Device(config.device).is_cuda());
   if (config.lora()) trace.set_lora({config.lora_targets, config.lora_rank, config.lora_dropout});
-  family.trace_step(arch, config.batch, trace);
+  family.trace_step(resolve_arch(config), config.batch, trace);
+  return trace;
+}
+
+}  // namespace
+
+std::vector<ParamPlace> trainable_param_places(const RunConfig& config) {
+  std::vector<ParamPlace> out;
+  for (const auto& p : trace_of(config, config.step_plan()).trainable_param_shapes())
+    out.push_back({p.bytes, p.block});
+  return out;
+}
+
+MemoryEstimate estimate_run(const RunConfig& config, int64_t data_bytes) {
+  const StepPlan plan = config.step_plan();
+  const MemoryTrace trace = trace_of(config, plan);
 
   MemoryEstimate e;
   e.params_bytes = trace.params_bytes();
@@ -603,6 +619,8 @@ MemoryEstimate estimate_run(const RunConfig& config, int64_t data_bytes) {
   if (config.dtype != Dtype::kFp32)
     e.notes.push_back("activations are modelled in float32; bf16 autocast is not modelled");
 
+  const ModelFamily& family = model_registry().get(config.model);
+  const nlohmann::json arch = resolve_arch(config);
   const int64_t seq = arch.at("seq_len").get<int64_t>();
   const double forward = family.forward_flops_per_token(arch, seq) *
                          static_cast<double>(config.effective_batch() * seq);

@@ -88,6 +88,14 @@ MemoryEstimate estimate_run(const RunConfig& config, int64_t data_bytes);
 
 nlohmann::json estimate_to_json(const MemoryEstimate& e);
 
+// The run's trainable parameters in parameter order, as the sharded steps lay them out: each
+// one's bytes and its block of model.blocks() (-1: outside the blocks).
+struct ParamPlace {
+  int64_t bytes = 0;
+  int64_t block = -1;
+};
+std::vector<ParamPlace> trainable_param_places(const RunConfig& config);
+
 // The largest micro-batch whose estimated peak fits `budget_bytes` (0 when even 1 does not):
 // with several ranks, each rank's micro-batch within each rank's budget.
 int64_t max_batch_within(RunConfig config, int64_t data_bytes, int64_t budget_bytes);
