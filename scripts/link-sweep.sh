@@ -3,8 +3,10 @@
 # on 2 test hosts (scripts/hosts.sh, one rank each, one thread each) under every shard mode, at
 # each link rate tbf allows, plus one process for the device's FLOP/s.
 #   scripts/link-sweep.sh OUT [RATE...]     (default rates: 25mbit 50mbit 100mbit 200mbit)
-# Writes OUT/records/*.json (the runs' records: `gradscope report OUT/records` draws them) and
-# OUT/table.md, measured against predicted for each mode and rate. Needs root (namespaces);
+# Writes OUT/records/*.json (the runs' records, each run named by its link with --network
+# tbf-RATE), OUT/table.md (measured against predicted for each mode and rate) and the
+# report's figure of them, OUT/link-llama.svg and .png (`gradscope collect OUT/records --db D`
+# then `gradscope report D` draws it with the rest of the report). Needs root (namespaces);
 # GRADSCOPE (default build/gradscope) is the binary. Takes about 3 minutes.
 set -uo pipefail
 
@@ -49,7 +51,8 @@ for rate in "${rates[@]}"; do
     for k in 2 1; do
       bash "$hosts" exec "$dir/hosts" "$k" "$gradscope" run "${settings[@]}" --shard "$mode" \
         --nnodes 2 --nproc-per-node 1 --node-rank $((k - 1)) --master-addr "$master" \
-        --master-port "$port" --ifname "$ifname" --json "$dir/$name-h$k.json" \
+        --master-port "$port" --ifname "$ifname" --network "tbf-$rate" \
+        --json "$dir/$name-h$k.json" \
         > "$dir/$name-h$k.log" 2>&1 &
     done
     wait
@@ -97,4 +100,8 @@ for rate in rates:
               f"{step * 1e3:.1f}, {p['step_s'] * 1e3:.1f} |")
 print(f"\nLargest difference of predicted from measured exposed communication: {worst:.0%}.")
 EOF
+# The report's figure of the runs: step time and waiting against the link.
+"$gradscope" collect "$out/records" --db "$dir/link.db" > /dev/null &&
+  "$gradscope" report "$dir/link.db" --out "$dir/report" > /dev/null || exit 1
+cp "$dir"/report/figures/link-*.svg "$dir"/report/figures/link-*.png "$out/" || exit 1
 cat "$out/table.md"

@@ -178,6 +178,9 @@ struct RunConfig {
   int64_t master_port = 29500;
   std::string ifname;  // the network interface the ranks use ("" = GLOO_SOCKET_IFNAME, else
                        // the address the host name resolves to)
+  // A name for the interconnect between the hosts ("" = none): in the run id, so that the same
+  // run on two networks is two runs.
+  std::string network;
   Shard shard = Shard::kNone;
   int64_t bucket_bytes = 25LL << 20;  // gradients reduced together (ddp, zero) or gathered
   double dist_timeout_s = 120;        // a collective that waits longer fails the run

@@ -168,6 +168,24 @@ Setting ifname_row() {
   return s;
 }
 
+Setting network_row() {
+  Setting s = member_row("network", "network", &RunConfig::network, T::kText, R::kDefines,
+                         S::kDevice,
+                         "A name for the interconnect between the hosts (25gbe, ib-hdr): in the "
+                         "run id, so that runs on different networks are reported apart");
+  s.check = [](const RunConfig& c) {
+    check_usage(c.network.empty() || is_plain_name(c.network, 64),
+                fmt::format("--network '{}' must be 1 to 64 letters, digits, '.', '_' or '-'",
+                            terminal_text(c.network.substr(0, 80))),
+                "write e.g. --network 25gbe");
+  };
+  // In the id only when named: runs before it had none.
+  s.write = [](const RunConfig& c, json& out, JsonPurpose purpose) {
+    if (purpose == JsonPurpose::kRecord || !c.network.empty()) out["network"] = c.network;
+  };
+  return s;
+}
+
 Setting shard_row() {
   Setting s = choice_row<Shard>(
       "shard", "shard", &RunConfig::shard, S::kDevice,
@@ -225,6 +243,7 @@ void add_rank_rows(std::vector<Setting>& t) {
   t.push_back(master_addr_row());
   t.push_back(master_port_row());
   t.push_back(ifname_row());
+  t.push_back(network_row());
   t.push_back(shard_row());
   t.push_back(bucket_row());
   t.push_back(dist_timeout_row());

@@ -14,6 +14,7 @@
 #include "gradscope/report/encode.h"
 #include "gradscope/report/files.h"
 #include "gradscope/report/gnuplot.h"
+#include "gradscope/report/link_figure.h"
 #include "gradscope/report/scaling.h"
 
 namespace gradscope {
@@ -66,6 +67,8 @@ class FigureWriter {
       rank_memory_figure(model);
       phases_figure(model);
       scaling_figure(model);
+      if (auto plot = link_figure(data_, model, kPalette, std::size(kPalette)))
+        emit(plot->figure, plot->width, plot->height, plot->data, plot->body);
       pareto_figure(model);
     }
     utilization_figure();

@@ -14,7 +14,8 @@ namespace gradscope {
 struct Figure {
   std::string name;     // file stem under figures/
   std::string section;  // a model's name, or "" for the cross-model figures
-  // "loss", "memory", "rank-memory", "phases", "scaling", "pareto", "utilization", "energy"
+  // "loss", "memory", "rank-memory", "phases", "scaling", "link", "pareto", "utilization",
+  // "energy"
   std::string kind;
   std::string axis;  // loss figures: steps, samples, time or energy
   std::string title, caption;

@@ -235,6 +235,13 @@ std::vector<PlannedRun> resolve_sweep(const Sweep& sweep, const RunArgumentParse
     try {
       p.resolved = resolve_run(parse(p.spec.args()));
       p.run_id = p.resolved.run_id;
+      // A sweep starts its runs on this host: the other hosts' ranks would never come.
+      check_usage(p.resolved.config.nnodes == 1,
+                  fmt::format("nnodes {} needs every host to start its ranks, and a sweep "
+                              "starts its runs on this host alone",
+                              p.resolved.config.nnodes),
+                  "start a run across hosts with `gradscope run --nnodes` on each host "
+                  "(docs/distributed.md)");
     } catch (const Error& e) {
       fail_usage(fmt::format("{}: run {} of {} ({}) is not a valid run: {}", sweep.path, i + 1,
                              sweep.runs.size(), p.label, e.what()),

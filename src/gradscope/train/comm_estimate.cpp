@@ -295,8 +295,8 @@ Link parse_link(const std::string& flag, const std::string& text) {
 }
 
 std::string link_text(const Link& link) {
-  return fmt::format("{}bit/s, {} s latency", format_si(link.bytes_per_s * 8),
-                     format_si(link.latency_s));
+  return fmt::format("{}bit/s, {:.3g} us latency", format_si(link.bytes_per_s * 8),
+                     link.latency_s * 1e6);
 }
 
 double parse_flops(const std::string& flag, const std::string& text) {
