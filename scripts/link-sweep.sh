@@ -72,8 +72,8 @@ flops=$(
 )
 for rate in "${rates[@]}"; do
   "$gradscope" estimate "${settings[@]:0:6}" --nnodes 2 --nproc-per-node 1 --shard ddp \
-    --no-data --link "$rate" --device-flops "$flops" --json "$dir/estimate-$rate.json" > /dev/null ||
-    exit 1
+    --no-data --link "$rate" --device-flops "$flops" --json "$dir/estimate-$rate.json" \
+    > /dev/null || exit 1
 done
 "$py" - "$out" "$dir" "$flops" "${rates[@]}" << 'EOF' > "$out/table.md"
 import json, sys

@@ -135,6 +135,35 @@ if [[ -s two-h1.json && -s one.json ]]; then
 fi
 [[ ! -e two-h2.json ]] || fail "host 2 wrote a record: only rank 0 writes one"
 
+echo "== torchrun: one torchrun per host, meeting through its c10d rendezvous"
+torchrun=$(dirname "$hosts")/../.venv/bin/torchrun
+if [[ -x $torchrun ]]; then
+  port=$((port + 1))
+  for k in 2 1; do
+    bash "$hosts" exec "$dir" "$k" env TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 \
+      GLOO_SOCKET_IFNAME="$ifname" "$torchrun" --nnodes 2 --nproc-per-node 1 \
+      --rdzv-backend c10d --rdzv-endpoint "$master:$port" --rdzv-id hosts-ranks \
+      --local-addr "$(bash "$hosts" addr "$dir" "$k")" --no-python \
+      "$gradscope" "${same[@]}" --nnodes 2 --json "tr-h$k.json" > "tr-h$k.log" 2>&1 &
+  done
+  wait
+  if [[ -s tr-h1.json ]]; then
+    tr=tr-h1.json
+  else
+    tr=tr-h2.json  # the rendezvous decides which host holds rank 0
+  fi
+  [[ -s $tr ]] || fail "torchrun on 2 hosts wrote no record: $(tail -3 tr-h1.log)"
+  if [[ -s $tr && -s two-h1.json ]]; then
+    echo "torchrun: launcher $(json "$tr" 'r["distributed"]["launcher"]'), hosts" \
+      "$(json "$tr" '",".join(r["distributed"]["hosts"])')"
+    [[ $(json "$tr" 'r["distributed"]["nnodes"]') == 2 ]] || fail "torchrun's run: nnodes not 2"
+    [[ $(losses "$tr") == "$(losses two-h1.json)" ]] ||
+      fail "torchrun's losses differ from gradscope's launcher's on 2 hosts"
+  fi
+else
+  echo "torchrun: skipped (no $torchrun)"
+fi
+
 echo "== listen: node 0's meeting point listens on --master-addr alone"
 port=$((port + 1))
 on_host 2 "${run_settings[@]}" --steps 2000 --shard ddp --json listen-h2.json \
@@ -164,7 +193,8 @@ rc2=$?
 grep -h '^error' refuse-h1.log | head -1
 [[ $rc1 == 2 && $rc2 == 2 ]] || fail "a host with another --lr: exit $rc1 and $rc2, not 2 and 2"
 refusal='rank 1 (host gs-host2) runs another configuration than rank 0 (host gs-host1)'
-grep -qF "$refusal: its config.lr" refuse-h1.log || fail "the refusal does not name rank 1, its host and config.lr"
+grep -qF "$refusal: its config.lr" refuse-h1.log ||
+  fail "the refusal does not name rank 1, its host and config.lr"
 
 # A run on 2 hosts whose host 2 is hurt after DELAY seconds by ACTION (kill, cut, throttle);
 # NAME-hK.log, .json and .rc as `both`, NAME.hurt and NAME-hK.end the times.

@@ -15,6 +15,7 @@
 #include "gradscope/core/settings.h"
 #include "gradscope/comm/comm.h"
 #include "gradscope/measure/peak.h"
+#include "gradscope/train/rank_meeting.h"
 
 namespace gradscope {
 namespace {
@@ -77,6 +78,7 @@ bool verify_ranks(const RunConfig& c, const RankEnv& env, const VerifyOptions& o
   RankEnv meeting = env;
   if (!c.ifname.empty()) meeting.ifname = c.ifname;
   const auto comm = connect_ranks(meeting, device, c.dist_timeout_s);
+  check_same_run(*comm, c);
   checks = verify_sharding(c, comm, options);
   torch::Tensor failed = torch::zeros({static_cast<int64_t>(checks.size())}, torch::kFloat64);
   for (size_t i = 0; i < checks.size(); ++i)

@@ -20,6 +20,7 @@
 #include "gradscope/core/env.h"
 #include "gradscope/core/error.h"
 #include "gradscope/core/plain_text.h"
+#include "gradscope/comm/roll_call.h"
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -93,13 +94,20 @@ class C10dRanks : public Communicator {
   // Once the ranks have told each other their hosts: ranks on several hosts take a roll call
   // when a collective fails, and their collectives leave it its window within the timeout.
   void met(std::vector<std::string> rank_hosts, std::string ifname) {
+    // What a peer says is data: a plain name of at most 64 characters.
+    for (std::string& h : rank_hosts) h = h.empty() ? "unnamed-host" : plain_name_from(h, 64);
     rank_hosts_ = std::move(rank_hosts);
     ifname_ = std::move(ifname);
     if (host_count() <= 1) return;
-    roll_call_ = true;
     // The roll call's window, then as long again to record the failure and end.
     const double window = roll_call_window_s(timeout_s_);
-    group_->setTimeout(millis(std::max(1.0, timeout_s_ - 2 * window)));
+    const double blocked = std::max(1.0, timeout_s_ - 2 * window);
+    group_->setTimeout(millis(blocked));
+    roll_call_ = std::make_unique<RollCall>(env_, rank_hosts_, window, blocked);
+  }
+
+  void failed_here() override {
+    if (roll_call_) roll_call_->failed_here();
   }
 
   std::unique_ptr<PendingCollective> allreduce_async(const torch::Tensor& t) override {
@@ -178,63 +186,20 @@ class C10dRanks : public Communicator {
     why = why.substr(0, why.find('\n'));
     if (why.size() > 300) why = why.substr(0, 300) + "...";
     std::string lost_host;
-    if (roll_call_) {
-      roll_call_ = false;  // once: a later failure of this rank says only its own
-      lost_host = "; " + roll_call();
+    if (roll_call_ && !called_) {
+      called_ = true;  // once: a later failure of this rank says only its own
+      lost_host = "; " + roll_call_->take();
     }
     throw PeerLost(fmt::format("rank {}: {} failed{}: {}", rank_, what, lost_host, why),
                    "another rank stopped (its error is in its own output), or did not answer "
                    "within --dist-timeout");
   }
 
-  // Every surviving rank checks in at the meeting point and waits the window for the others:
-  // those that do not are on a host that was lost (killed, or cut off). A rank that cannot
-  // reach the meeting point itself has lost node 0, which hosts it.
-  std::string roll_call() {
-    const double window = roll_call_window_s(timeout_s_);
-    const auto deadline = std::chrono::steady_clock::now() + millis(window);
-    std::vector<int> absent;
-    // c10d logs a failed connection with a stack trace: this rank's message says it instead.
-    struct Quiet {
-      int before = FLAGS_caffe2_log_level;
-      Quiet() { FLAGS_caffe2_log_level = 3; }
-      ~Quiet() { FLAGS_caffe2_log_level = before; }
-    } quiet;
-    try {
-      c10d::TCPStoreOptions o;
-      o.port = static_cast<std::uint16_t>(env_.master_port);
-      o.isServer = false;
-      o.waitWorkers = false;
-      o.timeout = millis(window);
-      auto client = c10::make_intrusive<c10d::TCPStore>(env_.master_addr, o);
-      c10d::PrefixStore calls("gradscope/roll-call", client);
-      calls.set(std::to_string(rank_), std::vector<uint8_t>{1});
-      std::vector<bool> here(static_cast<size_t>(world_), false);
-      here[static_cast<size_t>(rank_)] = true;
-      while (true) {
-        bool all = true;
-        for (int r = 0; r < world_; ++r) {
-          const auto i = static_cast<size_t>(r);
-          if (!here[i]) here[i] = calls.check({std::to_string(r)});
-          all = all && here[i];
-        }
-        if (all || std::chrono::steady_clock::now() >= deadline) break;
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      }
-      for (int r = 0; r < world_; ++r)
-        if (!here[static_cast<size_t>(r)]) absent.push_back(r);
-    } catch (const std::exception&) {
-      return fmt::format("lost node 0, {}: its meeting point at {}:{} cannot be reached",
-                         hosts_of_ranks(rank_hosts_, {0}), env_.master_addr, env_.master_port);
-    }
-    if (absent.empty()) return "every rank answered the roll call";
-    return fmt::format("lost {}: no answer to the roll call", hosts_of_ranks(rank_hosts_, absent));
-  }
-
   c10::intrusive_ptr<c10d::Backend> group_;
   RankEnv env_;
   double timeout_s_;
-  bool roll_call_ = false;
+  std::unique_ptr<RollCall> roll_call_;  // ranks on several hosts
+  bool called_ = false;                  // a roll call was taken
 };
 
 }  // namespace
@@ -437,13 +402,19 @@ LinkProbe Communicator::probe_link(int64_t min_bytes, int64_t max_bytes, int rep
   const CommStats before = stats_;  // the probe is no part of the run's traffic
   LinkProbe p;
   p.repeats = repeats;
-  // All ranks must agree on each size: they go on by the mean of their times.
+  // Every rank starts together (a small sum first) and the slowest rank's time counts: the
+  // all-reduce is done when it is done on every rank. All ranks go on by that time, so they
+  // agree on each size.
   const auto timed = [&](int64_t bytes) {
     torch::Tensor t = torch::ones({bytes / 4}, torch::kFloat32).to(device_);
+    sum(int64_t{0});
     const auto t0 = std::chrono::steady_clock::now();
     allreduce(t);
     const double s = Seconds(std::chrono::steady_clock::now() - t0).count();
-    return sum(s) / world_;
+    double slowest = 0;
+    for (const std::string& text : gather_text(fmt::format("{:.9e}", s)))
+      slowest = std::max(slowest, std::strtod(text.c_str(), nullptr));
+    return slowest;
   };
   int64_t bytes = min_bytes;
   timed(bytes);  // the connections' first use
@@ -573,11 +544,10 @@ HostedStore::HostedStore(int world, double timeout_s, const std::string& address
   o.waitWorkers = false;
   o.timeout = millis(timeout_s);
   const int fd = bound_socket(address, port);
-  o.masterListenFd = fd;  // the store listens on it and closes it
+  o.masterListenFd = fd;  // the store listens on it and closes it (even when it fails)
   try {
     impl_->store = c10::make_intrusive<c10d::TCPStore>(address, o);
   } catch (const std::exception& e) {
-    close(fd);
     std::string why = e.what();
     fail_runtime("cannot host the ranks' meeting point: " + why.substr(0, why.find('\n')),
                  "the system refused a TCP port on " + address);

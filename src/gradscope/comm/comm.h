@@ -135,9 +135,14 @@ class Communicator {
   // The network interface the ranks use ("" when chosen by the host name).
   const std::string& interface_name() const { return ifname_; }
 
-  // The link between the ranks, measured: all-reduces of one buffer, from min_bytes growing
-  // 4-fold while one takes under 0.1 s (up to max_bytes), then the best of `repeats`. Every
-  // rank must call it at once. Its traffic is left out of stats().
+  // This rank fails on its own (an error, out of memory): across hosts, the others' roll call
+  // then counts it as failed, not lost. Called before the rank stops.
+  virtual void failed_here() {}
+
+  // The link between the ranks, measured: all-reduces of one buffer (each after a small sum
+  // that starts the ranks together, timed by the slowest rank), from min_bytes growing 4-fold
+  // while one takes under 0.1 s (up to max_bytes), then the best of `repeats`. Every rank
+  // must call it at once. Its traffic is left out of stats().
   LinkProbe probe_link(int64_t min_bytes, int64_t max_bytes, int repeats);
 
   // Where the collectives' tensors live (NCCL takes CUDA tensors only): sum and gather_text

@@ -98,9 +98,9 @@ std::optional<FigurePlot> link_figure(const GroupedRuns& data, const std::string
       "ranks waited on collectives (the communication backward did not hide; the mean over "
       "ranks of distributed.ranks[].comm_wait_per_step_s), against the link's bandwidth as "
       "each run measured it when its ranks met (distributed.link, the ring's bus bandwidth), "
-      "one line per configuration but for its --network. {} of the {} runs were marked disturbed: on test hosts of "
-      "one machine the other host's ranks share its cores; they are drawn all the same, since "
-      "what differs between the points is the link.",
+      "one line per configuration but for its --network. {} of the {} runs were marked "
+      "disturbed: on test hosts of one machine the other host's ranks share its cores; they "
+      "are drawn all the same, since what differs between the points is the link.",
       disturbed, points);
   return plot;
 }

@@ -152,7 +152,7 @@ int64_t ready_segment(const Shape& s, size_t param) {
 }
 
 CommModePrediction predict_mode(const Shape& s, Shard mode, const Ring& ring,
-                                int64_t bucket_bytes) {
+                                int64_t bucket_bytes, bool norm_sum) {
   const bool fsdp = mode == Shard::kFsdp;
   const double n = static_cast<double>(ring.world);
   CommModePrediction m;
@@ -211,10 +211,10 @@ CommModePrediction predict_mode(const Shape& s, Shard mode, const Ring& ring,
     launch_complete(s.blocks + 1);
     tl.drain();
   }
-  // After the update: the gradient norm's sum, then the updated shards gathered in chunks of
-  // bucket_bytes / 4 / N elements per rank.
+  // After the update: the gradient norm's sum (logged or clipped), then the updated shards
+  // gathered in chunks of bucket_bytes / 4 / N elements per rank.
   if (mode != Shard::kDdp) {
-    tl.sync(ring.allreduce(8, m.bytes_per_step));
+    if (norm_sum) tl.sync(ring.allreduce(8, m.bytes_per_step));
     const double shard = std::ceil((fsdp ? root_bytes : all_bytes) / kFloatBytes / n);
     const double chunk = std::max(1.0, std::floor(static_cast<double>(bucket_bytes) / 4 / n));
     for (double done = 0; done < shard; done += chunk)
@@ -321,7 +321,8 @@ CommPrediction predict_comm(const RunConfig& config, int64_t nnodes, int64_t per
   const Ring ring{nnodes * per_node, ring_link(nnodes, inter, intra)};
   for (Shard mode : {Shard::kDdp, Shard::kZero1, Shard::kZero2, Shard::kFsdp})
     if (shard_refusal(mode, config.optimizer).empty())
-      p.modes.push_back(predict_mode(s, mode, ring, config.bucket_bytes));
+      p.modes.push_back(predict_mode(s, mode, ring, config.bucket_bytes,
+                                     config.log_grad_norm || config.clip_grad_norm > 0));
   return p;
 }
 

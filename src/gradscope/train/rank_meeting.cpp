@@ -58,9 +58,17 @@ void check_same_run(Communicator& comm, const RunConfig& config) {
   identity["dist_timeout_s"] = config.dist_timeout_s;
   const json mine = {{"build", build_identity()}, {"config", identity}};
   const std::vector<std::string> all = comm.gather_text(mine.dump());
-  const json first = json::parse(all.at(0));
+  const auto parse = [&](size_t r) {
+    try {
+      return json::parse(all.at(r));
+    } catch (const json::exception&) {
+      fail_usage(fmt::format("rank {} sent no readable build and configuration", r),
+                 "run the same gradscope on every host");
+    }
+  };
+  const json first = parse(0);
   for (size_t r = 1; r < all.size(); ++r) {
-    const json other = json::parse(all[r]);
+    const json other = parse(r);
     std::string v0, vr;
     const std::string key = first_difference(first, other, "", v0, vr);
     if (key.empty()) continue;

@@ -524,8 +524,12 @@ void Trainer::record_failure(Loop& loop, const std::exception& e, int64_t step) 
   const std::string message = e.what();
   RunRecord& record = loop.record;
   record.status = is_oom(message) ? RunStatus::kOom : RunStatus::kError;
-  // Another rank died or stopped answering: the run crashed, whatever this rank did.
-  if (dynamic_cast<const PeerLost*>(&e)) record.status = RunStatus::kCrashed;
+  // Another rank died or stopped answering: the run crashed, whatever this rank did. A rank
+  // that failed on its own says so at the meeting point, for the others' roll call.
+  if (dynamic_cast<const PeerLost*>(&e))
+    record.status = RunStatus::kCrashed;
+  else if (const auto& comm = session_->communicator())
+    comm->failed_here();
   record.failure = failure_at(step + 1, failed_in, message.substr(0, message.find('\n')));
   for (const auto& p : session_->parameters()) {
     torch::Tensor t = p;
