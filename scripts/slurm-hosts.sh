@@ -79,18 +79,26 @@ socket_of() {
   echo "/tmp/gradscope-munge-hosts-$(printf '%s' "$1" | cksum | cut -d' ' -f1).socket"
 }
 
-stop_daemon() { # pid file
-  local pid_file="$1" pid
-  [ -f "$pid_file" ] || return 0
-  pid="$(cat "$pid_file" 2>/dev/null)"
-  rm -f "$pid_file"
-  case "$pid" in '' | *[!0-9]*) return 0 ;; esac
-  kill -TERM "$pid" 2>/dev/null || return 0
+# stop_daemons PID_FILE...: TERM to the daemons of the pid files at once (each takes about 2 s
+# to exit), KILL to those left after 5 s; the pid files go.
+stop_daemons() {
+  local pid_file pid pids=""
+  for pid_file in "$@"; do
+    [ -f "$pid_file" ] || continue
+    pid="$(cat "$pid_file" 2>/dev/null)"
+    rm -f "$pid_file"
+    case "$pid" in '' | *[!0-9]*) continue ;; esac
+    kill -TERM "$pid" 2>/dev/null && pids+=" $pid"
+  done
   for _ in $(seq 50); do
-    kill -0 "$pid" 2>/dev/null || return 0
+    for pid in $pids; do
+      kill -0 "$pid" 2>/dev/null || pids="${pids/ $pid/}"
+    done
+    [ -n "$pids" ] || return 0
     sleep 0.1
   done
-  kill -KILL "$pid" 2>/dev/null
+  # shellcheck disable=SC2086 # one word per pid
+  kill -KILL $pids 2>/dev/null
   return 0
 }
 
@@ -126,18 +134,16 @@ descendants() {
 
 stop_all() {
   # The hosts of the cluster that runs, which need not be the ones a start is given.
-  local pids pid k hosts_dir
+  local pids pid hosts_dir
   hosts_dir="$(cat "$dir/hosts-dir" 2>/dev/null)"
   # Jobs first (their steps would keep slurmd's children alive), then the daemons.
   if [ -n "$hosts_dir" ] && [ -f "$dir/slurm.conf" ] && [ -f "$dir/run/slurmctld.pid" ]; then
     in_host 1 env SLURM_CONF="$dir/slurm.conf" timeout 10 scancel --full --quiet \
       --user "$(id -un)" >/dev/null 2>&1 || true
   fi
-  for k in $(seq 8); do
-    stop_daemon "$dir/run/slurmd-gs-host$k.pid"
-  done
-  stop_daemon "$dir/run/slurmctld.pid"
-  stop_daemon "$dir/run/munged.pid"
+  # munged last: the others may still authenticate a message as they stop.
+  stop_daemons "$dir/run/slurmd-gs-host"[1-8].pid "$dir/run/slurmctld.pid"
+  stop_daemons "$dir/run/munged.pid"
   if [ -n "$hosts_dir" ]; then
     # The steps' keepers and their tasks, found before any is killed (a task whose keeper is
     # gone has another parent).
