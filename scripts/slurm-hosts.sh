@@ -24,9 +24,9 @@
 # NodeAddr its address; slurmctld listens in host 1 (SlurmctldHost=gs-host1(ADDR1)). munged
 # runs in the root namespace: its socket is a path in the file system, which every network
 # namespace reaches. Each node has the machine's cores (`slurmd -C`) and 9/10 of its memory
-# (the nodes share them). Ports are the first pair from 16817 free in every host (the hosts'
-# ports are apart from the root namespace's, so a cluster of scripts/slurm-cluster.sh does
-# not collide).
+# (the nodes share them). Ports are the first pair from 16817 (GRADSCOPE_SLURM_PORT to
+# choose) free in every host; the hosts' ports are apart from the root namespace's, so a
+# cluster of scripts/slurm-cluster.sh does not collide.
 #
 # Cgroups. `ip netns exec` mounts a fresh sysfs on /sys in a mount namespace of its own, which
 # hides the cgroup file systems under /sys/fs/cgroup; slurmd 22.05 refuses to start without
@@ -247,7 +247,7 @@ fail_start() {
 }
 
 start() {
-  local k tool node_line real_mb why
+  local k tool node_line real_mb why first_port
   check_path HOSTS_DIR "$1"
   hosts_dir="$path"
   [ -f "$hosts_dir/hosts" ] || bad "HOSTS_DIR '$hosts_dir' holds no running hosts (hosts.sh start)"
@@ -290,9 +290,11 @@ start() {
     stop_all
     bad "GRADSCOPE_SLURM_PORT '$port' is not a port of 1024..65000"
   }
+  first_port="$port"
   while ! port_free_everywhere "$port" || ! port_free_everywhere "$((port + 1))"; do
     port=$((port + 2))
-    [ "$port" -lt 17817 ] || fail_start "no port pair between 16817 and 17817 free in the hosts"
+    [ "$port" -lt $((first_port + 1000)) ] ||
+      fail_start "no port pair of the 1000 from $first_port is free in the hosts"
   done
   write_conf >"$dir/slurm.conf" || fail_start "cannot write $dir/slurm.conf"
 
