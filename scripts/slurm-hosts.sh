@@ -316,7 +316,6 @@ case "$cmd" in
     [ $# -eq 2 ] || usage
     check_path DIR "$1"
     dir="$path"
-    mkdir -p "$dir" || die "cannot create $dir"
     start "$2"
     ;;
   stop)
