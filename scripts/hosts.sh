@@ -45,7 +45,8 @@
 #
 # Host names. `exec` runs CMD in a UTS namespace of its own named gs-hostK, so gethostname()
 # differs from host to host (the names are the same in every DIR: hosts of different starts
-# never meet).
+# never meet). Every host resolves every host's name to its address through
+# /etc/netns/PREFIX-hK/hosts, which `ip netns exec` shows as its /etc/hosts (removed by stop).
 #
 # Cut and mend. `cut` sets the switch's port of the host down: the host keeps its interface,
 # its address and its routes, but the link has no carrier, so packets it sends are lost, a
@@ -204,6 +205,8 @@ remove_prefix() {
     kill_in "$name"
     ip netns del "$name" 2>/dev/null
   done
+  # The hosts' name tables (`ip netns exec` shows /etc/netns/NAME/hosts as /etc/hosts).
+  rm -rf -- /etc/netns/"$1"-h[0-9]* 2>/dev/null
 }
 
 # record_of PREFIX: the record in PREFIX's switch ("gradscope-hosts owner=... dir=..."), or
@@ -394,6 +397,14 @@ start() {
     make_host "$k"
   done
   wait_ready "$n" || give_up 1 "the switch's ports did not come up within 5 s"
+  # Each host resolves the others' names (gs-hostK) to their addresses, as a cluster's DNS
+  # would: `ip netns exec` shows /etc/netns/NAME/hosts as the host's /etc/hosts.
+  for k in $(seq "$n"); do
+    mkdir -p "/etc/netns/$prefix-h$k" && {
+      echo "127.0.0.1 localhost"
+      for j in $(seq "$n"); do echo "$net.$subnet.$j gs-host$j"; done
+    } >"/etc/netns/$prefix-h$k/hosts" || give_up 1 "cannot write /etc/netns/$prefix-h$k/hosts"
+  done
   {
     echo "# host namespace address interface"
     for k in $(seq "$n"); do

@@ -4,8 +4,8 @@
 #       owner is gone (clean-stale), note the root namespace's links and namespaces, start 2
 #       hosts in DIR (exit 77, skipped, where namespaces cannot be made here)
 #   tests/scripts/hosts_fixture.sh stop HOSTS_SH DIR    stop them, then fail when the root
-#       namespace's `ip -o link` differs from the note or `ip netns list` still names one of
-#       DIR's namespaces
+#       namespace's `ip -o link` differs from the note, or `ip netns list` still names one of
+#       DIR's namespaces, or /etc/netns still holds one of their name tables
 # The hosts outlive the start (their owner is none: only DIR counts for clean-stale).
 set -uo pipefail
 
@@ -32,6 +32,10 @@ bash "$hosts" stop "$dir"
 left=0
 if [[ -n $prefix ]] && ip netns list 2> /dev/null | grep -q -- "^$prefix-"; then
   echo "hosts_fixture: namespaces left behind: $(ip netns list | grep -- "^$prefix-")" >&2
+  left=1
+fi
+if [[ -n $prefix ]] && compgen -G "/etc/netns/$prefix-*" > /dev/null; then
+  echo "hosts_fixture: name tables left behind: $(echo /etc/netns/"$prefix"-*)" >&2
   left=1
 fi
 if ! diff <(cat "$note") <(links) > /dev/null; then

@@ -11,6 +11,7 @@
 #   kill        host 2's processes killed mid-run: node 0 records the run crashed, naming
 #               gs-host2, within --dist-timeout; each host resumes from its own state folder and
 #               the losses are the uninterrupted run's, bit for bit
+#   kill4       the same on 2 hosts x 2 ranks: node 0 names host 2's two ranks, and no other
 #   cut         host 2's link cut mid-run: both hosts end within --dist-timeout, node 0's
 #               record naming gs-host2, host 2's output naming node 0
 #   throttle    host 2's link throttled to 20mbit for 4 s mid-run: the run ends ok, and its
@@ -256,6 +257,13 @@ if [[ -s resumed-h1.json && -s whole-h1.json ]]; then
   [[ $(losses resumed-h1.json) == "$(losses whole-h1.json)" ]] ||
     fail "the resumed run's losses differ from the uninterrupted run's"
 fi
+
+echo "== kill4: host 2's two ranks killed mid-run, on 2 hosts x 2 ranks"
+hurt_run kill4 3 kill "${long[@]}" --nproc-per-node 2 --threads 1
+message=$(json kill4-h1.json 'r["failure"]["message"]')
+echo "node 0: ${message:0:110}"
+[[ $message == *"lost host gs-host2 (ranks 2, 3)"* && $message != *gs-host1* ]] ||
+  fail "the failure does not name gs-host2's ranks 2 and 3 alone: $message"
 
 echo "== cut: host 2's link cut mid-run"
 hurt_run cut 3 cut "${long[@]}"

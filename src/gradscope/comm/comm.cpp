@@ -450,8 +450,9 @@ std::shared_ptr<Communicator> connect_ranks(const RankEnv& env, const torch::Dev
         fmt::format("rank {}: cannot meet the other ranks at {}:{}: {}", env.rank, env.master_addr,
                     env.master_port, why.substr(0, why.find('\n'))),
         env.rank == 0 && !env.store_hosted
-            ? "the port may be in use: set another MASTER_PORT (gradscope run --nproc picks a "
-              "free one itself)"
+            ? "the port may be in use (set another MASTER_PORT; gradscope run --nproc picks a "
+              "free one itself), or MASTER_ADDR may not be an address of this host (under "
+              "Slurm, set MASTER_ADDR where node names do not resolve)"
             : "check MASTER_ADDR and MASTER_PORT, and that rank 0 started");
   }
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>("gradscope", store);

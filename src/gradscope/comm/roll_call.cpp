@@ -1,7 +1,12 @@
 #include "gradscope/comm/roll_call.h"
 
 #include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <future>
+#include <mutex>
 #include <optional>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -31,67 +36,155 @@ c10::intrusive_ptr<c10d::Store> client(const RankEnv& env, double timeout_s) {
 }
 
 // c10d logs a failed connection with a stack trace: the failure's message says it instead.
-struct QuietC10d {
-  int before = FLAGS_caffe2_log_level;
-  QuietC10d() { FLAGS_caffe2_log_level = 3; }
-  ~QuietC10d() { FLAGS_caffe2_log_level = before; }
+// Nested and concurrent (the beat, the roll call): the first in quiets, the last out restores.
+class QuietC10d {
+ public:
+  QuietC10d() {
+    std::lock_guard<std::mutex> lock(mutex());
+    if (depth()++ == 0) {
+      before() = FLAGS_caffe2_log_level;
+      FLAGS_caffe2_log_level = 3;
+    }
+  }
+  ~QuietC10d() {
+    std::lock_guard<std::mutex> lock(mutex());
+    if (--depth() == 0) FLAGS_caffe2_log_level = before();
+  }
+
+ private:
+  static std::mutex& mutex() {
+    static std::mutex m;
+    return m;
+  }
+  static int& depth() {
+    static int d = 0;
+    return d;
+  }
+  static int& before() {
+    static int b = 0;
+    return b;
+  }
 };
+
+// What `fn` returns, run on a thread of its own; nullopt when it takes longer than
+// `limit_s` (the thread is then left to end with the process).
+template <typename T>
+std::optional<T> within(double limit_s, std::function<T()> fn) {
+  auto result = std::make_shared<std::promise<T>>();
+  std::future<T> done = result->get_future();
+  std::thread([result, fn = std::move(fn)] {
+    try {
+      result->set_value(fn());
+    } catch (...) {
+      result->set_exception(std::current_exception());
+    }
+  }).detach();
+  if (done.wait_for(ms(limit_s)) != std::future_status::ready) return std::nullopt;
+  return done.get();
+}
+
+// A client of the meeting point, connected within `limit_s` (a connection to a host cut off
+// can take c10d longer than its own timeout to give up); throws when it is not.
+c10::intrusive_ptr<c10d::Store> client_within(const RankEnv& env, double limit_s) {
+  using Store = c10::intrusive_ptr<c10d::Store>;
+  const auto store = within<Store>(limit_s, [env, limit_s] { return client(env, limit_s); });
+  if (!store) throw std::runtime_error("the meeting point did not answer in time");
+  return *store;
+}
 
 }  // namespace
 
+struct RollCall::Beat {
+  RankEnv env;
+  double window_s = 1;
+  std::mutex mutex;
+  std::condition_variable wake;
+  bool stop = false, finished = false;
+};
+
 RollCall::RollCall(const RankEnv& env, std::vector<std::string> rank_hosts, double window_s,
                    double blocked_s)
-    : env_(env), rank_hosts_(std::move(rank_hosts)), window_s_(window_s), blocked_s_(blocked_s) {
-  beater_ = std::thread([this] { beat(); });
+    : env_(env),
+      rank_hosts_(std::move(rank_hosts)),
+      window_s_(window_s),
+      blocked_s_(blocked_s),
+      beat_(std::make_shared<Beat>()) {
+  beat_->env = env;
+  beat_->window_s = window_s;
+  // Four beats a window; a beat that cannot reach the meeting point is tried again at the next.
+  std::thread([b = beat_] {
+    const std::string key = "beat/" + std::to_string(b->env.rank);
+    c10::intrusive_ptr<c10d::Store> store;
+    std::unique_lock<std::mutex> lock(b->mutex);
+    while (!b->stop) {
+      lock.unlock();
+      try {
+        QuietC10d quiet;
+        if (!store) store = client(b->env, b->window_s / 2);
+        store->add(key, 1);
+      } catch (const std::exception&) {
+        store.reset();
+      }
+      lock.lock();
+      b->wake.wait_for(lock, ms(b->window_s / 4), [&] { return b->stop; });
+    }
+    b->finished = true;
+    b->wake.notify_all();
+  }).detach();
 }
 
 RollCall::~RollCall() {
-  stop_ = true;
-  wake_.notify_all();
-  beater_.join();
-}
-
-void RollCall::beat() {
-  // Four beats a window; a beat that cannot reach the meeting point is tried again at the next.
-  const auto period = ms(window_s_ / 4);
-  const std::string key = "beat/" + std::to_string(env_.rank);
-  c10::intrusive_ptr<c10d::Store> store;
-  while (!stop_) {
-    try {
-      QuietC10d quiet;
-      if (!store) store = client(env_, window_s_ / 2);
-      store->add(key, 1);
-    } catch (const std::exception&) {
-      store.reset();
-    }
-    std::unique_lock<std::mutex> lock(mutex_);
-    wake_.wait_for(lock, period, [this] { return stop_.load(); });
-  }
+  // The beat ends at once when it waits for its next beat; one whose request hangs on a cut
+  // link, or waits for an answer, is left to end with the process after a quarter window.
+  std::unique_lock<std::mutex> lock(beat_->mutex);
+  beat_->stop = true;
+  beat_->wake.notify_all();
+  beat_->wake.wait_for(lock, ms(window_s_ / 4), [this] { return beat_->finished; });
 }
 
 void RollCall::failed_here() {
-  try {
+  const RankEnv env = env_;
+  const double window = window_s_;
+  within<bool>(window, [env, window] {
     QuietC10d quiet;
-    client(env_, window_s_)->set("failed/" + std::to_string(env_.rank), std::vector<uint8_t>{1});
-  } catch (const std::exception&) {
-  }
+    client(env, window)->set("failed/" + std::to_string(env.rank), std::vector<uint8_t>{1});
+    return true;
+  });
 }
 
 std::string RollCall::take() {
-  QuietC10d quiet;
-  const int world = env_.world;
-  const auto start = Clock::now();
-  const auto deadline = start + ms(std::max(window_s_, blocked_s_));
-  std::vector<int> lost;
+  const auto lost_node0 = [this](const char* why) {
+    return fmt::format("lost node 0, {}: its meeting point at {}:{} {}",
+                       hosts_of_ranks(rank_hosts_, {0}), env_.master_addr, env_.master_port, why);
+  };
   try {
-    auto store = client(env_, window_s_);
-    store->set("here/" + std::to_string(env_.rank), std::vector<uint8_t>{1});
+    const auto found = within<std::string>(
+        blocked_s_ + 2 * window_s_,
+        [env = env_, hosts = rank_hosts_, w = window_s_, b = blocked_s_] {
+          return watch(env, hosts, w, b);
+        });
+    return found ? *found : lost_node0("stopped answering");
+  } catch (const std::exception&) {
+    return lost_node0("cannot be reached");
+  }
+}
+
+std::string RollCall::watch(const RankEnv& env, const std::vector<std::string>& hosts,
+                            double window_s, double blocked_s) {
+  QuietC10d quiet;
+  const int world = env.world;
+  const auto start = Clock::now();
+  const auto deadline = start + ms(std::max(window_s, blocked_s));
+  std::vector<int> lost;
+  {
+    auto store = client_within(env, window_s);
+    store->set("here/" + std::to_string(env.rank), std::vector<uint8_t>{1});
     // Per rank: answered, lost, or still watched (its beat's count and since when it stood).
     enum class State { kWatched, kHere, kFailed, kLost };
     std::vector<State> state(static_cast<size_t>(world), State::kWatched);
     std::vector<int64_t> count(static_cast<size_t>(world), -1);
     std::vector<Clock::time_point> since(static_cast<size_t>(world), start);
-    state[static_cast<size_t>(env_.rank)] = State::kHere;
+    state[static_cast<size_t>(env.rank)] = State::kHere;
     while (true) {
       bool watching = false;
       for (int r = 0; r < world; ++r) {
@@ -109,7 +202,7 @@ std::string RollCall::take() {
         if (c != count[i]) {
           count[i] = c;
           since[i] = Clock::now();
-        } else if (Clock::now() - since[i] >= ms(window_s_)) {
+        } else if (Clock::now() - since[i] >= ms(window_s)) {
           state[i] = State::kLost;
           continue;
         }
@@ -125,17 +218,14 @@ std::string RollCall::take() {
       if (state[static_cast<size_t>(r)] == State::kFailed) failed.push_back(r);
     }
     if (!lost.empty())
-      return fmt::format("lost {}: its beat stopped", hosts_of_ranks(rank_hosts_, lost));
+      return fmt::format("lost {}: its beat stopped", hosts_of_ranks(hosts, lost));
     if (!failed.empty())
       return fmt::format("{} failed (its own output says why)",
-                         hosts_of_ranks(rank_hosts_, failed));
+                         hosts_of_ranks(hosts, failed));
     if (!silent.empty())
       return fmt::format("{} still beat but did not answer the roll call",
-                         hosts_of_ranks(rank_hosts_, silent));
+                         hosts_of_ranks(hosts, silent));
     return "every rank answered the roll call";
-  } catch (const std::exception&) {
-    return fmt::format("lost node 0, {}: its meeting point at {}:{} cannot be reached",
-                       hosts_of_ranks(rank_hosts_, {0}), env_.master_addr, env_.master_port);
   }
 }
 

@@ -1,15 +1,18 @@
 // Who is still there when a collective across hosts fails: every rank beats at the ranks'
-// meeting point (a counter it raises a few times a window, from a thread of its own), and a
+// meeting point (a counter it raises four times a window, from a thread of its own), and a
 // rank whose collective failed checks in there and watches the others until each has checked
-// in, or its beat has stood still for a window (its host was killed, or cut off), or the time
-// a live rank may still be blocked in its own collective has passed.
+// in, said it failed on its own, or let its beat stand still for a window (its host was
+// killed, or cut off), or until the time a live rank may still be blocked in its own
+// collective has passed.
+//
+// A request to the meeting point over a link that was cut can block for good (c10d's store
+// client waits for its answer without a limit): the beat, the roll call and the failure mark
+// run on threads of their own, and are given up (left to end with the process) when they
+// overrun their time.
 #pragma once
 
-#include <atomic>
-#include <condition_variable>
-#include <mutex>
+#include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "gradscope/comm/comm.h"
@@ -27,22 +30,24 @@ class RollCall {
   RollCall& operator=(const RollCall&) = delete;
 
   // Checks in and watches the others; what it found, for a failure's message: "lost host X
-  // (ranks ...): its beat stopped", "lost node 0, host X (rank 0): its meeting point at A:P
-  // cannot be reached", or that every rank answered.
+  // (ranks ...): its beat stopped", "host X (rank r) failed (its own output says why)",
+  // "lost node 0, host X (rank 0): its meeting point at A:P cannot be reached", or that every
+  // rank answered. Takes at most blocked_s plus two windows.
   std::string take();
-  // Marks this rank as failed on its own at the meeting point (best effort, within a window).
+  // Marks this rank as failed on its own at the meeting point (within a window, or not at all).
   void failed_here();
 
+  struct Beat;  // the beat thread's state, shared with it (it may outlive this object)
+
  private:
-  void beat();
+  // take()'s work, on a thread of its own that may outlive this object: it has copies.
+  static std::string watch(const RankEnv& env, const std::vector<std::string>& rank_hosts,
+                           double window_s, double blocked_s);
 
   RankEnv env_;
   std::vector<std::string> rank_hosts_;
   double window_s_, blocked_s_;
-  std::atomic<bool> stop_{false};
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  std::thread beater_;
+  std::shared_ptr<Beat> beat_;
 };
 
 }  // namespace gradscope

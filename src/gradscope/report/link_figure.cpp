@@ -50,11 +50,18 @@ std::optional<FigurePlot> link_figure(const GroupedRuns& data, const std::string
   for (const Group& g : data.groups) {
     if (g.model != model) continue;
     const std::string key = key_without(g, {"network"});
-    titles[key] = fmt::format("{}, {}, {} x{} on {} hosts", g.optimizer, g.strategy,
-                              shard_name(g.config.shard), g.config.nproc, g.config.nnodes);
     for (size_t i : g.ok_runs) {
       const auto p = point_of(data.runs[i]);
       if (!p) continue;
+      // The group's label but for its network, and the hosts as the ranks counted them.
+      std::string label = g.label;
+      const size_t at = label.find("network=");
+      if (at != std::string::npos) {
+        const size_t end = label.find_first_of(" ,", at);
+        label.erase(at, end == std::string::npos ? std::string::npos : end - at + 1);
+      }
+      while (!label.empty() && (label.back() == ' ' || label.back() == ',')) label.pop_back();
+      titles[key] = fmt::format("{} ({} hosts)", label, data.runs[i].record.distributed->nnodes);
       lines[key].push_back(*p);
       ++points;
       disturbed += data.runs[i].timing_disturbed() ? 1 : 0;

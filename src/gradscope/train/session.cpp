@@ -8,6 +8,7 @@
 
 #include "gradscope/core/env.h"
 #include "gradscope/core/error.h"
+#include "gradscope/core/log.h"
 #include "gradscope/core/rng.h"
 #include "gradscope/core/settings.h"
 #include "gradscope/core/tensors.h"
@@ -349,6 +350,10 @@ void Session::meet_ranks(const SessionOptions& options) {
     comm_ = connect_ranks(meeting, device_, c.dist_timeout_s);
     launcher_ = env->launcher;
     check_same_run(*comm_, c);
+    if (comm_->rank() == 0 && comm_->host_count() != c.nnodes)
+      log_warn("the ranks are on {} hosts (by their host names) but --nnodes is {}: the run id "
+               "and the record's config say {}, distributed.nnodes says {}",
+               comm_->host_count(), c.nnodes, c.nnodes, comm_->host_count());
     link_ = probe_hosts_link(*comm_);
   } else if (c.shard != Shard::kNone) {
     comm_ = single_rank_communicator();
