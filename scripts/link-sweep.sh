@@ -82,7 +82,7 @@ for rate in "${rates[@]}"; do
     measured=$(
       "$py" -c 'import json, sys
 r = json.load(open(sys.argv[1]))
-print(f"{r[\"distributed\"][\"link\"][\"bus_bytes_per_s\"] * 8:.0f}bit")' \
+print("{:.0f}bit".format(r["distributed"]["link"]["bus_bytes_per_s"] * 8))' \
         "$out/records/$mode-$rate.json"
     ) || exit 1
     est "$mode-$rate-measured" "$measured"
