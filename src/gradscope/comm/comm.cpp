@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <random>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -19,6 +21,7 @@
 
 #include "gradscope/core/env.h"
 #include "gradscope/core/error.h"
+#include "gradscope/core/log.h"
 #include "gradscope/core/plain_text.h"
 #include "gradscope/comm/roll_call.h"
 
@@ -77,6 +80,14 @@ class SingleRank : public Communicator {
 };
 
 using Seconds = std::chrono::duration<double>;
+using Clock = std::chrono::steady_clock;
+
+// A meeting's id: random, and apart for every meeting of this process.
+uint64_t meeting_nonce() {
+  static std::atomic<uint64_t> count{0};
+  std::random_device device;
+  return (static_cast<uint64_t>(device()) << 32 ^ device()) + count++;
+}
 std::chrono::milliseconds millis(double s) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Seconds(s));
 }
@@ -99,11 +110,19 @@ class C10dRanks : public Communicator {
     rank_hosts_ = std::move(rank_hosts);
     ifname_ = std::move(ifname);
     if (host_count() <= 1) return;
-    // The roll call's window, then as long again to record the failure and end.
+    // Collectives leave three windows of --dist-timeout: two for the roll call to find a
+    // stopped beat, one to record the failure and end.
     const double window = roll_call_window_s(timeout_s_);
-    const double blocked = std::max(1.0, timeout_s_ - 2 * window);
+    const double blocked = std::max(1.0, timeout_s_ - 3 * window);
+    if (timeout_s_ < 4 * window)
+      log_warn("--dist-timeout {} is short for ranks on several hosts: a lost host is named "
+               "after up to {:.0f} s",
+               timeout_s_, blocked + 3 * window);
     group_->setTimeout(millis(blocked));
-    roll_call_ = std::make_unique<RollCall>(env_, rank_hosts_, window, blocked);
+    // The meeting's id, rank 0's: a store that outlives a meeting keeps the keys of another.
+    const std::string meeting =
+        gather_text(rank_ == 0 ? fmt::format("{:016x}", meeting_nonce()) : "").at(0);
+    roll_call_ = std::make_unique<RollCall>(env_, meeting, rank_hosts_, window, blocked);
   }
 
   void failed_here() override {
@@ -116,8 +135,9 @@ class C10dRanks : public Communicator {
     // evaluation's sums) goes there and back, synchronously.
     const bool staged = t.device() != device_;
     std::vector<at::Tensor> tensors{staged ? t.to(device_) : t};
+    const Clock::time_point started = Clock::now();
     try {
-      auto pending = std::make_unique<Pending>(this, group_->allreduce(tensors));
+      auto pending = std::make_unique<Pending>(this, group_->allreduce(tensors), started);
       if (!staged) return pending;
       pending->wait();
       t.copy_(tensors[0]);
@@ -125,17 +145,18 @@ class C10dRanks : public Communicator {
     } catch (const Error&) {
       throw;
     } catch (const std::exception& e) {
-      lost("all-reduce", e);
+      lost("all-reduce", e, started);
     }
   }
   void allgather(std::vector<torch::Tensor>& out, const torch::Tensor& in) override {
     count_allgather(static_cast<int64_t>(in.numel() * in.element_size()));
     std::vector<std::vector<at::Tensor>> outputs{out};
     std::vector<at::Tensor> inputs{in};
+    const Clock::time_point started = Clock::now();
     try {
       finish_counted(group_->allgather(outputs, inputs));
     } catch (const std::exception& e) {
-      lost("all-gather", e);
+      lost("all-gather", e, started);
     }
   }
   void broadcast(const torch::Tensor& t, int root) override {
@@ -143,10 +164,11 @@ class C10dRanks : public Communicator {
     std::vector<at::Tensor> tensors{t};
     c10d::BroadcastOptions o;
     o.rootRank = root;
+    const Clock::time_point started = Clock::now();
     try {
       finish_counted(group_->broadcast(tensors, o));
     } catch (const std::exception& e) {
-      lost("broadcast", e);
+      lost("broadcast", e, started);
     }
   }
 
@@ -167,28 +189,30 @@ class C10dRanks : public Communicator {
   }
   // Waited for while its communicator lives (the strategies wait before they let go of it).
   struct Pending : PendingCollective {
-    Pending(C10dRanks* o, Work w) : owner(o), work(std::move(w)) {}
+    Pending(C10dRanks* o, Work w, Clock::time_point t) : owner(o), work(std::move(w)), started(t) {}
     void wait() override {
       try {
         owner->finish_counted(work);
       } catch (const std::exception& e) {
-        owner->lost("all-reduce", e);
+        owner->lost("all-reduce", e, started);
       }
     }
     bool done() override { return work->isCompleted(); }
     C10dRanks* owner;
     Work work;
+    Clock::time_point started;  // when the collective was launched
   };
 
   // A failed collective's error; across hosts, with what the roll call found.
-  [[noreturn]] void lost(const std::string& what, const std::exception& e) {
+  [[noreturn]] void lost(const std::string& what, const std::exception& e,
+                         Clock::time_point started) {
     std::string why = e.what();
     why = why.substr(0, why.find('\n'));
     if (why.size() > 300) why = why.substr(0, 300) + "...";
     std::string lost_host;
     if (roll_call_ && !called_) {
       called_ = true;  // once: a later failure of this rank says only its own
-      lost_host = "; " + roll_call_->take();
+      lost_host = "; " + roll_call_->take(Seconds(Clock::now() - started).count());
     }
     throw PeerLost(fmt::format("rank {}: {} failed{}: {}", rank_, what, lost_host, why),
                    "another rank stopped (its error is in its own output), or did not answer "

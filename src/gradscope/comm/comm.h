@@ -182,11 +182,12 @@ std::shared_ptr<Communicator> single_rank_communicator();
 // finish it and whatever was queued before it; a CPU tensor handed to a CUDA communicator is
 // reduced on the device and copied back.
 //
-// Ranks on several hosts: a failed collective first takes a roll call at the meeting point
-// (each surviving rank checks in; kRollCallShare of timeout_s, at most kRollCallMaxS) and its
-// error names the hosts whose ranks did not answer, or node 0's when the meeting point cannot
-// be reached. Their collectives wait timeout_s less twice that window (the roll call, then
-// writing down the failure), so that every rank ends within timeout_s.
+// Ranks on several hosts: each beats at the meeting point, and a failed collective first
+// takes a roll call there (roll_call.h; its window is kRollCallShare of timeout_s, 1 to
+// kRollCallMaxS s); its error names the hosts whose ranks' beats stopped, the ranks that
+// failed on their own, or node 0 when the meeting point cannot be reached. Their collectives
+// wait timeout_s less three windows (two to find a stopped beat, one to write down the
+// failure), so that every rank ends within timeout_s.
 std::shared_ptr<Communicator> connect_ranks(const RankEnv& env, const torch::Device& device,
                                             double timeout_s);
 

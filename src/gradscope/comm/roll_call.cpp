@@ -24,19 +24,15 @@ std::chrono::milliseconds ms(double s) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Seconds(s));
 }
 
-// A client of the meeting point whose every request gives up after `timeout_s`.
-c10::intrusive_ptr<c10d::Store> client(const RankEnv& env, double timeout_s) {
-  c10d::TCPStoreOptions o;
-  o.port = static_cast<std::uint16_t>(env.master_port);
-  o.isServer = false;
-  o.waitWorkers = false;
-  o.timeout = ms(timeout_s);
-  return c10::make_intrusive<c10d::PrefixStore>(
-      "gradscope/roll-call", c10::make_intrusive<c10d::TCPStore>(env.master_addr, o));
-}
+// The meeting point did not answer a roll call's connection.
+struct Unreachable : std::runtime_error {
+  Unreachable() : std::runtime_error("the meeting point did not answer") {}
+};
+
 
 // c10d logs a failed connection with a stack trace: the failure's message says it instead.
 // Nested and concurrent (the beat, the roll call): the first in quiets, the last out restores.
+// Its state is never freed, since a thread left on a cut link may still leave it at exit.
 class QuietC10d {
  public:
   QuietC10d() {
@@ -53,18 +49,33 @@ class QuietC10d {
 
  private:
   static std::mutex& mutex() {
-    static std::mutex m;
-    return m;
+    static auto* m = new std::mutex;
+    return *m;
   }
   static int& depth() {
-    static int d = 0;
-    return d;
+    static auto* d = new int(0);
+    return *d;
   }
   static int& before() {
-    static int b = 0;
-    return b;
+    static auto* b = new int(0);
+    return *b;
   }
 };
+
+// A client of the meeting point whose every request gives up after `timeout_s`, its keys under
+// this meeting's own prefix (a store that outlives a meeting, as torchrun's agent's, keeps
+// another meeting's keys).
+c10::intrusive_ptr<c10d::Store> client(const RankEnv& env, const std::string& meeting,
+                                       double timeout_s) {
+  c10d::TCPStoreOptions o;
+  o.port = static_cast<std::uint16_t>(env.master_port);
+  o.isServer = false;
+  o.waitWorkers = false;
+  o.timeout = ms(timeout_s);
+  QuietC10d quiet;
+  return c10::make_intrusive<c10d::PrefixStore>(
+      "gradscope/roll-call/" + meeting, c10::make_intrusive<c10d::TCPStore>(env.master_addr, o));
+}
 
 // What `fn` returns, run on a thread of its own; nullopt when it takes longer than
 // `limit_s` (the thread is then left to end with the process).
@@ -85,10 +96,17 @@ std::optional<T> within(double limit_s, std::function<T()> fn) {
 
 // A client of the meeting point, connected within `limit_s` (a connection to a host cut off
 // can take c10d longer than its own timeout to give up); throws when it is not.
-c10::intrusive_ptr<c10d::Store> client_within(const RankEnv& env, double limit_s) {
+c10::intrusive_ptr<c10d::Store> client_within(const RankEnv& env, const std::string& meeting,
+                                              double limit_s) {
   using Store = c10::intrusive_ptr<c10d::Store>;
-  const auto store = within<Store>(limit_s, [env, limit_s] { return client(env, limit_s); });
-  if (!store) throw std::runtime_error("the meeting point did not answer in time");
+  std::optional<Store> store;
+  try {
+    store = within<Store>(limit_s,
+                          [env, meeting, limit_s] { return client(env, meeting, limit_s); });
+  } catch (const std::exception&) {
+    throw Unreachable();
+  }
+  if (!store) throw Unreachable();
   return *store;
 }
 
@@ -96,20 +114,23 @@ c10::intrusive_ptr<c10d::Store> client_within(const RankEnv& env, double limit_s
 
 struct RollCall::Beat {
   RankEnv env;
+  std::string meeting;
   double window_s = 1;
   std::mutex mutex;
   std::condition_variable wake;
   bool stop = false, finished = false;
 };
 
-RollCall::RollCall(const RankEnv& env, std::vector<std::string> rank_hosts, double window_s,
-                   double blocked_s)
+RollCall::RollCall(const RankEnv& env, std::string meeting, std::vector<std::string> rank_hosts,
+                   double window_s, double blocked_s)
     : env_(env),
+      meeting_(std::move(meeting)),
       rank_hosts_(std::move(rank_hosts)),
       window_s_(window_s),
       blocked_s_(blocked_s),
       beat_(std::make_shared<Beat>()) {
   beat_->env = env;
+  beat_->meeting = meeting_;
   beat_->window_s = window_s;
   // Four beats a window; a beat that cannot reach the meeting point is tried again at the next.
   std::thread([b = beat_] {
@@ -119,8 +140,7 @@ RollCall::RollCall(const RankEnv& env, std::vector<std::string> rank_hosts, doub
     while (!b->stop) {
       lock.unlock();
       try {
-        QuietC10d quiet;
-        if (!store) store = client(b->env, b->window_s / 2);
+        if (!store) store = client(b->env, b->meeting, b->window_s / 2);
         store->add(key, 1);
       } catch (const std::exception&) {
         store.reset();
@@ -142,42 +162,52 @@ RollCall::~RollCall() {
   beat_->wake.wait_for(lock, ms(window_s_ / 4), [this] { return beat_->finished; });
 }
 
-void RollCall::failed_here() {
-  const RankEnv env = env_;
-  const double window = window_s_;
-  within<bool>(window, [env, window] {
-    QuietC10d quiet;
-    client(env, window)->set("failed/" + std::to_string(env.rank), std::vector<uint8_t>{1});
-    return true;
-  });
-}
-
-std::string RollCall::take() {
-  const auto lost_node0 = [this](const char* why) {
-    return fmt::format("lost node 0, {}: its meeting point at {}:{} {}",
-                       hosts_of_ranks(rank_hosts_, {0}), env_.master_addr, env_.master_port, why);
-  };
+void RollCall::failed_here() noexcept {
   try {
-    const auto found = within<std::string>(
-        blocked_s_ + 2 * window_s_,
-        [env = env_, hosts = rank_hosts_, w = window_s_, b = blocked_s_] {
-          return watch(env, hosts, w, b);
-        });
-    return found ? *found : lost_node0("stopped answering");
-  } catch (const std::exception&) {
-    return lost_node0("cannot be reached");
+    within<bool>(window_s_, [env = env_, meeting = meeting_, window = window_s_] {
+      client(env, meeting, window)
+          ->set("failed/" + std::to_string(env.rank), std::vector<uint8_t>{1});
+      return true;
+    });
+  } catch (...) {
+    // Best effort: the others then find this rank's beat stopped instead.
   }
 }
 
-std::string RollCall::watch(const RankEnv& env, const std::vector<std::string>& hosts,
-                            double window_s, double blocked_s) {
-  QuietC10d quiet;
+std::string RollCall::take(double waited_s) noexcept {
+  const auto lost_node0 = [this](const char* why) {
+    return fmt::format("lost node 0: its meeting point at {}:{} {}", env_.master_addr,
+                       env_.master_port, why);
+  };
+  // A live rank fails its own collective at most blocked_s after it began, about when this
+  // one's began: watch until then and a window more, and at least two windows.
+  const double watch_s = std::max(2 * window_s_, blocked_s_ + window_s_ - waited_s);
+  try {
+    const auto found = within<std::string>(
+        watch_s + window_s_,
+        [env = env_, meeting = meeting_, hosts = rank_hosts_, w = window_s_, watch_s] {
+          return watch(env, meeting, hosts, w, watch_s);
+        });
+    return found ? *found : lost_node0("stopped answering");
+  } catch (const Unreachable&) {
+    return lost_node0("cannot be reached");
+  } catch (const std::exception& e) {
+    std::string why = e.what();
+    return "the roll call failed: " + why.substr(0, why.find('\n'));
+  } catch (...) {
+    return "the roll call failed";
+  }
+}
+
+std::string RollCall::watch(const RankEnv& env, const std::string& meeting,
+                            const std::vector<std::string>& hosts, double window_s,
+                            double watch_s) {
   const int world = env.world;
   const auto start = Clock::now();
-  const auto deadline = start + ms(std::max(window_s, blocked_s));
+  const auto deadline = start + ms(watch_s);
   std::vector<int> lost;
   {
-    auto store = client_within(env, window_s);
+    auto store = client_within(env, meeting, window_s);
     store->set("here/" + std::to_string(env.rank), std::vector<uint8_t>{1});
     // Per rank: answered, lost, or still watched (its beat's count and since when it stood).
     enum class State { kWatched, kHere, kFailed, kLost };
@@ -202,7 +232,7 @@ std::string RollCall::watch(const RankEnv& env, const std::vector<std::string>& 
         if (c != count[i]) {
           count[i] = c;
           since[i] = Clock::now();
-        } else if (Clock::now() - since[i] >= ms(window_s)) {
+        } else if (Clock::now() - since[i] >= ms(2 * window_s)) {
           state[i] = State::kLost;
           continue;
         }
@@ -218,7 +248,8 @@ std::string RollCall::watch(const RankEnv& env, const std::vector<std::string>& 
       if (state[static_cast<size_t>(r)] == State::kFailed) failed.push_back(r);
     }
     if (!lost.empty())
-      return fmt::format("lost {}: its beat stopped", hosts_of_ranks(hosts, lost));
+      return fmt::format("lost {}: its beat stopped (the process or its host)",
+                         hosts_of_ranks(hosts, lost));
     if (!failed.empty())
       return fmt::format("{} failed (its own output says why)",
                          hosts_of_ranks(hosts, failed));

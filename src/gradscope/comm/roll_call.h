@@ -21,30 +21,35 @@ namespace gradscope {
 
 class RollCall {
  public:
-  // Starts this rank's beat. `window`: roll_call_window_s; `blocked_s`: the longest a live
-  // rank may wait in a collective before it fails (--dist-timeout less twice the window).
-  RollCall(const RankEnv& env, std::vector<std::string> rank_hosts, double window_s,
-           double blocked_s);
+  // Starts this rank's beat. `meeting`: an id every rank of this meeting shares (its keys'
+  // prefix); `window`: roll_call_window_s; `blocked_s`: the longest a live rank may wait in a
+  // collective before it fails (--dist-timeout less three windows).
+  RollCall(const RankEnv& env, std::string meeting, std::vector<std::string> rank_hosts,
+           double window_s, double blocked_s);
   ~RollCall();
   RollCall(const RollCall&) = delete;
   RollCall& operator=(const RollCall&) = delete;
 
   // Checks in and watches the others; what it found, for a failure's message: "lost host X
-  // (ranks ...): its beat stopped", "host X (rank r) failed (its own output says why)",
-  // "lost node 0, host X (rank 0): its meeting point at A:P cannot be reached", or that every
-  // rank answered. Takes at most blocked_s plus two windows.
-  std::string take();
+  // (ranks ...): its beat stopped (the process or its host)", "host X (rank r) failed (its own
+  // output says why)", "lost node 0: its meeting point at A:P cannot be reached", or that
+  // every rank answered. `waited_s`: how long the failed collective had run. A rank's beat
+  // that stands still for two windows is lost; the roll call lasts at most until a live rank
+  // blocked in its own collective must have failed, a window more (at least two windows).
+  std::string take(double waited_s) noexcept;
   // Marks this rank as failed on its own at the meeting point (within a window, or not at all).
-  void failed_here();
+  void failed_here() noexcept;
 
   struct Beat;  // the beat thread's state, shared with it (it may outlive this object)
 
  private:
   // take()'s work, on a thread of its own that may outlive this object: it has copies.
-  static std::string watch(const RankEnv& env, const std::vector<std::string>& rank_hosts,
-                           double window_s, double blocked_s);
+  static std::string watch(const RankEnv& env, const std::string& meeting,
+                           const std::vector<std::string>& rank_hosts, double window_s,
+                           double watch_s);
 
   RankEnv env_;
+  std::string meeting_;
   std::vector<std::string> rank_hosts_;
   double window_s_, blocked_s_;
   std::shared_ptr<Beat> beat_;
