@@ -83,7 +83,8 @@ Setting nnodes_row() {
 Setting nproc_per_node_row() {
   Setting s = member_row("nproc-per-node", "", &RunConfig::nproc_per_node, T::kInteger,
                          R::kOutput, S::kDevice,
-                         "Ranks on each host (--nproc becomes --nnodes x this)");
+                         "Ranks on each host: --nproc becomes --nnodes x this (0: not given, "
+                         "--nproc counts every host's ranks)");
   // After --nproc and --nnodes in the table, so that both are known here.
   s.parse = [flag = s.flag()](RunConfig& c, const std::string& text) {
     const int64_t k = parse_integer(flag, text);

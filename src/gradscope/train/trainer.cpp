@@ -218,7 +218,6 @@ RunRecord Trainer::run(ProgressSink* progress) {
   // With --resume: the weights, optimizer state and generators as the state left them (after
   // seed_dropout, whose stream they continue), and the loop's tally and wall time so far.
   if (resume_) restore_state(loop);
-  if (session_->world() > 1) check_ranks_resume_together(loop.first_step);
   // When the state resumed from is the one in --save-state, it need not be saved again.
   if (resume_ && !c.save_state.empty() && find_train_state(c.save_state) == resume_->dir)
     loop.saved_step = loop.first_step;
@@ -236,7 +235,11 @@ RunRecord Trainer::run(ProgressSink* progress) {
   });
 
   int64_t step = loop.first_step;
+  bool agreed = false;  // the ranks agreed on the step they go on from
   try {
+    // The ranks' first collective: a peer lost here ends the run as crashed, as in a step.
+    if (session_->world() > 1) check_ranks_resume_together(loop.first_step);
+    agreed = true;
     bool stopped = false;
     for (; step < loop.total_steps; ++step) {
       // SIGTERM or SIGINT (train_state.h): stop between steps (with several ranks, at the step
@@ -267,6 +270,10 @@ RunRecord Trainer::run(ProgressSink* progress) {
     }
     if (stopped) record_stop(loop, step);
     if (record.ok()) evaluate_at(loop, loop.total_steps);
+  } catch (const Error& e) {
+    // States saved at different steps: refused, as bad input (nothing was trained).
+    if (!agreed && e.kind() == ErrorKind::kUsage) throw;
+    record_failure(loop, e, step);
   } catch (const std::exception& e) {
     record_failure(loop, e, step);
   }
