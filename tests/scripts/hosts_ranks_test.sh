@@ -210,7 +210,15 @@ hurt_run() {
   ) &
   local other=$!
   (
-    sleep "$delay"
+    # A number of seconds, or a file to wait for (at most 60 s): the hurt comes once it exists.
+    if [[ $delay =~ ^[0-9]+$ ]]; then
+      sleep "$delay"
+    else
+      for _ in $(seq 600); do
+        [[ -e $delay ]] && break
+        sleep 0.1
+      done
+    fi
     now > "$name.hurt"
     case $action in
       kill) ip netns pids "$ns2" | xargs -r kill -9 ;;
@@ -237,7 +245,9 @@ timeout_s=10
 long=("${run_settings[@]}" --steps 400 --shard zero2 --dist-timeout "$timeout_s")
 both whole "${long[@]}"
 [[ $(cat whole-h1.rc) == 0 ]] || fail "the uninterrupted run failed: $(tail -3 whole-h1.log)"
-hurt_run kill 3 kill "${long[@]}" --save-state "$tmp/@HOST@" --state-every 10
+# Once both hosts saved a state (every 10 steps), so that there is one to resume from.
+hurt_run kill "$tmp/h2/rank-1/state.json" kill "${long[@]}" --save-state "$tmp/@HOST@" \
+  --state-every 10
 status=$(json kill-h1.json 'r["status"]')
 message=$(json kill-h1.json 'r["failure"]["message"]')
 took=$(elapsed "$(cat kill.hurt)" "$(cat kill-h1.end)")

@@ -110,14 +110,14 @@ class C10dRanks : public Communicator {
     rank_hosts_ = std::move(rank_hosts);
     ifname_ = std::move(ifname);
     if (host_count() <= 1) return;
-    // Collectives leave three windows of --dist-timeout: two for the roll call to find a
-    // stopped beat, one to record the failure and end.
+    // Collectives leave four windows of --dist-timeout: two for the roll call to find a
+    // stopped beat, two to record the failure and end on a busy machine.
     const double window = roll_call_window_s(timeout_s_);
-    const double blocked = std::max(1.0, timeout_s_ - 3 * window);
-    if (timeout_s_ < 4 * window)
+    const double blocked = std::max(1.0, timeout_s_ - 4 * window);
+    if (timeout_s_ < 5 * window)
       log_warn("--dist-timeout {} is short for ranks on several hosts: a lost host is named "
                "after up to {:.0f} s",
-               timeout_s_, blocked + 3 * window);
+               timeout_s_, blocked + 4 * window);
     group_->setTimeout(millis(blocked));
     // The meeting's id, rank 0's: a store that outlives a meeting keeps the keys of another.
     const std::string meeting =

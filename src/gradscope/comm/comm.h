@@ -186,8 +186,8 @@ std::shared_ptr<Communicator> single_rank_communicator();
 // takes a roll call there (roll_call.h; its window is kRollCallShare of timeout_s, 1 to
 // kRollCallMaxS s); its error names the hosts whose ranks' beats stopped, the ranks that
 // failed on their own, or node 0 when the meeting point cannot be reached. Their collectives
-// wait timeout_s less three windows (two to find a stopped beat, one to write down the
-// failure), so that every rank ends within timeout_s.
+// wait timeout_s less four windows (two to find a stopped beat, two to write down the
+// failure and end), so that every rank ends within timeout_s.
 std::shared_ptr<Communicator> connect_ranks(const RankEnv& env, const torch::Device& device,
                                             double timeout_s);
 

@@ -23,7 +23,7 @@ class RollCall {
  public:
   // Starts this rank's beat. `meeting`: an id every rank of this meeting shares (its keys'
   // prefix); `window`: roll_call_window_s; `blocked_s`: the longest a live rank may wait in a
-  // collective before it fails (--dist-timeout less three windows).
+  // collective before it fails (--dist-timeout less four windows).
   RollCall(const RankEnv& env, std::string meeting, std::vector<std::string> rank_hosts,
            double window_s, double blocked_s);
   ~RollCall();
