@@ -263,11 +263,6 @@ clean_stale() {
     echo "hosts: removing $p (${dir_of:-no record}${owner:+, owner $owner})" >&2
     remove_prefix "$p"
   done
-  # Name tables whose host is gone (a start or stop killed between the two).
-  for p in /etc/netns/gs-*-h[0-9]*; do
-    [ -e "$p" ] || continue
-    netns_names | grep -qFx "${p##*/}" || rm -rf -- "$p"
-  done
   exec {lock_fd}>&-
 }
 
