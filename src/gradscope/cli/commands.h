@@ -25,6 +25,7 @@ void add_probe_command(CLI::App& root, int& exit_code);
 void add_estimate_command(CLI::App& root, int& exit_code);
 void add_report_command(CLI::App& root, int& exit_code);
 void add_eval_command(CLI::App& root, int& exit_code);
+void add_outputs_command(CLI::App& root, int& exit_code);
 
 // Parses `gradscope run` arguments (what follows the subcommand) into the run's configuration
 // with the command's own checks; a sweep uses it to know each run's id before starting it.

@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   gradscope::add_run_command(app, exit_code);
   gradscope::add_verify_command(app, exit_code);
   gradscope::add_eval_command(app, exit_code);
+  gradscope::add_outputs_command(app, exit_code);
   gradscope::add_list_command(app, exit_code);
   gradscope::add_tokenize_command(app, exit_code);
   gradscope::add_sweep_command(app, exit_code);

@@ -308,6 +308,8 @@ const char* output_kind_name(OutputKind kind) {
       return "a gradscope report summary";
     case OutputKind::kReportTable:
       return "a gradscope report table";
+    case OutputKind::kBatchOutputs:
+      return "a gradscope outputs file";
   }
   return "a gradscope output";
 }
@@ -404,6 +406,10 @@ void check_output_file(const std::string& flag, const std::string& path, OutputK
       break;
     case OutputKind::kReportTable:
       same_kind = starts_with(head, "run_id,") || starts_with(head, "claim_id,");
+      break;
+    case OutputKind::kBatchOutputs:  // the header opens with its metadata, as gradscope writes
+      same_kind = head.size() > 8 && starts_with(head.substr(8), "{\"__metadata__\":{") &&
+                  head.find("\"content\":\"gradscope.outputs/") != std::string::npos;
       break;
     default:
       // JSON: only text that opens an object can be one; the whole file is parsed then.

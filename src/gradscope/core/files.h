@@ -98,6 +98,8 @@ enum class OutputKind {
   kReportSummary,   // summary.md: begins "# gradscope report"
   kReportTable,     // runs.csv, steps.csv, claims.csv: a header that begins "run_id," or
                     // "claim_id,"
+  kBatchOutputs,    // `outputs --out`: a safetensors file whose metadata "content" is
+                    // gradscope.outputs/N
 };
 // What `kind` is, for messages ("a gradscope run record").
 const char* output_kind_name(OutputKind kind);

@@ -39,7 +39,8 @@ constexpr char kSingleFile[] = "model.safetensors";
 constexpr char kIndexFile[] = "model.safetensors.index.json";
 constexpr char kMetadataKey[] = "__metadata__";
 constexpr char kBadFileHint[] = "check that it is a whole .safetensors file";
-constexpr char kDtypeHint[] = "gradscope reads and writes F32, BF16 and F16 tensors";
+constexpr char kDtypeHint[] =
+    "gradscope reads F32, BF16 and F16 tensors, and writes those and I64";
 
 // Length of the UTF-8 sequence that starts at text[i], or 0 where none does (overlong forms,
 // surrogates and code points past U+10FFFF are not UTF-8).
@@ -436,6 +437,8 @@ std::string dtype_name(const std::string& file, const std::string& name, const t
       return "BF16";
     case torch::kFloat16:
       return "F16";
+    case torch::kInt64:  // written only: token ids and labels beside outputs
+      return "I64";
     default:
       fail_usage(fmt::format("cannot write {}: tensor {} has dtype {}", file, shown(name),
                              c10::toString(t.scalar_type())),

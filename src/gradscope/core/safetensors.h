@@ -11,7 +11,7 @@
 // Files come from outside: every length, offset and shape is checked against the file's size
 // before anything is allocated or read, and every failure is a usage error (exit 2) naming
 // the file and the tensor (docs/input-safety.md). Only float32, bfloat16 and float16 tensors
-// are read or written.
+// are read; those and int64 (token ids and labels, beside a batch's outputs) are written.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,7 @@
 #include "gradscope/models/hf_weights.h"
 
 #include <algorithm>
+#include <functional>
 #include <optional>
 #include <set>
 
@@ -357,33 +358,62 @@ void check_layout_tensors(const std::string& model, const Layout& layout,
 
 // ---------------------------------------------------------------------------------------
 
+namespace {
+
+// The published tensors of `layout`, each from gradscope's parameters as `param` gives them
+// (undefined: the tensor is left out), stacked where the published layout stacks them; the
+// rotary frequencies too when `buffers`.
+std::vector<std::pair<std::string, torch::Tensor>> published_tensors(
+    const hf_weights_detail::Layout& layout,
+    const std::function<torch::Tensor(const std::string&)>& param, bool buffers) {
+  torch::NoGradGuard no_grad;
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const hf_weights_detail::HfTensor& t : layout.tensors) {
+    if (t.rotary_frequencies) {
+      if (buffers) out.emplace_back(t.name, rope_inv_freq(*layout.rotary));
+      continue;
+    }
+    std::vector<torch::Tensor> parts;
+    for (const auto& part : t.parts) parts.push_back(param(part));
+    if (std::any_of(parts.begin(), parts.end(), [](const auto& p) { return !p.defined(); }))
+      continue;
+    out.emplace_back(t.name, parts.size() == 1 ? parts[0] : torch::cat(parts, 0));
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<std::pair<std::string, torch::Tensor>> hf_tensors(const std::string& model, Model& m) {
   const hf_weights_detail::Layout layout = hf_weights_detail::layout_of_model(model, m);
   const auto params = m.named_parameters();
   // LoRA's adapters are merged into the weights they adapt: the published layout has no
   // place for them (save them apart with lora_adapter_tensors).
   const std::map<std::string, torch::Tensor> merged = lora_merged_weights(m);
-  auto param = [&](const std::string& name) {
-    const auto it = merged.find(name);
-    if (it != merged.end()) return it->second;
-    const torch::Tensor* p = params.find(name);
-    if (!p) fail_runtime(fmt::format("{} has no parameter '{}'", model, name));
-    return p->detach();
-  };
-  torch::NoGradGuard no_grad;
-  std::vector<std::pair<std::string, torch::Tensor>> out;
-  for (const hf_weights_detail::HfTensor& t : layout.tensors) {
-    if (t.rotary_frequencies) {
-      out.emplace_back(t.name, rope_inv_freq(*layout.rotary));
-    } else if (t.parts.size() == 1) {
-      out.emplace_back(t.name, param(t.parts[0]));
-    } else {
-      std::vector<torch::Tensor> parts;
-      for (const auto& part : t.parts) parts.push_back(param(part));
-      out.emplace_back(t.name, torch::cat(parts, 0));
-    }
-  }
-  return out;
+  return published_tensors(
+      layout,
+      [&](const std::string& name) {
+        const auto it = merged.find(name);
+        if (it != merged.end()) return it->second;
+        const torch::Tensor* p = params.find(name);
+        if (!p) fail_runtime(fmt::format("{} has no parameter '{}'", model, name));
+        return p->detach();
+      },
+      true);
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> hf_gradients(const std::string& model,
+                                                                Model& m) {
+  const hf_weights_detail::Layout layout = hf_weights_detail::layout_of_model(model, m);
+  const auto params = m.named_parameters();
+  return published_tensors(
+      layout,
+      [&](const std::string& name) {
+        const torch::Tensor* p = params.find(name);
+        if (!p) fail_runtime(fmt::format("{} has no parameter '{}'", model, name));
+        return p->grad().defined() ? p->grad().detach() : torch::Tensor();
+      },
+      false);
 }
 
 AdapterExport hf_adapters(const std::string& model, Model& m, const LoraOptions& options,

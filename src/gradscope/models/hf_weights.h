@@ -58,6 +58,14 @@ nlohmann::json arch_from_hf_config(const std::string& model, const nlohmann::jso
 // storage), or new ones for the stacked projections and nanoVLM's rotary frequencies.
 std::vector<std::pair<std::string, torch::Tensor>> hf_tensors(const std::string& model, Model& m);
 
+// The gradients of the model's parameters under the published names, laid out as hf_tensors
+// lays out the weights (ModernBERT's q, k, v gradients stacked into attn.Wqkv's; a tied
+// head's once, as the embedding's, holding both uses): what a published model's parameters'
+// .grad hold after the same backward. Tensors with a part that has no gradient (frozen, or
+// not reached) and buffers are left out.
+std::vector<std::pair<std::string, torch::Tensor>> hf_gradients(const std::string& model,
+                                                                Model& m);
+
 // LoRA's adapters as PEFT saves them (adapter_model.safetensors and adapter_config.json), for
 // loading onto the published base model with peft.PeftModel.from_pretrained: tensors
 // "base_model.model.<published module>.lora_A.weight" (r, in) and ".lora_B.weight" (out, r),

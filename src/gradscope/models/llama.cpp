@@ -296,6 +296,7 @@ LossOutput LlamaModel::loss(const Batch& batch) {
       out.loss_sum = F::cross_entropy(
           lg.reshape({-1, lg.size(-1)}), batch.targets.reshape({-1}),
           F::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(kIgnoreIndex));  // ()
+      if (options.keep_logits) out.logits = lg.detach();
     }  // the logits are gone unless backward keeps them
   }
   // The batch counted its targets on the CPU; counting them here would wait for the device.

@@ -48,6 +48,10 @@ struct LossOutput {
   torch::Tensor loss_sum;  // () float, requires grad
   int64_t target_count = 0;
   int64_t correct = -1;  // classifiers in eval mode: right arg-max predictions; else -1
+  // With LossOptions::keep_logits and the full loss: the logits the loss was taken from,
+  // detached (ViT (B, K); Llama and NanoVLM (B, T, V); ModernBERT (M, V), its M target
+  // positions in row-major order of the batch); else undefined.
+  torch::Tensor logits;
 };
 
 // Per-forward tensors a block needs besides its input: rotary tables and masks. A model
@@ -126,6 +130,9 @@ struct LossOptions {
   // false once the summed loss exists; lets the trainer measure what the head keeps for
   // backward without models reading a meter. Models only test and call it (no allocation).
   std::function<void(bool starts)> head_probe;
+  // Whether the full loss hands back its logits (LossOutput::logits), to compare them with
+  // another implementation's; the chunked loss never holds them whole and gives none.
+  bool keep_logits = false;
 };
 
 // Around a language model's loss head, from the projection to the vocabulary to the summed

@@ -180,8 +180,10 @@ LossOutput ModernBertModel::loss(const Batch& batch) {
       out.loss_sum = chunked_cross_entropy(mlm_hidden(h), tok_embeddings->weight, decoder_bias,
                                            targets, options.chunk_rows, kIgnoreIndex);  // ()
     } else {
-      out.loss_sum = F::cross_entropy(mlm_logits(h).to(torch::kFloat), targets,
+      auto lg = mlm_logits(h);  // (M, V)
+      out.loss_sum = F::cross_entropy(lg.to(torch::kFloat), targets,
                                       F::CrossEntropyFuncOptions().reduction(torch::kSum));  // ()
+      if (options.keep_logits) out.logits = lg.detach();
     }
   }
   out.target_count = positions.size(0);

@@ -169,6 +169,7 @@ LossOutput ViTModel::loss(const Batch& batch) {
   LossOutput out;
   out.loss_sum = F::cross_entropy(lg.to(torch::kFloat), batch.labels,
                                   F::CrossEntropyFuncOptions().reduction(torch::kSum));  // ()
+  if (loss_options().keep_logits) out.logits = lg.detach();
   out.target_count = batch.labels.size(0);
   // Counted in evaluation only: .item() synchronizes the device, which the training step
   // must not pay for a number it does not use.

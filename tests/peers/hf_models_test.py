@@ -1,0 +1,335 @@
+"""gradscope's models against Hugging Face transformers: from the same weights and the same
+batch, the same logits, loss and per-parameter gradients.
+
+  hf_models_test.py GRADSCOPE [--only NAME[,NAME...]] [--list] [--keep DIR]
+
+Each case is a model (llama: LlamaForCausalLM, modernbert: ModernBertForMaskedLM, vit:
+ViTForImageClassification) at a preset, or shaped like the published model with fewer layers.
+For each case the weights come from both sides:
+  - gradscope's: `gradscope run ... --save-weights W` (one SGD step from the preset's
+    initialisation), loaded by transformers with from_pretrained;
+  - transformers': a model built with from_config on W's config.json (its "gradscope" block
+    removed: a plain Hugging Face config) from a seeded random initialisation and written with
+    save_pretrained, loaded by gradscope with --init-from.
+For each source, `gradscope outputs --init-from ... --attention A` writes its first training
+batch, logits, mean loss and the gradients of that loss under the published names; the
+transformers model (eval mode: no dropout) runs the same batch with the attention
+implementation that computes the same thing (gradscope's sdpa: transformers' "sdpa"; gradscope's
+math: transformers' "eager"), takes the same loss with torch's cross_entropy (mean over the
+targets gradscope gave, -100 ignored) and its backward. And once per model in bf16: gradscope
+--dtype bf16 against the same transformers model under torch.autocast("cpu", bfloat16).
+
+Tolerances (relative: ||a - b|| / ||b||, b the transformers value; each tensor on its own):
+  fp32: loss 1e-5, logits 1e-5, every gradient tensor 1e-4. The two sides compute the same
+    products in float32 and differ only in the order of their sums (unit roundoff 2^-24, about
+    6e-8): a sum of K terms in another order differs by at most about K u relative, about 1e-4
+    at K = 2048 (the widest hidden size here) and typically sqrt(K) u, about 3e-6; gradients
+    pass through two such products per layer more than the loss does.
+  bf16: per tensor, twice transformers' own bf16 error on it (its bf16 value against its fp32
+    value, the same measure), and never below the fp32 tolerance. Under autocast the operands of
+    every matrix product are rounded to bfloat16 (u = 2^-9) on both sides, and a value one float32
+    ulp apart before a rounding can land 2^-8 apart after it, so the two sides' bf16 results
+    differ by rounding noise of the size of autocast's own error, and not by much more; a
+    gradscope whose bf16 path computed something else would be off by more than that error.
+    The loss, one number, can come out of transformers' bf16 nearly exact by luck (its errors
+    cancel in the mean): its tolerance is the logits' instead.
+The gradient of an attention key's bias (ViT's) is zero in exact arithmetic, so its difference is
+taken relative to the key weight's gradient. Every figure measured is printed, so a tolerance's margin can be read from the output.
+
+Exit status: 0 every case within its tolerances, 1 a difference (every one is printed), 2 bad
+input, 77 skipped (no transformers or safetensors package, or the data gradscope trains on is
+not fetched).
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+try:
+    import torch
+    import transformers
+    from safetensors.torch import load_file
+except ImportError as e:
+    print(f"hf_models_test: skipped: {e} (pip install -r requirements.txt)")
+    sys.exit(77)
+
+SKIP, BAD_INPUT, MISMATCH = 77, 2, 1
+
+TOLERANCES = {"fp32": {"loss": 1e-5, "logits": 1e-5, "grad": 1e-4}}
+
+# The transformers class of each model, and how its batch and logits are read.
+CLASSES = {
+    "llama": transformers.LlamaForCausalLM,
+    "modernbert": transformers.ModernBertForMaskedLM,
+    "vit": transformers.ViTForImageClassification,
+}
+
+# (name, model, gradscope settings): the presets, and a configuration shaped like the published
+# one (its widths, heads and vocabulary; fewer layers, a short sequence).
+CASES = [
+    ("llama-tiny", "llama", ["--preset", "tiny"]),
+    ("llama-small", "llama", ["--preset", "small", "--batch", "2"]),
+    ("llama-published", "llama",
+     ["--preset", "paper", "--arch", "num_hidden_layers=2", "--seq", "64", "--batch", "1"]),
+    ("modernbert-tiny", "modernbert", ["--preset", "tiny"]),
+    ("modernbert-small", "modernbert", ["--preset", "small", "--batch", "2"]),
+    # Three layers: one global attention layer and two sliding-window ones (window 128 of 256).
+    ("modernbert-published", "modernbert",
+     ["--preset", "paper", "--arch", "num_hidden_layers=3", "--seq", "256", "--batch", "1"]),
+    ("vit-tiny", "vit", ["--preset", "tiny"]),
+    ("vit-small", "vit", ["--preset", "small", "--batch", "4"]),
+    ("vit-published", "vit", ["--preset", "paper", "--arch", "num_hidden_layers=2",
+                              "--batch", "2"]),
+]
+# The gradient of an attention key's bias is zero in exact arithmetic (it adds q.b to every
+# score of a query's row, which the softmax ignores): each side gives rounding noise, whose
+# difference is compared with the norm of the key weight's gradient instead of its own.
+ZERO_GRADIENT_SUFFIX = ".attention.attention.key.bias"
+# Attention: gradscope's path and the transformers implementation that computes the same thing.
+ATTENTION = [("sdpa", "sdpa"), ("math", "eager")]
+
+
+class Failure(Exception):
+    pass
+
+
+def gradscope(gs, args, what):
+    """Runs gradscope; its output on failure. A usage error (2) is bad input for this test."""
+    p = subprocess.run([gs] + args, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.stderr.write(p.stdout + p.stderr)
+        raise Failure(f"{what}: gradscope exited {p.returncode}: {' '.join(args)}")
+    return p.stdout
+
+
+def relative(a, b):
+    a, b = a.double(), b.double()
+    scale = b.norm().item()
+    diff = (a - b).norm().item()
+    return diff / scale if scale > 0 else diff
+
+
+def hf_forward(model_name, model, outputs, bf16):
+    """The transformers model on gradscope's batch: its logits, in the layout gradscope writes
+    them, and the mean loss over the same targets."""
+    F = torch.nn.functional
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        if model_name == "vit":
+            logits = model(pixel_values=outputs["batch.images"]).logits  # (B, K)
+            targets = outputs["batch.labels"]
+        else:
+            logits = model(input_ids=outputs["batch.input_ids"]).logits  # (B, T, V)
+            targets = outputs["batch.targets"]
+            if model_name == "modernbert":  # gradscope keeps the masked positions only
+                logits = logits[targets != -100]  # (M, V), row-major
+                targets = targets[targets != -100]
+            else:
+                logits = logits.flatten(0, 1)
+                targets = targets.flatten()
+    loss = F.cross_entropy(logits.float(), targets, ignore_index=-100)
+    return logits, loss
+
+
+def hf_outputs(model_name, weights, attention, outputs, bf16, folder):
+    """The transformers model from `weights` on gradscope's batch, in the names and layouts of
+    gradscope's outputs file: "loss", "logits" and "grad.<published name>"."""
+    model = CLASSES[model_name].from_pretrained(weights, attn_implementation=attention,
+                                                dtype=torch.float32)
+    model.eval()  # no dropout; gradients are still taken
+    logits, loss = hf_forward(model_name, model, outputs, bf16)
+    loss.backward()
+    result = {"loss": loss.detach(), "logits": logits.detach().float()}
+    for name, g in saved_gradients(model, folder).items():
+        result["grad." + name] = g
+    return result
+
+
+def difference(key, a, b, reference):
+    """||a - b|| relative to ||b||; for a gradient that is zero in exact arithmetic, relative
+    to its weight's gradient in `reference` instead."""
+    if key.endswith(ZERO_GRADIENT_SUFFIX):
+        weight = reference[key[:-len("bias")] + "weight"].double().norm().item()
+        return (a.double() - b.double()).norm().item() / weight
+    return relative(a, b)
+
+
+def compare(model_name, weights, attention, dtype, outputs_file):
+    """Loads `weights` into transformers, runs gradscope's batch, and returns the rows of
+    differences: (what, relative difference, tolerance). In bf16 each tensor's tolerance is
+    twice transformers' own bf16 error on it (its bf16 value against its fp32 one), and never
+    below the fp32 tolerance."""
+    outputs = load_file(outputs_file)
+    outputs["logits"] = outputs["logits"].float()
+    hf_attention = dict(ATTENTION)[attention]
+    bf16 = dtype == "bf16"
+    hf = hf_outputs(model_name, weights, hf_attention, outputs, bf16, outputs_file + ".hf")
+    hf["logits"] = hf["logits"].reshape(outputs["logits"].shape)
+    if bf16:
+        exact = hf_outputs(model_name, weights, hf_attention, outputs, False,
+                           outputs_file + ".hf32")
+        exact["logits"] = exact["logits"].reshape(outputs["logits"].shape)
+    missing = sorted(k for k in set(hf) - set(outputs) if k.startswith("grad."))
+    extra = sorted(k for k in set(outputs) - set(hf) if k.startswith("grad."))
+    if missing or extra:
+        raise Failure(f"gradients: transformers has {missing} that gradscope did not write, "
+                      f"gradscope wrote {extra} that transformers does not have")
+    rows = []
+    worst_name, worst, worst_tol = "", -1.0, 0.0
+    grads = 0
+    for key, value in hf.items():
+        if tuple(outputs[key].shape) != tuple(value.shape):
+            raise Failure(f"{key}: gradscope {tuple(outputs[key].shape)}, "
+                          f"transformers {tuple(value.shape)}")
+        kind = "grad" if key.startswith("grad.") else key
+        tol = TOLERANCES["fp32"][kind]
+        if bf16:  # the loss, one number, can agree by luck: its scale is the logits' error
+            own = "logits" if key == "loss" else key
+            tol = max(tol, 2 * difference(own, hf[own], exact[own], exact))
+        r = difference(key, outputs[key], value, hf)
+        if kind != "grad":
+            rows.append((key, r, tol))
+            continue
+        grads += 1
+        if r / tol > worst / max(worst_tol, 1e-300):
+            worst_name, worst, worst_tol = key[len("grad."):], r, tol
+        if r > tol:
+            rows.append((key, r, tol))
+    rows.append((f"grads ({grads}; nearest its tolerance: {worst_name})", worst, worst_tol))
+    return rows
+
+
+def saved_gradients(model, folder):
+    """The gradients of the model's parameters under the names transformers writes its weights
+    with (its save_pretrained maps its modules to the published checkpoint's names, e.g. ViT's
+    vit.encoder.layer.N...; a tied weight once): each parameter's gradient copied over its
+    value, the model saved, and the files read back."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.grad is None:
+                raise Failure(f"transformers' {name} got no gradient")
+            p.copy_(p.grad)
+    model.save_pretrained(folder)
+    tensors = {}
+    for file in sorted(os.listdir(folder)):
+        if file.endswith(".safetensors"):
+            tensors.update(load_file(os.path.join(folder, file)))
+    shutil.rmtree(folder)
+    return tensors
+
+
+def hf_saved_weights(model_name, gradscope_weights, out):
+    """A transformers model of the same configuration, randomly initialised from a seed, written
+    with save_pretrained: the config as plain Hugging Face keys (no "gradscope" block)."""
+    with open(os.path.join(gradscope_weights, "config.json")) as f:
+        config = json.load(f)
+    config.pop("gradscope", None)
+    config_class = transformers.AutoConfig.for_model(config["model_type"])
+    cfg = config_class.from_dict(config)
+    torch.manual_seed(1234)
+    model = CLASSES[model_name](cfg)
+    model.save_pretrained(out)
+
+
+def run_case(gs, name, model_name, settings, work, bf16_too):
+    started = time.time()
+    gs_weights = os.path.join(work, name + "-gradscope")
+    hf_weights = os.path.join(work, name + "-transformers")
+    gradscope(gs, ["run", "--model", model_name] + settings +
+              ["--optimizer", "sgd", "--steps", "1", "--warmup-steps", "0", "--eval-batches", "1",
+               "--quiet", "--no-db", "--sample-period", "0",
+               "--json", os.path.join(work, name + ".json"), "--save-weights", gs_weights],
+              name + ": gradscope writes its weights")
+    hf_saved_weights(model_name, gs_weights, hf_weights)
+    with open(os.path.join(gs_weights, "config.json")) as f:
+        tokenizer = json.load(f)["gradscope"].get("tokenizer")
+    # --init-from takes the architecture from the folder; the preset gives the rest (data,
+    # tokenizer, sequence length), and --arch is the folder's already.
+    shape = []
+    skip = False
+    for s in settings:
+        if skip:
+            skip = False
+            continue
+        if s == "--arch":
+            skip = True
+            continue
+        shape.append(s)
+    runs = [(source, weights, attention, "fp32")
+            for source, weights in (("gradscope", gs_weights), ("transformers", hf_weights))
+            for attention, _ in ATTENTION]
+    if bf16_too:
+        runs.append(("gradscope", gs_weights, "sdpa", "bf16"))
+    failed = False
+    for source, weights, attention, dtype in runs:
+        out = os.path.join(work, f"{name}-{source}-{attention}-{dtype}.safetensors")
+        # A folder transformers wrote has no tokenizer: the one gradscope's weights name.
+        given = ["--tokenizer", tokenizer] if tokenizer and source == "transformers" else []
+        gradscope(gs, ["outputs", "--model", model_name] + shape + given +
+                  ["--init-from", weights, "--attention", attention, "--dtype", dtype,
+                   "--out", out], f"{name}: gradscope outputs")
+        rows = compare(model_name, weights, attention, dtype, out)
+        label = f"{name:<21} weights {source:<12} {attention}/{dict(ATTENTION)[attention]:<5} " \
+                f"{dtype}"
+        for what, r, tol in rows:
+            ok = r <= tol
+            failed |= not ok
+            if what.startswith("grad.") and ok:
+                continue
+            print(f"  {label}  {what:<44} {r:.2e} (<= {tol:.1e}) {'ok' if ok else 'FAILED'}")
+    print(f"{name}: {'FAILED' if failed else 'ok'} in {time.time() - started:.1f} s")
+    return not failed
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("gradscope", help="the gradscope executable")
+    ap.add_argument("--only", help="comma-separated case names (--list shows them)")
+    ap.add_argument("--list", action="store_true", help="list the cases and exit")
+    ap.add_argument("--keep", help="write the weights and outputs here and keep them")
+    a = ap.parse_args()
+    if a.list:
+        for name, model_name, settings in CASES:
+            print(f"{name:<22} {model_name:<11} {' '.join(settings)}")
+        return 0
+    cases = CASES
+    if a.only:
+        wanted = a.only.split(",")
+        unknown = sorted(set(wanted) - {c[0] for c in CASES})
+        if unknown:
+            print(f"hf_models_test: --only: no case {unknown} (--list shows them)",
+                  file=sys.stderr)
+            return BAD_INPUT
+        cases = [c for c in CASES if c[0] in wanted]
+    if not (os.path.isfile(a.gradscope) and os.access(a.gradscope, os.X_OK)):
+        print(f"hf_models_test: {a.gradscope} is not an executable file", file=sys.stderr)
+        return BAD_INPUT
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1") or 1))
+    work = a.keep or tempfile.mkdtemp(prefix="gradscope-hf-models-")
+    os.makedirs(work, exist_ok=True)
+    started = time.time()
+    ok = True
+    try:
+        seen = set()
+        for name, model_name, settings in cases:
+            try:
+                ok &= run_case(a.gradscope, name, model_name, settings, work,
+                               bf16_too=model_name not in seen)
+            except Failure as e:
+                print(f"{name}: FAILED: {e}")
+                ok = False
+            seen.add(model_name)
+    finally:
+        if not a.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    print(f"hf_models_test: {'every case agrees' if ok else 'differences above'} "
+          f"({len(cases)} cases, transformers {transformers.__version__}, "
+          f"torch {torch.__version__}, {time.time() - started:.0f} s)")
+    return 0 if ok else MISMATCH
+
+
+if __name__ == "__main__":
+    sys.exit(main())
