@@ -9,6 +9,7 @@
 
 #include "gradscope/models/common/layers.h"
 #include "gradscope/models/common/lora.h"
+#include "gradscope/models/hf_adapters.h"
 #include "gradscope/models/hf_weights.h"
 #include "gradscope/models/llama.h"
 #include "gradscope/models/modernbert.h"

@@ -41,7 +41,8 @@ RunConfig eval_defaults() {
 // a run's model can always be reproduced.
 std::vector<std::string> eval_settings() {
   static const std::set<std::string> kTrainingOnly = {
-      "dropout", "lora-targets", "lora-rank", "lora-alpha", "lora-dropout",  // model
+      "dropout", "lora-targets", "lora-rank", "lora-alpha", "lora-dropout",
+      "init-adapters",  // model
       "strategy", "recompute", "checkpoint-policy", "checkpoint-every", "optimizer-step",
       "attention",                                                // how a step is computed
       "steps", "warmup-steps", "eval-every",                      // shape, evaluation

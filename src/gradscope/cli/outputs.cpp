@@ -34,9 +34,10 @@ RunConfig outputs_defaults() {
 // What decides the numbers of one forward and backward pass: the model, its weights and data,
 // how attention and the projections are computed, the batch's shape and where it runs.
 std::vector<std::string> outputs_settings() {
-  return {"model",  "preset",      "dataset", "tokenizer", "init-from", "arch",
-          "attention", "projections", "batch", "seq",      "seed",      "device",
-          "dtype",  "threads"};
+  return {"model",     "preset",       "dataset",    "tokenizer",     "init-from",
+          "arch",      "lora-targets", "lora-rank",  "lora-alpha",    "init-adapters",
+          "attention", "projections",  "batch",      "seq",           "seed",
+          "device",    "dtype",        "threads"};
 }
 
 void run_outputs(const OutputsCliOptions& o) {
@@ -77,7 +78,8 @@ void add_outputs_command(CLI::App& root, int& exit_code) {
       "0, the mean loss over the batch's targets under --dtype, and its backward. --out gets a\n"
       "safetensors file of batch.* (the inputs as the model read them: input_ids, targets\n"
       "(-100 where no loss is taken), images, labels, text_mask), logits, loss, and grad.NAME\n"
-      "for every weight under its published name (docs/weights.md \"Names\").\n"
+      "for every weight under its published name (docs/weights.md \"Names\"); with LoRA\n"
+      "(--lora-targets, --init-adapters), the trainable heads' only: the base is frozen.\n"
       "Exit 0, or 2 for bad input.\n"
       "Example: gradscope outputs --model llama --preset tiny --init-from DIR --out llama.st");
   o->settings.add_to(cmd, outputs_defaults(), outputs_settings());

@@ -144,6 +144,7 @@ struct RunConfig {
   // Weights to start from instead of a seeded initialisation: a folder with config.json and
   // model.safetensors (or a sharded set), or one .safetensors file; "" = the seed's.
   std::string init_from;
+  std::string init_adapters;  // with LoRA: a PEFT adapters folder the adapters start from
   // --- adapters (LoRA, Hu et al. 2022): low-rank updates of the blocks' projections, the
   // rest frozen. Empty targets: every parameter trains.
   std::vector<std::string> lora_targets;  // of lora_target_names(), in that order

@@ -135,6 +135,28 @@ std::vector<Setting> build_settings_table() {
     };
     t.push_back(std::move(s));
   }
+  {
+    Setting s = custom_row(
+        "init-adapters", "init_adapters", T::kText, R::kDefines, S::kModel,
+        "With --lora-targets: start the adapters from this PEFT folder (adapter_config.json "
+        "and adapter_model.safetensors, as PEFT's save_pretrained or --save-adapters writes "
+        "them) instead of drawing them; its r and lora_alpha must be --lora-rank and "
+        "--lora-alpha, and it must adapt exactly the modules --lora-targets names");
+    s.parse = [](RunConfig& c, const std::string& text) { c.init_adapters = text; };
+    s.text = [](const RunConfig& c) { return c.init_adapters; };
+    s.check = [flag = s.flag()](const RunConfig& c) {
+      check_usage(c.init_adapters.empty() || c.lora(), flag + " needs --lora-targets",
+                  "add the --lora-targets, --lora-rank and --lora-alpha the adapters have");
+    };
+    s.write = [](const RunConfig& c, json& out, JsonPurpose) {
+      if (!c.init_adapters.empty()) out["init_adapters"] = c.init_adapters;
+    };
+    s.read = [](RunConfig& c, const json& in) {
+      const auto it = in.find("init_adapters");
+      if (it != in.end() && !it->is_null()) c.init_adapters = json_text("init_adapters", *it);
+    };
+    t.push_back(std::move(s));
+  }
   // LoRA's settings enter the run id only when LoRA is on: the keys are newer than the first
   // records, whose ids must hold.
   {

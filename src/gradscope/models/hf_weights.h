@@ -66,21 +66,6 @@ std::vector<std::pair<std::string, torch::Tensor>> hf_tensors(const std::string&
 std::vector<std::pair<std::string, torch::Tensor>> hf_gradients(const std::string& model,
                                                                 Model& m);
 
-// LoRA's adapters as PEFT saves them (adapter_model.safetensors and adapter_config.json), for
-// loading onto the published base model with peft.PeftModel.from_pretrained: tensors
-// "base_model.model.<published module>.lora_A.weight" (r, in) and ".lora_B.weight" (out, r),
-// and the trainable heads (lora_trainable: ViT's classifier) under their published names.
-// Where gradscope adapts separate projections that the published model stacks into one
-// (ModernBERT's Wqkv, nanoVLM's qkv_proj), the stacked module gets one adapter of rank k r
-// for k adapted parts: A the parts' A stacked, B block-diagonal, alpha k alpha, so the
-// update is the same (PEFT's rank_pattern and alpha_pattern carry them).
-struct AdapterExport {
-  std::vector<std::pair<std::string, torch::Tensor>> tensors;
-  nlohmann::json config;  // adapter_config.json
-};
-AdapterExport hf_adapters(const std::string& model, Model& m, const LoraOptions& options,
-                          const std::string& base_model);
-
 // The names and shapes hf_tensors gives for this architecture, without building the model
 // (paper presets do not fit in memory in tests): for listing against the published lists.
 std::vector<std::pair<std::string, std::vector<int64_t>>> hf_tensor_shapes(

@@ -124,4 +124,11 @@ struct PublishedNames {
   const char* peft_task_type;
 };
 
+namespace hf_weights_detail {
+// The family's published names; a usage error for a model without them (the toy problems).
+const PublishedNames& published_names(const std::string& model);
+// The published tensors of a built model of `model`'s family.
+Layout layout_of_model(const std::string& model, Model& m);
+}  // namespace hf_weights_detail
+
 }  // namespace gradscope

@@ -326,6 +326,7 @@ void Session::add_lora_adapters() {
   check_usage(!adapted.empty(),
               c.model + " has no projection that --lora-targets " + names + " names",
               "name projections the model has (docs/lora.md lists them per model)");
+  if (!c.init_adapters.empty()) load_init_adapters(c.model, *model_, lora, c.init_adapters);
 }
 
 // The collectives with the other ranks: the given ones, the launcher's, or a single rank's

@@ -12,6 +12,7 @@
 #include "gradscope/core/files.h"
 #include "gradscope/core/json_input.h"
 #include "gradscope/core/safetensors.h"
+#include "gradscope/models/hf_adapters.h"
 #include "gradscope/models/hf_weights.h"
 
 namespace gradscope {
@@ -224,6 +225,24 @@ std::vector<std::string> save_adapters(const std::string& model, Model& m,
     write_file_atomically(config, adapters.config.dump(2) + "\n");
     return {weights, config};
   });
+}
+
+void load_init_adapters(const std::string& model, Model& m, const LoraOptions& options,
+                        const std::string& dir) {
+  std::error_code ec;
+  check_usage(fs::is_directory(dir, ec), "--init-adapters '" + dir + "' is not a folder",
+              "name a folder PEFT's save_pretrained (or --save-adapters) wrote");
+  const std::string config_path = (fs::path(dir) / "adapter_config.json").string();
+  const std::string weights_path = (fs::path(dir) / "adapter_model.safetensors").string();
+  check_usage(optional_input_file(config_path, "adapter config") &&
+                  optional_input_file(weights_path, "adapter weights"),
+              "--init-adapters '" + dir +
+                  "' needs adapter_config.json and adapter_model.safetensors",
+              "name a folder PEFT's save_pretrained (or --save-adapters) wrote");
+  const nlohmann::json config = parse_json_input_unique(
+      read_input_file(config_path, "adapter config", kMaxConfigBytes), config_path);
+  load_hf_adapters(model, m, options, config, read_safetensors(weights_path),
+                   "--init-adapters '" + dir + "'");
 }
 
 }  // namespace gradscope

@@ -68,4 +68,11 @@ std::vector<std::string> save_adapters(const std::string& model, Model& m,
                                        const LoraOptions& options, const std::string& dir,
                                        const std::string& base_model);
 
+// --init-adapters DIR: a PEFT adapters folder (adapter_config.json and
+// adapter_model.safetensors, as PEFT's save_pretrained or --save-adapters writes it) read into
+// the adapters attached with `options` (load_hf_adapters, models/hf_adapters.h). A usage error
+// naming DIR for a folder without those files or with adapters the run cannot hold.
+void load_init_adapters(const std::string& model, Model& m, const LoraOptions& options,
+                        const std::string& dir);
+
 }  // namespace gradscope

@@ -1,0 +1,316 @@
+#include "gradscope/models/hf_adapters.h"
+
+#include <cmath>
+#include <optional>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "gradscope/core/error.h"
+#include "gradscope/models/common/lora.h"
+#include "gradscope/models/hf_weights_detail.h"
+
+namespace gradscope {
+
+AdapterExport hf_adapters(const std::string& model, Model& m, const LoraOptions& options,
+                          const std::string& base_model) {
+  const hf_weights_detail::Layout layout = hf_weights_detail::layout_of_model(model, m);
+  std::map<std::string, LoraAdapterImpl*> adapters;  // by the adapted layer's weight name
+  for (const auto& [name, adapter] : lora_adapters(m)) adapters[name + ".weight"] = adapter;
+  // Held for the whole export: find() points into this dictionary.
+  const torch::OrderedDict<std::string, torch::Tensor> params = m.named_parameters();
+  torch::NoGradGuard no_grad;
+  AdapterExport out;
+  nlohmann::json targets = nlohmann::json::array();
+  nlohmann::json rank_pattern = nlohmann::json::object();
+  nlohmann::json alpha_pattern = nlohmann::json::object();
+  size_t exported = 0;
+  const std::string suffix = ".weight";
+  for (const hf_weights_detail::HfTensor& t : layout.tensors) {
+    std::vector<std::pair<size_t, LoraAdapterImpl*>> parts;  // (part index, adapter)
+    for (size_t i = 0; i < t.parts.size(); ++i) {
+      const auto it = adapters.find(t.parts[i]);
+      if (it != adapters.end()) parts.emplace_back(i, it->second);
+    }
+    if (parts.empty()) continue;
+    if (t.name.size() <= suffix.size() ||
+        t.name.compare(t.name.size() - suffix.size(), suffix.size(), suffix) != 0)
+      fail_runtime(fmt::format("{}: adapted tensor '{}' is not a weight", model, t.name));
+    const std::string module = t.name.substr(0, t.name.size() - suffix.size());
+    torch::Tensor a, b;
+    if (t.parts.size() == 1) {
+      a = parts[0].second->A.detach();
+      b = parts[0].second->B.detach();
+    } else {
+      // Rows of the stacked weight per part, in order; each adapted part's B in its rows and
+      // its own block of r columns.
+      const int64_t r = options.rank, k = static_cast<int64_t>(parts.size());
+      std::vector<torch::Tensor> as;
+      for (const auto& part : parts) as.push_back(part.second->A.detach());
+      a = torch::cat(as, 0);  // (k r, in)
+      b = torch::zeros({t.shape.at(0), k * r}, parts[0].second->B.options());
+      int64_t row = 0, column = 0;
+      size_t next = 0;
+      for (size_t i = 0; i < t.parts.size(); ++i) {
+        const torch::Tensor* weight = params.find(t.parts[i]);
+        if (!weight) fail_runtime(fmt::format("{} has no parameter '{}'", model, t.parts[i]));
+        const int64_t rows = weight->size(0);
+        if (next < parts.size() && parts[next].first == i) {
+          b.narrow(0, row, rows).narrow(1, column, r).copy_(parts[next].second->B.detach());
+          column += r;
+          ++next;
+        }
+        row += rows;
+      }
+      if (k > 1) {
+        rank_pattern[module] = k * r;
+        alpha_pattern[module] = static_cast<double>(k) * options.alpha;
+      }
+    }
+    exported += parts.size();
+    targets.push_back(module);
+    out.tensors.emplace_back("base_model.model." + module + ".lora_A.weight", a);
+    out.tensors.emplace_back("base_model.model." + module + ".lora_B.weight", b);
+  }
+  if (exported != adapters.size())
+    fail_runtime(fmt::format("{}: {} of {} adapters have no published module", model, exported,
+                             adapters.size()));
+  // The heads that trained beside the adapters, whole, under their published names.
+  nlohmann::json to_save = nlohmann::json::array();
+  for (const std::string& head : m.lora_trainable()) {
+    bool found = false;
+    for (const hf_weights_detail::HfTensor& t : layout.tensors) {
+      if (t.parts.size() != 1 || t.parts[0].compare(0, head.size() + 1, head + ".") != 0) continue;
+      const torch::Tensor* p = params.find(t.parts[0]);
+      if (!p) fail_runtime(fmt::format("{} has no parameter '{}'", model, t.parts[0]));
+      out.tensors.emplace_back("base_model.model." + t.name, p->detach());
+      if (!found) to_save.push_back(t.name.substr(0, t.name.rfind('.')));
+      found = true;
+    }
+  }
+  const char* task_type = hf_weights_detail::published_names(model).peft_task_type;
+  out.config = {{"peft_type", "LORA"},
+                {"task_type", task_type ? nlohmann::json(task_type) : nlohmann::json(nullptr)},
+                {"base_model_name_or_path",
+                 base_model.empty() ? nlohmann::json(nullptr) : nlohmann::json(base_model)},
+                {"r", options.rank},
+                {"lora_alpha", options.alpha},
+                {"lora_dropout", options.dropout},
+                {"target_modules", targets},
+                {"rank_pattern", rank_pattern},
+                {"alpha_pattern", alpha_pattern},
+                {"modules_to_save", to_save.empty() ? nlohmann::json(nullptr) : to_save},
+                {"bias", "none"},
+                {"fan_in_fan_out", false},
+                {"init_lora_weights", true},
+                {"inference_mode", true}};
+  return out;
+}
+
+namespace {
+
+constexpr char kPeftPrefix[] = "base_model.model.";
+
+// A numeric key of adapter_config.json; absent or null: nullopt.
+std::optional<double> config_number(const nlohmann::json& config, const std::string& key,
+                                    const std::string& source) {
+  const auto it = config.find(key);
+  if (it == config.end() || it->is_null()) return std::nullopt;
+  check_usage(it->is_number(),
+              fmt::format("{}: adapter_config.json's \"{}\" is not a number", source, key));
+  return it->get<double>();
+}
+
+// Refuses a PEFT configuration that gradscope's adapters cannot be: another method, another r
+// or alpha than the run's, or LoRA variants gradscope does not compute.
+void check_adapter_config(const nlohmann::json& config, const LoraOptions& options,
+                          const std::string& source) {
+  check_usage(config.is_object(), source + ": adapter_config.json is not a JSON object");
+  const auto type = config.find("peft_type");
+  check_usage(type != config.end() && type->is_string() && type->get<std::string>() == "LORA",
+              source + ": adapter_config.json's peft_type is not \"LORA\"",
+              "--init-adapters reads LoRA adapters as PEFT saves them");
+  const std::optional<double> r = config_number(config, "r", source);
+  const std::optional<double> alpha = config_number(config, "lora_alpha", source);
+  check_usage(r && alpha, source + ": adapter_config.json needs \"r\" and \"lora_alpha\"");
+  check_usage(*r == static_cast<double>(options.rank) && *alpha == options.alpha,
+              fmt::format("{}: the adapters have r {} and lora_alpha {}, the run --lora-rank {} "
+                          "and --lora-alpha {}",
+                          source, *r, *alpha, options.rank, options.alpha),
+              fmt::format("pass --lora-rank {} --lora-alpha {}", *r, *alpha));
+  for (const char* key : {"use_dora", "use_rslora", "fan_in_fan_out"}) {
+    const auto it = config.find(key);
+    check_usage(it == config.end() || it->is_null() || (it->is_boolean() && !it->get<bool>()),
+                fmt::format("{}: adapter_config.json sets \"{}\", which gradscope's LoRA does "
+                            "not compute",
+                            source, key));
+  }
+  const auto bias = config.find("bias");
+  check_usage(bias == config.end() || bias->is_null() || *bias == "none",
+              source + ": adapter_config.json trains biases (\"bias\" is not \"none\"), which "
+                       "gradscope's LoRA does not");
+  for (const char* key : {"rank_pattern", "alpha_pattern"}) {
+    const auto it = config.find(key);
+    if (it == config.end() || it->is_null()) continue;
+    check_usage(it->is_object(), fmt::format("{}: \"{}\" is not an object", source, key));
+    for (const auto& [name, value] : it->items())
+      check_usage(value.is_number(),
+                  fmt::format("{}: \"{}\" of '{}' is not a number", source, key, name));
+  }
+}
+
+// The value a rank_pattern or alpha_pattern entry gives `module`: a key equal to its name or
+// to a dotted suffix of it. Keys that match no adapted module are refused by the caller.
+std::optional<double> pattern_value(const nlohmann::json& config, const char* key,
+                                    const std::string& module, std::set<std::string>& matched) {
+  const auto it = config.find(key);
+  if (it == config.end() || !it->is_object()) return std::nullopt;
+  for (const auto& [name, value] : it->items()) {
+    const bool suffix = module.size() > name.size() &&
+                        module.compare(module.size() - name.size(), name.size(), name) == 0 &&
+                        module[module.size() - name.size() - 1] == '.';
+    if (name == module || suffix) {
+      matched.insert(std::string(key) + "/" + name);
+      return value.get<double>();
+    }
+  }
+  return std::nullopt;
+}
+
+// A pending copy into an adapter or a head, made once everything is checked.
+struct AdapterCopy {
+  torch::Tensor into;
+  torch::Tensor from;
+};
+
+// The adapters of one published module whose parts gradscope adapts (`parts`: index in t.parts,
+// adapter), from the file's A (R, in) and B (out, R): the copies, or a usage error.
+void plan_module(const hf_weights_detail::HfTensor& t, const std::string& module,
+                 const std::vector<std::pair<size_t, LoraAdapterImpl*>>& parts,
+                 const std::vector<int64_t>& part_rows, const torch::Tensor& a,
+                 const torch::Tensor& b, int64_t r, const std::string& source,
+                 std::vector<AdapterCopy>& copies) {
+  const int64_t rank = a.size(0), k = static_cast<int64_t>(parts.size());
+  const bool shared = rank == r;  // one adapter over every row: parts share A
+  check_usage(shared || rank == k * r,
+              fmt::format("{}: the adapter of {} has rank {}, neither r ({}) nor {} x r for the "
+                          "{} parts gradscope adapts there",
+                          source, module, rank, r, k, k));
+  torch::Tensor covered = torch::zeros_like(b, torch::kBool);  // where B may be non-zero
+  int64_t row = 0;
+  size_t next = 0;
+  for (size_t i = 0; i < t.parts.size(); ++i) {
+    const int64_t rows = part_rows[i];
+    if (next < parts.size() && parts[next].first == i) {
+      LoraAdapterImpl* adapter = parts[next].second;
+      const int64_t column = shared ? 0 : static_cast<int64_t>(next) * r;
+      copies.push_back({adapter->A, a.narrow(0, column, r)});
+      copies.push_back({adapter->B, b.narrow(0, row, rows).narrow(1, column, r)});
+      covered.narrow(0, row, rows).narrow(1, column, r).fill_(true);
+      ++next;
+    }
+    row += rows;
+  }
+  const bool outside = b.masked_select(covered.logical_not()).ne(0).any().item<bool>();
+  check_usage(!outside,
+              fmt::format("{}: the adapter of {} changes rows that gradscope's adapters there "
+                          "cannot hold (the rows of a part it does not adapt, or B off the "
+                          "block of its part)",
+                          source, module),
+              "adapt every part of the stacked module (--lora-targets q,k,v for Wqkv)");
+}
+
+}  // namespace
+
+void load_hf_adapters(const std::string& model, Model& m, const LoraOptions& options,
+                      const nlohmann::json& config,
+                      const std::map<std::string, torch::Tensor>& tensors,
+                      const std::string& source) {
+  check_adapter_config(config, options, source);
+  const hf_weights_detail::Layout layout = hf_weights_detail::layout_of_model(model, m);
+  std::map<std::string, LoraAdapterImpl*> adapters;  // by the adapted layer's weight name
+  for (const auto& [name, adapter] : lora_adapters(m)) adapters[name + ".weight"] = adapter;
+  const torch::OrderedDict<std::string, torch::Tensor> params = m.named_parameters();
+  auto tensor = [&](const std::string& name, const std::string& why) -> const torch::Tensor& {
+    const auto it = tensors.find(name);
+    check_usage(it != tensors.end(), fmt::format("{}: no tensor '{}' ({})", source, name, why));
+    return it->second;
+  };
+  auto expect_shape = [&](const std::string& name, const torch::Tensor& t,
+                          const std::vector<int64_t>& shape) {
+    check_usage(t.sizes().vec() == shape,
+                fmt::format("{}: tensor '{}' has shape {}, the model's needs {}", source, name,
+                            fmt::join(t.sizes().vec(), "x"), fmt::join(shape, "x")));
+  };
+  std::set<std::string> used, matched;
+  std::vector<AdapterCopy> copies;
+  size_t loaded = 0;
+  const double scale = options.alpha / static_cast<double>(options.rank);
+  for (const hf_weights_detail::HfTensor& t : layout.tensors) {
+    std::vector<std::pair<size_t, LoraAdapterImpl*>> parts;
+    std::vector<int64_t> part_rows;
+    for (size_t i = 0; i < t.parts.size(); ++i) {
+      const torch::Tensor* weight = params.find(t.parts[i]);
+      part_rows.push_back(weight ? weight->size(0) : 0);
+      const auto it = adapters.find(t.parts[i]);
+      if (it != adapters.end()) parts.emplace_back(i, it->second);
+    }
+    if (parts.empty()) continue;
+    const std::string module = t.name.substr(0, t.name.rfind('.'));
+    const std::string why = "the adapter of " + module + ", which --lora-targets adapts";
+    const std::string name_a = kPeftPrefix + module + ".lora_A.weight";
+    const std::string name_b = kPeftPrefix + module + ".lora_B.weight";
+    const torch::Tensor& a = tensor(name_a, why);
+    const torch::Tensor& b = tensor(name_b, why);
+    const int64_t rank = a.dim() == 2 ? a.size(0) : -1;
+    check_usage(rank >= 1, fmt::format("{}: tensor '{}' is not a matrix", source, name_a));
+    expect_shape(name_a, a, {rank, t.shape.at(1)});
+    expect_shape(name_b, b, {t.shape.at(0), rank});
+    const double module_rank =
+        pattern_value(config, "rank_pattern", module, matched).value_or(options.rank);
+    const double module_alpha =
+        pattern_value(config, "alpha_pattern", module, matched).value_or(options.alpha);
+    check_usage(module_rank == static_cast<double>(rank),
+                fmt::format("{}: the adapter of {} has rank {}, its configuration says {}",
+                            source, module, rank, module_rank));
+    check_usage(std::abs(module_alpha / module_rank - scale) <= 1e-12 * scale,
+                fmt::format("{}: the adapter of {} is scaled by {} / {}, the run's adapters by "
+                            "alpha / r = {}",
+                            source, module, module_alpha, module_rank, scale));
+    plan_module(t, module, parts, part_rows, a.to(torch::kFloat), b.to(torch::kFloat),
+                options.rank, source, copies);
+    used.insert(name_a);
+    used.insert(name_b);
+    loaded += parts.size();
+  }
+  check_usage(loaded == adapters.size(),
+              fmt::format("{}: {} of the model's {} adapters have no published module", source,
+                          loaded, adapters.size()));
+  for (const std::string& head : m.lora_trainable())
+    for (const hf_weights_detail::HfTensor& t : layout.tensors) {
+      if (t.parts.size() != 1 || t.parts[0].compare(0, head.size() + 1, head + ".") != 0) continue;
+      const std::string name = kPeftPrefix + t.name;
+      const torch::Tensor& from = tensor(name, "the head that trains beside the adapters");
+      expect_shape(name, from, t.shape);
+      copies.push_back({*params.find(t.parts[0]), from});
+      used.insert(name);
+    }
+  for (const auto& [name, t] : tensors)
+    check_usage(used.count(name),
+                fmt::format("{}: tensor '{}' is no adapter of a module --lora-targets adapts",
+                            source, name),
+                "pass the --lora-targets the adapters were trained on");
+  for (const char* key : {"rank_pattern", "alpha_pattern"}) {
+    const auto it = config.find(key);
+    if (it == config.end() || !it->is_object()) continue;
+    for (const auto& [name, value] : it->items())
+      check_usage(matched.count(std::string(key) + "/" + name),
+                  fmt::format("{}: {} entry '{}' names no module the run adapts", source, key,
+                              name),
+                  "gradscope reads module names and dotted suffixes, not patterns");
+  }
+  torch::NoGradGuard no_grad;
+  for (const AdapterCopy& c : copies) c.into.copy_(c.from);
+}
+
+}  // namespace gradscope
