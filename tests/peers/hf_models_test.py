@@ -34,7 +34,8 @@ Tolerances (relative: ||a - b|| / ||b||, b the transformers value; each tensor o
     The loss, one number, can come out of transformers' bf16 nearly exact by luck (its errors
     cancel in the mean): its tolerance is the logits' instead.
 The gradient of an attention key's bias (ViT's) is zero in exact arithmetic, so its difference is
-taken relative to the key weight's gradient. Every figure measured is printed, so a tolerance's margin can be read from the output.
+taken relative to the key weight's gradient. Every figure measured is printed, so a tolerance's
+margin can be read from the output.
 
 Exit status: 0 every case within its tolerances, 1 a difference (every one is printed), 2 bad
 input, 77 skipped (no transformers or safetensors package, or the data gradscope trains on is

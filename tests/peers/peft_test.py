@@ -47,9 +47,13 @@ Tolerances (relative: ||a - b|| / ||b||, b gradscope's value; each tensor on its
     would show up as a difference of that size from MERGED.
 Every figure measured is printed, so a tolerance's margin can be read from the output.
 
-The other direction, PEFT's own adapters (a LoraConfig written with save_pretrained) loaded
-into gradscope, has its place here (peft_into_gradscope and the CASES column) and is not run:
-gradscope does not read adapters yet.
+The other direction: PEFT's own adapters (get_peft_model with a LoraConfig of the same
+targets, rank and alpha on from_pretrained(BASE), every B and ViT's classifier drawn from a
+seed, written with save_pretrained) read by `gradscope outputs --init-from BASE --init-adapters
+DIR`: its logits and loss must equal PEFT's on the same batch, and PEFT's merge_and_unload()'s,
+within the same tolerances, and differ from BASE's by at least EFFECT_FACTOR times them.
+ModernBERT's Wqkv gets one PEFT adapter of rank r over q, k and v, which gradscope reads into
+its three adapters sharing A.
 
 Exit status: 0 every case within its tolerances, 1 a difference (every one is printed), 2 bad
 input, 77 skipped (no peft, transformers or safetensors package, or the data gradscope trains
@@ -91,13 +95,12 @@ CLASSES = {
 SOTU = "text/sotu"
 GPT2 = ["tokenizers/gpt2/encoder.json", "tokenizers/gpt2/vocab.bpe"]
 # (name, model, gradscope settings, data it reads under $GRADSCOPE_DATA, and whether PEFT's own
-# adapters are loaded into gradscope too: the second direction, peft_into_gradscope, which no
-# case runs until gradscope reads adapters).
+# adapters are loaded into gradscope too: the second direction, peft_into_gradscope).
 CASES = [
-    ("llama-tiny", "llama", ["--preset", "tiny"], [SOTU], False),
-    ("llama-small", "llama", ["--preset", "small", "--batch", "2"], [SOTU] + GPT2, False),
-    ("modernbert-tiny", "modernbert", ["--preset", "tiny"], [SOTU], False),
-    ("vit-tiny", "vit", ["--preset", "tiny"], [], False),  # synthetic images
+    ("llama-tiny", "llama", ["--preset", "tiny"], [SOTU], True),
+    ("llama-small", "llama", ["--preset", "small", "--batch", "2"], [SOTU] + GPT2, True),
+    ("modernbert-tiny", "modernbert", ["--preset", "tiny"], [SOTU], True),
+    ("vit-tiny", "vit", ["--preset", "tiny"], [], True),  # synthetic images
 ]
 
 COMMON = ["--warmup-steps", "0", "--eval-batches", "1", "--quiet", "--no-db",
@@ -277,13 +280,60 @@ def compare(model_name, base_dir, merged_dir, adapters_dir, merged_out, base_out
     return rows, held_line
 
 
+# PEFT's target modules for the projections LORA names, as PEFT users write them (suffixes of
+# the module names transformers builds), and the heads that train beside the adapters.
+PEFT_TARGETS = {
+    "llama": (["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+              None),
+    "modernbert": (["Wqkv", "attn.Wo", "Wi", "mlp.Wo"], None),
+    "vit": (["q_proj", "k_proj", "v_proj", "o_proj", "fc1", "fc2"], ["classifier"]),
+}
+
+
 def peft_into_gradscope(gs, name, model_name, settings, work):
-    """The second direction, to come when gradscope reads adapters: PEFT's own adapters
-    (get_peft_model on from_pretrained(BASE) with a LoraConfig of the same targets, rank and
-    alpha, B drawn from a seed so that they change the outputs, written with save_pretrained)
-    loaded into gradscope, whose outputs must then equal PEFT's merge_and_unload() on the same
-    batch."""
-    raise Failure(f"{name}: gradscope does not read PEFT's adapters yet")
+    """PEFT's own adapters loaded into gradscope: get_peft_model on from_pretrained(BASE) with a
+    LoraConfig of LORA's targets, rank and alpha, every B (and a head that trains beside the
+    adapters) drawn from a seed so that they change the outputs, written with save_pretrained;
+    gradscope reads them with --init-from BASE --init-adapters, and its outputs must equal
+    PEFT's, and PEFT's merge_and_unload()'s, on gradscope's batch. Returns rows as compare()."""
+    base_dir = os.path.join(work, f"{name}-base")
+    peft_dir = os.path.join(work, f"{name}-peft-adapters")
+    out = os.path.join(work, f"{name}-peft.safetensors")
+    base_out = os.path.join(work, f"{name}-base.safetensors")
+    targets, heads = PEFT_TARGETS[model_name]
+    rank, alpha = LORA[LORA.index("--lora-rank") + 1], LORA[LORA.index("--lora-alpha") + 1]
+    base = CLASSES[model_name].from_pretrained(base_dir, attn_implementation="eager",
+                                               dtype=torch.float32)
+    config = peft.LoraConfig(r=int(rank), lora_alpha=float(alpha), lora_dropout=0.0,
+                             target_modules=targets, modules_to_save=heads)
+    model = peft.get_peft_model(base, config)
+    torch.manual_seed(4321)
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            if "lora_B" in pname:
+                p.normal_(0.0, 0.05)
+            elif "modules_to_save" in pname:
+                p.add_(torch.randn_like(p) * 0.05)
+    model.save_pretrained(peft_dir)
+    gradscope(gs, ["outputs", "--model", model_name] + settings + LORA[:6] +
+              ["--init-from", base_dir, "--init-adapters", peft_dir, "--attention", "math",
+               "--out", out], f"{name}: gradscope reads PEFT's adapters")
+    got = load_file(out)
+    got["logits"] = got["logits"].float()
+    model.eval()
+    rows = []
+    for label, hf in (("PEFT's adapters in gradscope vs PEFT", hf_forward(model_name, model, got)),
+                      ("PEFT's adapters in gradscope vs PEFT merge_and_unload()",
+                       hf_forward(model_name, model.merge_and_unload(), got))):
+        for key in ("logits", "loss"):
+            r = relative(got[key], hf[key])
+            rows.append((f"{label}: {key}", r, f"<= {TOLERANCES[key]:.1e}",
+                         r <= TOLERANCES[key]))
+    least = EFFECT_FACTOR * TOLERANCES["logits"]
+    r = relative(got["logits"], load_file(base_out)["logits"].float())
+    rows.append(("effect of PEFT's adapters in gradscope: logits", r, f">= {least:.1e}",
+                 r >= least))
+    return rows
 
 
 def run_case(gs, case, work):
@@ -323,7 +373,9 @@ def run_case(gs, case, work):
         failed |= not ok
         print(f"  {name:<16} {what:<54} {r:.2e} ({bound}) {'ok' if ok else 'FAILED'}")
     if into_gradscope:
-        peft_into_gradscope(gs, name, model_name, settings, work)
+        for what, r, bound, ok in peft_into_gradscope(gs, name, model_name, settings, work):
+            failed |= not ok
+            print(f"  {name:<16} {what:<54} {r:.2e} ({bound}) {'ok' if ok else 'FAILED'}")
     print(f"{name}: {'FAILED' if failed else 'ok'} in {time.time() - started:.1f} s")
     return not failed
 

@@ -11,6 +11,15 @@
 #include "gradscope/models/hf_weights_detail.h"
 
 namespace gradscope {
+namespace {
+
+// The module's name in PEFT's files (PublishedNames::adapter_module).
+std::string adapter_module(const std::string& model, const std::string& published_module) {
+  const PublishedNames& names = hf_weights_detail::published_names(model);
+  return names.adapter_module ? names.adapter_module(published_module) : published_module;
+}
+
+}  // namespace
 
 AdapterExport hf_adapters(const std::string& model, Model& m, const LoraOptions& options,
                           const std::string& base_model) {
@@ -36,7 +45,8 @@ AdapterExport hf_adapters(const std::string& model, Model& m, const LoraOptions&
     if (t.name.size() <= suffix.size() ||
         t.name.compare(t.name.size() - suffix.size(), suffix.size(), suffix) != 0)
       fail_runtime(fmt::format("{}: adapted tensor '{}' is not a weight", model, t.name));
-    const std::string module = t.name.substr(0, t.name.size() - suffix.size());
+    const std::string module =
+        adapter_module(model, t.name.substr(0, t.name.size() - suffix.size()));
     torch::Tensor a, b;
     if (t.parts.size() == 1) {
       a = parts[0].second->A.detach();
@@ -256,7 +266,7 @@ void load_hf_adapters(const std::string& model, Model& m, const LoraOptions& opt
       if (it != adapters.end()) parts.emplace_back(i, it->second);
     }
     if (parts.empty()) continue;
-    const std::string module = t.name.substr(0, t.name.rfind('.'));
+    const std::string module = adapter_module(model, t.name.substr(0, t.name.rfind('.')));
     const std::string why = "the adapter of " + module + ", which --lora-targets adapts";
     const std::string name_a = kPeftPrefix + module + ".lora_A.weight";
     const std::string name_b = kPeftPrefix + module + ".lora_B.weight";

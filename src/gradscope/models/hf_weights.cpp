@@ -270,6 +270,27 @@ Layout vit_layout_of_model(Model& m) {
   auto& vit = model_as<ViTModel>("vit", m);
   return vit_layout(vit.encoder->config(), vit.classifier->options.out_features());
 }
+// transformers 5 builds ViT's layers as vit.layers.N with attention.{q,k,v,o}_proj and
+// mlp.fc{1,2}, and maps the checkpoint's vit.encoder.layer.N names onto them when it loads.
+std::string vit_adapter_module(const std::string& published_module) {
+  static const std::vector<std::pair<std::string, std::string>> kParts = {
+      {".attention.attention.query", ".attention.q_proj"},
+      {".attention.attention.key", ".attention.k_proj"},
+      {".attention.attention.value", ".attention.v_proj"},
+      {".attention.output.dense", ".attention.o_proj"},
+      {".intermediate.dense", ".mlp.fc1"},
+      {".output.dense", ".mlp.fc2"}};
+  const std::string layer = "vit.encoder.layer.";
+  if (published_module.compare(0, layer.size(), layer) != 0) return published_module;
+  const size_t dot = published_module.find('.', layer.size());
+  if (dot == std::string::npos) return published_module;
+  const std::string rest = published_module.substr(dot);
+  for (const auto& [from, to] : kParts)
+    if (rest == from)
+      return "vit.layers." + published_module.substr(layer.size(), dot - layer.size()) + to;
+  return published_module;
+}
+
 Layout nanovlm_layout_of_arch(const json& arch) { return nanovlm_layout(nanovlm_config(arch)); }
 Layout nanovlm_layout_of_model(Model& m) {
   return nanovlm_layout(model_as<NanoVlmModel>("nanovlm", m).config());

@@ -82,6 +82,7 @@ Layout modernbert_layout_of_arch(const nlohmann::json& arch);
 Layout modernbert_layout_of_model(Model& m);
 Layout vit_layout_of_arch(const nlohmann::json& arch);
 Layout vit_layout_of_model(Model& m);
+std::string vit_adapter_module(const std::string& published_module);
 Layout nanovlm_layout_of_arch(const nlohmann::json& arch);
 Layout nanovlm_layout_of_model(Model& m);
 // Configurations (hf_config.cpp).
@@ -122,6 +123,10 @@ struct PublishedNames {
                        const std::string& source);
   // PEFT's task_type for the family's adapters ("CAUSAL_LM"), or null when PEFT has none.
   const char* peft_task_type;
+  // The name PEFT gives an adapted module, from its published name: PEFT adapts the modules
+  // of the model as transformers builds it, whose names may differ from the checkpoint's
+  // (ViT's under transformers 5); null when they are the same.
+  std::string (*adapter_module)(const std::string& published_module) = nullptr;
 };
 
 namespace hf_weights_detail {

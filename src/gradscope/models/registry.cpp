@@ -47,7 +47,8 @@ const PublishedNames kLlamaNames{hfd::llama_layout_of_arch, hfd::llama_layout_of
                                  hfd::llama_read_special,   "CAUSAL_LM"};
 const PublishedNames kVitNames{hfd::vit_layout_of_arch, hfd::vit_layout_of_model,
                                hfd::vit_config_names,   hfd::vit_write_derived,
-                               hfd::vit_read_special,   nullptr};
+                               hfd::vit_read_special,   nullptr,
+                               hfd::vit_adapter_module};
 const PublishedNames kModernBertNames{hfd::modernbert_layout_of_arch,
                                       hfd::modernbert_layout_of_model,
                                       hfd::modernbert_config_names,
