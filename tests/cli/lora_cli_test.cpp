@@ -1,7 +1,12 @@
 // LoRA as a user runs it: the record separates what trains from what is frozen, the merged
 // save reloads as a plain model with the run's validation loss, the adapters save apart in
-// PEFT's layout, and bad settings are exit 2.
+// PEFT's layout and read back (--init-adapters) to the merged model's loss, and bad settings
+// are exit 2.
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
 
 #include <nlohmann/json.hpp>
 
@@ -84,6 +89,69 @@ TEST(LoraCli, BadSettingsAreExitTwo) {
       run_gradscope("run --model vit --preset tiny --steps 1 --no-db --lora-targets gate" + json);
   EXPECT_EQ(vit.code, 2);
   EXPECT_TRUE(contains(vit.err, "no projection")) << vit.err;
+}
+
+// The loss `gradscope outputs` prints ("... loss 5.12345678 over ...").
+double outputs_loss(const std::string& out) {
+  const size_t at = out.find(", loss ");
+  return at == std::string::npos ? -1 : std::stod(out.substr(at + 7));
+}
+
+TEST(LoraCli, SavedAdaptersReadBackGiveTheMergedModelsLoss) {
+  TempDir tmp;
+  const auto merged = run_gradscope(kRun + " --json " + tmp.file("m.json") + " --save-weights " +
+                                    tmp.file("m"));
+  ASSERT_EQ(merged.code, 0) << merged.err;
+  const auto apart = run_gradscope(kRun + " --json " + tmp.file("a.json") + " --save-weights " +
+                                   tmp.file("a") + " --save-adapters");
+  ASSERT_EQ(apart.code, 0) << apart.err;
+  const std::string outputs = "outputs " + kTiny + " --attention math";
+  const auto from_merged =
+      run_gradscope(outputs + " --init-from " + tmp.file("m") + " --out " + tmp.file("m.st"));
+  ASSERT_EQ(from_merged.code, 0) << from_merged.err;
+  const std::string lora = " --lora-targets v,q,down --lora-rank 4";
+  const auto from_adapters = run_gradscope(outputs + lora + " --init-adapters " + tmp.file("a") +
+                                           " --out " + tmp.file("a.st"));
+  ASSERT_EQ(from_adapters.code, 0) << from_adapters.err;
+  const auto base = run_gradscope(outputs + " --out " + tmp.file("b.st"));
+  ASSERT_EQ(base.code, 0) << base.err;
+  const double m = outputs_loss(from_merged.out), a = outputs_loss(from_adapters.out);
+  ASSERT_GT(m, 0) << from_merged.out;
+  EXPECT_NEAR(a, m, 1e-5 * m) << from_adapters.out;
+  EXPECT_GT(std::abs(outputs_loss(base.out) - m), 1e-4 * m);  // the adapters changed it
+  // What the folder cannot be read into is exit 2, naming what differs.
+  const auto rank = run_gradscope(outputs + " --lora-targets v,q,down --lora-rank 8"
+                                  " --init-adapters " + tmp.file("a") + " --out " +
+                                  tmp.file("x.st"));
+  EXPECT_EQ(rank.code, 2);
+  EXPECT_TRUE(contains(rank.err, "--lora-rank 4")) << rank.err;
+  const auto fewer = run_gradscope(outputs + " --lora-targets v,q --lora-rank 4 --init-adapters " +
+                                   tmp.file("a") + " --out " + tmp.file("x.st"));
+  EXPECT_EQ(fewer.code, 2);
+  EXPECT_TRUE(contains(fewer.err, "down_proj")) << fewer.err;
+  for (const std::string& bad :
+       {" --init-adapters " + tmp.file("a"), lora + " --init-adapters " + tmp.file("none"),
+        lora + " --init-adapters " + tmp.file("m")}) {
+    const auto r = run_gradscope(outputs + bad + " --out " + tmp.file("x.st"));
+    EXPECT_EQ(r.code, 2) << bad << ": " << r.err;
+  }
+  EXPECT_FALSE(std::filesystem::exists(tmp.file("x.st")));
+}
+
+TEST(LoraCli, OutputsRefusesWhatItCannotWrite) {
+  TempDir tmp;
+  const std::string outputs = "outputs " + kTiny;
+  const auto toy = run_gradscope("outputs --model quadratic --out " + tmp.file("t.st"));
+  EXPECT_EQ(toy.code, 2) << toy.err;
+  {
+    std::ofstream(tmp.file("mine.txt")) << "a file of the user's";
+  }
+  const auto theirs = run_gradscope(outputs + " --out " + tmp.file("mine.txt"));
+  EXPECT_EQ(theirs.code, 2) << theirs.err;
+  EXPECT_EQ(slurp(tmp.file("mine.txt")), "a file of the user's");
+  // Its own earlier output is written over.
+  ASSERT_EQ(run_gradscope(outputs + " --out " + tmp.file("o.st")).code, 0);
+  EXPECT_EQ(run_gradscope(outputs + " --batch 2 --out " + tmp.file("o.st")).code, 0);
 }
 
 }  // namespace lora_cli_test
