@@ -23,18 +23,21 @@ targets gradscope gave, -100 ignored) and its backward. And once per model in bf
 
 Tolerances (relative: ||a - b|| / ||b||, b the transformers value; each tensor on its own):
   fp32: loss 1e-5, logits 1e-5, every gradient tensor 1e-4. The two sides compute the same
-    products in float32 and differ only in the order of their sums (unit roundoff 2^-24, about
-    6e-8): a sum of K terms in another order differs by at most about K u relative, about 1e-4
-    at K = 2048 (the widest hidden size here) and typically sqrt(K) u, about 3e-6; gradients
-    pass through two such products per layer more than the loss does.
+    products in float32 and differ only in the order of their sums (unit roundoff u = 2^-24,
+    about 6e-8). A sum of K terms in another order differs by at most about K u relative in the
+    worst case, 5e-4 at the published Llama's K = 8192 (its MLP width), and typically by
+    sqrt(K) u, 5e-6 there: the tolerances rest on the typical case, with a margin of 20 for the
+    gradients, which pass through two such products per layer more than the loss does.
   bf16: per tensor, twice transformers' own bf16 error on it (its bf16 value against its fp32
     value, the same measure), and never below the fp32 tolerance. Under autocast the operands of
     every matrix product are rounded to bfloat16 (u = 2^-9) on both sides, and a value one float32
     ulp apart before a rounding can land 2^-8 apart after it, so the two sides' bf16 results
-    differ by rounding noise of the size of autocast's own error, and not by much more; a
-    gradscope whose bf16 path computed something else would be off by more than that error.
-    The loss, one number, can come out of transformers' bf16 nearly exact by luck (its errors
-    cancel in the mean): its tolerance is the logits' instead.
+    differ by rounding noise of the size of autocast's own error on each. That bound alone would
+    pass a gradscope that ignored --dtype (its float32 result is within transformers' error of
+    transformers' bf16 one), so gradscope's logits must also be bfloat16, as autocast leaves
+    them, and its own bf16 error on them (bf16 against its fp32 outputs) at least a quarter of
+    transformers'. The loss, one number, can come out of transformers' bf16 nearly exact by
+    luck (its errors cancel in the mean): its tolerance is the logits' instead.
 The gradient of an attention key's bias (ViT's) is zero in exact arithmetic, so its difference is
 taken relative to the key weight's gradient. Every figure measured is printed, so a tolerance's
 margin can be read from the output.
@@ -164,12 +167,13 @@ def difference(key, a, b, reference):
     return relative(a, b)
 
 
-def compare(model_name, weights, attention, dtype, outputs_file):
+def compare(model_name, weights, attention, dtype, outputs_file, own_fp32_file=None):
     """Loads `weights` into transformers, runs gradscope's batch, and returns the rows of
     differences: (what, relative difference, tolerance). In bf16 each tensor's tolerance is
     twice transformers' own bf16 error on it (its bf16 value against its fp32 one), and never
     below the fp32 tolerance."""
     outputs = load_file(outputs_file)
+    logits_dtype = outputs["logits"].dtype
     outputs["logits"] = outputs["logits"].float()
     hf_attention = dict(ATTENTION)[attention]
     bf16 = dtype == "bf16"
@@ -206,6 +210,17 @@ def compare(model_name, weights, attention, dtype, outputs_file):
         if r > tol:
             rows.append((key, r, tol))
     rows.append((f"grads ({grads}; nearest its tolerance: {worst_name})", worst, worst_tol))
+    if bf16:
+        # A gradscope that computed in float32 whatever --dtype said would be within transformers'
+        # own bf16 error of transformers' bf16 result: so its logits must be bfloat16, as
+        # autocast leaves them, and its own bf16 error on them at least a quarter of
+        # transformers'.
+        rows.append(("logits are bfloat16 (1 = yes)", float(logits_dtype != torch.bfloat16),
+                     0.0))
+        own = relative(outputs["logits"], load_file(own_fp32_file)["logits"].float())
+        theirs = relative(hf["logits"], exact["logits"])
+        rows.append((f"bf16 error on the logits, transformers' {theirs:.2e} / gradscope's",
+                     theirs / max(own, 1e-300), 4.0))
     return rows
 
 
@@ -283,7 +298,8 @@ def run_case(gs, name, model_name, settings, work, bf16_too):
         gradscope(gs, ["outputs", "--model", model_name] + shape + given +
                   ["--init-from", weights, "--attention", attention, "--dtype", dtype,
                    "--out", out], f"{name}: gradscope outputs")
-        rows = compare(model_name, weights, attention, dtype, out)
+        own_fp32 = os.path.join(work, f"{name}-{source}-{attention}-fp32.safetensors")
+        rows = compare(model_name, weights, attention, dtype, out, own_fp32)
         label = f"{name:<21} weights {source:<12} {attention}/{dict(ATTENTION)[attention]:<5} " \
                 f"{dtype}"
         for what, r, tol in rows:

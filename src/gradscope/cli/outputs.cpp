@@ -6,6 +6,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "gradscope/cli/commands.h"
 #include "gradscope/cli/settings_options.h"
@@ -13,6 +14,7 @@
 #include "gradscope/core/files.h"
 #include "gradscope/core/safetensors.h"
 #include "gradscope/core/settings.h"
+#include "gradscope/models/common/layers.h"
 #include "gradscope/train/batch_outputs.h"
 #include "gradscope/train/session.h"
 
@@ -51,14 +53,25 @@ void run_outputs(const OutputsCliOptions& o) {
   Session session(c, options);
   const BatchOutputs r = batch_outputs(session);
   const RunConfig& rc = session.config();
-  write_safetensors(o.out, r.tensors,
-                    {{"content", "gradscope.outputs/1"},
-                     {"model", rc.model},
-                     {"preset", rc.preset},
-                     {"init_from", rc.init_from},
-                     {"attention", attention_name(rc.attention)},
-                     {"dtype", dtype_name(rc.dtype)},
-                     {"run_id", session.resolved().run_id}});
+  // What was computed, as text (safetensors metadata holds strings only); the attention path
+  // as it ran (auto resolved).
+  std::string lora = "none";
+  if (rc.lora())
+    lora = fmt::format("targets {} rank {} alpha {}", fmt::join(rc.lora_targets, ","),
+                       rc.lora_rank, rc.lora_alpha);
+  write_safetensors(
+      o.out, r.tensors,
+      {{"content", "gradscope.outputs/1"},
+       {"model", rc.model},
+       {"preset", rc.preset},
+       {"init_from", rc.init_from},
+       {"lora", lora},
+       {"init_adapters", rc.init_adapters},
+       {"attention", attention_name(resolved_attention(rc.attention, session.device(), 0.0))},
+       {"dtype", dtype_name(rc.dtype)},
+       {"batch", std::to_string(rc.batch)},
+       {"seq", std::to_string(rc.seq_len)},
+       {"run_id", session.resolved().run_id}});
   fmt::print("{} {} from {}: batch of {}, loss {:.8f} over {} targets, {} gradients -> {}\n",
              rc.model, rc.preset,
              rc.init_from.empty() ? fmt::format("its initialisation (seed {})", rc.seed)

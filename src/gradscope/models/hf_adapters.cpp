@@ -1,5 +1,7 @@
 #include "gradscope/models/hf_adapters.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <optional>
 #include <set>
@@ -7,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "gradscope/core/error.h"
+#include "gradscope/core/json_input.h"
 #include "gradscope/models/common/lora.h"
 #include "gradscope/models/hf_weights_detail.h"
 
@@ -131,6 +134,26 @@ std::optional<double> config_number(const nlohmann::json& config, const std::str
   return it->get<double>();
 }
 
+// Keys of adapter_config.json that do not change what the adapters compute: what they are for,
+// where they came from, and how they were trained or picked (the tensors decide which modules
+// are adapted: targets, layers and heads missing from them or extra are refused anyway).
+const std::set<std::string> kAdapterInformation = {
+    "peft_type", "task_type", "base_model_name_or_path", "revision", "auto_mapping",
+    "peft_version", "inference_mode", "megatron_core", "qalora_group_size", "lora_dropout",
+    "target_modules", "exclude_modules", "layers_to_transform", "layers_pattern",
+    "modules_to_save", "ensure_weight_tying"};
+// Keys read and checked on their own.
+const std::set<std::string> kAdapterChecked = {"r", "lora_alpha", "rank_pattern",
+                                               "alpha_pattern"};
+
+// A key from the file for a message: at most 60 bytes, non-printable bytes as '?'.
+std::string shown_key(const std::string& key) {
+  std::string out = key.substr(0, 60);
+  for (char& c : out)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  return key.size() > 60 ? out + "..." : out;
+}
+
 // Refuses a PEFT configuration that gradscope's adapters cannot be: another method, another r
 // or alpha than the run's, or LoRA variants gradscope does not compute.
 void check_adapter_config(const nlohmann::json& config, const LoraOptions& options,
@@ -148,43 +171,74 @@ void check_adapter_config(const nlohmann::json& config, const LoraOptions& optio
                           "and --lora-alpha {}",
                           source, *r, *alpha, options.rank, options.alpha),
               fmt::format("pass --lora-rank {} --lora-alpha {}", *r, *alpha));
-  for (const char* key : {"use_dora", "use_rslora", "fan_in_fan_out"}) {
-    const auto it = config.find(key);
-    check_usage(it == config.end() || it->is_null() || (it->is_boolean() && !it->get<bool>()),
-                fmt::format("{}: adapter_config.json sets \"{}\", which gradscope's LoRA does "
-                            "not compute",
-                            source, key));
+  for (const auto& [key, value] : config.items()) {
+    if (kAdapterInformation.count(key) || kAdapterChecked.count(key)) continue;
+    if (key == "bias") {
+      check_usage(value.is_null() || value == "none",
+                  source + ": adapter_config.json trains biases (\"bias\" is not \"none\"), "
+                           "which gradscope's LoRA does not");
+    } else if (key == "init_lora_weights") {
+      // How PEFT drew the adapters; the values below draw from the base as it is. The others
+      // (pissa, olora, corda, loftq, eva...) change the base weights the adapters belong to.
+      check_usage(value.is_boolean() || value == "gaussian",
+                  fmt::format("{}: adapter_config.json's init_lora_weights {} pairs the adapters "
+                              "with base weights PEFT changed, which --init-from does not hold",
+                              source, json_preview(value)));
+    } else {
+      // Every other key is a LoRA variant (DoRA, rsLoRA, aLoRA, QA-LoRA, bias adapters...) or
+      // a setting gradscope does not have: accepted only when it is off.
+      const bool off = value.is_null() || (value.is_boolean() && !value.get<bool>()) ||
+                       ((value.is_object() || value.is_array()) && value.empty());
+      check_usage(off,
+                  fmt::format("{}: adapter_config.json sets \"{}\" ({}), which changes what the "
+                              "adapters compute in a way gradscope's LoRA does not",
+                              source, shown_key(key), json_preview(value)),
+                  "gradscope reads plain LoRA adapters");
+    }
   }
-  const auto bias = config.find("bias");
-  check_usage(bias == config.end() || bias->is_null() || *bias == "none",
-              source + ": adapter_config.json trains biases (\"bias\" is not \"none\"), which "
-                       "gradscope's LoRA does not");
   for (const char* key : {"rank_pattern", "alpha_pattern"}) {
     const auto it = config.find(key);
     if (it == config.end() || it->is_null()) continue;
     check_usage(it->is_object(), fmt::format("{}: \"{}\" is not an object", source, key));
-    for (const auto& [name, value] : it->items())
-      check_usage(value.is_number(),
-                  fmt::format("{}: \"{}\" of '{}' is not a number", source, key, name));
+    for (const auto& [name, value] : it->items()) {
+      check_usage(value.is_number(), fmt::format("{}: \"{}\" of '{}' is not a number", source,
+                                                 key, shown_key(name)));
+      // PEFT reads a key as a regular expression matched at a name's end; gradscope reads
+      // module names and dotted suffixes, which are the same expression when they hold none
+      // of its special characters.
+      const bool plain = !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.';
+      });
+      check_usage(plain && name.front() != '.' && name.back() != '.',
+                  fmt::format("{}: \"{}\" key '{}' is a pattern, not a module name", source, key,
+                              shown_key(name)),
+                  "gradscope reads module names and dotted suffixes of them");
+    }
   }
 }
 
 // The value a rank_pattern or alpha_pattern entry gives `module`: a key equal to its name or
 // to a dotted suffix of it. Keys that match no adapted module are refused by the caller.
 std::optional<double> pattern_value(const nlohmann::json& config, const char* key,
-                                    const std::string& module, std::set<std::string>& matched) {
+                                    const std::string& module, std::set<std::string>& matched,
+                                    const std::string& source) {
   const auto it = config.find(key);
   if (it == config.end() || !it->is_object()) return std::nullopt;
+  std::optional<double> found;
   for (const auto& [name, value] : it->items()) {
     const bool suffix = module.size() > name.size() &&
                         module.compare(module.size() - name.size(), name.size(), name) == 0 &&
                         module[module.size() - name.size() - 1] == '.';
-    if (name == module || suffix) {
-      matched.insert(std::string(key) + "/" + name);
-      return value.get<double>();
-    }
+    if (name != module && !suffix) continue;
+    matched.insert(std::string(key) + "/" + name);
+    // PEFT takes the first key in the file's order; the parsed object keeps none, so two keys
+    // that match one module must agree.
+    check_usage(!found || *found == value.get<double>(),
+                fmt::format("{}: two \"{}\" keys match {} with different values", source, key,
+                            module));
+    found = value.get<double>();
   }
-  return std::nullopt;
+  return found;
 }
 
 // A pending copy into an adapter or a head, made once everything is checked.
@@ -277,9 +331,9 @@ void load_hf_adapters(const std::string& model, Model& m, const LoraOptions& opt
     expect_shape(name_a, a, {rank, t.shape.at(1)});
     expect_shape(name_b, b, {t.shape.at(0), rank});
     const double module_rank =
-        pattern_value(config, "rank_pattern", module, matched).value_or(options.rank);
+        pattern_value(config, "rank_pattern", module, matched, source).value_or(options.rank);
     const double module_alpha =
-        pattern_value(config, "alpha_pattern", module, matched).value_or(options.alpha);
+        pattern_value(config, "alpha_pattern", module, matched, source).value_or(options.alpha);
     check_usage(module_rank == static_cast<double>(rank),
                 fmt::format("{}: the adapter of {} has rank {}, its configuration says {}",
                             source, module, rank, module_rank));

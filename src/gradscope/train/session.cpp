@@ -229,6 +229,10 @@ Session::Session(const RunConfig& config, const SessionOptions& options)
         c.init_from.empty() || !std::filesystem::equivalent(c.init_from, c.save_weights, ec),
         "--save-weights '" + c.save_weights + "' is the --init-from folder",
         "save the trained weights to a folder of their own");
+    check_usage(c.init_adapters.empty() ||
+                    !std::filesystem::equivalent(c.init_adapters, c.save_weights, ec),
+                "--save-weights '" + c.save_weights + "' is the --init-adapters folder",
+                "save the trained adapters to a folder of their own");
   }
 
   if (options.data) {
