@@ -13,9 +13,9 @@ standard strategy, fp32), prints one Markdown table row per model and preset wit
   config.json gradscope writes, built on the meta device (`torch.device("meta")`: shapes
   without data), and `accelerate estimate-memory`'s "Training using Adam" figure for
   float32, `max(estimate_training_usage(total, "float32").values())`. That command builds a
-  Hub model with `AutoModel.from_config` under `init_empty_weights()`; the notes under the
-  table give what that path counts where it differs (the base model without the task head;
-  a tied head untied and counted twice);
+  Hub model with `AutoModel.from_config` under `init_empty_weights()`; a second table gives
+  accelerate's figures for the model built that way and for the class under
+  `init_empty_weights()` (the base model has no task head; a tied head may come untied);
 - DeepSpeed's ZeRO-2 and ZeRO-3 model-state estimates for one GPU without offload
   (`estimate_zero2_model_states_mem_needs`, `estimate_zero3_model_states_mem_needs`), when the
   interpreter can import deepspeed (it is not in the project's environment; see
@@ -363,7 +363,7 @@ def empty_weights_figures(model, config):
     lm = module.decoder if model == "nanovlm" else module
     head = lm.get_output_embeddings()
     tied = head is not None and head.weight is lm.get_input_embeddings().weight
-    return {"tied": tied, **accelerate_figures(module)}
+    return {"tied": tied, "head": head is not None, **accelerate_figures(module)}
 
 
 def automodel_figures(config):
@@ -408,8 +408,8 @@ def table_lines(rows, with_deepspeed):
     return lines
 
 
-def rule_lines(ds, ds_reason, rows):
-    """What each estimator counts, read from its own functions, and the notes of the rows."""
+def rule_lines(ds, ds_reason):
+    """The versions, and what each estimator counts, read from its own functions."""
     from accelerate.commands.estimate import estimate_training_usage
 
     unit = 1 << 20
@@ -431,18 +431,25 @@ def rule_lines(ds, ds_reason, rows):
                      " bytes a parameter of the largest layer (a module's own parameters).")
     else:
         lines.append(f"DeepSpeed: not available to this interpreter ({ds_reason}).")
+    return lines
+
+
+def build_lines(rows):
+    """accelerate's total and Adam figure for the model built three ways: on the meta device
+    (the table's), under init_empty_weights(), and as AutoModel under init_empty_weights()
+    (what `accelerate estimate-memory` builds for a Hub name)."""
+    def cell(figures):
+        return f"{size(figures['total'])}, Adam {size(figures['adam'])}"
+
+    lines = ["", "| model | preset | the class, on the meta device (the table's)"
+             " | the class, under init_empty_weights() | AutoModel, under init_empty_weights()"
+             " (estimate-memory's) |", "|---|---|---:|---:|---:|"]
     for r in rows:
-        e = r["empty_weights"]
-        if e["total"] != r["accelerate"]["total"]:
-            why = ("" if e["tied"] else
-                   ": the head, tied to the input embedding on the meta device, is a"
-                   " parameter of its own there")
-            lines.append(f"{r['model']} {r['preset']}: built under init_empty_weights(), the"
-                         f" total is {size(e['total'])} (Adam {size(e['adam'])}){why}.")
-        a = r["automodel"]
-        if a and a["total"] != r["accelerate"]["total"]:
-            lines.append(f"{r['model']} {r['preset']}: `accelerate estimate-memory` would build"
-                         f" {a['class']}: total {size(a['total'])}, Adam {size(a['adam'])}.")
+        e, a = r["empty_weights"], r["automodel"]
+        untied = "" if e["tied"] or not e["head"] else " (the tied head untied)"
+        auto = f"`{a['class']}`: {cell(a)}" if a else "no transformers class"
+        lines.append(f"| {r['model']} | {r['preset']} | {cell(r['accelerate'])}"
+                     f" | {cell(e)}{untied} | {auto} |")
     return lines
 
 
@@ -478,7 +485,8 @@ def main(argv):
             for preset in args.presets:
                 print(f"{model} {preset} ...", file=sys.stderr, flush=True)
                 rows.append(measure_row(args, model, preset, catalogue, ds, tmp))
-    print("\n".join(table_lines(rows, ds is not None) + rule_lines(ds, ds_reason, rows)))
+    lines = table_lines(rows, ds is not None) + rule_lines(ds, ds_reason) + build_lines(rows)
+    print("\n".join(lines))
     print(f"took {time.monotonic() - start:.0f} s", file=sys.stderr)
     return 0
 
