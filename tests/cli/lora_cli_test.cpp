@@ -7,6 +7,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -136,6 +138,49 @@ TEST(LoraCli, SavedAdaptersReadBackGiveTheMergedModelsLoss) {
     EXPECT_EQ(r.code, 2) << bad << ": " << r.err;
   }
   EXPECT_FALSE(std::filesystem::exists(tmp.file("x.st")));
+}
+
+TEST(LoraCli, AdapterConfigsItCannotComputeAreExitTwoNamingTheKey) {
+  namespace fs = std::filesystem;
+  TempDir tmp;
+  const auto apart = run_gradscope(kRun + " --json " + tmp.file("a.json") + " --save-weights " +
+                                   tmp.file("a") + " --save-adapters");
+  ASSERT_EQ(apart.code, 0) << apart.err;
+  const auto config = nlohmann::json::parse(slurp(tmp.file("a/adapter_config.json")));
+  const std::string outputs =
+      "outputs " + kTiny + " --lora-targets v,q,down --lora-rank 4 --out " + tmp.file("x.st");
+  const std::vector<std::pair<std::string, nlohmann::json>> changes = {
+      {"use_dora", true},
+      {"alora_invocation_tokens", nlohmann::json::array({1, 2})},
+      {"init_lora_weights", "pissa"},
+      {"bias", "all"},
+      {"rank_pattern", {{"q_proj|v_proj", 8}}},
+      {"peft_type", "IA3"}};
+  for (const auto& [key, value] : changes) {
+    const std::string dir = tmp.file("changed");
+    fs::remove_all(dir);
+    fs::copy(tmp.file("a"), dir);
+    nlohmann::json changed = config;
+    changed[key] = value;
+    std::ofstream(dir + "/adapter_config.json") << changed.dump();
+    const auto r = run_gradscope(outputs + " --init-adapters " + dir);
+    EXPECT_EQ(r.code, 2) << key << ": " << r.err;
+    EXPECT_TRUE(contains(r.err, key == "peft_type" ? "LORA" : key)) << key << ": " << r.err;
+  }
+  // Keys that say where the adapters came from change nothing.
+  const std::string dir = tmp.file("informed");
+  fs::copy(tmp.file("a"), dir);
+  nlohmann::json informed = config;
+  informed["revision"] = "main";
+  informed["peft_version"] = "0.21.2";
+  std::ofstream(dir + "/adapter_config.json") << informed.dump();
+  EXPECT_EQ(run_gradscope(outputs + " --init-adapters " + dir).code, 0);
+  // A run does not save over the adapters it started from.
+  const auto over = run_gradscope(kRun + " --json " + tmp.file("o.json") + " --init-adapters " +
+                                  tmp.file("a") + " --save-weights " + tmp.file("a") +
+                                  " --save-adapters");
+  EXPECT_EQ(over.code, 2) << over.err;
+  EXPECT_TRUE(contains(over.err, "--init-adapters folder")) << over.err;
 }
 
 TEST(LoraCli, OutputsRefusesWhatItCannotWrite) {

@@ -215,7 +215,7 @@ def compare(model_name, weights, attention, dtype, outputs_file, own_fp32_file=N
         # own bf16 error of transformers' bf16 result: so its logits must be bfloat16, as
         # autocast leaves them, and its own bf16 error on them at least a quarter of
         # transformers'.
-        rows.append(("logits are bfloat16 (1 = yes)", float(logits_dtype != torch.bfloat16),
+        rows.append(("logits not bfloat16 (0: they are)", float(logits_dtype != torch.bfloat16),
                      0.0))
         own = relative(outputs["logits"], load_file(own_fp32_file)["logits"].float())
         theirs = relative(hf["logits"], exact["logits"])
