@@ -50,7 +50,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -59,20 +58,13 @@ try:
     import torch
     import transformers
     from safetensors.torch import load_file
+    from peer_common import (BAD_INPUT, CLASSES, MISMATCH, Failure, gradscope, hf_forward,
+                             relative)
 except ImportError as e:
     print(f"hf_models_test: skipped: {e} (pip install -r requirements.txt)")
     sys.exit(77)
 
-SKIP, BAD_INPUT, MISMATCH = 77, 2, 1
-
 TOLERANCES = {"fp32": {"loss": 1e-5, "logits": 1e-5, "grad": 1e-4}}
-
-# The transformers class of each model, and how its batch and logits are read.
-CLASSES = {
-    "llama": transformers.LlamaForCausalLM,
-    "modernbert": transformers.ModernBertForMaskedLM,
-    "vit": transformers.ViTForImageClassification,
-}
 
 # (name, model, gradscope settings): the presets, and a configuration shaped like the published
 # one (its widths, heads and vocabulary; fewer layers, a short sequence), named NAME-published.
@@ -101,47 +93,6 @@ ATTENTION = [("sdpa", "sdpa"), ("math", "eager")]
 # activations reach where every nonlinearity bends, so that a nonlinearity computed another
 # way (a tanh GELU for the exact one) shows in the logits.
 WIDE_INIT = 0.2
-
-
-class Failure(Exception):
-    pass
-
-
-def gradscope(gs, args, what):
-    """Runs gradscope; its output on failure. A usage error (2) is bad input for this test."""
-    p = subprocess.run([gs] + args, capture_output=True, text=True)
-    if p.returncode != 0:
-        sys.stderr.write(p.stdout + p.stderr)
-        raise Failure(f"{what}: gradscope exited {p.returncode}: {' '.join(args)}")
-    return p.stdout
-
-
-def relative(a, b):
-    a, b = a.double(), b.double()
-    scale = b.norm().item()
-    diff = (a - b).norm().item()
-    return diff / scale if scale > 0 else diff
-
-
-def hf_forward(model_name, model, outputs, bf16):
-    """The transformers model on gradscope's batch: its logits, in the layout gradscope writes
-    them, and the mean loss over the same targets."""
-    F = torch.nn.functional
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-        if model_name == "vit":
-            logits = model(pixel_values=outputs["batch.images"]).logits  # (B, K)
-            targets = outputs["batch.labels"]
-        else:
-            logits = model(input_ids=outputs["batch.input_ids"]).logits  # (B, T, V)
-            targets = outputs["batch.targets"]
-            if model_name == "modernbert":  # gradscope keeps the masked positions only
-                logits = logits[targets != -100]  # (M, V), row-major
-                targets = targets[targets != -100]
-            else:
-                logits = logits.flatten(0, 1)
-                targets = targets.flatten()
-    loss = F.cross_entropy(logits.float(), targets, ignore_index=-100)
-    return logits, loss
 
 
 def hf_outputs(model_name, weights, attention, outputs, bf16, folder):

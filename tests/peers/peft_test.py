@@ -64,7 +64,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -76,21 +75,15 @@ try:
     import peft
     from peft.tuners.lora import LoraLayer
     from safetensors.torch import load_file
+    from peer_common import BAD_INPUT, CLASSES, MISMATCH, Failure, gradscope, relative
+    from peer_common import hf_forward as hf_forward_with_grad
 except ImportError as e:
     print(f"peft_test: skipped: {e} (pip install -r requirements.txt)")
     sys.exit(77)
 
-SKIP, BAD_INPUT, MISMATCH = 77, 2, 1
 
 TOLERANCES = {"loss": 1e-5, "logits": 1e-5}
 EFFECT_FACTOR = 100
-
-# The transformers class of each model.
-CLASSES = {
-    "llama": transformers.LlamaForCausalLM,
-    "modernbert": transformers.ModernBertForMaskedLM,
-    "vit": transformers.ViTForImageClassification,
-}
 
 SOTU = "text/sotu"
 GPT2 = ["tokenizers/gpt2/encoder.json", "tokenizers/gpt2/vocab.bpe"]
@@ -112,44 +105,11 @@ LORA = ["--lora-targets", "q,k,v,o,gate,up,down", "--lora-rank", "4", "--lora-al
 KEY_WARNING = re.compile(r"missing|unexpected|mismatch", re.IGNORECASE)
 
 
-class Failure(Exception):
-    pass
-
-
-def gradscope(gs, args, what):
-    """Runs gradscope; its output on failure."""
-    p = subprocess.run([gs] + args, capture_output=True, text=True)
-    if p.returncode != 0:
-        sys.stderr.write(p.stdout + p.stderr)
-        raise Failure(f"{what}: gradscope exited {p.returncode}: {' '.join(args)}")
-    return p.stdout
-
-
-def relative(a, b):
-    a, b = a.double(), b.double()
-    scale = b.norm().item()
-    diff = (a - b).norm().item()
-    return diff / scale if scale > 0 else diff
-
-
 def hf_forward(model_name, model, outputs):
-    """The transformers model on gradscope's batch: its logits, in the layout gradscope writes
-    them, and the mean loss over the same targets."""
-    F = torch.nn.functional
+    """The transformers model on gradscope's batch, without gradients: its logits (float32, in
+    the shape of gradscope's) and loss."""
     with torch.no_grad():
-        if model_name == "vit":
-            logits = model(pixel_values=outputs["batch.images"]).logits  # (B, K)
-            targets = outputs["batch.labels"]
-        else:
-            logits = model(input_ids=outputs["batch.input_ids"]).logits  # (B, T, V)
-            targets = outputs["batch.targets"]
-            if model_name == "modernbert":  # gradscope keeps the masked positions only
-                logits = logits[targets != -100]  # (M, V), row-major
-                targets = targets[targets != -100]
-            else:
-                logits = logits.flatten(0, 1)
-                targets = targets.flatten()
-        loss = F.cross_entropy(logits.float(), targets, ignore_index=-100)
+        logits, loss = hf_forward_with_grad(model_name, model, outputs)
     return {"logits": logits.float().reshape(outputs["logits"].shape), "loss": loss}
 
 
