@@ -17,8 +17,8 @@ For each source, `gradscope outputs --init-from ... --attention A` writes its fi
 batch, logits, mean loss and the gradients of that loss under the published names; the
 transformers model (eval mode: no dropout) runs the same batch with the attention
 implementation that computes the same thing (gradscope's sdpa: transformers' "sdpa"; gradscope's
-math: transformers' "eager"; the published shapes sdpa only), takes the same loss with torch's cross_entropy (mean over the
-targets gradscope gave, -100 ignored) and its backward. And once per model in bf16: gradscope
+math: transformers' "eager"; the published shapes sdpa only), takes the same loss with torch's
+cross_entropy (mean over the targets gradscope gave, -100 ignored) and its backward. And once per model in bf16: gradscope
 --dtype bf16 against the same transformers model under torch.autocast("cpu", bfloat16).
 
 Tolerances (relative: ||a - b|| / ||b||, b the transformers value; each tensor on its own):
@@ -46,20 +46,18 @@ Exit status: 0 every case within its tolerances, 1 a difference (every one is pr
 input, 77 skipped (no transformers or safetensors package, or the data gradscope trains on is
 not fetched).
 """
-import argparse
 import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 
 try:
     import torch
     import transformers
     from safetensors.torch import load_file
-    from peer_common import (BAD_INPUT, CLASSES, MISMATCH, Failure, gradscope, hf_forward,
-                             relative)
+    from peer_common import (CLASSES, GPT2, LLAMA3, SOTU, Failure, command_line, gradscope,
+                             hf_forward, relative, run_cases)
 except ImportError as e:
     print(f"hf_models_test: skipped: {e} (pip install -r requirements.txt)")
     sys.exit(77)
@@ -69,19 +67,22 @@ TOLERANCES = {"fp32": {"loss": 1e-5, "logits": 1e-5, "grad": 1e-4}}
 # (name, model, gradscope settings): the presets, and a configuration shaped like the published
 # one (its widths, heads and vocabulary; fewer layers, a short sequence), named NAME-published.
 CASES = [
-    ("llama-tiny", "llama", ["--preset", "tiny"]),
-    ("llama-small", "llama", ["--preset", "small", "--batch", "2"]),
+    ("llama-tiny", "llama", ["--preset", "tiny"], [SOTU]),
+    ("llama-small", "llama", ["--preset", "small", "--batch", "2"], [SOTU] + GPT2),
     ("llama-published", "llama",
-     ["--preset", "paper", "--arch", "num_hidden_layers=2", "--seq", "64", "--batch", "1"]),
-    ("modernbert-tiny", "modernbert", ["--preset", "tiny"]),
-    ("modernbert-small", "modernbert", ["--preset", "small", "--batch", "2"]),
+     ["--preset", "paper", "--arch", "num_hidden_layers=2", "--seq", "64", "--batch", "1"],
+     [SOTU] + LLAMA3),
+    ("modernbert-tiny", "modernbert", ["--preset", "tiny"], [SOTU]),
+    ("modernbert-small", "modernbert", ["--preset", "small", "--batch", "2"], [SOTU] + GPT2),
     # Three layers: one global attention layer and two sliding-window ones (window 128 of 256).
     ("modernbert-published", "modernbert",
-     ["--preset", "paper", "--arch", "num_hidden_layers=3", "--seq", "256", "--batch", "1"]),
-    ("vit-tiny", "vit", ["--preset", "tiny"]),
-    ("vit-small", "vit", ["--preset", "small", "--batch", "4"]),
+     ["--preset", "paper", "--arch", "num_hidden_layers=3", "--seq", "256", "--batch", "1"],
+     [SOTU] + GPT2),
+    # ViT reads images it makes when none are fetched.
+    ("vit-tiny", "vit", ["--preset", "tiny"], []),
+    ("vit-small", "vit", ["--preset", "small", "--batch", "4"], []),
     ("vit-published", "vit", ["--preset", "paper", "--arch", "num_hidden_layers=2",
-                              "--batch", "2"]),
+                              "--batch", "2"], []),
 ]
 # The gradient of an attention key's bias is zero in exact arithmetic (it adds q.b to every
 # score of a query's row, which the softmax ignores): each side gives rounding noise, whose
@@ -264,50 +265,18 @@ def run_case(gs, name, model_name, settings, work, bf16_too):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("gradscope", help="the gradscope executable")
-    ap.add_argument("--only", help="comma-separated case names (--list shows them)")
-    ap.add_argument("--list", action="store_true", help="list the cases and exit")
-    ap.add_argument("--keep", help="write the weights and outputs here and keep them")
-    a = ap.parse_args()
-    if a.list:
-        for name, model_name, settings in CASES:
-            print(f"{name:<22} {model_name:<11} {' '.join(settings)}")
-        return 0
-    cases = CASES
-    if a.only:
-        wanted = a.only.split(",")
-        unknown = sorted(set(wanted) - {c[0] for c in CASES})
-        if unknown:
-            print(f"hf_models_test: --only: no case {unknown} (--list shows them)",
-                  file=sys.stderr)
-            return BAD_INPUT
-        cases = [c for c in CASES if c[0] in wanted]
-    if not (os.path.isfile(a.gradscope) and os.access(a.gradscope, os.X_OK)):
-        print(f"hf_models_test: {a.gradscope} is not an executable file", file=sys.stderr)
-        return BAD_INPUT
-    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1") or 1))
-    work = a.keep or tempfile.mkdtemp(prefix="gradscope-hf-models-")
-    os.makedirs(work, exist_ok=True)
-    started = time.time()
-    ok = True
-    try:
-        seen = set()
-        for name, model_name, settings in cases:
-            try:
-                ok &= run_case(a.gradscope, name, model_name, settings, work,
-                               bf16_too=model_name not in seen)
-            except Failure as e:
-                print(f"{name}: FAILED: {e}")
-                ok = False
-            seen.add(model_name)
-    finally:
-        if not a.keep:
-            shutil.rmtree(work, ignore_errors=True)
-    print(f"hf_models_test: {'every case agrees' if ok else 'differences above'} "
-          f"({len(cases)} cases, transformers {transformers.__version__}, "
-          f"torch {torch.__version__}, {time.time() - started:.0f} s)")
-    return 0 if ok else MISMATCH
+    a, cases = command_line("hf_models_test", __doc__, CASES,
+                            "write the weights and outputs here and keep them")
+    seen = set()
+
+    def one(case, work):
+        name, model_name, settings, _ = case
+        first = model_name not in seen
+        seen.add(model_name)
+        return run_case(a.gradscope, name, model_name, settings, work, bf16_too=first)
+
+    return run_cases("hf_models_test", cases, a.keep, one,
+                     f"transformers {transformers.__version__}, torch {torch.__version__}")
 
 
 if __name__ == "__main__":

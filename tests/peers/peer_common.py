@@ -1,8 +1,13 @@
 """What the peer tests share: running gradscope, the relative difference they report, and a
 transformers model run on the batch `gradscope outputs` wrote (in the layout gradscope writes
 its logits). Imported by the scripts beside it, which run it with the same Python."""
+import argparse
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
+import time
 
 import torch
 import transformers
@@ -59,3 +64,74 @@ def hf_forward(model_name, model, outputs, bf16=False):
                 targets = targets.flatten()
     loss = F.cross_entropy(logits.float(), targets, ignore_index=-100)
     return logits, loss
+
+
+# Data the cases read under $GRADSCOPE_DATA (scripts/fetch-data.sh).
+SOTU = "text/sotu"
+GPT2 = ["tokenizers/gpt2/encoder.json", "tokenizers/gpt2/vocab.bpe"]
+LLAMA3 = ["tokenizers/llama3/tokenizer.json"]
+
+
+def data_dir():
+    return os.environ.get("GRADSCOPE_DATA") or os.path.expanduser("~/.cache/gradscope")
+
+
+def command_line(prog, doc, cases, keep_help):
+    """The peer tests' command line: GRADSCOPE [--only NAMES] [--list] [--keep DIR]. `cases`
+    are tuples (name, model, gradscope settings, data paths, ...). Returns the arguments and the
+    cases asked for; exits 0 after --list, BAD_INPUT for an unknown case or a gradscope that is
+    not an executable file, and SKIP when a case's data is not fetched."""
+    ap = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
+    ap.add_argument("gradscope", help="the gradscope executable")
+    ap.add_argument("--only", help="comma-separated case names (--list shows them)")
+    ap.add_argument("--list", action="store_true", help="list the cases and exit")
+    ap.add_argument("--keep", help=keep_help)
+    a = ap.parse_args()
+    if a.list:
+        for case in cases:
+            print(f"{case[0]:<22} {case[1]:<11} {' '.join(case[2])}")
+        sys.exit(0)
+    selected = cases
+    if a.only:
+        wanted = a.only.split(",")
+        unknown = sorted(set(wanted) - {c[0] for c in cases})
+        if unknown:
+            print(f"{prog}: --only: no case {unknown} (--list shows them)", file=sys.stderr)
+            sys.exit(BAD_INPUT)
+        selected = [c for c in cases if c[0] in wanted]
+    if not (os.path.isfile(a.gradscope) and os.access(a.gradscope, os.X_OK)):
+        print(f"{prog}: {a.gradscope} is not an executable file", file=sys.stderr)
+        sys.exit(BAD_INPUT)
+    data = data_dir()
+    missing = sorted({os.path.join(data, p) for c in selected for p in c[3]
+                      if not os.path.exists(os.path.join(data, p))})
+    if missing:
+        print(f"{prog}: skipped: missing data: {', '.join(missing)} (run "
+              f"scripts/fetch-data.sh text tokenizers; data is in $GRADSCOPE_DATA, "
+              f"default ~/.cache/gradscope)")
+        sys.exit(SKIP)
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1") or 1))
+    return a, selected
+
+
+def run_cases(prog, cases, keep, run_case, versions):
+    """Runs run_case(case, work) for each case in a work folder (`keep`, else a temporary one
+    removed at the end), a Failure failing that case only; prints the verdict with `versions`
+    and returns the exit status."""
+    work = keep or tempfile.mkdtemp(prefix=f"gradscope-{prog}-")
+    os.makedirs(work, exist_ok=True)
+    started = time.time()
+    ok = True
+    try:
+        for case in cases:
+            try:
+                ok &= run_case(case, work)
+            except Failure as e:
+                print(f"{case[0]}: FAILED: {e}")
+                ok = False
+    finally:
+        if not keep:
+            shutil.rmtree(work, ignore_errors=True)
+    print(f"{prog}: {'every case agrees' if ok else 'differences above'} "
+          f"({len(cases)} cases, {versions}, {time.time() - started:.0f} s)")
+    return 0 if ok else MISMATCH

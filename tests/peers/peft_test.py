@@ -59,13 +59,10 @@ Exit status: 0 every case within its tolerances, 1 a difference (every one is pr
 input, 77 skipped (no peft, transformers or safetensors package, or the data gradscope trains
 on is not fetched: $GRADSCOPE_DATA, default ~/.cache/gradscope).
 """
-import argparse
 import json
 import os
 import re
-import shutil
 import sys
-import tempfile
 import time
 import warnings
 
@@ -75,7 +72,8 @@ try:
     import peft
     from peft.tuners.lora import LoraLayer
     from safetensors.torch import load_file
-    from peer_common import BAD_INPUT, CLASSES, MISMATCH, Failure, gradscope, relative
+    from peer_common import (CLASSES, GPT2, SOTU, Failure, command_line, gradscope, relative,
+                             run_cases)
     from peer_common import hf_forward as hf_forward_with_grad
 except ImportError as e:
     print(f"peft_test: skipped: {e} (pip install -r requirements.txt)")
@@ -85,8 +83,6 @@ except ImportError as e:
 TOLERANCES = {"loss": 1e-5, "logits": 1e-5}
 EFFECT_FACTOR = 100
 
-SOTU = "text/sotu"
-GPT2 = ["tokenizers/gpt2/encoder.json", "tokenizers/gpt2/vocab.bpe"]
 # (name, model, gradscope settings, data it reads under $GRADSCOPE_DATA, and whether PEFT's own
 # adapters are loaded into gradscope too: the second direction, peft_into_gradscope).
 CASES = [
@@ -340,62 +336,15 @@ def run_case(gs, case, work):
     return not failed
 
 
-def data_dir():
-    return os.environ.get("GRADSCOPE_DATA") or os.path.expanduser("~/.cache/gradscope")
-
-
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("gradscope", help="the gradscope executable")
-    ap.add_argument("--only", help="comma-separated case names (--list shows them)")
-    ap.add_argument("--list", action="store_true", help="list the cases and exit")
-    ap.add_argument("--keep", help="write the weights, adapters and outputs here and keep them")
-    a = ap.parse_args()
-    if a.list:
-        for name, model_name, settings, _, _ in CASES:
-            print(f"{name:<18} {model_name:<11} {' '.join(settings)}")
-        return 0
-    cases = CASES
-    if a.only:
-        wanted = a.only.split(",")
-        unknown = sorted(set(wanted) - {c[0] for c in CASES})
-        if unknown:
-            print(f"peft_test: --only: no case {unknown} (--list shows them)", file=sys.stderr)
-            return BAD_INPUT
-        cases = [c for c in CASES if c[0] in wanted]
-    if not (os.path.isfile(a.gradscope) and os.access(a.gradscope, os.X_OK)):
-        print(f"peft_test: {a.gradscope} is not an executable file", file=sys.stderr)
-        return BAD_INPUT
-    data = data_dir()
-    missing = sorted({os.path.join(data, p) for c in cases for p in c[3]
-                      if not os.path.exists(os.path.join(data, p))})
-    if missing:
-        print(f"peft_test: skipped: missing data: {', '.join(missing)} (run "
-              f"scripts/fetch-data.sh text tokenizers; data is in $GRADSCOPE_DATA, "
-              f"default ~/.cache/gradscope)")
-        return SKIP
-    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1") or 1))
+    a, cases = command_line("peft_test", __doc__, CASES,
+                            "write the weights, adapters and outputs here and keep them")
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
-    work = a.keep or tempfile.mkdtemp(prefix="gradscope-peft-")
-    os.makedirs(work, exist_ok=True)
-    started = time.time()
-    ok = True
-    try:
-        for case in cases:
-            try:
-                ok &= run_case(a.gradscope, case, work)
-            except Failure as e:
-                print(f"{case[0]}: FAILED: {e}")
-                ok = False
-    finally:
-        if not a.keep:
-            shutil.rmtree(work, ignore_errors=True)
-    print(f"peft_test: {'every case agrees' if ok else 'differences above'} "
-          f"({len(cases)} cases, peft {peft.__version__}, transformers "
-          f"{transformers.__version__}, torch {torch.__version__}, "
-          f"{time.time() - started:.0f} s)")
-    return 0 if ok else MISMATCH
+    return run_cases("peft_test", cases, a.keep, lambda case, work: run_case(a.gradscope, case,
+                                                                             work),
+                     f"peft {peft.__version__}, transformers {transformers.__version__}, "
+                     f"torch {torch.__version__}")
 
 
 if __name__ == "__main__":
