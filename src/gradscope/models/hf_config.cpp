@@ -216,10 +216,21 @@ json gradscope_value(const json& v, const json* slot, const std::string& key,
 
 // Keys written for the published loaders, derived from the architecture and never read back.
 
-// The length gradscope trained at; Hugging Face's Llama computes rotary tables for any
-// position, so this only documents the model.
+// The length gradscope trained at, and at least the context the rotary scaling was made for
+// (Llama 3's original_max_position_embeddings): Hugging Face's Llama computes rotary tables for
+// any position and its llama3 scaling reads neither, but its loader warns when the scaling's
+// context exceeds this.
 void llama_write_derived(const json& arch, json& out) {
-  if (arch.contains("seq_len")) out["max_position_embeddings"] = arch["seq_len"];
+  if (!arch.contains("seq_len")) return;
+  json positions = arch["seq_len"];
+  const auto scaling = arch.find("rope_scaling");
+  if (scaling != arch.end() && scaling->is_object()) {
+    const auto original = scaling->find("original_max_position_embeddings");
+    if (original != scaling->end() && original->is_number() && positions.is_number() &&
+        original->get<double>() > positions.get<double>())
+      positions = *original;
+  }
+  out["max_position_embeddings"] = positions;
 }
 
 void modernbert_write_derived(const json& arch, json& out) {
