@@ -124,9 +124,10 @@ def run(bench, failed_type, training_peak):
                       note=note)
             # The ratio's three decimals hide small differences: the bytes go in the note.
             extra = statistics.median(x - y for x, y in (peak(a, b) for a, b in good))
+            extra = (f"gradscope {extra / 2**20:+.2f} MiB" if abs(extra) >= 2**20 else
+                     f"gradscope {extra / 2**10:+.1f} KiB")
             bench.row(mem_name, [x / y for x, y in (peak(a, b) for a, b in good)],
-                      MEMORY_TARGET, note="; ".join(
-                          n for n in (f"gradscope {extra / 2**20:+.2f} MiB", note) if n))
+                      MEMORY_TARGET, note="; ".join(n for n in (extra, note) if n))
             med = lambda f, side: statistics.median(f(a, b)[side] for a, b in good)  # noqa: E731
             lines.append(f"| {label} | {batch_text(good[0][0])} | {ours} / {theirs} | "
                          f"{1e3 * med(step, 0):.0f} ms | "
