@@ -6,9 +6,13 @@ other, the order alternating from pair to pair, so that drift in the machine's s
 both alike. The table gives min / median / max over the pairs, the target, and whether the
 median meets it. Benchmarks are not tests: nothing here fails the build.
 
-  peers        gradscope's ViT and Llama against PyTorch peers (bench/peers/): step time and
-               peak tensor memory, ours / peer; the step time also against the peer run with
-               gradscope's heap settings (freed memory kept in the heap)
+  transformers gradscope's Llama, ViT and ModernBERT against Hugging Face transformers' own
+               models at the same architecture (bench/peers/hf_peer.py), sdpa and written-out
+               attention on both sides, AdamW: step time and peak tensor memory, ours / theirs
+  peers        gradscope's Llama against a plain PyTorch Llama with the same math
+               (bench/peers/llama_peer.py): step time and peak tensor memory, ours / peer; the
+               step time also against the peer run with gradscope's heap settings (freed memory
+               kept in the heap)
   limit        achieved FLOP/s of the Llama `small` step against the fp32 GEMM peak that
                `gradscope probe` measures in the same run, and where the rest goes by phase;
                the same with --projections packed, --loss chunked and both, run interleaved
@@ -27,7 +31,7 @@ median meets it. Benchmarks are not tests: nothing here fails the build.
                which decides how zero2 and fsdp reduce their gradients
   grid         the study's whole grid (240 runs, 3 seeds) at the tiny presets, wall time
 
-  bench/bench.py [--pairs N] [--threads T] [--only peers,limit,...] [--out bench/results.md]
+  bench/bench.py [--pairs N] [--threads T] [--only transformers,peers,...] [--out FILE]
 
 Run with the project environment's Python (`make bench` does: .venv/bin/python), whose torch
 is the one gradscope is built against.
@@ -135,7 +139,9 @@ class Bench:
     # memory in its heap too.
     SAME_HEAP = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "2147483647"}
 
-    def peer(self, script, *flags, heap=None):
+    def try_peer(self, script, *flags, heap=None):
+        """One run of a peer script (bench/peers/) with flags; returns its record, or a Failed
+        with the last line of its error output."""
         self.counter += 1
         out = os.path.join(self.tmp, f"peer-{self.counter}.json")
         cmd = [PYTHON, os.path.join(ROOT, "bench", "peers", script), "--threads",
@@ -143,10 +149,22 @@ class Bench:
         # glibc's defaults unless `heap` says otherwise, whatever the caller's environment sets.
         env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
         env.update(heap or {})
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                       env=env)
+        done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                              env=env)
+        if done.returncode != 0 or not os.path.exists(out):
+            lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+            reason = lines[-1] if lines else f"exit {done.returncode}"
+            log(f"FAILED: {' '.join(cmd)}: {reason}")
+            return Failed(reason)
         with open(out) as f:
             return json.load(f)
+
+    def peer(self, script, *flags, heap=None):
+        """As try_peer(), but a run that fails ends the benchmark."""
+        record = self.try_peer(script, *flags, heap=heap)
+        if isinstance(record, Failed):
+            raise RuntimeError(f"{script} failed: {record.reason}")
+        return record
 
     def pairs(self, name, first, second, count=None):
         """Runs `count` (default --pairs) interleaved pairs of (first(), second()), alternating
@@ -215,14 +233,14 @@ class Bench:
 
     # ---- benchmarks ----
 
+    def transformers(self):
+        """gradscope against transformers' own models (bench/transformers_bench.py)."""
+        import transformers_bench
+        transformers_bench.run(self, Failed, training_peak)
+
     def peers(self):
         warmup = "2"
-        # A ViT small step is ten times shorter than a Llama small step and as noisy in
-        # absolute terms: it gets more steps and three times the pairs.
         cases = [
-            ("ViT small", "vit_peer.py",
-             ["--model", "vit", "--preset", "small", "--batch", "8"],
-             ["--preset", "small", "--batch", "8"], 3 * self.args.steps, 3 * self.args.pairs),
             ("Llama small", "llama_peer.py",
              ["--model", "llama", "--preset", "small", "--batch", "8", "--seq", "128"],
              ["--preset", "small", "--batch", "8", "--seq", "128"], self.args.steps,
@@ -249,9 +267,9 @@ class Bench:
             time_ratios = [a["time"]["step_median_s"] / b["step_median_s"] for a, b, _ in runs]
             same_heap_ratios = [a["time"]["step_median_s"] / c["step_median_s"]
                                 for a, _, c in runs]
-            # gradscope's peak includes what the data set keeps as tensors (ViT: the labels of
-            # 70,000 images, 560 KB; measured while loading, the record's estimate.data_bytes);
-            # a peer holds one batch of random inputs only.
+            # gradscope's peak includes what the data set keeps as tensors (measured while
+            # loading, the record's estimate.data_bytes); a peer holds one batch of random
+            # inputs only.
             mem_ratios = [training_peak(a) / b["peak_tensor_bytes"] for a, b, _ in runs
                           if b.get("peak_tensor_bytes")]
             name = f"{label}, {self.args.threads} thread(s)"
@@ -813,20 +831,30 @@ class Bench:
         print(text)
 
 
+# Every benchmark, in the order `make bench` runs them: a method of Bench each.
+BENCHMARKS = ["transformers", "peers", "limit", "attention", "checkpoint", "accumulation",
+              "sampler", "timeline", "ranks", "collectives", "grid"]
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--pairs", type=int, default=5, help="interleaved pairs per comparison")
     p.add_argument("--steps", type=int, default=8, help="timed steps per run")
     p.add_argument("--threads", type=int, default=1, help="threads on both sides")
-    p.add_argument("--only", default="peers,limit,attention,checkpoint,accumulation,sampler,"
-                   "timeline,ranks,collectives,grid",
+    p.add_argument("--only", default=",".join(BENCHMARKS),
                    help="comma-separated benchmarks to run")
     p.add_argument("--gradscope", default="build/gradscope", help="the binary, from the root")
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "results.md"))
     p.add_argument("--merge", action="store_true",
                    help="keep the rows of benchmarks not run this time from the earlier results")
     args = p.parse_args()
+    unknown = [name for name in args.only.split(",") if name not in BENCHMARKS]
+    if unknown:
+        p.error(f"--only: no benchmark {', '.join(map(repr, unknown))} (there are "
+                f"{', '.join(BENCHMARKS)})")
+    if args.pairs < 1 or args.steps < 1 or args.threads < 1:
+        p.error("--pairs, --steps and --threads must be at least 1")
     bench = Bench(args)
     started = datetime.datetime.now()
     for name in args.only.split(","):

@@ -1,8 +1,8 @@
 """Shared harness of the peer benchmarks: command line, threads, the timed training loop,
 memory measurements and the JSON record.
 
-A peer is a plain PyTorch implementation of one of gradscope's models, trained with the
-textbook loop
+A peer is one of gradscope's models as PyTorch users run it (transformers' own model, or a
+plain PyTorch implementation of the same math), trained with the textbook loop
 
     optimizer.zero_grad(set_to_none=True)
     loss = loss_fn(model, batch)
@@ -12,7 +12,7 @@ textbook loop
 so that gradscope's step time and memory can be read beside what PyTorch itself does with
 the same LibTorch, the same thread count and the same configuration.
 
-The model scripts (vit_peer.py, llama_peer.py) build the model and the batch; everything
+The model scripts (hf_peer.py, llama_peer.py) build the model and the batch; everything
 else lives here.
 """
 
@@ -32,11 +32,13 @@ import torch
 # Command line
 
 
-def make_parser(description, peer_defaults):
-    """The options every peer takes. peer_defaults: {"batch": ..., "seq": ... or None}."""
+def make_parser(description, peer_defaults, presets=True):
+    """The options every peer takes. peer_defaults: {"batch": ..., "seq": ... or None}.
+    presets: whether the peer picks its size by --preset (otherwise from a file of its own)."""
     p = argparse.ArgumentParser(description=description)
-    p.add_argument("--preset", choices=["tiny", "small"], default="tiny",
-                   help="gradscope preset to match (default: tiny)")
+    if presets:
+        p.add_argument("--preset", choices=["tiny", "small"], default="tiny",
+                       help="gradscope preset to match (default: tiny)")
     p.add_argument("--batch", type=int, default=peer_defaults["batch"],
                    help="batch size in samples (default: %(default)s, as gradscope)")
     p.add_argument("--steps", type=int, default=10, help="timed optimizer steps (default: 10)")
@@ -44,10 +46,14 @@ def make_parser(description, peer_defaults):
                    help="untimed optimizer steps before the timed ones (default: 2)")
     p.add_argument("--threads", type=int, default=1,
                    help="intra-op and inter-op threads; MKL's follow (default: 1)")
-    p.add_argument("--optimizer", choices=["adam", "sgd"], default="adam",
-                   help="torch.optim.Adam or torch.optim.SGD (default: adam)")
+    p.add_argument("--optimizer", choices=["adam", "adamw", "sgd"], default="adam",
+                   help="torch.optim.Adam, AdamW or SGD (default: adam)")
     p.add_argument("--lr", type=float, default=None,
-                   help="learning rate (default: gradscope's, 1e-3 for adam, 1e-2 for sgd)")
+                   help="learning rate (default: gradscope's, 1e-3 for adam and adamw, 1e-2 "
+                   "for sgd)")
+    p.add_argument("--weight-decay", type=float, default=0.0,
+                   help="AdamW's decoupled weight decay (default: 0, as gradscope's; "
+                   "torch.optim.AdamW's own default is 0.01)")
     p.add_argument("--momentum", type=float, default=0.0,
                    help="SGD momentum (default: 0, as gradscope)")
     p.add_argument("--seed", type=int, default=0, help="seed of weights and data (default: 0)")
@@ -59,7 +65,7 @@ def make_parser(description, peer_defaults):
 
 def default_lr(optimizer):
     # gradscope's defaults for the transformer models (`gradscope list`).
-    return {"adam": 1e-3, "sgd": 1e-2}[optimizer]
+    return {"adam": 1e-3, "adamw": 1e-3, "sgd": 1e-2}[optimizer]
 
 
 # ---------------------------------------------------------------------------------------
@@ -185,6 +191,10 @@ def run(args, peer, build):
         # The default for CPU tensors is the single-tensor (for-loop) implementation, which
         # is also what LibTorch's C++ torch::optim::Adam does.
         optimizer = torch.optim.Adam(params, lr=lr)
+    elif args.optimizer == "adamw":
+        # gradscope's AdamW is LibTorch's, whose betas (0.9, 0.999) and eps 1e-8 are these.
+        optimizer = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.999), eps=1e-8,
+                                      weight_decay=args.weight_decay)
     else:
         optimizer = torch.optim.SGD(params, lr=lr, momentum=args.momentum)
 
@@ -242,7 +252,7 @@ def run(args, peer, build):
                              "mkl": blas_threads},
         "torch": torch.__version__,
         "config": {
-            "preset": args.preset,
+            "preset": getattr(args, "preset", None),
             "batch": args.batch,
             "seq_len": built.get("seq_len"),
             "attention": getattr(args, "attention", None),
@@ -251,6 +261,7 @@ def run(args, peer, build):
             "optimizer": args.optimizer,
             "lr": lr,
             "momentum": args.momentum if args.optimizer == "sgd" else None,
+            "weight_decay": args.weight_decay if args.optimizer == "adamw" else None,
             "seed": args.seed,
             "arch": built["config"],
         },
@@ -264,7 +275,8 @@ def run(args, peer, build):
         return "n/a" if x is None else f"{x / 2**20:.1f} MiB"
 
     median = record["step_median_s"]
-    print(f"{peer} {args.preset}: {n_params:,} params, batch {args.batch}"
+    preset = getattr(args, "preset", None)
+    print(f"{peer}{' ' + preset if preset else ''}: {n_params:,} params, batch {args.batch}"
           + (f", seq {built['seq_len']}" if built.get("seq_len") else "")
           + f", {args.threads} thread(s): step median "
           + ("n/a" if median is None else f"{median:.4f} s")
