@@ -265,7 +265,9 @@ TEST(PackedProjections, PackedLinearSplitsOutputsAndGradients) {
 
 // The trace of a packed Llama: the same parameters, and for backward it keeps, in every layer,
 // one stacked copy of the q, k and v weights and one of the gate and up weights more than the
-// separate trace; its three (two) outputs become one, of the same size.
+// separate trace; its three (two) outputs become one, of the same size. SDPA saves v as it
+// is given (grouped heads are not copied): in the packed trace a view of the one product's
+// output, which keeps all of that output where the separate trace keeps v alone.
 TEST(PackedProjectionsTrace, LlamaKeepsTheStackedWeightsForBackward) {
   const auto arch = llama_preset("tiny");
   const auto c = llama_config(arch);
@@ -280,7 +282,10 @@ TEST(PackedProjectionsTrace, LlamaKeepsTheStackedWeightsForBackward) {
   const int64_t qkv = (c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim;
   const int64_t stacked =
       (qkv * c.hidden_size + 2 * c.intermediate_size * c.hidden_size) * MemoryTrace::kFloat;
-  EXPECT_EQ(p.saved_bytes - s.saved_bytes, c.num_hidden_layers * stacked);
+  const int64_t tokens = 2 * arch["seq_len"].get<int64_t>();
+  const int64_t packed_output = tokens * qkv * MemoryTrace::kFloat;
+  const int64_t v = tokens * c.num_key_value_heads * c.head_dim * MemoryTrace::kFloat;
+  EXPECT_EQ(p.saved_bytes - s.saved_bytes, c.num_hidden_layers * (stacked + packed_output - v));
   EXPECT_EQ(p.grads_bytes, s.grads_bytes);
   EXPECT_GT(p.backward_peak, s.backward_peak);
 }

@@ -238,19 +238,25 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const to
               nkv, " key/value heads");
   TORCH_CHECK(dropout_p >= 0 && dropout_p < 1, "attention dropout must lie in [0, 1), got ",
               dropout_p);
-  auto k_full = repeat_kv(k, nh / nkv);  // (B, NH, S, HS)
-  auto v_full = repeat_kv(v, nh / nkv);  // (B, NH, S, HS)
   const double p = training ? dropout_p : 0.0;
   const int64_t t = q.size(2), s = k.size(2);
 
   if (resolved_attention(attention_path(), q.device(), p) == Attention::kSdpa) {
+    // Grouped keys and values go in as they are (enable_gqa): SDPA shares each among its
+    // query heads without the (B, NH, S, HS) copies that repeating them would keep for
+    // backward.
+    const bool gqa = nh != nkv;
     if (!mask.defined()) {
       // is_causal lets SDPA pick its fused causal kernels instead of reading a mask.
-      return at::scaled_dot_product_attention(q, k_full, v_full, c10::nullopt, p, is_causal);
+      return at::scaled_dot_product_attention(q, k, v, c10::nullopt, p, is_causal,
+                                              c10::nullopt, gqa);
     }
     c10::optional<at::Tensor> m = merged_mask(mask, is_causal, t, s, q.options());
-    return at::scaled_dot_product_attention(q, k_full, v_full, m, p, /*is_causal=*/false);
+    return at::scaled_dot_product_attention(q, k, v, m, p, /*is_causal=*/false, c10::nullopt,
+                                            gqa);
   }
+  auto k_full = repeat_kv(k, nh / nkv);  // (B, NH, S, HS)
+  auto v_full = repeat_kv(v, nh / nkv);  // (B, NH, S, HS)
   return math_attention(q, k_full, v_full, merged_mask(mask, is_causal, t, s, q.options()), p);
 }
 

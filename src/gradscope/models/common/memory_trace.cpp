@@ -325,19 +325,11 @@ Id MemoryTrace::self_attention(Id x, const AttentionShape& s) {
     release(k);
     k = kr;
   }
-  // repeat_kv: grouped key/value heads are expanded into a contiguous copy.
-  const bool grouped = s.heads != s.kv_heads;
-  Id k_full = k, v_full = v;
-  if (grouped) {
-    k_full = alloc(q_elems * kFloat);
-    node({}, {k}, {k_full});
-    v_full = alloc(q_elems * kFloat);
-    node({}, {v}, {v_full});
-  }
   Id y = -1;
   if (fused_attention(s.dropout)) {
-    // SDPA's fused kernel reads q, k and v where they lie and saves them, its output and the
-    // rows' logsumexp (B, heads, T); backward allocates the three inputs' gradients. Its output
+    // SDPA's fused kernel reads q, k and v where they lie (grouped key and value heads
+    // shared among their query heads, enable_gqa: no copies) and saves them, its output and
+    // the rows' logsumexp (B, heads, T); backward allocates the three inputs' gradients. Its output
     // takes q's layout, (B, T, heads, HS), so the reshape to (B, T, heads * HS) is a view.
     // A bool mask of the batch's (merged with the causal one when both apply: a new bool
     // tensor) is turned into an additive float mask on each call, which the kernel saves.
@@ -349,20 +341,24 @@ Id MemoryTrace::self_attention(Id x, const AttentionShape& s) {
     }
     const Id o = alloc(q_elems * kFloat);
     const Id lse = alloc(s.batch * s.heads * s.tokens * kFloat);
-    std::vector<Id> saved = {q, k_full, v_full, o, lse};
+    std::vector<Id> saved = {q, k, v, o, lse};
     if (float_mask >= 0) saved.push_back(float_mask);
     // A view of the packed projections' output owns no bytes: saving it keeps the output.
-    if (packed >= 0 && (q == views[0] || k_full == views[1] || v_full == views[2]))
+    if (packed >= 0 && (q == views[0] || k == views[1] || v == views[2]))
       saved.push_back(packed);
-    node(saved, {q, k_full, v_full}, {o});
+    node(saved, {q, k, v}, {o});
     release(lse);
     if (float_mask >= 0) release(float_mask);
-    if (grouped) {
-      release(k_full);
-      release(v_full);
-    }
     y = o;
   } else {
+    // repeat_kv: grouped key/value heads are expanded into a contiguous copy.
+    Id k_full = k, v_full = v;
+    if (s.heads != s.kv_heads) {
+      k_full = alloc(q_elems * kFloat);
+      node({}, {k}, {k_full});
+      v_full = alloc(q_elems * kFloat);
+      node({}, {v}, {v_full});
+    }
     y = math_attention(q, k, v, k_full, v_full, s);
   }
   const Id out = adapt(y, linear(y, n, s.heads * s.head_size, s.hidden, s.bias), n,
