@@ -11,6 +11,7 @@
 #include "gradscope/models/common/lora.h"
 #include "gradscope/models/hf_adapters.h"
 #include "gradscope/models/hf_weights.h"
+#include "gradscope/models/hf_weights_detail.h"
 #include "gradscope/models/llama.h"
 #include "gradscope/models/modernbert.h"
 #include "gradscope/models/nanovlm.h"
@@ -161,6 +162,14 @@ TEST(Lora, ExportedAdaptersRebuildTheMergedWeights) {
     std::map<std::string, torch::Tensor> plain;
     for (const auto& [name, t] : hf_tensors(model, *base)) plain[name] = t;
     std::map<std::string, torch::Tensor> tensors(exported.tensors.begin(), exported.tensors.end());
+    // The module names PEFT finds in the model transformers builds, and the published module
+    // each stands for (they differ for ViT under transformers 5).
+    std::map<std::string, std::string> published_of;
+    const PublishedNames& names = hf_weights_detail::published_names(model);
+    for (const auto& [name, t] : plain) {
+      const std::string module = name.substr(0, name.rfind('.'));
+      published_of[names.adapter_module ? names.adapter_module(module) : module] = module;
+    }
     const json& c = exported.config;
     EXPECT_EQ(c["peft_type"], "LORA");
     EXPECT_EQ(c["r"], 3);
@@ -172,10 +181,14 @@ TEST(Lora, ExportedAdaptersRebuildTheMergedWeights) {
       const double r = c["rank_pattern"].value(name, 3.0);
       const double alpha = c["alpha_pattern"].value(name, 5.0);
       EXPECT_EQ(a.size(0), static_cast<int64_t>(r));
-      const auto rebuilt = plain.at(name + ".weight") + (alpha / r) * b.mm(a);
-      EXPECT_TRUE(torch::allclose(rebuilt, merged.at(name + ".weight"), 1e-5, 1e-6)) << name;
+      const std::string weight = published_of.at(name) + ".weight";
+      const auto rebuilt = plain.at(weight) + (alpha / r) * b.mm(a);
+      EXPECT_TRUE(torch::allclose(rebuilt, merged.at(weight), 1e-5, 1e-6)) << name;
     }
     if (std::string(model) == "vit") {
+      EXPECT_EQ(published_of.at("vit.layers.1.attention.q_proj"),
+                "vit.encoder.layer.1.attention.attention.query");
+      EXPECT_EQ(published_of.at("vit.layers.0.mlp.fc2"), "vit.encoder.layer.0.output.dense");
       EXPECT_EQ(c["modules_to_save"], json::array({"classifier"}));
       EXPECT_EQ(tensors.count("base_model.model.classifier.weight"), 1u);
     }
