@@ -6,7 +6,8 @@ trained on the samples gradscope trains on, two ranks on Gloo with one thread ea
     dist_peer.py prepare --gradscope build/gradscope --dir D --samples 40
         gradscope writes D/weights (`run --save-weights`: config.json, model.safetensors) and
         the first 40 samples of its training stream (`outputs --init-from D/weights`); their
-        input_ids and targets are kept in D/batch.safetensors
+        input_ids and targets are kept in D/batch.safetensors (outputs also computes the
+        logits of every sample: about 5 GB of memory for 40)
     dist_peer.py train --dir D --mode zero2 --warmup 2 --steps 4 --json out.json
         trains 2 ranks with torch.distributed's counterpart of gradscope's mode and writes
         rank 0's step times, every rank's peak tensor bytes and the losses
@@ -26,7 +27,9 @@ A step is gradscope's: rank r of step s reads samples [s N b + r b, s N b + (r +
 stream (N ranks, micro-batch b; Session::step_batches). The ranks sum their target counts
 before backward and each backprops its summed loss x N / that count, so that the wrappers'
 mean over ranks is the gradient of the global batch's mean per-target loss, as gradscope's.
-The step's loss is the global batch's. AdamW as gradscope's defaults: lr 1e-3, betas
+The step's loss is the global batch's. `train` takes the samples again from the first when
+its steps need more than `prepare` wrote (the step time does not depend on them); `check`
+refuses to. AdamW as gradscope's defaults: lr 1e-3, betas
 (0.9, 0.999), eps 1e-8, weight decay 0 (gradscope's --weight-decay default, not torch's 0.01),
 a constant rate, no clipping.
 
@@ -45,6 +48,7 @@ import json
 import math
 import multiprocessing
 import os
+import queue as queue_module
 import socket
 import statistics
 import subprocess
@@ -178,11 +182,12 @@ def memory_peak(prof, marker):
     starts = [e.start_ns() for e in raw if e.name() == marker]
     memory = sorted((e.start_ns(), i, e.nbytes()) for i, e in enumerate(raw)
                     if e.name() == "[memory]")
-    running, highest = 0, None
+    since = starts[0] if starts else 0
+    running, highest = 0, 0
     for start, _, nbytes in memory:
         running += nbytes
-        if starts and start >= starts[0]:
-            highest = running if highest is None else max(highest, running)
+        if start >= since:
+            highest = max(highest, running)
     return highest
 
 
@@ -267,15 +272,19 @@ def train_ranks(dir_, mode, steps, warmup, fsdp_api="2", memory=True):
              for r in range(WORLD)]
     for p in procs:
         p.start()
-    ranks = []
-    try:
-        while len(ranks) < WORLD:
-            ranks.append(queue.get(timeout=600))
-    except Exception:
+    ranks, deadline = [], time.monotonic() + 1800
+    while len(ranks) < WORLD:
+        try:
+            ranks.append(queue.get(timeout=5))
+            continue
+        except queue_module.Empty:
+            pass
         codes = [p.exitcode for p in procs]
-        for p in procs:
-            p.terminate()
-        raise SystemExit(f"the ranks did not finish (exit codes {codes})")
+        if any(code not in (None, 0) for code in codes) or time.monotonic() > deadline:
+            for p in procs:
+                p.terminate()
+            raise SystemExit(f"the ranks did not finish (exit codes {codes}; a rank that "
+                             "failed printed its error above)")
     for p in procs:
         p.join(timeout=60)
         if p.exitcode != 0:
@@ -334,6 +343,13 @@ def gradscope_losses(gradscope, dir_, mode, steps):
 
 def check(args):
     check_dir(args.dir)
+    from safetensors import safe_open
+
+    with safe_open(os.path.join(args.dir, "batch.safetensors"), "pt") as f:
+        samples = f.get_slice("input_ids").get_shape()[0]
+    if samples < args.steps * WORLD * BATCH:
+        fail(f"--steps {args.steps} needs {args.steps * WORLD * BATCH} samples; "
+             f"{args.dir}/batch.safetensors holds {samples} (prepare --samples)")
     modes = args.modes.split(",")
     for mode in modes:
         if mode not in MODES:
@@ -390,6 +406,8 @@ def main():
     for name in ("samples", "steps"):
         if getattr(args, name, 1) < 1:
             fail(f"--{name} must be at least 1")
+    if getattr(args, "tolerance", 1) <= 0:
+        fail("--tolerance must be positive")
     if getattr(args, "warmup", 0) < 0:
         fail("--warmup must not be negative")
     if getattr(args, "gradscope", None) is not None and not os.access(args.gradscope, os.X_OK):
