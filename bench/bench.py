@@ -737,18 +737,22 @@ class Bench:
         # gradscope's sharded steps (--nproc 2 --shard MODE) against torch.distributed's
         # counterparts (bench/peers/dist_peer.py): transformers' Llama small loaded from the
         # weights gradscope wrote, trained on gradscope's samples with AdamW, 2 ranks on Gloo
-        # with one thread each, 2 x 128 tokens per rank. The eight sides run interleaved.
+        # with one thread each, 2 x 128 tokens per rank. torch runs as people run it (glibc's
+        # heap defaults) and with gradscope's heap settings, as in `peers`; the twelve sides
+        # run interleaved.
         sys.path.insert(0, os.path.join(ROOT, "bench", "peers"))
         import dist_peer
         script = os.path.join(ROOT, "bench", "peers", "dist_peer.py")
         folder, warmup, steps = os.path.join(self.tmp, "distributed"), 2, 4
         prefix = "Llama small, 2 ranks, batch 2 x 128 per rank, 1 thread each"
 
-        def peer(*flags):  # dist_peer.py's record, or Failed with its last error line
+        def peer(*flags, heap=None):  # dist_peer.py's record, or Failed with its last error
             self.counter += 1
             out = os.path.join(self.tmp, f"dist-{self.counter}.json")
+            env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
             done = subprocess.run([PYTHON, script, *flags, "--json", out],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                                  env={**env, **(heap or {})}, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, text=True)
             if os.path.exists(out):
                 with open(out) as f:
                     return json.load(f)
@@ -769,9 +773,10 @@ class Bench:
         for mode in dist_peer.MODES:
             sides[f"gradscope {mode}"] = lambda mode=mode: self.try_gradscope(
                 *dist_peer.gradscope_flags(weights, mode, steps, warmup), threads=1)
-            sides[f"torch {mode}"] = lambda mode=mode: peer(
-                "train", "--dir", folder, "--mode", mode, "--warmup", str(warmup), "--steps",
-                str(steps))
+            for label, heap in (("torch", None), ("torch, same heap", self.SAME_HEAP)):
+                sides[f"{label} {mode}"] = lambda mode=mode, heap=heap: peer(
+                    "train", "--dir", folder, "--mode", mode, "--warmup", str(warmup),
+                    "--steps", str(steps), heap=heap)
         runs = self.rounds("distributed", sides)
         check = peer("check", "--gradscope", self.gs, "--dir", folder, "--steps", "10")
         lines = [f"Distributed: gradscope's `--nproc 2 --shard MODE` against torch.distributed"
@@ -780,26 +785,32 @@ class Bench:
                  "live tensor bytes of the busiest rank. Losses: 10 steps from the same "
                  "weights on the same samples, the largest relative difference of a step's "
                  "loss ([peers/dist_peer.py](peers/dist_peer.py)).", "",
-                 "| mode | torch.distributed | step, gradscope | step, torch | peak, gradscope "
-                 "| peak, torch | losses |", "|---|---|---|---|---|---|---|"]
+                 "| mode | torch.distributed | step, gradscope | step, torch | step, torch with"
+                 " gradscope's heap | peak, gradscope | peak, torch | losses |",
+                 "|---|---|---|---|---|---|---|---|"]
         raw = {"check": check if isinstance(check, dict) else check.reason}
         for mode in dist_peer.MODES:
             name = f"{prefix}: --shard {mode}"
             ours = [r[f"gradscope {mode}"] for r in runs]
             theirs = [r[f"torch {mode}"] for r in runs]
-            good = [(a, b) for a, b in zip(ours, theirs)
-                    if not isinstance(a, Failed) and not isinstance(b, Failed)]
-            raw[mode] = [[x.reason if isinstance(x, Failed) else x for x in pair]
-                         for pair in zip(ours, theirs)]
+            same = [r[f"torch, same heap {mode}"] for r in runs]
+            good = [(a, b, c) for a, b, c in zip(ours, theirs, same)
+                    if not any(isinstance(x, Failed) for x in (a, b, c))]
+            raw[mode] = [[x.reason if isinstance(x, Failed) else x for x in sides_]
+                         for sides_ in zip(ours, theirs, same)]
             if not good:
-                reason = next(x.reason for x in ours + theirs if isinstance(x, Failed))
+                reason = next(x.reason for x in ours + theirs + same if isinstance(x, Failed))
                 self.failed_row(f"{name} step time, gradscope / torch", 1.0, reason)
-                lines.append(f"| {mode} | failed: {table_text(reason)} | | | | | |")
+                lines.append(f"| {mode} | failed: {table_text(reason)} | | | | | | |")
                 continue
-            step = [(a["time"]["step_median_s"], b["step_median_s"]) for a, b in good]
+            step = [(a["time"]["step_median_s"], b["step_median_s"], c["step_median_s"])
+                    for a, b, c in good]
             peak = [(max(k["peak_bytes"] for k in a["distributed"]["ranks"]) -
-                     data_set_bytes(a), max(b["peak_tensor_bytes_per_rank"])) for a, b in good]
-            self.row(f"{name} step time, gradscope / torch", [a / b for a, b in step], 1.0)
+                     data_set_bytes(a), max(b["peak_tensor_bytes_per_rank"]))
+                    for a, b, _ in good]
+            self.row(f"{name} step time, gradscope / torch", [a / b for a, b, _ in step], 1.0)
+            self.row(f"{name} step time, gradscope / torch with gradscope's heap settings",
+                     [a / c for a, _, c in step], 1.0)
             self.row(f"{name} peak memory per rank, gradscope / torch",
                      [a / b for a, b in peak], 1.0)
             losses = (f"{check['modes'][mode]['max_relative']:.1e}" if isinstance(check, dict)
@@ -807,8 +818,8 @@ class Bench:
             med = [statistics.median(x) for x in zip(*step)] + [
                 statistics.median(x) / 2**20 for x in zip(*peak)]
             lines.append(f"| {mode} | {good[0][1]['what']} | {1e3 * med[0]:.0f} ms | "
-                         f"{1e3 * med[1]:.0f} ms | {med[2]:.0f} MiB | {med[3]:.0f} MiB | "
-                         f"{losses} |")
+                         f"{1e3 * med[1]:.0f} ms | {1e3 * med[2]:.0f} ms | {med[3]:.0f} MiB | "
+                         f"{med[4]:.0f} MiB | {losses} |")
         self.details["distributed"] = "\n".join(lines)
         self.raw["distributed"] = raw
 
