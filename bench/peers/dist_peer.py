@@ -22,6 +22,10 @@ The counterparts (gradscope's modes: docs/distributed.md):
            gradients and optimizer state sharded, parameters kept whole between forward and
            backward (FSDP1's SHARD_GRAD_OP with --fsdp-api 1)
     fsdp   FSDP2 fully_shard on every decoder layer and the root (FSDP1's FULL_SHARD)
+Both FSDP APIs run on Gloo and the CPU in torch 2.13 (FSDP1 only given device_id=cpu: without
+it, it looks for an accelerator and refuses). ZeroRedundancyOptimizer assigns whole parameters
+to ranks, not gradscope's equal slices of the flat space: the tied embedding, 12.9 M of the
+17.6 M parameters, is one rank's, so its two ranks hold unequal optimizer state.
 
 A step is gradscope's: rank r of step s reads samples [s N b + r b, s N b + (r + 1) b) of the
 stream (N ranks, micro-batch b; Session::step_batches). The ranks sum their target counts
@@ -170,7 +174,9 @@ def wrap(model, mode, fsdp_api):
     from transformers.models.llama.modeling_llama import LlamaDecoderLayer
 
     strategy = ShardingStrategy.FULL_SHARD if reshard else ShardingStrategy.SHARD_GRAD_OP
+    # device_id: without it, FSDP1 looks for an accelerator and refuses the CPU.
     model = FSDP(model, sharding_strategy=strategy, use_orig_params=True,
+                 device_id=torch.device("cpu"),
                  auto_wrap_policy=ModuleWrapPolicy({LlamaDecoderLayer}))
     what = f"FSDP1 {strategy.name} per decoder layer and root"
     return model, torch.optim.AdamW(model.parameters(), **adamw), what
