@@ -760,7 +760,8 @@ class Bench:
             return Failed(lines[-1] if lines else f"exit {done.returncode}")
 
         done = subprocess.run([PYTHON, script, "prepare", "--gradscope", self.gs, "--dir",
-                               folder, "--samples", str(4 * max(10, warmup + steps))],
+                               folder, "--samples",
+                               str(dist_peer.WORLD * dist_peer.BATCH * max(10, warmup + steps))],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if done.returncode != 0:
             lines = [line for line in done.stderr.splitlines() if line.strip()]
@@ -813,11 +814,15 @@ class Bench:
                      [a / c for a, _, c in step], 1.0)
             self.row(f"{name} peak memory per rank, gradscope / torch",
                      [a / b for a, b in peak], 1.0)
-            losses = (f"{check['modes'][mode]['max_relative']:.1e}" if isinstance(check, dict)
-                      and mode in check["modes"] else "not checked")
+            if isinstance(check, Failed):
+                losses = f"check failed: {table_text(check.reason, 80)}"
+            else:
+                rel = check["modes"][mode]["max_relative"]
+                losses = (f"{rel:.1e} ({'within' if rel <= check['tolerance'] else 'over'} "
+                          f"{check['tolerance']:g})")
             med = [statistics.median(x) for x in zip(*step)] + [
                 statistics.median(x) / 2**20 for x in zip(*peak)]
-            lines.append(f"| {mode} | {good[0][1]['what']} | {1e3 * med[0]:.0f} ms | "
+            lines.append(f"| {mode} | {table_text(good[0][1]['what'])} | {1e3 * med[0]:.0f} ms | "
                          f"{1e3 * med[1]:.0f} ms | {1e3 * med[2]:.0f} ms | {med[3]:.0f} MiB | "
                          f"{med[4]:.0f} MiB | {losses} |")
         self.details["distributed"] = "\n".join(lines)
