@@ -27,6 +27,9 @@ median meets it. Benchmarks are not tests: nothing here fails the build.
   ranks        the Llama `small` step of 2 ranks (--shard ddp) against 1 rank at the same
                per-rank batch, one thread per rank; zero2 and fsdp at 2 ranks against ddp; the
                communication per step and the share of it overlapped with backward
+  distributed  the same sharded steps (--shard ddp, zero1, zero2, fsdp at 2 ranks) against
+               torch.distributed's DDP, ZeroRedundancyOptimizer and FSDP2, from the same
+               weights on the same samples: step time, peak memory per rank, the losses
   collectives  Gloo's reduce-scatter against its all-reduce (time and bytes on the loopback),
                which decides how zero2 and fsdp reduce their gradients
   grid         the study's whole grid (240 runs, 3 seeds) at the tiny presets, wall time
@@ -748,6 +751,101 @@ class Bench:
         self.details["ranks"] = "\n".join(lines)
         self.raw["ranks"] = raw
 
+    def distributed(self):
+        # gradscope's sharded steps (--nproc 2 --shard MODE) against torch.distributed's
+        # counterparts (bench/peers/dist_peer.py): transformers' Llama small loaded from the
+        # weights gradscope wrote, trained on gradscope's samples with AdamW, 2 ranks on Gloo
+        # with one thread each, 2 x 128 tokens per rank. torch runs as people run it (glibc's
+        # heap defaults) and with gradscope's heap settings, as in `peers`; the twelve sides
+        # run interleaved.
+        sys.path.insert(0, os.path.join(ROOT, "bench", "peers"))
+        import dist_peer
+        script = os.path.join(ROOT, "bench", "peers", "dist_peer.py")
+        folder, warmup, steps = os.path.join(self.tmp, "distributed"), 2, 4
+        prefix = "Llama small, 2 ranks, batch 2 x 128 per rank, 1 thread each"
+
+        def peer(*flags, heap=None):  # dist_peer.py's record, or Failed with its last error
+            self.counter += 1
+            out = os.path.join(self.tmp, f"dist-{self.counter}.json")
+            env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+            done = subprocess.run([PYTHON, script, *flags, "--json", out],
+                                  env={**env, **(heap or {})}, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, text=True)
+            if os.path.exists(out):
+                with open(out) as f:
+                    return json.load(f)
+            lines = [line for line in done.stderr.splitlines() if line.strip()]
+            return Failed(lines[-1] if lines else f"exit {done.returncode}")
+
+        done = subprocess.run([PYTHON, script, "prepare", "--gradscope", self.gs, "--dir",
+                               folder, "--samples",
+                               str(dist_peer.WORLD * dist_peer.BATCH * max(10, warmup + steps))],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if done.returncode != 0:
+            lines = [line for line in done.stderr.splitlines() if line.strip()]
+            for mode in dist_peer.MODES:
+                self.failed_row(f"{prefix}: --shard {mode} step time, gradscope / torch", 1.0,
+                                lines[-1] if lines else f"exit {done.returncode}")
+            return
+        weights = os.path.join(folder, "weights")
+        sides = {}
+        for mode in dist_peer.MODES:
+            sides[f"gradscope {mode}"] = lambda mode=mode: self.try_gradscope(
+                *dist_peer.gradscope_flags(weights, mode, steps, warmup), threads=1)
+            for label, heap in (("torch", None), ("torch, same heap", self.SAME_HEAP)):
+                sides[f"{label} {mode}"] = lambda mode=mode, heap=heap: peer(
+                    "train", "--dir", folder, "--mode", mode, "--warmup", str(warmup),
+                    "--steps", str(steps), heap=heap)
+        runs = self.rounds("distributed", sides)
+        check = peer("check", "--gradscope", self.gs, "--dir", folder, "--steps", "10")
+        lines = [f"Distributed: gradscope's `--nproc 2 --shard MODE` against torch.distributed"
+                 f" ({prefix}; AdamW at gradscope's defaults; {steps} timed steps after "
+                 f"{warmup} warm-up, {len(runs)} interleaved rounds, medians). Peak: the most "
+                 "live tensor bytes of the busiest rank. Losses: 10 steps from the same "
+                 "weights on the same samples, the largest relative difference of a step's "
+                 "loss ([peers/dist_peer.py](peers/dist_peer.py)).", "",
+                 "| mode | torch.distributed | step, gradscope | step, torch | step, torch with"
+                 " gradscope's heap | peak, gradscope | peak, torch | losses |",
+                 "|---|---|---|---|---|---|---|---|"]
+        raw = {"check": check if isinstance(check, dict) else check.reason}
+        for mode in dist_peer.MODES:
+            name = f"{prefix}: --shard {mode}"
+            ours = [r[f"gradscope {mode}"] for r in runs]
+            theirs = [r[f"torch {mode}"] for r in runs]
+            same = [r[f"torch, same heap {mode}"] for r in runs]
+            good = [(a, b, c) for a, b, c in zip(ours, theirs, same)
+                    if not any(isinstance(x, Failed) for x in (a, b, c))]
+            raw[mode] = [[x.reason if isinstance(x, Failed) else x for x in sides_]
+                         for sides_ in zip(ours, theirs, same)]
+            if not good:
+                reason = next(x.reason for x in ours + theirs + same if isinstance(x, Failed))
+                self.failed_row(f"{name} step time, gradscope / torch", 1.0, reason)
+                lines.append(f"| {mode} | failed: {table_text(reason)} | | | | | | |")
+                continue
+            step = [(a["time"]["step_median_s"], b["step_median_s"], c["step_median_s"])
+                    for a, b, c in good]
+            peak = [(max(k["peak_bytes"] for k in a["distributed"]["ranks"]) -
+                     data_set_bytes(a), max(b["peak_tensor_bytes_per_rank"]))
+                    for a, b, _ in good]
+            self.row(f"{name} step time, gradscope / torch", [a / b for a, b, _ in step], 1.0)
+            self.row(f"{name} step time, gradscope / torch with gradscope's heap settings",
+                     [a / c for a, _, c in step], 1.0)
+            self.row(f"{name} peak memory per rank, gradscope / torch",
+                     [a / b for a, b in peak], 1.0)
+            if isinstance(check, Failed):
+                losses = f"check failed: {table_text(check.reason, 80)}"
+            else:
+                rel = check["modes"][mode]["max_relative"]
+                losses = (f"{rel:.1e} ({'within' if rel <= check['tolerance'] else 'over'} "
+                          f"{check['tolerance']:g})")
+            med = [statistics.median(x) for x in zip(*step)] + [
+                statistics.median(x) / 2**20 for x in zip(*peak)]
+            lines.append(f"| {mode} | {table_text(good[0][1]['what'])} | {1e3 * med[0]:.0f} ms | "
+                         f"{1e3 * med[1]:.0f} ms | {1e3 * med[2]:.0f} ms | {med[3]:.0f} MiB | "
+                         f"{med[4]:.0f} MiB | {losses} |")
+        self.details["distributed"] = "\n".join(lines)
+        self.raw["distributed"] = raw
+
     def grid(self):
         db = os.path.join(self.tmp, "grid.db")
         started = time.monotonic()
@@ -833,7 +931,7 @@ class Bench:
 
 # Every benchmark, in the order `make bench` runs them: a method of Bench each.
 BENCHMARKS = ["transformers", "peers", "limit", "attention", "checkpoint", "accumulation",
-              "sampler", "timeline", "ranks", "collectives", "grid"]
+              "sampler", "timeline", "ranks", "distributed", "collectives", "grid"]
 
 
 def main():
