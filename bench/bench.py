@@ -187,14 +187,17 @@ class Bench:
 
     def rounds(self, name, sides, count=None):
         """Like pairs() for more than two sides: `count` rounds, each running every side of
-        `sides` (label -> callable) once, the order rotated from round to round. Returns one
-        dict label -> result per round."""
+        `sides` (label -> callable) once, the order rotated from round to round and reversed
+        every other round, so that no side always runs just before another. Returns one dict
+        label -> result per round."""
         count = count or self.args.pairs
         labels = list(sides)
         results = []
         for i in range(count):
-            shift = i % len(labels)
+            shift = (i // 2) % len(labels)
             order = labels[shift:] + labels[:shift]
+            if i % 2:
+                order.reverse()
             results.append({label: sides[label]() for label in order})
             log(f"{name}: round {i + 1}/{count} ({', '.join(order)}) done")
         return results
@@ -771,10 +774,10 @@ class Bench:
             done = subprocess.run([PYTHON, script, *flags, "--json", out],
                                   env={**env, **(heap or {})}, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.PIPE, text=True)
-            if os.path.exists(out):
+            lines = [line for line in done.stderr.splitlines() if line.strip()]
+            if done.returncode == 0 and os.path.exists(out):
                 with open(out) as f:
                     return json.load(f)
-            lines = [line for line in done.stderr.splitlines() if line.strip()]
             return Failed(lines[-1] if lines else f"exit {done.returncode}")
 
         done = subprocess.run([PYTHON, script, "prepare", "--gradscope", self.gs, "--dir",

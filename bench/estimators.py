@@ -112,6 +112,10 @@ def hf_config(model, arch):
     seq = arch.get("seq_len")
     if model in ("llama", "modernbert") and seq is not None:
         out["max_position_embeddings"] = seq
+    # Llama's is at least its rotary scaling's context, as gradscope writes it.
+    original = (arch.get("rope_scaling") or {}).get("original_max_position_embeddings")
+    if model == "llama" and seq is not None and original is not None and original > seq:
+        out["max_position_embeddings"] = original
     if model == "modernbert" and "hidden_dropout" in arch:
         out["embedding_dropout"] = out["mlp_dropout"] = arch["hidden_dropout"]
     if model == "vit":

@@ -3,6 +3,7 @@
 #include "gradscope/models/hf_weights.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <optional>
 #include <set>
@@ -228,7 +229,7 @@ void llama_write_derived(const json& arch, json& out) {
     const auto original = scaling->find("original_max_position_embeddings");
     if (original != scaling->end() && original->is_number() && positions.is_number() &&
         original->get<double>() > positions.get<double>())
-      positions = *original;
+      positions = static_cast<int64_t>(std::ceil(original->get<double>()));
   }
   out["max_position_embeddings"] = positions;
 }

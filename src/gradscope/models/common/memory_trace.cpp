@@ -327,9 +327,10 @@ Id MemoryTrace::self_attention(Id x, const AttentionShape& s) {
   }
   Id y = -1;
   if (fused_attention(s.dropout)) {
-    // SDPA's fused kernel reads q, k and v where they lie (grouped key and value heads
-    // shared among their query heads, enable_gqa: no copies) and saves them, its output and
-    // the rows' logsumexp (B, heads, T); backward allocates the three inputs' gradients. Its output
+    // SDPA's fused kernel reads q, k and v where they lie and saves them, its output and the
+    // rows' logsumexp (B, heads, T); backward allocates the three inputs' gradients. Grouped
+    // key and value heads are shared among their query heads on the CPU (enable_gqa: no
+    // copies) and repeated into contiguous copies on CUDA. Its output
     // takes q's layout, (B, T, heads, HS), so the reshape to (B, T, heads * HS) is a view.
     // A bool mask of the batch's (merged with the causal one when both apply: a new bool
     // tensor) is turned into an additive float mask on each call, which the kernel saves.
@@ -341,14 +342,25 @@ Id MemoryTrace::self_attention(Id x, const AttentionShape& s) {
     }
     const Id o = alloc(q_elems * kFloat);
     const Id lse = alloc(s.batch * s.heads * s.tokens * kFloat);
-    std::vector<Id> saved = {q, k, v, o, lse};
+    Id key = k, value = v;
+    if (cuda_ && s.heads != s.kv_heads) {
+      key = alloc(q_elems * kFloat);
+      node({}, {k}, {key});
+      value = alloc(q_elems * kFloat);
+      node({}, {v}, {value});
+    }
+    std::vector<Id> saved = {q, key, value, o, lse};
     if (float_mask >= 0) saved.push_back(float_mask);
     // A view of the packed projections' output owns no bytes: saving it keeps the output.
-    if (packed >= 0 && (q == views[0] || k == views[1] || v == views[2]))
+    if (packed >= 0 && (q == views[0] || key == views[1] || value == views[2]))
       saved.push_back(packed);
-    node(saved, {q, k, v}, {o});
+    node(saved, {q, key, value}, {o});
     release(lse);
     if (float_mask >= 0) release(float_mask);
+    if (key != k) {
+      release(key);
+      release(value);
+    }
     y = o;
   } else {
     // repeat_kv: grouped key/value heads are expanded into a contiguous copy.
