@@ -61,9 +61,9 @@ std::vector<std::string> save_weights(const std::string& model, Model& m,
                                       const std::string& tokenizer_json = "");
 
 // Writes LoRA's adapters as PEFT does (hf_adapters), the folder replaced whole as above:
-// adapter_model.safetensors and adapter_config.json, whose base_model_name_or_path is the absolute path of `base_model` (the
-// --init-from folder), or null when it is not a folder with config.json. Returns the files
-// written.
+// adapter_model.safetensors and adapter_config.json, whose base_model_name_or_path is the
+// absolute path of `base_model` (the --init-from folder), or null when it is not a folder with
+// config.json. Returns the files written.
 std::vector<std::string> save_adapters(const std::string& model, Model& m,
                                        const LoraOptions& options, const std::string& dir,
                                        const std::string& base_model);
