@@ -46,6 +46,7 @@ import json
 import os
 import platform
 import statistics
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -958,12 +959,17 @@ def main():
         p.error("--pairs, --steps and --threads must be at least 1")
     bench = Bench(args)
     started = datetime.datetime.now()
-    for name in args.only.split(","):
-        log(f"--- {name}")
-        getattr(bench, name)()
-        # After each benchmark, so that a later failure loses nothing measured.
-        bench.write(started)
-        args.merge = True
+    try:
+        for name in args.only.split(","):
+            log(f"--- {name}")
+            getattr(bench, name)()
+            # After each benchmark, so that a later failure loses nothing measured.
+            bench.write(started)
+            args.merge = True
+    finally:
+        # The runs' records and saved weights (the distributed benchmark's alone are a
+        # quarter of a gigabyte): what was measured is in results.md and results.json.
+        shutil.rmtree(bench.tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
