@@ -86,13 +86,14 @@ void add_outputs_command(CLI::App& root, int& exit_code) {
   CLI::App* cmd = root.add_subcommand(
       "outputs",
       "One forward and backward pass, written for comparison with another implementation of\n"
-      "the same model (Hugging Face transformers, docs/weights.md \"Comparing outputs\"): the\n"
-      "first --batch samples of the training stream, the model in training mode with dropout\n"
-      "0, the mean loss over the batch's targets under --dtype, and its backward. --out gets a\n"
-      "safetensors file of batch.* (the inputs as the model read them: input_ids, targets\n"
-      "(-100 where no loss is taken), images, labels, text_mask), logits, loss, and grad.NAME\n"
-      "for every weight under its published name (docs/weights.md \"Names\"); with LoRA\n"
-      "(--lora-targets, --init-adapters), the trainable heads' only: the base is frozen.\n"
+      "the same model (Hugging Face transformers; docs/weights.md, \"Comparing with another\n"
+      "implementation\"): the first --batch samples of the training stream, the model in\n"
+      "training mode with dropout 0, the mean loss over the batch's targets under --dtype,\n"
+      "and its backward. --out gets a safetensors file of batch.* (the inputs as the model\n"
+      "read them: input_ids, targets (-100 where no loss is taken), images, labels,\n"
+      "text_mask), logits, loss, and grad.NAME for every weight under its published name\n"
+      "(docs/weights.md \"Names\"); with LoRA (--lora-targets, --init-adapters), the\n"
+      "trainable heads' only: the base is frozen.\n"
       "Exit 0, or 2 for bad input.\n"
       "Example: gradscope outputs --model llama --preset tiny --init-from DIR --out llama.st");
   o->settings.add_to(cmd, outputs_defaults(), outputs_settings());
