@@ -16,10 +16,62 @@
 namespace gradscope {
 namespace {
 
-// The module's name in PEFT's files (PublishedNames::adapter_module).
-std::string adapter_module(const std::string& model, const std::string& published_module) {
+constexpr char kPeftPrefix[] = "base_model.model.";
+
+// A published module whose parts (one, or several stacked: ModernBERT's Wqkv) gradscope
+// adapts, with its name in PEFT's files (PublishedNames::adapter_module).
+struct AdaptedModule {
+  const hf_weights_detail::HfTensor* tensor;  // the module's weight in the published layout
+  std::string module;
+  std::vector<std::pair<size_t, LoraAdapterImpl*>> parts;  // (index in tensor->parts, adapter)
+  std::vector<int64_t> part_rows;                          // rows of each of tensor->parts
+};
+
+// Every published module of `layout` with an adapter on one of its parts, in layout order; a
+// runtime error when an adapter of `m` has no published module.
+std::vector<AdaptedModule> adapted_modules(const std::string& model, Model& m,
+                                           const hf_weights_detail::Layout& layout) {
+  std::map<std::string, LoraAdapterImpl*> adapters;  // by the adapted layer's weight name
+  for (const auto& [name, adapter] : lora_adapters(m)) adapters[name + ".weight"] = adapter;
+  const torch::OrderedDict<std::string, torch::Tensor> params = m.named_parameters();
   const PublishedNames& names = hf_weights_detail::published_names(model);
-  return names.adapter_module ? names.adapter_module(published_module) : published_module;
+  const std::string suffix = ".weight";
+  std::vector<AdaptedModule> out;
+  size_t found = 0;
+  for (const hf_weights_detail::HfTensor& t : layout.tensors) {
+    AdaptedModule a{&t, "", {}, {}};
+    for (size_t i = 0; i < t.parts.size(); ++i) {
+      const torch::Tensor* weight = params.find(t.parts[i]);
+      if (!weight) fail_runtime(fmt::format("{} has no parameter '{}'", model, t.parts[i]));
+      a.part_rows.push_back(weight->size(0));
+      const auto it = adapters.find(t.parts[i]);
+      if (it != adapters.end()) a.parts.emplace_back(i, it->second);
+    }
+    if (a.parts.empty()) continue;
+    if (t.name.size() <= suffix.size() ||
+        t.name.compare(t.name.size() - suffix.size(), suffix.size(), suffix) != 0)
+      fail_runtime(fmt::format("{}: adapted tensor '{}' is not a weight", model, t.name));
+    const std::string published = t.name.substr(0, t.name.size() - suffix.size());
+    a.module = names.adapter_module ? names.adapter_module(published) : published;
+    found += a.parts.size();
+    out.push_back(std::move(a));
+  }
+  if (found != adapters.size())
+    fail_runtime(fmt::format("{}: {} of {} adapters have no published module", model, found,
+                             adapters.size()));
+  return out;
+}
+
+// The published tensors of the heads that train beside the adapters (lora_trainable: ViT's
+// classifier), in layout order.
+std::vector<const hf_weights_detail::HfTensor*> head_tensors(
+    Model& m, const hf_weights_detail::Layout& layout) {
+  std::vector<const hf_weights_detail::HfTensor*> out;
+  for (const std::string& head : m.lora_trainable())
+    for (const hf_weights_detail::HfTensor& t : layout.tensors)
+      if (t.parts.size() == 1 && t.parts[0].compare(0, head.size() + 1, head + ".") == 0)
+        out.push_back(&t);
+  return out;
 }
 
 }  // namespace
@@ -27,8 +79,6 @@ std::string adapter_module(const std::string& model, const std::string& publishe
 AdapterExport hf_adapters(const std::string& model, Model& m, const LoraOptions& options,
                           const std::string& base_model) {
   const hf_weights_detail::Layout layout = hf_weights_detail::layout_of_model(model, m);
-  std::map<std::string, LoraAdapterImpl*> adapters;  // by the adapted layer's weight name
-  for (const auto& [name, adapter] : lora_adapters(m)) adapters[name + ".weight"] = adapter;
   // Held for the whole export: find() points into this dictionary.
   const torch::OrderedDict<std::string, torch::Tensor> params = m.named_parameters();
   torch::NoGradGuard no_grad;
@@ -36,70 +86,47 @@ AdapterExport hf_adapters(const std::string& model, Model& m, const LoraOptions&
   nlohmann::json targets = nlohmann::json::array();
   nlohmann::json rank_pattern = nlohmann::json::object();
   nlohmann::json alpha_pattern = nlohmann::json::object();
-  size_t exported = 0;
-  const std::string suffix = ".weight";
-  for (const hf_weights_detail::HfTensor& t : layout.tensors) {
-    std::vector<std::pair<size_t, LoraAdapterImpl*>> parts;  // (part index, adapter)
-    for (size_t i = 0; i < t.parts.size(); ++i) {
-      const auto it = adapters.find(t.parts[i]);
-      if (it != adapters.end()) parts.emplace_back(i, it->second);
-    }
-    if (parts.empty()) continue;
-    if (t.name.size() <= suffix.size() ||
-        t.name.compare(t.name.size() - suffix.size(), suffix.size(), suffix) != 0)
-      fail_runtime(fmt::format("{}: adapted tensor '{}' is not a weight", model, t.name));
-    const std::string module =
-        adapter_module(model, t.name.substr(0, t.name.size() - suffix.size()));
+  for (const AdaptedModule& am : adapted_modules(model, m, layout)) {
     torch::Tensor a, b;
-    if (t.parts.size() == 1) {
-      a = parts[0].second->A.detach();
-      b = parts[0].second->B.detach();
+    if (am.tensor->parts.size() == 1) {
+      a = am.parts[0].second->A.detach();
+      b = am.parts[0].second->B.detach();
     } else {
       // Rows of the stacked weight per part, in order; each adapted part's B in its rows and
       // its own block of r columns.
-      const int64_t r = options.rank, k = static_cast<int64_t>(parts.size());
+      const int64_t r = options.rank, k = static_cast<int64_t>(am.parts.size());
       std::vector<torch::Tensor> as;
-      for (const auto& part : parts) as.push_back(part.second->A.detach());
+      for (const auto& part : am.parts) as.push_back(part.second->A.detach());
       a = torch::cat(as, 0);  // (k r, in)
-      b = torch::zeros({t.shape.at(0), k * r}, parts[0].second->B.options());
+      b = torch::zeros({am.tensor->shape.at(0), k * r}, am.parts[0].second->B.options());
       int64_t row = 0, column = 0;
       size_t next = 0;
-      for (size_t i = 0; i < t.parts.size(); ++i) {
-        const torch::Tensor* weight = params.find(t.parts[i]);
-        if (!weight) fail_runtime(fmt::format("{} has no parameter '{}'", model, t.parts[i]));
-        const int64_t rows = weight->size(0);
-        if (next < parts.size() && parts[next].first == i) {
-          b.narrow(0, row, rows).narrow(1, column, r).copy_(parts[next].second->B.detach());
+      for (size_t i = 0; i < am.part_rows.size(); ++i) {
+        if (next < am.parts.size() && am.parts[next].first == i) {
+          b.narrow(0, row, am.part_rows[i])
+              .narrow(1, column, r)
+              .copy_(am.parts[next].second->B.detach());
           column += r;
           ++next;
         }
-        row += rows;
+        row += am.part_rows[i];
       }
       if (k > 1) {
-        rank_pattern[module] = k * r;
-        alpha_pattern[module] = static_cast<double>(k) * options.alpha;
+        rank_pattern[am.module] = k * r;
+        alpha_pattern[am.module] = static_cast<double>(k) * options.alpha;
       }
     }
-    exported += parts.size();
-    targets.push_back(module);
-    out.tensors.emplace_back("base_model.model." + module + ".lora_A.weight", a);
-    out.tensors.emplace_back("base_model.model." + module + ".lora_B.weight", b);
+    targets.push_back(am.module);
+    out.tensors.emplace_back(kPeftPrefix + am.module + ".lora_A.weight", a);
+    out.tensors.emplace_back(kPeftPrefix + am.module + ".lora_B.weight", b);
   }
-  if (exported != adapters.size())
-    fail_runtime(fmt::format("{}: {} of {} adapters have no published module", model, exported,
-                             adapters.size()));
   // The heads that trained beside the adapters, whole, under their published names.
   nlohmann::json to_save = nlohmann::json::array();
-  for (const std::string& head : m.lora_trainable()) {
-    bool found = false;
-    for (const hf_weights_detail::HfTensor& t : layout.tensors) {
-      if (t.parts.size() != 1 || t.parts[0].compare(0, head.size() + 1, head + ".") != 0) continue;
-      const torch::Tensor* p = params.find(t.parts[0]);
-      if (!p) fail_runtime(fmt::format("{} has no parameter '{}'", model, t.parts[0]));
-      out.tensors.emplace_back("base_model.model." + t.name, p->detach());
-      if (!found) to_save.push_back(t.name.substr(0, t.name.rfind('.')));
-      found = true;
-    }
+  for (const hf_weights_detail::HfTensor* t : head_tensors(m, layout)) {
+    out.tensors.emplace_back(kPeftPrefix + t->name, params.find(t->parts[0])->detach());
+    const std::string module = t->name.substr(0, t->name.rfind('.'));
+    if (std::find(to_save.begin(), to_save.end(), module) == to_save.end())
+      to_save.push_back(module);
   }
   const char* task_type = hf_weights_detail::published_names(model).peft_task_type;
   out.config = {{"peft_type", "LORA"},
@@ -122,8 +149,6 @@ AdapterExport hf_adapters(const std::string& model, Model& m, const LoraOptions&
 
 namespace {
 
-constexpr char kPeftPrefix[] = "base_model.model.";
-
 // A numeric key of adapter_config.json; absent or null: nullopt.
 std::optional<double> config_number(const nlohmann::json& config, const std::string& key,
                                     const std::string& source) {
@@ -145,14 +170,6 @@ const std::set<std::string> kAdapterInformation = {
 // Keys read and checked on their own.
 const std::set<std::string> kAdapterChecked = {"r", "lora_alpha", "rank_pattern",
                                                "alpha_pattern"};
-
-// A key from the file for a message: at most 60 bytes, non-printable bytes as '?'.
-std::string shown_key(const std::string& key) {
-  std::string out = key.substr(0, 60);
-  for (char& c : out)
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
-  return key.size() > 60 ? out + "..." : out;
-}
 
 // Refuses a PEFT configuration that gradscope's adapters cannot be: another method, another r
 // or alpha than the run's, or LoRA variants gradscope does not compute.
@@ -192,7 +209,7 @@ void check_adapter_config(const nlohmann::json& config, const LoraOptions& optio
       check_usage(off,
                   fmt::format("{}: adapter_config.json sets \"{}\" ({}), which changes what the "
                               "adapters compute in a way gradscope's LoRA does not",
-                              source, shown_key(key), json_preview(value)),
+                              source, hf_weights_detail::short_name(key), json_preview(value)),
                   "gradscope reads plain LoRA adapters");
     }
   }
@@ -202,7 +219,7 @@ void check_adapter_config(const nlohmann::json& config, const LoraOptions& optio
     check_usage(it->is_object(), fmt::format("{}: \"{}\" is not an object", source, key));
     for (const auto& [name, value] : it->items()) {
       check_usage(value.is_number(), fmt::format("{}: \"{}\" of '{}' is not a number", source,
-                                                 key, shown_key(name)));
+                                                 key, hf_weights_detail::short_name(name)));
       // PEFT reads a key as a regular expression matched at a name's end; gradscope reads
       // module names and dotted suffixes, which are the same expression when they hold none
       // of its special characters.
@@ -211,7 +228,7 @@ void check_adapter_config(const nlohmann::json& config, const LoraOptions& optio
       });
       check_usage(plain && name.front() != '.' && name.back() != '.',
                   fmt::format("{}: \"{}\" key '{}' is a pattern, not a module name", source, key,
-                              shown_key(name)),
+                              hf_weights_detail::short_name(name)),
                   "gradscope reads module names and dotted suffixes of them");
     }
   }
@@ -292,8 +309,6 @@ void load_hf_adapters(const std::string& model, Model& m, const LoraOptions& opt
                       const std::string& source) {
   check_adapter_config(config, options, source);
   const hf_weights_detail::Layout layout = hf_weights_detail::layout_of_model(model, m);
-  std::map<std::string, LoraAdapterImpl*> adapters;  // by the adapted layer's weight name
-  for (const auto& [name, adapter] : lora_adapters(m)) adapters[name + ".weight"] = adapter;
   const torch::OrderedDict<std::string, torch::Tensor> params = m.named_parameters();
   auto tensor = [&](const std::string& name, const std::string& why) -> const torch::Tensor& {
     const auto it = tensors.find(name);
@@ -308,19 +323,10 @@ void load_hf_adapters(const std::string& model, Model& m, const LoraOptions& opt
   };
   std::set<std::string> used, matched;
   std::vector<AdapterCopy> copies;
-  size_t loaded = 0;
   const double scale = options.alpha / static_cast<double>(options.rank);
-  for (const hf_weights_detail::HfTensor& t : layout.tensors) {
-    std::vector<std::pair<size_t, LoraAdapterImpl*>> parts;
-    std::vector<int64_t> part_rows;
-    for (size_t i = 0; i < t.parts.size(); ++i) {
-      const torch::Tensor* weight = params.find(t.parts[i]);
-      part_rows.push_back(weight ? weight->size(0) : 0);
-      const auto it = adapters.find(t.parts[i]);
-      if (it != adapters.end()) parts.emplace_back(i, it->second);
-    }
-    if (parts.empty()) continue;
-    const std::string module = adapter_module(model, t.name.substr(0, t.name.rfind('.')));
+  for (const AdaptedModule& am : adapted_modules(model, m, layout)) {
+    const hf_weights_detail::HfTensor& t = *am.tensor;
+    const std::string& module = am.module;
     const std::string why = "the adapter of " + module + ", which --lora-targets adapts";
     const std::string name_a = kPeftPrefix + module + ".lora_A.weight";
     const std::string name_b = kPeftPrefix + module + ".lora_B.weight";
@@ -341,28 +347,22 @@ void load_hf_adapters(const std::string& model, Model& m, const LoraOptions& opt
                 fmt::format("{}: the adapter of {} is scaled by {} / {}, the run's adapters by "
                             "alpha / r = {}",
                             source, module, module_alpha, module_rank, scale));
-    plan_module(t, module, parts, part_rows, a.to(torch::kFloat), b.to(torch::kFloat),
+    plan_module(t, module, am.parts, am.part_rows, a.to(torch::kFloat), b.to(torch::kFloat),
                 options.rank, source, copies);
     used.insert(name_a);
     used.insert(name_b);
-    loaded += parts.size();
   }
-  check_usage(loaded == adapters.size(),
-              fmt::format("{}: {} of the model's {} adapters have no published module", source,
-                          loaded, adapters.size()));
-  for (const std::string& head : m.lora_trainable())
-    for (const hf_weights_detail::HfTensor& t : layout.tensors) {
-      if (t.parts.size() != 1 || t.parts[0].compare(0, head.size() + 1, head + ".") != 0) continue;
-      const std::string name = kPeftPrefix + t.name;
-      const torch::Tensor& from = tensor(name, "the head that trains beside the adapters");
-      expect_shape(name, from, t.shape);
-      copies.push_back({*params.find(t.parts[0]), from});
-      used.insert(name);
-    }
+  for (const hf_weights_detail::HfTensor* t : head_tensors(m, layout)) {
+    const std::string name = kPeftPrefix + t->name;
+    const torch::Tensor& from = tensor(name, "the head that trains beside the adapters");
+    expect_shape(name, from, t->shape);
+    copies.push_back({*params.find(t->parts[0]), from});
+    used.insert(name);
+  }
   for (const auto& [name, t] : tensors)
     check_usage(used.count(name),
                 fmt::format("{}: tensor '{}' is no adapter of a module --lora-targets adapts",
-                            source, name),
+                            source, hf_weights_detail::short_name(name)),
                 "pass the --lora-targets the adapters were trained on");
   for (const char* key : {"rank_pattern", "alpha_pattern"}) {
     const auto it = config.find(key);
@@ -370,7 +370,7 @@ void load_hf_adapters(const std::string& model, Model& m, const LoraOptions& opt
     for (const auto& [name, value] : it->items())
       check_usage(matched.count(std::string(key) + "/" + name),
                   fmt::format("{}: {} entry '{}' names no module the run adapts", source, key,
-                              name),
+                              hf_weights_detail::short_name(name)),
                   "gradscope reads module names and dotted suffixes, not patterns");
   }
   torch::NoGradGuard no_grad;
