@@ -241,26 +241,24 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const to
   const double p = training ? dropout_p : 0.0;
   const int64_t t = q.size(2), s = k.size(2);
 
-  if (resolved_attention(attention_path(), q.device(), p) == Attention::kSdpa) {
-    // On the CPU grouped keys and values go in as they are (enable_gqa): its fused kernel
-    // shares each among its query heads without the (B, NH, S, HS) copies that repeating
-    // them would keep for backward. CUDA's memory-efficient kernel takes no groups (SDPA
-    // would fall back to its math), so there they are repeated.
-    const bool gqa = nh != nkv && q.device().is_cpu();
-    const torch::Tensor key = gqa ? k : repeat_kv(k, nh / nkv);    // (B, NKV or NH, S, HS)
-    const torch::Tensor value = gqa ? v : repeat_kv(v, nh / nkv);  // (B, NKV or NH, S, HS)
-    if (!mask.defined()) {
-      // is_causal lets SDPA pick its fused causal kernels instead of reading a mask.
-      return at::scaled_dot_product_attention(q, key, value, c10::nullopt, p, is_causal,
-                                              c10::nullopt, gqa);
-    }
-    c10::optional<at::Tensor> m = merged_mask(mask, is_causal, t, s, q.options());
-    return at::scaled_dot_product_attention(q, key, value, m, p, /*is_causal=*/false,
+  const bool sdpa = resolved_attention(attention_path(), q.device(), p) == Attention::kSdpa;
+  // SDPA on the CPU takes grouped keys and values as they are (enable_gqa): its fused kernel
+  // shares each among its query heads without the (B, NH, S, HS) copies that repeating them
+  // would keep for backward. CUDA's memory-efficient kernel takes no groups (SDPA would fall
+  // back to its math), and the math path multiplies whole heads: there they are repeated.
+  const bool gqa = sdpa && nh != nkv && q.device().is_cpu();
+  const torch::Tensor key = gqa ? k : repeat_kv(k, nh / nkv);    // (B, NKV or NH, S, HS)
+  const torch::Tensor value = gqa ? v : repeat_kv(v, nh / nkv);  // (B, NKV or NH, S, HS)
+  if (!sdpa)
+    return math_attention(q, key, value, merged_mask(mask, is_causal, t, s, q.options()), p);
+  if (!mask.defined()) {
+    // is_causal lets SDPA pick its fused causal kernels instead of reading a mask.
+    return at::scaled_dot_product_attention(q, key, value, c10::nullopt, p, is_causal,
                                             c10::nullopt, gqa);
   }
-  auto k_full = repeat_kv(k, nh / nkv);  // (B, NH, S, HS)
-  auto v_full = repeat_kv(v, nh / nkv);  // (B, NH, S, HS)
-  return math_attention(q, k_full, v_full, merged_mask(mask, is_causal, t, s, q.options()), p);
+  c10::optional<at::Tensor> m = merged_mask(mask, is_causal, t, s, q.options());
+  return at::scaled_dot_product_attention(q, key, value, m, p, /*is_causal=*/false,
+                                          c10::nullopt, gqa);
 }
 
 // ---------------------------------------------------------------------------------------

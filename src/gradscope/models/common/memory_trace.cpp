@@ -325,12 +325,21 @@ Id MemoryTrace::self_attention(Id x, const AttentionShape& s) {
     release(k);
     k = kr;
   }
+  const bool fused = fused_attention(s.dropout);
+  // repeat_kv: grouped key/value heads are expanded into a contiguous copy, except for SDPA's
+  // fused kernel on the CPU, which shares them among their query heads (enable_gqa).
+  const bool repeated = s.heads != s.kv_heads && (cuda_ || !fused);
+  Id k_full = k, v_full = v;
+  if (repeated) {
+    k_full = alloc(q_elems * kFloat);
+    node({}, {k}, {k_full});
+    v_full = alloc(q_elems * kFloat);
+    node({}, {v}, {v_full});
+  }
   Id y = -1;
-  if (fused_attention(s.dropout)) {
+  if (fused) {
     // SDPA's fused kernel reads q, k and v where they lie and saves them, its output and the
-    // rows' logsumexp (B, heads, T); backward allocates the three inputs' gradients. Grouped
-    // key and value heads are shared among their query heads on the CPU (enable_gqa: no
-    // copies) and repeated into contiguous copies on CUDA. Its output
+    // rows' logsumexp (B, heads, T); backward allocates the three inputs' gradients. Its output
     // takes q's layout, (B, T, heads, HS), so the reshape to (B, T, heads * HS) is a view.
     // A bool mask of the batch's (merged with the causal one when both apply: a new bool
     // tensor) is turned into an additive float mask on each call, which the kernel saves.
@@ -342,35 +351,20 @@ Id MemoryTrace::self_attention(Id x, const AttentionShape& s) {
     }
     const Id o = alloc(q_elems * kFloat);
     const Id lse = alloc(s.batch * s.heads * s.tokens * kFloat);
-    Id key = k, value = v;
-    if (cuda_ && s.heads != s.kv_heads) {
-      key = alloc(q_elems * kFloat);
-      node({}, {k}, {key});
-      value = alloc(q_elems * kFloat);
-      node({}, {v}, {value});
-    }
-    std::vector<Id> saved = {q, key, value, o, lse};
+    std::vector<Id> saved = {q, k_full, v_full, o, lse};
     if (float_mask >= 0) saved.push_back(float_mask);
     // A view of the packed projections' output owns no bytes: saving it keeps the output.
-    if (packed >= 0 && (q == views[0] || key == views[1] || value == views[2]))
+    if (packed >= 0 && (q == views[0] || k_full == views[1] || v_full == views[2]))
       saved.push_back(packed);
-    node(saved, {q, key, value}, {o});
+    node(saved, {q, k_full, v_full}, {o});
     release(lse);
     if (float_mask >= 0) release(float_mask);
-    if (key != k) {
-      release(key);
-      release(value);
+    if (repeated) {
+      release(k_full);
+      release(v_full);
     }
     y = o;
   } else {
-    // repeat_kv: grouped key/value heads are expanded into a contiguous copy.
-    Id k_full = k, v_full = v;
-    if (s.heads != s.kv_heads) {
-      k_full = alloc(q_elems * kFloat);
-      node({}, {k}, {k_full});
-      v_full = alloc(q_elems * kFloat);
-      node({}, {v}, {v_full});
-    }
     y = math_attention(q, k, v, k_full, v_full, s);
   }
   const Id out = adapt(y, linear(y, n, s.heads * s.head_size, s.hidden, s.bias), n,
