@@ -58,7 +58,7 @@ try:
     import transformers
     from safetensors.torch import load_file
     from peer_common import (CLASSES, GPT2, LLAMA3, SOTU, Failure, command_line, gradscope,
-                             hf_forward, relative, run_cases)
+                             hf_forward, relative, run_cases, save_weights)
 except ImportError as e:
     print(f"hf_models_test: skipped: {e} (pip install -r requirements.txt)")
     sys.exit(77)
@@ -215,13 +215,8 @@ def run_case(gs, name, model_name, settings, work, bf16_too):
     # path is compared at the presets; the published shape adds the published widths).
     published = name.endswith("-published")
     started = time.time()
-    gs_weights = os.path.join(work, name + "-gradscope")
+    gs_weights = save_weights(gs, model_name, settings, os.path.join(work, name + "-gradscope"))
     hf_weights = os.path.join(work, name + "-transformers")
-    gradscope(gs, ["run", "--model", model_name] + settings +
-              ["--optimizer", "sgd", "--steps", "1", "--warmup-steps", "0", "--eval-batches", "1",
-               "--quiet", "--no-db", "--sample-period", "0",
-               "--json", os.path.join(work, name + ".json"), "--save-weights", gs_weights],
-              name + ": gradscope writes its weights")
     hf_saved_weights(model_name, gs_weights, hf_weights)
     with open(os.path.join(gs_weights, "config.json")) as f:
         tokenizer = json.load(f)["gradscope"].get("tokenizer")

@@ -27,7 +27,8 @@ try:
     import torch
     import transformers
     from safetensors.torch import load_file
-    from peer_common import Failure, command_line, gradscope, relative, run_cases
+    from peer_common import (Failure, command_line, gradscope, relative, run_cases,
+                             save_weights)
 except ImportError as e:
     print(f"nanovlm_parts_test: skipped: {e} (pip install -r requirements.txt)")
     sys.exit(77)
@@ -150,12 +151,7 @@ def gradients(vision, projector, lm, vmap, lmap):
 def run_case(gs, case, work):
     name, model_name, settings, _ = case
     started = time.time()
-    weights = os.path.join(work, name + "-weights")
-    gradscope(gs, ["run", "--model", model_name] + settings +
-              ["--optimizer", "sgd", "--steps", "1", "--warmup-steps", "0", "--eval-batches", "1",
-               "--quiet", "--no-db", "--sample-period", "0",
-               "--json", os.path.join(work, name + ".json"), "--save-weights", weights],
-              name + ": gradscope writes its weights")
+    weights = save_weights(gs, model_name, settings, os.path.join(work, name + "-weights"))
     with open(os.path.join(weights, "config.json")) as f:
         cfg = json.load(f)
     w = load_file(os.path.join(weights, "model.safetensors"))

@@ -35,6 +35,18 @@ def gradscope(gs, args, what):
     return p.stdout
 
 
+def save_weights(gs, model_name, settings, folder):
+    """gradscope's weights of `model_name` after one SGD step from the preset's initialisation
+    (`run --save-weights folder`; its record beside, folder + ".json"): weights that are no
+    special point of the initialisation. Returns the folder."""
+    gradscope(gs, ["run", "--model", model_name] + settings +
+              ["--optimizer", "sgd", "--steps", "1", "--warmup-steps", "0", "--eval-batches", "1",
+               "--quiet", "--no-db", "--sample-period", "0", "--json", folder + ".json",
+               "--save-weights", folder],
+              f"gradscope writes its weights to {folder}")
+    return folder
+
+
 def relative(a, b):
     """||a - b|| / ||b|| in float64 (||a - b|| itself when b is zero)."""
     a, b = a.double(), b.double()

@@ -73,7 +73,7 @@ try:
     from peft.tuners.lora import LoraLayer
     from safetensors.torch import load_file
     from peer_common import (CLASSES, GPT2, SOTU, Failure, command_line, gradscope, relative,
-                             run_cases)
+                             run_cases, save_weights)
     from peer_common import hf_forward as hf_forward_with_grad
 except ImportError as e:
     print(f"peft_test: skipped: {e} (pip install -r requirements.txt)")
@@ -299,9 +299,7 @@ def run_case(gs, case, work):
     def path(what):
         return os.path.join(work, f"{name}-{what}")
 
-    gradscope(gs, ["run", "--model", model_name] + settings + ["--optimizer", "sgd", "--steps",
-              "1"] + COMMON + ["--json", path("base.json"), "--save-weights", path("base")],
-              name + ": gradscope writes BASE")
+    save_weights(gs, model_name, settings, path("base"))
     for what, extra in (("merged", []), ("adapters", ["--save-adapters"])):
         gradscope(gs, ["run", "--model", model_name] + settings + LORA + COMMON +
                   ["--init-from", path("base"), "--json", path(what + ".json"),
