@@ -21,14 +21,12 @@ input, 77 skipped (no transformers or safetensors package, or the data not fetch
 import json
 import os
 import sys
-import time
 
 try:
     import torch
     import transformers
     from safetensors.torch import load_file
-    from peer_common import (Failure, command_line, gradscope, relative, run_cases,
-                             save_weights)
+    from peer_common import Failure, gradscope, peer_main, relative, save_weights
 except ImportError as e:
     print(f"nanovlm_parts_test: skipped: {e} (pip install -r requirements.txt)")
     sys.exit(77)
@@ -150,7 +148,6 @@ def gradients(vision, projector, lm, vmap, lmap):
 
 def run_case(gs, case, work):
     name, model_name, settings, _ = case
-    started = time.time()
     weights = save_weights(gs, model_name, settings, os.path.join(work, name + "-weights"))
     with open(os.path.join(weights, "config.json")) as f:
         cfg = json.load(f)
@@ -184,16 +181,12 @@ def run_case(gs, case, work):
             failed |= not ok
             print(f"  {name:<14} {attention}/{theirs:<6} {what:<56} {r:.2e} (<= {tol:.0e}) "
                   f"{'ok' if ok else 'FAILED'}")
-    print(f"{name}: {'FAILED' if failed else 'ok'} in {time.time() - started:.1f} s")
     return not failed
 
 
 def main():
-    a, cases = command_line("nanovlm_parts_test", __doc__, CASES,
-                            "write the weights and outputs here and keep them")
-    transformers.utils.logging.set_verbosity_error()
-    return run_cases("nanovlm_parts_test", cases, a.keep,
-                     lambda case, work: run_case(a.gradscope, case, work),
+    return peer_main("nanovlm_parts_test", __doc__, CASES,
+                     "write the weights and outputs here and keep them", run_case,
                      f"transformers {transformers.__version__}, torch {torch.__version__}")
 
 

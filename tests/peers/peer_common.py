@@ -126,24 +126,32 @@ def command_line(prog, doc, cases, keep_help):
     return a, selected
 
 
-def run_cases(prog, cases, keep, run_case, versions):
-    """Runs run_case(case, work) for each case in a work folder (`keep`, else a temporary one
-    removed at the end), a Failure failing that case only; prints the verdict with `versions`
-    and returns the exit status."""
-    work = keep or tempfile.mkdtemp(prefix=f"gradscope-{prog}-")
+def peer_main(prog, doc, cases, keep_help, run_case, versions):
+    """A peer test's whole run: its command line (command_line), then run_case(gradscope,
+    case, work) for each case asked for, in a work folder (--keep, else a temporary one removed
+    at the end), a Failure failing that case only; each case's verdict and time, then the
+    test's with `versions`. Returns the exit status."""
+    a, selected = command_line(prog, doc, cases, keep_help)
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    work = a.keep or tempfile.mkdtemp(prefix=f"gradscope-{prog}-")
     os.makedirs(work, exist_ok=True)
     started = time.time()
     ok = True
     try:
-        for case in cases:
+        for case in selected:
+            case_started = time.time()
             try:
-                ok &= run_case(case, work)
+                passed = run_case(a.gradscope, case, work)
             except Failure as e:
                 print(f"{case[0]}: FAILED: {e}")
-                ok = False
+                passed = False
+            print(f"{case[0]}: {'ok' if passed else 'FAILED'} in "
+                  f"{time.time() - case_started:.1f} s")
+            ok &= passed
     finally:
-        if not keep:
+        if not a.keep:
             shutil.rmtree(work, ignore_errors=True)
     print(f"{prog}: {'every case agrees' if ok else 'differences above'} "
-          f"({len(cases)} cases, {versions}, {time.time() - started:.0f} s)")
+          f"({len(selected)} cases, {versions}, {time.time() - started:.0f} s)")
     return 0 if ok else MISMATCH

@@ -63,7 +63,6 @@ import json
 import os
 import re
 import sys
-import time
 import warnings
 
 try:
@@ -72,8 +71,8 @@ try:
     import peft
     from peft.tuners.lora import LoraLayer
     from safetensors.torch import load_file
-    from peer_common import (CLASSES, GPT2, SOTU, Failure, command_line, gradscope, relative,
-                             run_cases, save_weights)
+    from peer_common import (CLASSES, GPT2, SOTU, Failure, gradscope, peer_main, relative,
+                             save_weights)
     from peer_common import hf_forward as hf_forward_with_grad
 except ImportError as e:
     print(f"peft_test: skipped: {e} (pip install -r requirements.txt)")
@@ -294,7 +293,6 @@ def peft_into_gradscope(gs, name, model_name, settings, work):
 
 def run_case(gs, case, work):
     name, model_name, settings, _, into_gradscope = case
-    started = time.time()
 
     def path(what):
         return os.path.join(work, f"{name}-{what}")
@@ -330,17 +328,12 @@ def run_case(gs, case, work):
         for what, r, bound, ok in peft_into_gradscope(gs, name, model_name, settings, work):
             failed |= not ok
             print(f"  {name:<16} {what:<54} {r:.2e} ({bound}) {'ok' if ok else 'FAILED'}")
-    print(f"{name}: {'FAILED' if failed else 'ok'} in {time.time() - started:.1f} s")
     return not failed
 
 
 def main():
-    a, cases = command_line("peft_test", __doc__, CASES,
-                            "write the weights, adapters and outputs here and keep them")
-    transformers.utils.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-    return run_cases("peft_test", cases, a.keep, lambda case, work: run_case(a.gradscope, case,
-                                                                             work),
+    return peer_main("peft_test", __doc__, CASES,
+                     "write the weights, adapters and outputs here and keep them", run_case,
                      f"peft {peft.__version__}, transformers {transformers.__version__}, "
                      f"torch {torch.__version__}")
 
