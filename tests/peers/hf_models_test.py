@@ -19,8 +19,8 @@ transformers model (eval mode: no dropout) runs the same batch with the attentio
 implementation that computes the same thing (gradscope's sdpa: transformers' "sdpa"; gradscope's
 math: transformers' "eager"; the published shapes sdpa only), takes the same loss with torch's
 cross_entropy (mean over the targets gradscope gave, -100 ignored) and its backward. And once
-per model, at its tiny preset, in bf16: gradscope --dtype bf16 against the same transformers model under
-torch.autocast("cpu", bfloat16).
+per model, at its tiny preset, in bf16: gradscope --dtype bf16 against the same transformers
+model under torch.autocast("cpu", bfloat16).
 
 Tolerances (relative: ||a - b|| / ||b||, b the transformers value; each tensor on its own):
   fp32: loss 1e-5, logits 1e-5, every gradient tensor 1e-4. The two sides compute the same
