@@ -195,5 +195,30 @@ TEST(Lora, ExportedAdaptersRebuildTheMergedWeights) {
   }
 }
 
+// Text from an adapters file reaches a message without its control characters: a key that
+// would drive the terminal is refused, and named with '?' where its control bytes were.
+TEST(Lora, AnAdapterConfigKeyIsNamedWithoutItsControlCharacters) {
+  auto m = build("llama");
+  auto gen = at::detail::createCPUGenerator(9);
+  const auto lora = options({"q"}, 3, 5);
+  m->add_lora(lora, gen);
+  const AdapterExport exported = hf_adapters("llama", *m, lora, "");
+  const std::map<std::string, torch::Tensor> tensors(exported.tensors.begin(),
+                                                     exported.tensors.end());
+  json config = exported.config;
+  load_hf_adapters("llama", *m, lora, config, tensors, "adapters");  // as written: loads
+  config["\x1b]0;title\x07"] = true;
+  std::string what;
+  try {
+    load_hf_adapters("llama", *m, lora, config, tensors, "adapters");
+    ADD_FAILURE() << "a key that turns on a LoRA variant was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage) << e.what();
+    what = e.what();
+  }
+  EXPECT_EQ(what.find('\x1b'), std::string::npos) << what;
+  EXPECT_NE(what.find("?]0;title?"), std::string::npos) << what;
+}
+
 }  // namespace lora_test
 }  // namespace gradscope

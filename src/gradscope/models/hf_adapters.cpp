@@ -66,11 +66,15 @@ std::vector<AdaptedModule> adapted_modules(const std::string& model, Model& m,
 // classifier), in layout order.
 std::vector<const hf_weights_detail::HfTensor*> head_tensors(
     Model& m, const hf_weights_detail::Layout& layout) {
+  const torch::OrderedDict<std::string, torch::Tensor> params = m.named_parameters();
   std::vector<const hf_weights_detail::HfTensor*> out;
   for (const std::string& head : m.lora_trainable())
-    for (const hf_weights_detail::HfTensor& t : layout.tensors)
-      if (t.parts.size() == 1 && t.parts[0].compare(0, head.size() + 1, head + ".") == 0)
-        out.push_back(&t);
+    for (const hf_weights_detail::HfTensor& t : layout.tensors) {
+      if (t.parts.size() != 1 || t.parts[0].compare(0, head.size() + 1, head + ".") != 0) continue;
+      if (!params.find(t.parts[0]))
+        fail_runtime(fmt::format("the model has no parameter '{}'", t.parts[0]));
+      out.push_back(&t);
+    }
   return out;
 }
 

@@ -315,12 +315,16 @@ std::string shape_text(at::IntArrayRef shape) {
   return "[" + out + "]";
 }
 
-// A name from a file, cut to 100 bytes (at a character boundary).
+// A name from a file, cut to 100 bytes (at a character boundary), control characters as '?'.
 std::string short_name(const std::string& name) {
-  if (name.size() <= 100) return name;
-  size_t cut = 100;
-  while (cut > 0 && (static_cast<unsigned char>(name[cut]) & 0xC0) == 0x80) --cut;
-  return name.substr(0, cut) + "...";
+  size_t cut = std::min<size_t>(name.size(), 100);
+  while (cut < name.size() && cut > 0 &&
+         (static_cast<unsigned char>(name[cut]) & 0xC0) == 0x80)
+    --cut;
+  std::string out = name.substr(0, cut);
+  for (char& c : out)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  return cut < name.size() ? out + "..." : out;
 }
 
 // Up to `most` names, then how many more.

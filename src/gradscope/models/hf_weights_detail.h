@@ -134,7 +134,8 @@ namespace hf_weights_detail {
 const PublishedNames& published_names(const std::string& model);
 // The published tensors of a built model of `model`'s family.
 Layout layout_of_model(const std::string& model, Model& m);
-// A name from a file for a message, cut to 100 bytes (at a character boundary).
+// A name from a file for a message, cut to 100 bytes (at a character boundary), control
+// characters as '?'.
 std::string short_name(const std::string& name);
 }  // namespace hf_weights_detail
 
