@@ -80,8 +80,7 @@ EncoderBlock::EncoderBlock(const VisionConfig& config) : hidden_dropout_(config.
   layernorm_after =
       register_module("layernorm_after", LayerNorm(LayerNormOptions(C).eps(config.layer_norm_eps)));
   mlp = register_module("mlp", GeluMLP(GeluMLPOptions(C, config.intermediate_size)
-                                           .tanh_approximation(config.gelu_tanh)
-                                           .dropout(config.hidden_dropout)));
+                                           .tanh_approximation(config.gelu_tanh)));
 }
 
 torch::Tensor EncoderBlock::forward(const torch::Tensor& x, const BlockContext& ctx) {
@@ -292,16 +291,14 @@ MemoryTrace::Id trace_vision_encoder(const VisionConfig& c, int64_t batch, Memor
     trace.end(Unit::kAttention, mid);
     trace.begin(Unit::kMlp, mid);
     const auto normed2 = trace.layer_norm(mid, n, C, true);
-    // GELU MLP: fc2(dropout(gelu(fc1(x))))
+    // GELU MLP: fc2(gelu(fc1(x)))
     const auto up = trace.adapt(normed2, trace.linear(normed2, n, C, c.intermediate_size, true), n,
                                 C, c.intermediate_size, "up");
     const auto act = trace.activation(up);
     trace.release(up);
-    const auto act_dropped = trace.drop(act, c.hidden_dropout);
-    const auto m =
-        trace.adapt(act_dropped, trace.linear(act_dropped, n, c.intermediate_size, C, true), n,
-                    c.intermediate_size, C, "down");
-    trace.release(act_dropped);
+    const auto m = trace.adapt(act, trace.linear(act, n, c.intermediate_size, C, true), n,
+                               c.intermediate_size, C, "down");
+    trace.release(act);
     trace.release(normed2);
     const auto out = trace.residual(mid, m, c.hidden_dropout);
     trace.end(Unit::kMlp, out);

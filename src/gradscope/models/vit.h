@@ -2,7 +2,7 @@
 // preset is ViT-B/16): a convolutional patch embedding, a learned class token, learned
 // position embeddings, L pre-norm encoder blocks
 //   h = x + dropout(attn(layernorm(x)))        bidirectional multi-head attention, biases
-//   y = h + dropout(fc2(dropout(gelu(fc1(layernorm(h))))))
+//   y = h + dropout(fc2(gelu(fc1(layernorm(h)))))
 // a final LayerNorm and a linear classification head on the class token.
 //
 // The encoder without class token and head is SigLIP's vision tower (Zhai et al. 2023), which
@@ -12,8 +12,8 @@
 // num_hidden_layers, num_attention_heads, intermediate_size, image_size, patch_size,
 // num_labels (required); num_channels (3), layer_norm_eps (1e-12), qkv_bias (true),
 // hidden_act ("gelu", or "gelu_pytorch_tanh" as SigLIP), initializer_range (0.02), plus
-// gradscope's hidden_dropout (ViT's hidden_dropout_prob: after the position embeddings, in
-// the MLP and on each residual branch) and attention_dropout (on the attention weights),
+// gradscope's hidden_dropout (ViT's hidden_dropout_prob: after the position embeddings and
+// on each residual branch, as transformers' ViTForImageClassification) and attention_dropout (on the attention weights),
 // "dataset" and "seq_len" (patches + 1, derived).
 //
 // Dimension legend: B batch, N patches, T tokens (N + 1 with the class token), C hidden

@@ -282,7 +282,8 @@ std::vector<torch::Tensor> packed_linear(
   // weight's gradient.
   auto weight = torch::cat(weights, 0);                                  // (sum out, in)
   auto bias = biases.empty() ? torch::Tensor() : torch::cat(biases, 0);  // (sum out)
-  auto parts = F::linear(x, weight, bias).split_with_sizes(widths, -1);  // views
+  // ATen's linear, as adapted_linear: the bias added inside the matrix product.
+  auto parts = torch::linear(x, weight, bias).split_with_sizes(widths, -1);  // views
   // An adapted layer's part gets its adapter's update (a new tensor, no longer a view).
   size_t i = 0;
   for (torch::nn::LinearImpl& layer : layers) {
@@ -409,6 +410,7 @@ GeluMLPImpl::GeluMLPImpl(const GeluMLPOptions& options_) : options(options_) { r
 void GeluMLPImpl::reset() {
   const int64_t c = options.hidden_size(), i = options.intermediate_size();
   TORCH_CHECK(c > 0 && i > 0, "GELU MLP needs positive sizes, got ", c, " and ", i);
+  TORCH_CHECK(options.dropout() == 0.0, "the GELU MLP has no dropout of its own");
   fc1 = register_module("fc1",
                         torch::nn::Linear(torch::nn::LinearOptions(c, i).bias(options.bias())));
   fc2 = register_module("fc2",
@@ -416,8 +418,8 @@ void GeluMLPImpl::reset() {
 }
 
 torch::Tensor GeluMLPImpl::forward(const torch::Tensor& x) {
-  auto h = gelu(adapted_linear(*fc1, x), options.tanh_approximation());             // (B, T, I)
-  return adapted_linear(*fc2, maybe_dropout(h, options.dropout(), is_training()));  // (B, T, C)
+  auto h = gelu(adapted_linear(*fc1, x), options.tanh_approximation());  // (B, T, I)
+  return adapted_linear(*fc2, h);                                         // (B, T, C)
 }
 
 GeGLUImpl::GeGLUImpl(const GeluMLPOptions& options_) : options(options_) { reset(); }

@@ -279,7 +279,8 @@ class SwiGLUImpl : public torch::nn::Cloneable<SwiGLUImpl> {
 TORCH_MODULE(SwiGLU);
 
 // ---------------------------------------------------------------------------------------
-// GELU MLP of ViT and SigLIP: fc2(dropout(gelu(fc1(x)))).
+// GELU MLP of ViT and SigLIP: fc2(gelu(fc1(x))), as transformers writes both (ViT's dropout
+// is on the residual branch, the block's). The options are GeGLU's too.
 
 struct GeluMLPOptions {
   GeluMLPOptions(int64_t hidden_size, int64_t intermediate_size)
@@ -288,7 +289,7 @@ struct GeluMLPOptions {
   TORCH_ARG(int64_t, intermediate_size);  // I
   TORCH_ARG(bool, bias) = true;
   TORCH_ARG(bool, tanh_approximation) = false;  // SigLIP's gelu_pytorch_tanh
-  TORCH_ARG(double, dropout) = 0.0;             // after the activation, in training only
+  TORCH_ARG(double, dropout) = 0.0;             // GeGLU's, before Wo, in training only
 };
 
 class GeluMLPImpl : public torch::nn::Cloneable<GeluMLPImpl> {

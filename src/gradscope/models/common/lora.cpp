@@ -48,7 +48,10 @@ LoraAdapterImpl* lora_adapter_of(const torch::nn::Module& layer) {
 }
 
 torch::Tensor adapted_linear(torch::nn::LinearImpl& layer, const torch::Tensor& x) {
-  auto y = layer.forward(x);
+  // ATen's linear, as PyTorch's nn.Linear calls it: with a bias it folds the leading
+  // dimensions and adds the bias inside the matrix product (addmm). The C++ module's
+  // forward multiplies and then adds the bias as a second pass over the output.
+  auto y = torch::linear(x, layer.weight, layer.bias);
   if (auto* adapter = lora_adapter_of(layer)) y = y + adapter->forward(x);
   return y;
 }
