@@ -190,7 +190,7 @@ torch::Tensor LlamaBlock::forward(const torch::Tensor& x, const BlockContext& ct
   // restores, and sums its input's gradient in the order plain backward does.
   const double p = is_training() ? hidden_dropout_ : 0.0;
   auto drop = [p](const torch::Tensor& t) {
-    return p > 0 ? F::dropout(t, F::DropoutFuncOptions().p(p).training(true)) : t;
+    return dropout(t, p);
   };
   SubLayerFn attention_sublayer = [this, ctx, drop](const torch::Tensor& in) {
     return in + drop(self_attn(input_layernorm(in), ctx.rope_cos, ctx.rope_sin, ctx.mask,

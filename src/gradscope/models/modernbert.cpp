@@ -68,7 +68,7 @@ ModernBertBlock::ModernBertBlock(const ModernBertConfig& config, int64_t layer)
 torch::Tensor ModernBertBlock::forward(const torch::Tensor& x, const BlockContext& ctx) {
   const double p = is_training() ? hidden_dropout_ : 0.0;
   auto drop = [p](const torch::Tensor& t) {
-    return p > 0 ? F::dropout(t, F::DropoutFuncOptions().p(p).training(true)) : t;
+    return dropout(t, p);
   };
   const torch::Tensor& cos = global_ ? ctx.rope_cos : ctx.rope_cos_local;
   const torch::Tensor& sin = global_ ? ctx.rope_sin : ctx.rope_sin_local;
@@ -146,7 +146,7 @@ torch::Tensor ModernBertModel::encode(const torch::Tensor& input_ids, const torc
               input_ids.scalar_type());
   auto x = embedding_norm(tok_embeddings(input_ids));  // (B, T, C)
   if (is_training() && config_.hidden_dropout > 0)
-    x = F::dropout(x, F::DropoutFuncOptions().p(config_.hidden_dropout).training(true));
+    x = dropout(x, config_.hidden_dropout);
   const BlockContext ctx = context(input_ids.size(1), input_ids.device(), real);
   for (const auto& block : blocks_) x = run_block(*block, x, ctx);
   return final_norm(x);  // (B, T, C)

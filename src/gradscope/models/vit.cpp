@@ -88,7 +88,7 @@ torch::Tensor EncoderBlock::forward(const torch::Tensor& x, const BlockContext& 
   // a recompute draws the same dropout masks and sums gradients in plain backward's order.
   const double p = is_training() ? hidden_dropout_ : 0.0;
   auto drop = [p](const torch::Tensor& t) {
-    return p > 0 ? F::dropout(t, F::DropoutFuncOptions().p(p).training(true)) : t;
+    return dropout(t, p);
   };
   SubLayerFn attention_sublayer = [this, drop](const torch::Tensor& in) {
     return in + drop(attention(layernorm_before(in)));  // (B, T, C)
@@ -134,7 +134,7 @@ torch::Tensor VisionEncoderImpl::forward(const torch::Tensor& images, const Bloc
   }  // (B, T, C)
   x = x + position_embeddings;
   if (is_training() && config_.hidden_dropout > 0) {
-    x = F::dropout(x, F::DropoutFuncOptions().p(config_.hidden_dropout).training(true));
+    x = dropout(x, config_.hidden_dropout);
   }
   const BlockContext ctx;  // no rotary tables, no mask
   for (const auto& block : blocks_) x = run(*block, x, ctx);

@@ -5,7 +5,12 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <mutex>
 
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Dispatch.h>
+#include <ATen/OpMathType.h>
+#include <ATen/Parallel.h>
 #include <torch/version.h>
 
 namespace gradscope {
@@ -143,6 +148,109 @@ const RopeTables& RotaryCache::get(int64_t seq_len, const torch::Device& device)
 }
 
 // ---------------------------------------------------------------------------------------
+// Dropout
+
+namespace {
+
+// Keeps an element when its 32 random bits are below (1 - p) * 2^32 (clamped so that p > 0
+// drops with probability at least 2^-32).
+uint32_t keep_threshold(double p) {
+  constexpr double kRange = 4294967296.0;  // 2^32
+  return static_cast<uint32_t>(std::min((1.0 - p) * kRange, kRange - 1.0));
+}
+
+// The seed of one dropout call: a 64-bit draw from the default CPU generator, so that the
+// generator's state decides the mask and a restored state redraws it.
+uint64_t dropout_seed() {
+  auto gen = at::detail::getDefaultCPUGenerator();  // a handle on the one generator
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return gen.get<at::CPUGeneratorImpl>()->random64();
+}
+
+// SplitMix64 (Steele, Lea and Flood 2014) as a counter-based generator: the 64 random bits of
+// elements 2j and 2j + 1 (low and high half) are the mix of seed + (j + 1) * golden gamma,
+// whatever thread computes them.
+inline uint64_t splitmix64(uint64_t seed, int64_t pair) {
+  uint64_t z = seed + (static_cast<uint64_t>(pair) + 1) * 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+// Elements per task of the parallel loops; even, so that a pair never straddles two tasks.
+constexpr int64_t kDropoutGrain = 16384;
+
+// y[i] = keep[i] * scale * x[i], over contiguous tensors of one dtype; without a branch, which
+// the random mask would mispredict.
+template <typename scalar_t>
+void scale_kept(const scalar_t* x, const bool* keep, double scale, scalar_t* y, int64_t begin,
+                int64_t end) {
+  using opmath_t = at::opmath_type<scalar_t>;
+  const auto s = static_cast<opmath_t>(scale);
+  for (int64_t i = begin; i < end; ++i) {
+    const opmath_t factor = static_cast<opmath_t>(keep[i]) * s;  // 0 or 1 / (1 - p)
+    y[i] = static_cast<scalar_t>(static_cast<opmath_t>(x[i]) * factor);
+  }
+}
+
+// Autograd saves the bool mask; backward scales the kept elements of the gradient.
+struct CpuDropout : public torch::autograd::Function<CpuDropout> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               double p) {
+    const auto input = x.contiguous();
+    const uint64_t seed = dropout_seed();
+    const uint32_t threshold = keep_threshold(p);
+    const double scale = 1.0 / (1.0 - p);
+    auto keep = torch::empty(input.sizes(), input.options().dtype(torch::kBool));
+    auto y = torch::empty_like(input);
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, input.scalar_type(), "dropout", [&] {
+      const scalar_t* in = input.const_data_ptr<scalar_t>();
+      bool* k = keep.mutable_data_ptr<bool>();
+      scalar_t* out = y.mutable_data_ptr<scalar_t>();
+      at::parallel_for(0, input.numel(), kDropoutGrain, [&](int64_t begin, int64_t end) {
+        // begin is a multiple of the grain, hence even: pair i / 2 starts at i.
+        for (int64_t i = begin; i < end; i += 2) {
+          const uint64_t bits = splitmix64(seed, i / 2);
+          k[i] = static_cast<uint32_t>(bits) < threshold;
+          if (i + 1 < end) k[i + 1] = static_cast<uint32_t>(bits >> 32) < threshold;
+        }
+        scale_kept(in, k, scale, out, begin, end);
+      });
+    });
+    ctx->save_for_backward({keep});
+    ctx->saved_data["scale"] = scale;
+    return y;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto keep = ctx->get_saved_variables()[0];
+    const auto grad = grads[0].contiguous();
+    const double scale = ctx->saved_data["scale"].toDouble();
+    auto out = torch::empty_like(grad);
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, grad.scalar_type(), "dropout", [&] {
+      const scalar_t* g = grad.const_data_ptr<scalar_t>();
+      const bool* k = keep.const_data_ptr<bool>();
+      scalar_t* o = out.mutable_data_ptr<scalar_t>();
+      at::parallel_for(0, grad.numel(), kDropoutGrain, [&](int64_t begin, int64_t end) {
+        scale_kept(g, k, scale, o, begin, end);
+      });
+    });
+    return {out, torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor dropout(const torch::Tensor& x, double p) {
+  TORCH_CHECK(p >= 0 && p <= 1, "dropout probability must be in [0, 1], got ", p);
+  if (p == 0) return x;
+  if (p == 1) return x * 0;  // every element dropped; the gradient is zero too
+  if (!x.device().is_cpu()) return std::get<0>(at::native_dropout(x, p, /*train=*/true));
+  return CpuDropout::apply(x, p);
+}
+
+// ---------------------------------------------------------------------------------------
 // Attention
 
 namespace {
@@ -220,7 +328,7 @@ static torch::Tensor math_attention(const torch::Tensor& q, const torch::Tensor&
     }
   }
   auto weights = torch::softmax(scores, -1);  // (B, NH, T, S)
-  if (dropout_p > 0) weights = torch::dropout(weights, dropout_p, /*train=*/true);
+  if (dropout_p > 0) weights = dropout(weights, dropout_p);
   return torch::matmul(weights, v);  // (B, NH, T, HS)
 }
 
@@ -402,7 +510,7 @@ static torch::Tensor gelu(const torch::Tensor& x, bool tanh_approximation) {
 }
 
 static torch::Tensor maybe_dropout(const torch::Tensor& x, double p, bool training) {
-  return training && p > 0 ? F::dropout(x, F::DropoutFuncOptions().p(p).training(true)) : x;
+  return training ? dropout(x, p) : x;
 }
 
 GeluMLPImpl::GeluMLPImpl(const GeluMLPOptions& options_) : options(options_) { reset(); }

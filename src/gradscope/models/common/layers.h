@@ -135,6 +135,16 @@ class RotaryCache {
 };
 
 // ---------------------------------------------------------------------------------------
+// Dropout in training: each element of x is zeroed with probability p, the rest scaled by
+// 1 / (1 - p); autograd saves a bool mask (one byte an element). On the CPU the mask's bits are
+// SplitMix64 of a counter, seeded by one 64-bit draw from the default CPU generator: a
+// recompute under the same generator state draws the same mask, and the number of threads
+// does not change it. Forward and backward are one pass each (ATen's CPU dropout draws a
+// double per element from the Mersenne Twister and keeps a float mask). On other devices it
+// is ATen's fused dropout. p = 0 returns x itself.
+torch::Tensor dropout(const torch::Tensor& x, double p);
+
+// ---------------------------------------------------------------------------------------
 // Attention masks, as bool tensors that are true where a query may attend a key (SDPA's
 // convention). A model builds the masks of a batch once, before its blocks, and passes them
 // to every layer in its BlockContext.

@@ -30,9 +30,7 @@ void LoraAdapterImpl::init(at::Generator& gen) {
 }
 
 torch::Tensor LoraAdapterImpl::forward(const torch::Tensor& x) {
-  auto h = is_training() && dropout > 0
-               ? F::dropout(x, F::DropoutFuncOptions().p(dropout).training(true))
-               : x;
+  auto h = is_training() ? gradscope::dropout(x, dropout) : x;
   return F::linear(F::linear(h, A), B) * scaling;  // (..., r) -> (..., out)
 }
 

@@ -199,8 +199,8 @@ Id MemoryTrace::embedding(int64_t n, int64_t vocab, int64_t c, int* weight) {
 
 Id MemoryTrace::dropout(Id x, double p) {
   if (p <= 0) return x;
-  // CPU dropout multiplies by a float mask (bernoulli / (1 - p)), which the product saves.
-  const Id mask = alloc(bytes(x));
+  // dropout() in layers.cpp: a bool mask, which backward keeps, and the output.
+  const Id mask = alloc(bytes(x) / kFloat);
   const Id y = alloc(bytes(x));
   node({mask}, {x}, {y});
   release(mask);

@@ -62,7 +62,7 @@ class MemoryTrace {
   Id layer_norm(Id x, int64_t n, int64_t c, bool bias);
   // Returns the output; *weight receives the table's parameter (for tied heads).
   Id embedding(int64_t n, int64_t vocab, int64_t c, int* weight = nullptr);
-  // Training-mode dropout on CPU: a float mask of the input's size is saved.
+  // Training-mode dropout (dropout() in layers.h): a bool mask of the input's size is saved.
   Id dropout(Id x, double p);
   // dropout(x, p) where the forward code keeps only the result: x is released if replaced.
   Id drop(Id x, double p);
