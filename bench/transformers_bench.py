@@ -12,6 +12,7 @@ threads, batch and sequence length.
 
 import os
 import statistics
+import subprocess
 
 # gradscope's --attention against transformers' attn_implementation doing the same.
 ATTENTION = [("sdpa", "sdpa"), ("math", "eager")]
@@ -45,6 +46,32 @@ def architecture(bench, label, flags, failed_type):
     return os.path.join(folder, "config.json"), record["params"]
 
 
+def peak_batch(bench, label, ours, flags, steps, failed_type):
+    """For Llama and ModernBERT, the batch of the step at which gradscope's peak falls, as
+    `gradscope outputs` writes it, for the peer to train on (--batch-file): ModernBERT's
+    batches differ in their number of masked targets, hence in the size of the loss head's
+    logits, and gradscope's peak is that of its largest. The peer's peak is then taken at the
+    same targets. Returns the file's path, None for ViT (its batches are all alike), or the
+    Failed run."""
+    if "vit" in flags:
+        return None
+    probe = bench.try_gradscope(*flags, *ADAMW, "--attention", ours, "--steps", steps,
+                                "--warmup-steps", WARMUP)
+    if isinstance(probe, failed_type):
+        return probe
+    step = probe["memory"].get("peak_step")
+    if not isinstance(step, int) or step < 1:
+        return failed_type(f"gradscope's record names no peak step ({step!r})")
+    path = os.path.join(bench.tmp, f"batch-{label.replace(' ', '-')}-{ours}.st")
+    cmd = [bench.gs, "outputs", "--threads", str(bench.args.threads), *flags,
+           "--attention", ours, "--step", str(step), "--out", path]
+    done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        return failed_type(lines[-1] if lines else f"gradscope outputs: exit {done.returncode}")
+    return path
+
+
 def peer_flags(flags):
     """The gradscope flags the peer takes as they are (batch, sequence length)."""
     out = []
@@ -73,7 +100,9 @@ def run(bench, failed_type, training_peak):
              f"{bench.args.steps} timed steps after {WARMUP} warm-up steps (ViT: three times the "
              "steps and the pairs), pairs interleaved; medians. Peak: tensor memory, gradscope's "
              "without its data set's bytes. ViT's dropout is the preset's on both sides, at the "
-             "same places.", "",
+             "same places. Llama and ModernBERT: the peer trains on the batch of the step at "
+             "which gradscope's peak fell (`gradscope outputs --step`), so both peaks are taken "
+             "at the same targets.", "",
              "| model | batch | attention, gradscope / transformers | step, gradscope | step, "
              "transformers | peak, gradscope | peak, transformers |",
              "|---|---|---|---|---|---|---|"]
@@ -91,14 +120,21 @@ def run(bench, failed_type, training_peak):
                 bench.failed_row(mem_name, MEMORY_TARGET, arch.reason)
                 continue
             config, params = arch
+            batch_file = peak_batch(bench, label, ours, flags, steps, failed_type)
+            if isinstance(batch_file, failed_type):
+                bench.failed_row(time_name, TIME_TARGET, batch_file.reason)
+                bench.failed_row(mem_name, MEMORY_TARGET, batch_file.reason)
+                continue
+            given = ["--batch-file", batch_file] if batch_file else []
 
             def gradscope_run(ours=ours, steps=steps, flags=flags):
                 return bench.try_gradscope(*flags, *ADAMW, "--attention", ours,
                                            "--steps", steps, "--warmup-steps", WARMUP)
 
-            def peer_run(theirs=theirs, steps=steps, flags=flags, config=config, params=params):
+            def peer_run(theirs=theirs, steps=steps, flags=flags, config=config, params=params,
+                         given=given):
                 return bench.try_peer("hf_peer.py", "--config", config, "--params", str(params),
-                                      *peer_flags(flags), *ADAMW, "--attention", theirs,
+                                      *peer_flags(flags), *given, *ADAMW, "--attention", theirs,
                                       "--steps", steps, "--warmup", WARMUP)
 
             runs = bench.pairs(f"transformers {label} {ours}/{theirs}", gradscope_run, peer_run,

@@ -18,8 +18,9 @@ refuses to run (exit 2) unless its parameter count is the --params given, gradsc
 
 --attention sdpa is transformers' "sdpa" implementation (scaled_dot_product_attention, as
 gradscope's --attention sdpa), eager its written-out one (as gradscope's --attention math).
-One batch of random inputs is made once before the loop; how each model's batch, loss and
-dropout match gradscope's is in bench/peers/README.md ("How the peers match gradscope").
+One batch is made once before the loop, of random inputs or the batch of a gradscope step
+(--batch-file); how each model's batch, loss and dropout match gradscope's is in
+bench/peers/README.md ("How the peers match gradscope").
 """
 
 import json
@@ -64,10 +65,36 @@ def positive_int(value, what):
     return value
 
 
+def read_batch_file(path, B, T, V):
+    """batch.input_ids and batch.targets of a `gradscope outputs` file, both (B, T) int64: ids
+    in [0, V), targets too or -100 (no loss taken there)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+    try:
+        tensors = load_file(path)
+    except (OSError, SafetensorError) as e:
+        fail(f"--batch-file {path!r}: {e}")
+    out = []
+    for name in ("batch.input_ids", "batch.targets"):
+        t = tensors.get(name)
+        if t is None or t.dtype != torch.int64 or tuple(t.shape) != (B, T):
+            fail(f"--batch-file {path!r}: {name} must be int64 of shape ({B}, {T}) "
+                 f"(--batch and --seq), not {None if t is None else (t.dtype, tuple(t.shape))}")
+        valid = (t >= 0) & (t < V)
+        if name == "batch.targets":
+            valid |= t == -100
+        if not valid.all():
+            fail(f"--batch-file {path!r}: {name} holds ids outside [0, {V})")
+        out.append(t.contiguous())
+    return out
+
+
 def make_batch(kind, config, ours, args, gen):
     """The batch's tensors, the model's loss on them, and the sequence length."""
     B = positive_int(args.batch, "--batch")
     if kind == "vit":
+        if args.batch_file:
+            fail("--batch-file is for Llama and ModernBERT: ViT's batches are all alike")
         H = positive_int(config.get("image_size"), "the config's image_size")
         C = positive_int(config.get("num_channels"), "the config's num_channels")
         K = positive_int(len(config.get("id2label") or {}) or config.get("num_labels"),
@@ -78,10 +105,14 @@ def make_batch(kind, config, ours, args, gen):
         return [images, labels], (lambda m: m(pixel_values=images, labels=labels).loss), T
     T = positive_int(args.seq or ours.get("seq_len"), "--seq (or the config's seq_len)")
     V = positive_int(config.get("vocab_size"), "the config's vocab_size")
+    given = read_batch_file(args.batch_file, B, T, V) if args.batch_file else None
     if kind == "llama":
-        window = torch.randint(0, V, (B, T + 1), generator=gen)  # (B, T + 1)
-        inputs, targets = window[:, :-1].contiguous(), window[:, 1:].contiguous()  # (B, T)
-        del window
+        if given:
+            inputs, targets = given
+        else:
+            window = torch.randint(0, V, (B, T + 1), generator=gen)  # (B, T + 1)
+            inputs, targets = window[:, :-1].contiguous(), window[:, 1:].contiguous()  # (B, T)
+            del window
 
         def llama_loss(m):
             logits = m(input_ids=inputs).logits  # (B, T, V)
@@ -90,15 +121,20 @@ def make_batch(kind, config, ours, args, gen):
             return F.cross_entropy(logits.float().reshape(-1, V), targets.reshape(-1))
 
         return [inputs, targets], llama_loss, T
-    rate = ours.get("mlm_probability", 0.3)
-    if not isinstance(rate, (int, float)) or not 0 < rate < 1:
-        fail(f"the config's mlm_probability must be between 0 and 1, not {rate!r}")
-    # Random tokens and a random selection at gradscope's rate: its data also puts [MASK] in
-    # most selected positions, which changes the tokens, not the work.
-    inputs = torch.randint(0, V, (B, T), generator=gen)     # (B, T)
-    selected = torch.rand(B, T, generator=gen) < rate       # (B, T)
-    selected[0, 0] = True  # at least one target
-    labels = torch.where(selected, inputs, torch.full_like(inputs, -100))  # (B, T)
+    if given:
+        inputs, labels = given
+        if not (labels != -100).any():
+            fail(f"--batch-file {args.batch_file!r}: no position is in the loss")
+    else:
+        rate = ours.get("mlm_probability", 0.3)
+        if not isinstance(rate, (int, float)) or not 0 < rate < 1:
+            fail(f"the config's mlm_probability must be between 0 and 1, not {rate!r}")
+        # Random tokens and a random selection at gradscope's rate: its data also puts [MASK]
+        # in most selected positions, which changes the tokens, not the work.
+        inputs = torch.randint(0, V, (B, T), generator=gen)     # (B, T)
+        selected = torch.rand(B, T, generator=gen) < rate       # (B, T)
+        selected[0, 0] = True  # at least one target
+        labels = torch.where(selected, inputs, torch.full_like(inputs, -100))  # (B, T)
     return [inputs, labels], (lambda m: m(input_ids=inputs, labels=labels).loss), T
 
 
@@ -155,6 +191,11 @@ def main():
                         help="sequence length of Llama and ModernBERT (default: the config's)")
     parser.add_argument("--attention", choices=["sdpa", "eager"], default="sdpa",
                         help="transformers' attention implementation (default: sdpa)")
+    parser.add_argument("--batch-file", default=None,
+                        help="Llama and ModernBERT: train on the batch of this `gradscope "
+                        "outputs` file (batch.input_ids, batch.targets) instead of random "
+                        "tokens: the same targets, hence the same loss head's work, as "
+                        "gradscope's step on it")
     args = parser.parse_args()
     for name in ("batch", "steps", "warmup", "threads"):
         if getattr(args, name) < (1 if name in ("batch", "threads") else 0):

@@ -1,4 +1,4 @@
-// `gradscope outputs`: one forward and backward pass on the first training micro-batch, written
+// `gradscope outputs`: one forward and backward pass on a training step's micro-batch, written
 // to a safetensors file (the batch, the logits, the loss and every gradient under the published
 // names) for comparing gradscope with another implementation of the same model.
 #include <memory>
@@ -24,6 +24,7 @@ namespace {
 struct OutputsCliOptions {
   SettingOptions settings;
   std::string out;
+  int64_t step = 1;
 };
 
 RunConfig outputs_defaults() {
@@ -51,7 +52,7 @@ void run_outputs(const OutputsCliOptions& o) {
   SessionOptions options;
   options.updater = false;
   Session session(c, options);
-  const BatchOutputs r = batch_outputs(session);
+  const BatchOutputs r = batch_outputs(session, o.step);
   const RunConfig& rc = session.config();
   // What was computed, as text (safetensors metadata holds strings only); the attention path
   // as it ran (auto resolved).
@@ -71,12 +72,14 @@ void run_outputs(const OutputsCliOptions& o) {
        {"dtype", dtype_name(rc.dtype)},
        {"batch", std::to_string(rc.batch)},
        {"seq", std::to_string(rc.seq_len)},
+       {"step", std::to_string(o.step)},
        {"run_id", session.resolved().run_id}});
-  fmt::print("{} {} from {}: batch of {}, loss {:.8f} over {} targets, {} gradients -> {}\n",
+  fmt::print("{} {} from {}: batch of {} (step {}), loss {:.8f} over {} targets, {} gradients "
+             "-> {}\n",
              rc.model, rc.preset,
              rc.init_from.empty() ? fmt::format("its initialisation (seed {})", rc.seed)
                                   : rc.init_from,
-             rc.batch, r.loss, r.targets, r.gradients, o.out);
+             rc.batch, o.step, r.loss, r.targets, r.gradients, o.out);
 }
 
 }  // namespace
@@ -87,17 +90,21 @@ void add_outputs_command(CLI::App& root, int& exit_code) {
       "outputs",
       "One forward and backward pass, written for comparison with another implementation of\n"
       "the same model (Hugging Face transformers; docs/weights.md, \"Comparing with another\n"
-      "implementation\"): the first --batch samples of the training stream, the model in\n"
-      "training mode with dropout 0, the mean loss over the batch's targets under --dtype,\n"
-      "and its backward. --out gets a safetensors file of batch.* (the inputs as the model\n"
-      "read them: input_ids, targets (-100 where no loss is taken), images, labels,\n"
-      "text_mask), logits, loss, and grad.NAME for every weight under its published name\n"
-      "(docs/weights.md \"Names\"); with LoRA (--lora-targets, --init-adapters), the\n"
-      "trainable heads' only: the base is frozen.\n"
+      "implementation\"): the first micro-batch of training step --step (the first --batch\n"
+      "samples of the training stream by default), the model in training mode with dropout\n"
+      "0, the mean loss over the batch's targets under --dtype, and its backward. --out gets\n"
+      "a safetensors file of batch.* (the inputs as the model read them: input_ids, targets\n"
+      "(-100 where no loss is taken), images, labels, text_mask), logits, loss, and\n"
+      "grad.NAME for every weight under its published name (docs/weights.md \"Names\"); with\n"
+      "LoRA (--lora-targets, --init-adapters), the trainable heads' only: the base is frozen.\n"
       "Exit 0, or 2 for bad input.\n"
       "Example: gradscope outputs --model llama --preset tiny --init-from DIR --out llama.st");
   o->settings.add_to(cmd, outputs_defaults(), outputs_settings());
   cmd->add_option("--out", o->out, "The safetensors file to write")->required();
+  cmd->add_option("--step", o->step,
+                  "The training step whose batch is taken, counted from 1 as a run's steps are "
+                  "(warm-up steps included; the record's memory.peak_step names one)")
+      ->capture_default_str();
   cmd->callback([o, &exit_code] {
     run_outputs(*o);
     exit_code = 0;

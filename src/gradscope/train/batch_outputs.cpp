@@ -2,13 +2,15 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "gradscope/core/error.h"
 #include "gradscope/models/hf_weights.h"
 #include "gradscope/train/autocast.h"
 
 namespace gradscope {
 
-BatchOutputs batch_outputs(Session& session) {
+BatchOutputs batch_outputs(Session& session, int64_t step) {
   const RunConfig& rc = session.config();
   check_usage(session.family().kind != ModelKind::kToy,
               "toy problem '" + rc.model + "' has no published layout to compare with",
@@ -24,7 +26,9 @@ BatchOutputs batch_outputs(Session& session) {
   model.zero_grad();
   seed_dropout(rc);
 
-  const Batch batch = session.data().train_batch(0, rc.batch).to(session.device());
+  check_usage(step >= 1, fmt::format("--step {} must be at least 1", step),
+              "training steps count from 1");
+  const Batch batch = session.step_batches(step - 1).fetch(0).to(session.device());
   LossOutput out;
   {
     AutocastScope autocast(session.device(), rc.dtype == Dtype::kBf16);

@@ -23,11 +23,12 @@ struct BatchOutputs {
   int64_t gradients = 0;  // published tensors with a gradient
 };
 
-// Samples [0, --batch) of the training stream (ModernBERT: with their seeded masks), one
+// The first micro-batch of training step `step` (1-based; 1: samples [0, --batch) of the
+// training stream; ModernBERT: with their seeded masks), as `gradscope run` trains on it, one
 // forward in training mode (the session's dropout: 0 for a comparison) under the run's
 // --dtype, the mean loss over the batch's targets, and its backward. The session's strategy
 // and optimizer are not used. A usage error for a model with no published names (toy) or a
 // chunked loss (which never holds the logits whole).
-BatchOutputs batch_outputs(Session& session);
+BatchOutputs batch_outputs(Session& session, int64_t step = 1);
 
 }  // namespace gradscope

@@ -322,7 +322,13 @@ static torch::Tensor math_attention(const torch::Tensor& q, const torch::Tensor&
   auto scores = torch::matmul(q, k.transpose(-2, -1)) * scale;  // (B, NH, T, S)
   if (mask.defined()) {
     if (mask.scalar_type() == torch::kBool) {
-      scores = scores.masked_fill(mask.logical_not(), -std::numeric_limits<double>::infinity());
+      // Made additive, 0 where a query may attend and -inf where not, as transformers' eager
+      // attention adds its mask: the sum's backward hands the gradient on as it is, where
+      // masked_fill's would allocate one of the scores' size. The sum equals masked_fill's.
+      const auto additive =
+          torch::full(mask.sizes(), -std::numeric_limits<double>::infinity(), scores.options())
+              .masked_fill_(mask, 0.0);
+      scores = scores + additive;
     } else {
       scores = scores + mask;
     }

@@ -412,10 +412,12 @@ MemoryTrace::Id MemoryTrace::math_attention(Id q, Id k, Id v, Id k_full, Id v_fu
   release(raw);
   Id masked = scaled;
   if (s.mask_bytes > 0) {
-    const Id keep_not = alloc(s.mask_bytes);  // mask.logical_not(), saved by masked_fill
+    // The bool mask made additive (a float per element), then added: the sum's gradient
+    // passes through.
+    const Id additive = alloc(s.mask_bytes * kFloat);
     masked = alloc(scores);
-    node({keep_not}, {scaled}, {masked});
-    release(keep_not);
+    node({}, {scaled}, {masked}, {}, -1);
+    release(additive);
     release(scaled);
   }
   const Id weights = alloc(scores);
