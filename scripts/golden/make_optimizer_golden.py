@@ -40,8 +40,9 @@ RUNS = [
     ("sgd_momentum", "sgd", 0.05, 0.0, {"momentum": "0.9"}, {"momentum": 0.9}),
     ("sgd_nesterov", "sgd", 0.05, 0.0, {"momentum": "0.9", "nesterov": "true"},
      {"momentum": 0.9, "nesterov": True}),
-    ("adam", "adam", 1e-2, 0.0, {}, {}),
-    ("adamw", "adamw", 1e-2, 0.01, {}, {}),
+    # gradscope's Adam and AdamW step with ATen's fused kernel, as torch.optim's fused=True.
+    ("adam", "adam", 1e-2, 0.0, {}, {"fused": True}),
+    ("adamw", "adamw", 1e-2, 0.01, {}, {"fused": True}),
     ("adagrad", "adagrad", 0.05, 0.0, {}, {}),
     ("adadelta", "adadelta", 0.2, 0.0, {}, {}),
     ("adadelta_decay", "adadelta", 0.1, 0.01, {"rho": "0.95", "eps": "1e-05"},

@@ -377,7 +377,8 @@ TEST(FoldRule, AdamAMatchesItsFloat64Restatement) {
   }
 }
 
-// With one micro-batch the fold is the optimizer's own update, LibTorch's Adam and AdamW.
+// With one micro-batch the fold is the optimizer's own update: Adam's and AdamW's fused step
+// (the fold computes LibTorch's formula, which the kernel matches to float64 rounding).
 TEST(FoldRule, OneMicroBatchIsTheOptimizersOwnStep) {
   for (const std::string name : {"adam", "adamw", "sgd"}) {
     auto gen = at::detail::createCPUGenerator(5);

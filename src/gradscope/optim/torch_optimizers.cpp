@@ -2,8 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <optional>
+#include <type_traits>
+#include <utility>
+
 #include "gradscope/optim/factory.h"
 #include "gradscope/optim/opt_reader.h"
+#include "gradscope/optim/state_key.h"
 
 namespace gradscope {
 namespace {
@@ -41,6 +46,143 @@ std::unique_ptr<torch::optim::Optimizer> make_sgd(std::vector<torch::Tensor> par
   return construct_optimizer<torch::optim::SGD>("sgd", std::move(params), options);
 }
 
+// The parameters of one group that one call of the fused op updates: one device and dtype.
+struct FusedAdamBatch {
+  torch::Device device;
+  torch::ScalarType dtype;
+  std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs;
+  std::vector<int64_t> steps;  // each parameter's step count, already incremented
+};
+
+// Whether ATen's fused Adam kernel takes `t` beside parameter `p`: the same device and dtype,
+// stored densely in row-major order. The CPU kernel walks the parameter and its moments by
+// one flat index (and makes a contiguous copy of a strided gradient), so a transposed or
+// sliced parameter would get another element's update; the CUDA kernel wants every tensor
+// of one layout.
+bool fused_adam_layout(const torch::Tensor& t, const torch::Tensor& p) {
+  return t.defined() && t.layout() == torch::kStrided && t.device() == p.device() &&
+         t.scalar_type() == p.scalar_type() && t.is_contiguous();
+}
+
+// Adam and AdamW as LibTorch keeps them (options, per-parameter state and its serialisation,
+// step counts as int64), whose step updates each group's parameters with ATen's fused kernel
+// (at::_fused_adam_ / at::_fused_adamw_), as torch.optim's Adam(fused=True) does: one pass
+// over each parameter that reads the gradient, moves both moments (and amsgrad's maximum)
+// and the parameter, with no temporaries of the parameter's size. The same update as
+// LibTorch's step; the kernel computes in float32 for float32, float16 and bfloat16
+// parameters (rounding once per element, where LibTorch rounds each operation) and in float64
+// for float64.
+template <typename Base, typename Options, typename State>
+class FusedAdamLike final : public Base {
+ public:
+  using Base::Base;
+
+  torch::Tensor step(torch::optim::Optimizer::LossClosure closure = nullptr) override {
+    torch::NoGradGuard no_grad;
+    torch::Tensor loss = {};
+    if (closure != nullptr) {
+      at::AutoGradMode enable_grad(true);
+      loss = closure();
+    }
+    // An optimizer with a parameter the kernel refuses (all_fusable) takes LibTorch's step.
+    if (!all_fusable()) {
+      Base::step(nullptr);
+      return loss;
+    }
+    for (auto& group : this->param_groups()) step_group(group);
+    return loss;
+  }
+
+ private:
+  static constexpr bool kDecoupled = std::is_same<Base, torch::optim::AdamW>::value;
+
+  // The kernel's devices (CPU and CUDA here; torch.optim also fuses on others that gradscope
+  // does not run on) and dtypes (float32, float64, float16, bfloat16: its CPU and CUDA
+  // kernels' dispatch); a dense gradient and state of the parameter's dtype and layout
+  // (fused_adam_layout). Anything else (a sparse gradient, which LibTorch's step refuses by
+  // name; a complex or integer parameter; a strided view; state loaded in another dtype;
+  // amsgrad switched on over state saved without its maximum) takes LibTorch's step.
+  bool all_fusable() {
+    for (auto& group : this->param_groups()) {
+      const bool amsgrad = static_cast<const Options&>(group.options()).amsgrad();
+      for (const auto& p : group.params()) {
+        if (!p.grad().defined()) continue;
+        const auto dtype = p.scalar_type();
+        if (!(p.device().is_cpu() || p.device().is_cuda()) ||
+            !(dtype == torch::kFloat32 || dtype == torch::kFloat64 || dtype == torch::kFloat16 ||
+              dtype == torch::kBFloat16) ||
+            !fused_adam_layout(p, p) || !fused_adam_layout(p.grad(), p))
+          return false;
+        const auto it = this->state().find(param_state_key(p));
+        if (it == this->state().end()) continue;  // made below as LibTorch makes it
+        const auto& s = static_cast<const State&>(*it->second);
+        if (!fused_adam_layout(s.exp_avg(), p) || !fused_adam_layout(s.exp_avg_sq(), p) ||
+            (amsgrad && !fused_adam_layout(s.max_exp_avg_sq(), p)))
+          return false;
+      }
+    }
+    return true;
+  }
+
+  // LibTorch's walk: every parameter with a gradient, its state made on its first step and
+  // its step count incremented before the update reads it (as torch.optim's fused path does).
+  void step_group(torch::optim::OptimizerParamGroup& group) {
+    const auto& o = static_cast<const Options&>(group.options());
+    std::vector<FusedAdamBatch> batches;
+    for (const auto& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      auto& slot = this->state()[param_state_key(p)];
+      if (!slot) {
+        auto fresh = std::make_unique<State>();
+        fresh->step(0);
+        fresh->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+        fresh->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+        if (o.amsgrad()) fresh->max_exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+        slot = std::move(fresh);
+      }
+      auto& s = static_cast<State&>(*slot);
+      s.step(s.step() + 1);
+      FusedAdamBatch* batch = nullptr;
+      for (auto& b : batches)
+        if (b.device == p.device() && b.dtype == p.scalar_type()) batch = &b;
+      if (batch == nullptr)
+        batch = &batches.emplace_back(FusedAdamBatch{p.device(), p.scalar_type()});
+      batch->params.push_back(p);
+      batch->grads.push_back(p.grad());
+      batch->exp_avgs.push_back(s.exp_avg());
+      batch->exp_avg_sqs.push_back(s.exp_avg_sq());
+      if (o.amsgrad()) batch->max_exp_avg_sqs.push_back(s.max_exp_avg_sq());
+      batch->steps.push_back(s.step());
+    }
+    for (const auto& b : batches) update(b, o);
+  }
+
+  // One call of the kernel. It reads the step counts as float32 tensors on the parameters'
+  // device (torch.optim keeps its fused state's `step` so), here one tensor of them all.
+  static void update(const FusedAdamBatch& b, const Options& o) {
+    torch::Tensor counts = torch::empty({static_cast<int64_t>(b.steps.size())}, torch::kFloat32);
+    float* count = counts.data_ptr<float>();
+    for (size_t i = 0; i < b.steps.size(); ++i) count[i] = static_cast<float>(b.steps[i]);
+    if (!b.device.is_cpu()) counts = counts.to(b.device);
+    const std::vector<torch::Tensor> steps = counts.unbind();
+    const double beta1 = std::get<0>(o.betas()), beta2 = std::get<1>(o.betas());
+    // No gradient scaler: grad_scale and found_inf stay empty.
+    if (kDecoupled)
+      at::_fused_adamw_(b.params, b.grads, b.exp_avgs, b.exp_avg_sqs, b.max_exp_avg_sqs, steps,
+                        o.lr(), beta1, beta2, o.weight_decay(), o.eps(), o.amsgrad(),
+                        /*maximize=*/false, std::nullopt, std::nullopt);
+    else
+      at::_fused_adam_(b.params, b.grads, b.exp_avgs, b.exp_avg_sqs, b.max_exp_avg_sqs, steps,
+                       o.lr(), beta1, beta2, o.weight_decay(), o.eps(), o.amsgrad(),
+                       /*maximize=*/false, std::nullopt, std::nullopt);
+  }
+};
+
+using FusedAdam =
+    FusedAdamLike<torch::optim::Adam, torch::optim::AdamOptions, torch::optim::AdamParamState>;
+using FusedAdamW =
+    FusedAdamLike<torch::optim::AdamW, torch::optim::AdamWOptions, torch::optim::AdamWParamState>;
+
 // Adam and AdamW read the same settings; they differ in how weight decay enters the update.
 template <typename Opt, typename Options>
 std::unique_ptr<torch::optim::Optimizer> make_adam_like(const std::string& name,
@@ -63,8 +205,8 @@ std::unique_ptr<torch::optim::Optimizer> make_adam_like(const std::string& name,
 std::unique_ptr<torch::optim::Optimizer> make_adam(std::vector<torch::Tensor> params,
                                                    const ParamInfo& /*info*/, double lr,
                                                    double weight_decay, const OptSettings& opt) {
-  return make_adam_like<torch::optim::Adam, torch::optim::AdamOptions>("adam", std::move(params),
-                                                                       lr, weight_decay, opt);
+  return make_adam_like<FusedAdam, torch::optim::AdamOptions>("adam", std::move(params), lr,
+                                                              weight_decay, opt);
 }
 
 std::unique_ptr<torch::optim::Optimizer> make_adagrad(std::vector<torch::Tensor> params,
@@ -88,11 +230,12 @@ std::unique_ptr<torch::optim::Optimizer> make_adagrad(std::vector<torch::Tensor>
 std::unique_ptr<torch::optim::Optimizer> make_adamw(std::vector<torch::Tensor> params,
                                                     const ParamInfo& /*info*/, double lr,
                                                     double weight_decay, const OptSettings& opt) {
-  return make_adam_like<torch::optim::AdamW, torch::optim::AdamWOptions>("adamw", std::move(params),
-                                                                         lr, weight_decay, opt);
+  return make_adam_like<FusedAdamW, torch::optim::AdamWOptions>("adamw", std::move(params), lr,
+                                                                weight_decay, opt);
 }
 
-// Memory rules (memory_rule.h), from each update as LibTorch implements it.
+// Memory rules (memory_rule.h), from each update as LibTorch implements it (Adam's and
+// AdamW's: ATen's fused kernel).
 
 // The momentum buffer when momentum is set; nesterov's blend is one more temporary.
 OptimizerMemory sgd_memory(const MemoryRuleInput& in) {
@@ -101,14 +244,17 @@ OptimizerMemory sgd_memory(const MemoryRuleInput& in) {
   return {momentum ? in.total() : 0, in.decay() + (nesterov ? in.largest() : 0)};
 }
 
-// exp_avg, exp_avg_sq (and max_exp_avg_sq); denom = sqrt(v) / c then + eps: two temporaries
-// of the parameter's size at once. AdamW decays the parameter itself, not a gradient copy.
-OptimizerMemory adam_like_memory(const MemoryRuleInput& in, bool decay_in_grad) {
+// State: exp_avg and exp_avg_sq (and amsgrad's max_exp_avg_sq) of every parameter. Scratch:
+// the fused step (FusedAdamLike) updates each parameter in place, weight decay included, so
+// its one allocation is the float32 step count the kernel reads, one per parameter. The rule
+// models that step; LibTorch's, which an optimizer with a parameter the kernel refuses takes
+// (FusedAdamLike::all_fusable), would hold two temporaries of the largest parameter's size,
+// and Adam's weight decay one more.
+OptimizerMemory adam_like_memory(const MemoryRuleInput& in) {
   const bool amsgrad = in.setting("amsgrad", 0) > 0;
-  return {(amsgrad ? 3 : 2) * in.total(), 2 * in.largest() + (decay_in_grad ? in.decay() : 0)};
+  const int64_t step_counts = kOptimizerFloatBytes * static_cast<int64_t>(in.params().size());
+  return {(amsgrad ? 3 : 2) * in.total(), step_counts};
 }
-OptimizerMemory adam_memory(const MemoryRuleInput& in) { return adam_like_memory(in, true); }
-OptimizerMemory adamw_memory(const MemoryRuleInput& in) { return adam_like_memory(in, false); }
 
 // sum; std = sqrt(sum) + eps.
 OptimizerMemory adagrad_memory(const MemoryRuleInput& in) {
@@ -142,7 +288,7 @@ OptimizerEntry adam_entry() {
   e.steps_in_backward = true;
   e.folds_micro_batches = true;
   e.elementwise = true;
-  e.memory = adam_memory;
+  e.memory = adam_like_memory;
   e.compared_in_estimate = true;
   e.eight_bit_state = "adam8bit";
   return e;
@@ -156,7 +302,7 @@ OptimizerEntry adamw_entry() {
   e.lr_by_model = toy_learning_rates(1e-1);
   e.folds_micro_batches = true;
   e.elementwise = true;
-  e.memory = adamw_memory;
+  e.memory = adam_like_memory;
   e.compared_in_estimate = true;
   return e;
 }
