@@ -35,7 +35,7 @@ The step's loss is the global batch's. `train` takes the samples again from the 
 its steps need more than `prepare` wrote (the step time does not depend on them); `check`
 refuses to. AdamW as gradscope's defaults: lr 1e-3, betas
 (0.9, 0.999), eps 1e-8, weight decay 0 (gradscope's --weight-decay default, not torch's 0.01),
-a constant rate, no clipping.
+a constant rate, no clipping; fused (fused=True), as gradscope's step.
 
 Memory: the profiler's allocator events (profile_memory) from before the model is loaded to
 the end of the warm-up steps; the running sum is every live CPU tensor of the rank (what
@@ -147,7 +147,8 @@ def wrap(model, mode, fsdp_api):
     import torch
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    adamw = {"lr": LR, "betas": BETAS, "eps": EPS, "weight_decay": 0.0}
+    # Fused, as Hugging Face's Trainer and torchtitan run AdamW and as gradscope steps it.
+    adamw = {"lr": LR, "betas": BETAS, "eps": EPS, "weight_decay": 0.0, "fused": True}
     if mode == "ddp":
         model = DDP(model)
         return model, torch.optim.AdamW(model.parameters(), **adamw), "DistributedDataParallel"

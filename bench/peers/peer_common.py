@@ -187,14 +187,16 @@ def run(args, peer, build):
     params = [p for p in model.parameters() if p.requires_grad]
     n_params = sum(p.numel() for p in params)
 
+    # Adam and AdamW fused (one kernel over each parameter), as Hugging Face's Trainer runs
+    # AdamW by default with torch >= 2.8 ("adamw_torch_fused") and as gradscope steps them
+    # (ATen's fused kernels); torch.optim's default on CPU tensors is a loop of element-wise
+    # operations per parameter.
     if args.optimizer == "adam":
-        # The default for CPU tensors is the single-tensor (for-loop) implementation, which
-        # is also what LibTorch's C++ torch::optim::Adam does.
-        optimizer = torch.optim.Adam(params, lr=lr)
+        optimizer = torch.optim.Adam(params, lr=lr, fused=True)
     elif args.optimizer == "adamw":
-        # gradscope's AdamW is LibTorch's, whose betas (0.9, 0.999) and eps 1e-8 are these.
+        # gradscope's AdamW defaults: betas (0.9, 0.999) and eps 1e-8, LibTorch's.
         optimizer = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.999), eps=1e-8,
-                                      weight_decay=args.weight_decay)
+                                      weight_decay=args.weight_decay, fused=True)
     else:
         optimizer = torch.optim.SGD(params, lr=lr, momentum=args.momentum)
 

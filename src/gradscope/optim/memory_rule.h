@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,10 @@ struct ParamExtent {
 struct OptimizerMemory {
   int64_t state = 0;
   int64_t scratch = 0;
+  // With accumulation inside backward (micro_batch_fold.h), the temporaries of the update
+  // after the folded micro-batches, where that update is not the optimizer's own step; unset:
+  // `scratch`.
+  std::optional<int64_t> fold_scratch;
 };
 
 // What a memory rule reads: the parameters, the run's --opt settings and its weight decay.

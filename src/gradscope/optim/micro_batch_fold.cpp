@@ -174,13 +174,11 @@ void MicroBatchFold::update_adam(const UnfoldedShares& unfolded) {
   const double bias_correction1 = 1 - std::pow(a.beta1, static_cast<double>(*a.step));
   const double bias_correction2 = 1 - std::pow(a.beta2, static_cast<double>(*a.step));
   if (kind_ == Kind::kAdamW && a.weight_decay != 0) param_.mul_(1 - a.lr * a.weight_decay);
-  torch::Tensor denom;
-  if (a.amsgrad) {
-    torch::max_out(*a.max_exp_avg_sq, *a.exp_avg_sq, *a.max_exp_avg_sq);
-    denom = (a.max_exp_avg_sq->sqrt() / std::sqrt(bias_correction2)).add_(a.eps);
-  } else {
-    denom = (a.exp_avg_sq->sqrt() / std::sqrt(bias_correction2)).add_(a.eps);
-  }
+  if (a.amsgrad) torch::max_out(*a.max_exp_avg_sq, *a.exp_avg_sq, *a.max_exp_avg_sq);
+  // LibTorch's formula with one temporary of the parameter's size, the square root, scaled
+  // and shifted in place (the estimate counts that one).
+  torch::Tensor denom = (a.amsgrad ? *a.max_exp_avg_sq : *a.exp_avg_sq).sqrt();
+  denom.div_(std::sqrt(bias_correction2)).add_(a.eps);
   param_.addcdiv_(*a.exp_avg, denom, -a.lr / bias_correction1);
 }
 

@@ -253,7 +253,9 @@ OptimizerMemory sgd_memory(const MemoryRuleInput& in) {
 OptimizerMemory adam_like_memory(const MemoryRuleInput& in) {
   const bool amsgrad = in.setting("amsgrad", 0) > 0;
   const int64_t step_counts = kOptimizerFloatBytes * static_cast<int64_t>(in.params().size());
-  return {(amsgrad ? 3 : 2) * in.total(), step_counts};
+  // Folded micro-batches (micro_batch_fold.cpp) end in LibTorch's update instead, whose one
+  // temporary is a square root of the parameter's size.
+  return {(amsgrad ? 3 : 2) * in.total(), step_counts, in.largest()};
 }
 
 // sum; std = sqrt(sum) + eps.
