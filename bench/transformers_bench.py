@@ -47,13 +47,14 @@ def architecture(bench, label, flags, failed_type):
 
 
 def peak_batch(bench, label, ours, flags, steps, failed_type):
-    """For Llama and ModernBERT, the batch of the step at which gradscope's peak falls, as
-    `gradscope outputs` writes it, for the peer to train on (--batch-file): ModernBERT's
+    """For ModernBERT, the batch of the step at which gradscope's peak falls, as `gradscope
+    outputs` writes it, for the peer to profile its memory on (--batch-file): ModernBERT's
     batches differ in their number of masked targets, hence in the size of the loss head's
-    logits, and gradscope's peak is that of its largest. The peer's peak is then taken at the
-    same targets. Returns the file's path, None for ViT (its batches are all alike), or the
-    Failed run."""
-    if "vit" in flags:
+    logits, and gradscope's peak is that of its largest, so the peer's peak is taken at the
+    same targets (its timed steps train on a random batch at the masking rate, as gradscope's
+    median step is one of typical targets). Returns the file's path, None for Llama and ViT
+    (their batches all have the same targets), or the Failed run."""
+    if "modernbert" not in flags:
         return None
     probe = bench.try_gradscope(*flags, *ADAMW, "--attention", ours, "--steps", steps,
                                 "--warmup-steps", WARMUP)
@@ -61,7 +62,8 @@ def peak_batch(bench, label, ours, flags, steps, failed_type):
         return probe
     step = probe["memory"].get("peak_step")
     if not isinstance(step, int) or step < 1:
-        return failed_type(f"gradscope's record names no peak step ({step!r})")
+        # The peak fell between steps (evaluation, saving): no step's batch decides it.
+        return failed_type(f"gradscope's peak fell outside a step (peak_step {step!r})")
     path = os.path.join(bench.tmp, f"batch-{label.replace(' ', '-')}-{ours}.st")
     cmd = [bench.gs, "outputs", "--threads", str(bench.args.threads), *flags,
            "--attention", ours, "--step", str(step), "--out", path]
@@ -100,9 +102,10 @@ def run(bench, failed_type, training_peak):
              f"{bench.args.steps} timed steps after {WARMUP} warm-up steps (ViT: three times the "
              "steps and the pairs), pairs interleaved; medians. Peak: tensor memory, gradscope's "
              "without its data set's bytes. ViT's dropout is the preset's on both sides, at the "
-             "same places. Llama and ModernBERT: the peer trains on the batch of the step at "
+             "same places. ModernBERT: the peer's memory is profiled on the batch of the step at "
              "which gradscope's peak fell (`gradscope outputs --step`), so both peaks are taken "
-             "at the same targets.", "",
+             "at the same masked targets; its timed steps train on a random batch at the "
+             "masking rate.", "",
              "| model | batch | attention, gradscope / transformers | step, gradscope | step, "
              "transformers | peak, gradscope | peak, transformers |",
              "|---|---|---|---|---|---|---|"]

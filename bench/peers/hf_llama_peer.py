@@ -9,9 +9,10 @@ the one most people run.
 
 Same settings as `gradscope run --model llama --preset paper --dtype bf16 --optimizer adamw
 --weight-decay 0`: float32 parameters, gradients and optimizer state (the master weights),
-matrix products under bfloat16 autocast; torch.optim.AdamW (lr 1e-3, betas 0.9/0.999, eps
-1e-8, weight decay 0); next-token cross-entropy over `seq` positions of windows of seq + 1
-tokens. The batch is uniform random tokens (the step's cost does not depend on them).
+matrix products under bfloat16 autocast; torch.optim.AdamW fused (lr 1e-3, betas 0.9/0.999, eps
+1e-8, weight decay 0; fused as gradscope's step and Hugging Face's Trainer run it); next-token
+cross-entropy over `seq` positions of windows of seq + 1 tokens. The batch is uniform random
+tokens (the step's cost does not depend on them).
 Reported: tokens per second over the timed steps (each step's end synchronised) and the
 peak of allocated CUDA memory over warm-up and timed steps (torch.cuda.max_memory_allocated,
 what gradscope's record calls memory.peak_bytes on CUDA).
@@ -76,7 +77,7 @@ def train(args):
     model.train()
     params = sum(p.numel() for p in model.parameters())
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.999), eps=1e-8,
-                                  weight_decay=args.weight_decay)
+                                  weight_decay=args.weight_decay, fused=True)
     generator = torch.Generator(device="cpu").manual_seed(args.seed)
     autocast = args.dtype == "bf16"
 

@@ -18,8 +18,9 @@ refuses to run (exit 2) unless its parameter count is the --params given, gradsc
 
 --attention sdpa is transformers' "sdpa" implementation (scaled_dot_product_attention, as
 gradscope's --attention sdpa), eager its written-out one (as gradscope's --attention math).
-One batch is made once before the loop, of random inputs or the batch of a gradscope step
-(--batch-file); how each model's batch, loss and dropout match gradscope's is in
+One batch of random inputs is made once before the loop (the memory may be profiled on the
+batch of a gradscope step instead, --batch-file); how each model's batch, loss and dropout
+match gradscope's is in
 bench/peers/README.md ("How the peers match gradscope").
 """
 
@@ -68,10 +69,13 @@ def positive_int(value, what):
 def read_batch_file(path, B, T, V):
     """batch.input_ids and batch.targets of a `gradscope outputs` file, both (B, T) int64: ids
     in [0, V), targets too or -100 (no loss taken there)."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
+    from safetensors import SafetensorError, safe_open
+    tensors = {}
     try:
-        tensors = load_file(path)
+        with safe_open(path, "pt") as f:  # the two tensors alone, not the logits and gradients
+            for name in ("batch.input_ids", "batch.targets"):
+                if name in f.keys():
+                    tensors[name] = f.get_tensor(name)
     except (OSError, SafetensorError) as e:
         fail(f"--batch-file {path!r}: {e}")
     out = []
@@ -90,7 +94,8 @@ def read_batch_file(path, B, T, V):
 
 
 def make_batch(kind, config, ours, args, gen):
-    """The batch's tensors, the model's loss on them, and the sequence length."""
+    """The batch's tensors, the model's loss on them, the sequence length, and the batch of
+    --batch-file (its tensors and loss) for the profiled step, or None."""
     B = positive_int(args.batch, "--batch")
     if kind == "vit":
         if args.batch_file:
@@ -102,29 +107,13 @@ def make_batch(kind, config, ours, args, gen):
         images = torch.randn(B, C, H, H, generator=gen)  # (B, 3, H, W)
         labels = torch.randint(0, K, (B,), generator=gen)  # (B)
         T = (H // config["patch_size"]) ** 2 + 1
-        return [images, labels], (lambda m: m(pixel_values=images, labels=labels).loss), T
+        return [images, labels], (lambda m: m(pixel_values=images, labels=labels).loss), T, None
     T = positive_int(args.seq or ours.get("seq_len"), "--seq (or the config's seq_len)")
     V = positive_int(config.get("vocab_size"), "the config's vocab_size")
-    given = read_batch_file(args.batch_file, B, T, V) if args.batch_file else None
     if kind == "llama":
-        if given:
-            inputs, targets = given
-        else:
-            window = torch.randint(0, V, (B, T + 1), generator=gen)  # (B, T + 1)
-            inputs, targets = window[:, :-1].contiguous(), window[:, 1:].contiguous()  # (B, T)
-            del window
-
-        def llama_loss(m):
-            logits = m(input_ids=inputs).logits  # (B, T, V)
-            # As transformers' causal-LM loss (the logits in float32, the mean over targets), but
-            # over all T positions, as gradscope's: transformers' would drop the last one.
-            return F.cross_entropy(logits.float().reshape(-1, V), targets.reshape(-1))
-
-        return [inputs, targets], llama_loss, T
-    if given:
-        inputs, labels = given
-        if not (labels != -100).any():
-            fail(f"--batch-file {args.batch_file!r}: no position is in the loss")
+        window = torch.randint(0, V, (B, T + 1), generator=gen)  # (B, T + 1)
+        inputs, targets = window[:, :-1].contiguous(), window[:, 1:].contiguous()  # (B, T)
+        del window
     else:
         rate = ours.get("mlm_probability", 0.3)
         if not isinstance(rate, (int, float)) or not 0 < rate < 1:
@@ -134,8 +123,27 @@ def make_batch(kind, config, ours, args, gen):
         inputs = torch.randint(0, V, (B, T), generator=gen)     # (B, T)
         selected = torch.rand(B, T, generator=gen) < rate       # (B, T)
         selected[0, 0] = True  # at least one target
-        labels = torch.where(selected, inputs, torch.full_like(inputs, -100))  # (B, T)
-    return [inputs, labels], (lambda m: m(input_ids=inputs, labels=labels).loss), T
+        targets = torch.where(selected, inputs, torch.full_like(inputs, -100))  # (B, T)
+    profile = None
+    if args.batch_file:
+        given = read_batch_file(args.batch_file, B, T, V)
+        if not (given[1] != -100).any():
+            fail(f"--batch-file {args.batch_file!r}: no position is in the loss")
+        profile = (given, text_loss(kind, V, *given))
+    return [inputs, targets], text_loss(kind, V, inputs, targets), T, profile
+
+
+def text_loss(kind, V, inputs, targets):
+    """The loss of Llama or ModernBERT on one batch, as a function of the model."""
+    if kind == "llama":
+        def llama_loss(m):
+            logits = m(input_ids=inputs).logits  # (B, T, V)
+            # As transformers' causal-LM loss (the logits in float32, the mean over targets),
+            # but over all T positions, as gradscope's: transformers' would drop the last one.
+            return F.cross_entropy(logits.float().reshape(-1, V), targets.reshape(-1))
+
+        return llama_loss
+    return lambda m: m(input_ids=inputs, labels=targets).loss
 
 
 def build(args):
@@ -144,7 +152,7 @@ def build(args):
     config_dict, ours = args.hf_config
     kind = config_dict["model_type"]
     gen = torch.Generator().manual_seed(args.seed)
-    inputs, loss_fn, seq_len = make_batch(kind, config_dict, ours, args, gen)
+    inputs, loss_fn, seq_len, profile_batch = make_batch(kind, config_dict, ours, args, gen)
     args.mark_baseline()
 
     if kind == "llama":
@@ -171,6 +179,7 @@ def build(args):
         "model": model,
         "loss_fn": loss_fn,
         "inputs": inputs,
+        "profile_batch": profile_batch,
         "config": arch,
         "seq_len": seq_len,
         "num_classes": config_dict.get("num_labels") if kind == "vit" else None,
@@ -192,10 +201,10 @@ def main():
     parser.add_argument("--attention", choices=["sdpa", "eager"], default="sdpa",
                         help="transformers' attention implementation (default: sdpa)")
     parser.add_argument("--batch-file", default=None,
-                        help="Llama and ModernBERT: train on the batch of this `gradscope "
-                        "outputs` file (batch.input_ids, batch.targets) instead of random "
-                        "tokens: the same targets, hence the same loss head's work, as "
-                        "gradscope's step on it")
+                        help="Llama and ModernBERT: profile the memory of a step on the batch "
+                        "of this `gradscope outputs` file (batch.input_ids, batch.targets), "
+                        "the same targets, hence the same loss head, as gradscope's step on "
+                        "it; the timed steps train on random tokens")
     args = parser.parse_args()
     for name in ("batch", "steps", "warmup", "threads"):
         if getattr(args, name) < (1 if name in ("batch", "threads") else 0):

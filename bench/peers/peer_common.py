@@ -228,10 +228,21 @@ def run(args, peer, build):
         # Gradients are freed at the start of each step; free them now so that what is live
         # before the profiled step is parameters, optimizer state and the batch.
         optimizer.zero_grad(set_to_none=True)
+        # A script may profile another batch than it times (built["profile_batch"]: its
+        # tensors and loss), one whose memory is the one to compare.
+        profile_inputs, profile_loss = built.get("profile_batch") or (built["inputs"], loss_fn)
         live_before = live_tensor_bytes(
             list(model.parameters()) + list(model.buffers()) +
-            list(optimizer_state_tensors(optimizer)) + list(built["inputs"]))
-        peak_tensor, peak_detail = measure_peak_tensor_bytes(train_step, live_before)
+            list(optimizer_state_tensors(optimizer)) + list(profile_inputs))
+
+        def profiled_step():
+            optimizer.zero_grad(set_to_none=True)
+            loss = profile_loss(model)
+            loss.backward()
+            optimizer.step()
+            return loss.item()
+
+        peak_tensor, peak_detail = measure_peak_tensor_bytes(profiled_step, live_before)
 
     record = {
         "peer": peer,
