@@ -54,6 +54,9 @@ TEST(BatchOutputs, StepsCountFromOne) {
   Session session(modernbert_config(1), options);
   const Error e = expect_usage_error([&] { batch_outputs(session, 0); });
   EXPECT_NE(std::string(e.what()).find("--step 0 must be at least 1"), std::string::npos);
+  // (k - 1) x 2 samples overflows int64 here, and would wrap to step 1's batch.
+  const Error huge = expect_usage_error([&] { batch_outputs(session, (int64_t{1} << 62) + 1); });
+  EXPECT_NE(std::string(huge.what()).find("overflows"), std::string::npos);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "gradscope/train/batch_outputs.h"
 
 #include <algorithm>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -28,6 +29,13 @@ BatchOutputs batch_outputs(Session& session, int64_t step) {
 
   check_usage(step >= 1, fmt::format("--step {} must be at least 1", step),
               "training steps count from 1");
+  // Step k takes samples up to k x the samples of a step: those indices must be int64s.
+  const int64_t per_step = rc.effective_batch() * session.world();
+  check_usage(step <= std::numeric_limits<int64_t>::max() / per_step,
+              fmt::format("--step {} is beyond any training run: its first sample's index "
+                          "overflows",
+                          step),
+              "pass a step a run reaches");
   const Batch batch = session.step_batches(step - 1).fetch(0).to(session.device());
   LossOutput out;
   {

@@ -585,9 +585,10 @@ MemoryEstimate estimate_run(const RunConfig& config, int64_t data_bytes) {
     const int64_t largest = sizes.empty() ? 0 : *std::max_element(sizes.begin(), sizes.end());
     e.grads_bytes = 0;
     e.grads_at_backward_peak_bytes = 0;
-    // With accumulation the update after the folded micro-batches has temporaries of its own.
+    // With accumulation (asked for, even of one micro-batch) the update after the folded
+    // micro-batches has temporaries of its own.
     const int64_t update_scratch =
-        config.accum_steps > 1 && om.fold_scratch ? *om.fold_scratch : e.optimizer_scratch_bytes;
+        plan.micro_batches && om.fold_scratch ? *om.fold_scratch : e.optimizer_scratch_bytes;
     e.backward_peak_bytes = steady + std::max(unbuffered.backward_peak, largest + update_scratch);
     e.notes.push_back(
         "no gradient buffer: the optimizer steps in backward and frees each gradient at once");

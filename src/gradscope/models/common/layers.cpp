@@ -152,8 +152,9 @@ const RopeTables& RotaryCache::get(int64_t seq_len, const torch::Device& device)
 
 namespace {
 
-// Keeps an element when its 32 random bits are below (1 - p) * 2^32 (clamped so that p > 0
-// drops with probability at least 2^-32).
+// Keeps an element when its 32 random bits are below (1 - p) * 2^32, rounded down and clamped
+// below 2^32: p is drawn to within 2^-32 (a p below 2^-32 drops with probability 2^-32, and
+// one within 2^-32 of 1 drops every element).
 uint32_t keep_threshold(double p) {
   constexpr double kRange = 4294967296.0;  // 2^32
   return static_cast<uint32_t>(std::min((1.0 - p) * kRange, kRange - 1.0));
@@ -177,7 +178,7 @@ inline uint64_t splitmix64(uint64_t seed, int64_t pair) {
   return z ^ (z >> 31);
 }
 
-// Elements per task of the parallel loops; even, so that a pair never straddles two tasks.
+// The least number of elements per task of the parallel loops.
 constexpr int64_t kDropoutGrain = 16384;
 
 // y[i] = keep[i] * scale * x[i], over contiguous tensors of one dtype; without a branch, which
@@ -208,12 +209,20 @@ struct CpuDropout : public torch::autograd::Function<CpuDropout> {
       bool* k = keep.mutable_data_ptr<bool>();
       scalar_t* out = y.mutable_data_ptr<scalar_t>();
       at::parallel_for(0, input.numel(), kDropoutGrain, [&](int64_t begin, int64_t end) {
-        // begin is a multiple of the grain, hence even: pair i / 2 starts at i.
-        for (int64_t i = begin; i < end; i += 2) {
+        // A task may start and end inside a pair (the backend splits the range evenly among
+        // its threads): such an element takes its half of its pair's bits alone.
+        auto keep_alone = [&](int64_t i) {
+          const uint64_t bits = splitmix64(seed, i / 2);
+          k[i] = static_cast<uint32_t>(i % 2 == 0 ? bits : bits >> 32) < threshold;
+        };
+        int64_t i = begin;
+        if (i % 2 == 1) keep_alone(i++);
+        for (; i + 1 < end; i += 2) {
           const uint64_t bits = splitmix64(seed, i / 2);
           k[i] = static_cast<uint32_t>(bits) < threshold;
-          if (i + 1 < end) k[i + 1] = static_cast<uint32_t>(bits >> 32) < threshold;
+          k[i + 1] = static_cast<uint32_t>(bits >> 32) < threshold;
         }
+        if (i < end) keep_alone(i);
         scale_kept(in, k, scale, out, begin, end);
       });
     });
