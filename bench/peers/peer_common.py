@@ -200,9 +200,9 @@ def run(args, peer, build):
     else:
         optimizer = torch.optim.SGD(params, lr=lr, momentum=args.momentum)
 
-    def train_step():
+    def train_step(loss_of=loss_fn):
         optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(model)
+        loss = loss_of(model)
         loss.backward()
         optimizer.step()
         # Read every step, as gradscope records the loss of every step.
@@ -235,14 +235,8 @@ def run(args, peer, build):
             list(model.parameters()) + list(model.buffers()) +
             list(optimizer_state_tensors(optimizer)) + list(profile_inputs))
 
-        def profiled_step():
-            optimizer.zero_grad(set_to_none=True)
-            loss = profile_loss(model)
-            loss.backward()
-            optimizer.step()
-            return loss.item()
-
-        peak_tensor, peak_detail = measure_peak_tensor_bytes(profiled_step, live_before)
+        peak_tensor, peak_detail = measure_peak_tensor_bytes(
+            lambda: train_step(profile_loss), live_before)
 
     record = {
         "peer": peer,

@@ -55,19 +55,23 @@ void add_second_group(torch::optim::Optimizer& optimizer, const std::vector<torc
   optimizer.add_param_group(torch::optim::OptimizerParamGroup({p[2], p[3]}, std::move(options)));
 }
 
-// LibTorch's own optimizer with the settings `built` (from the factory) was built with.
+// LibTorch's own optimizer over `params` with the settings `built` (from the factory) was
+// built with.
+std::unique_ptr<torch::optim::Optimizer> libtorch_optimizer(
+    const std::string& name, const torch::optim::Optimizer& built,
+    const std::vector<torch::Tensor>& params) {
+  if (name == "adamw")
+    return std::make_unique<torch::optim::AdamW>(
+        params, static_cast<const torch::optim::AdamWOptions&>(built.defaults()));
+  return std::make_unique<torch::optim::Adam>(
+      params, static_cast<const torch::optim::AdamOptions&>(built.defaults()));
+}
+
+// The same, over the two groups of add_second_group.
 std::unique_ptr<torch::optim::Optimizer> libtorch_twin(const std::string& name,
                                                        const torch::optim::Optimizer& built,
                                                        const std::vector<torch::Tensor>& p) {
-  std::unique_ptr<torch::optim::Optimizer> out;
-  if (name == "adamw")
-    out = std::make_unique<torch::optim::AdamW>(
-        std::vector<torch::Tensor>{p[0], p[1]},
-        static_cast<const torch::optim::AdamWOptions&>(built.defaults()));
-  else
-    out = std::make_unique<torch::optim::Adam>(
-        std::vector<torch::Tensor>{p[0], p[1]},
-        static_cast<const torch::optim::AdamOptions&>(built.defaults()));
+  auto out = libtorch_optimizer(name, built, {p[0], p[1]});
   add_second_group(*out, p);
   return out;
 }
@@ -161,15 +165,7 @@ TEST(FusedAdam, Float32StepsAgreeWithLibTorchsToRounding) {
     torch::Tensor a = torch::randn({256, 64}, gen).requires_grad_(true);
     torch::Tensor b = a.detach().clone().requires_grad_(true);
     auto fused = make_optimizer(name, {a}, 1e-3, 0.01, {});
-    std::unique_ptr<torch::optim::Optimizer> reference;
-    if (std::string(name) == "adamw")
-      reference = std::make_unique<torch::optim::AdamW>(
-          std::vector<torch::Tensor>{b},
-          static_cast<const torch::optim::AdamWOptions&>(fused->defaults()));
-    else
-      reference = std::make_unique<torch::optim::Adam>(
-          std::vector<torch::Tensor>{b},
-          static_cast<const torch::optim::AdamOptions&>(fused->defaults()));
+    auto reference = libtorch_optimizer(name, *fused, {b});
     for (int i = 0; i < 3; ++i) {
       const torch::Tensor g = torch::randn({256, 64}, gen);
       a.mutable_grad() = g.clone();
@@ -226,15 +222,7 @@ TEST(FusedAdam, StridedParameterTakesLibTorchsStep) {
     torch::Tensor b = start.clone(torch::MemoryFormat::Preserve).requires_grad_(true);
     ASSERT_FALSE(a.is_contiguous());
     auto fused = make_optimizer(name, {a}, 0.05, 0.1, {});
-    std::unique_ptr<torch::optim::Optimizer> reference;
-    if (std::string(name) == "adamw")
-      reference = std::make_unique<torch::optim::AdamW>(
-          std::vector<torch::Tensor>{b},
-          static_cast<const torch::optim::AdamWOptions&>(fused->defaults()));
-    else
-      reference = std::make_unique<torch::optim::Adam>(
-          std::vector<torch::Tensor>{b},
-          static_cast<const torch::optim::AdamOptions&>(fused->defaults()));
+    auto reference = libtorch_optimizer(name, *fused, {b});
     for (int i = 0; i < 3; ++i) {
       const torch::Tensor g = torch::randn({4, 5}, gen, torch::kFloat64);
       a.mutable_grad() = g.clone();
