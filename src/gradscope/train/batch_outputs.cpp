@@ -32,8 +32,8 @@ BatchOutputs batch_outputs(Session& session, int64_t step) {
   // Step k takes samples up to k x the samples of a step: those indices must be int64s.
   const int64_t per_step = rc.effective_batch() * session.world();
   check_usage(step <= std::numeric_limits<int64_t>::max() / per_step,
-              fmt::format("--step {} is beyond any training run: its first sample's index "
-                          "overflows",
+              fmt::format("--step {} is beyond any training run: its samples' indices "
+                          "overflow",
                           step),
               "pass a step a run reaches");
   const Batch batch = session.step_batches(step - 1).fetch(0).to(session.device());
