@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "gradscope/models/common/layers.h"
 
@@ -81,13 +83,14 @@ TEST(Dropout, GradientMatchesFiniteDifferencesUnderTheSameMask) {
 }
 
 TEST(Dropout, TheGeneratorStateAloneDecidesTheMask) {
-  // 65,538 elements: split between 2 threads, the second task starts at an odd element,
-  // inside a pair of elements that share one draw.
+  // 65,538 elements: split evenly between 2 threads, the second task would start at an odd
+  // element, inside a pair that shares one draw (TheMaskOfARangeIsThatOfTheWhole tests such
+  // ranges directly).
   const auto x = torch::rand({2, 32769}) + 1;
   torch::manual_seed(6);
   const auto state = cpu_generator().get_state();
   const int threads = torch::get_num_threads();
-  torch::set_num_threads(2);  // two tasks of 32,769 elements, whatever the machine has
+  torch::set_num_threads(2);
   const auto first = dropped(dropout(x, 0.2));
   const auto second = dropped(dropout(x, 0.2));
   EXPECT_FALSE(torch::equal(first, second)) << "each call must draw a new mask";
@@ -101,6 +104,22 @@ TEST(Dropout, TheGeneratorStateAloneDecidesTheMask) {
   const auto t = dropout(x.t(), 0.2);
   cpu_generator().set_state(state);
   EXPECT_TRUE(torch::equal(t, dropout(x.t().contiguous(), 0.2)));
+}
+
+TEST(Dropout, TheMaskOfARangeIsThatOfTheWhole) {
+  // However a parallel backend splits the elements, at odd or even points, each element gets
+  // the bits it gets when one thread draws them all.
+  const int64_t n = 1001;
+  const uint32_t threshold = 3000000000u;
+  std::vector<char> whole(n), parts(n);
+  dropout_keep_mask(42, threshold, reinterpret_cast<bool*>(whole.data()), 0, n);
+  const std::vector<int64_t> cuts = {0, 1, 2, 7, 8, 333, 334, 335, 999, n};
+  for (size_t c = 0; c + 1 < cuts.size(); ++c)
+    dropout_keep_mask(42, threshold, reinterpret_cast<bool*>(parts.data()), cuts[c],
+                      cuts[c + 1]);
+  EXPECT_EQ(whole, parts);
+  EXPECT_GT(std::count(whole.begin(), whole.end(), 1), 0);
+  EXPECT_GT(std::count(whole.begin(), whole.end(), 0), 0);
 }
 
 TEST(Dropout, NeighbouringElementsAreIndependent) {

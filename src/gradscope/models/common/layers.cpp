@@ -194,6 +194,28 @@ void scale_kept(const scalar_t* x, const bool* keep, double scale, scalar_t* y, 
   }
 }
 
+}  // namespace
+
+void dropout_keep_mask(uint64_t seed, uint32_t threshold, bool* keep, int64_t begin,
+                       int64_t end) {
+  // A range may start and end inside a pair (a parallel backend splits the elements evenly
+  // among its threads): such an element takes its half of its pair's bits alone.
+  auto keep_alone = [&](int64_t i) {
+    const uint64_t bits = splitmix64(seed, i / 2);
+    keep[i] = static_cast<uint32_t>(i % 2 == 0 ? bits : bits >> 32) < threshold;
+  };
+  int64_t i = begin;
+  if (i < end && i % 2 == 1) keep_alone(i++);
+  for (; i + 1 < end; i += 2) {
+    const uint64_t bits = splitmix64(seed, i / 2);
+    keep[i] = static_cast<uint32_t>(bits) < threshold;
+    keep[i + 1] = static_cast<uint32_t>(bits >> 32) < threshold;
+  }
+  if (i < end) keep_alone(i);
+}
+
+namespace {
+
 // Autograd saves the bool mask; backward scales the kept elements of the gradient.
 struct CpuDropout : public torch::autograd::Function<CpuDropout> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
@@ -209,20 +231,7 @@ struct CpuDropout : public torch::autograd::Function<CpuDropout> {
       bool* k = keep.mutable_data_ptr<bool>();
       scalar_t* out = y.mutable_data_ptr<scalar_t>();
       at::parallel_for(0, input.numel(), kDropoutGrain, [&](int64_t begin, int64_t end) {
-        // A task may start and end inside a pair (the backend splits the range evenly among
-        // its threads): such an element takes its half of its pair's bits alone.
-        auto keep_alone = [&](int64_t i) {
-          const uint64_t bits = splitmix64(seed, i / 2);
-          k[i] = static_cast<uint32_t>(i % 2 == 0 ? bits : bits >> 32) < threshold;
-        };
-        int64_t i = begin;
-        if (i % 2 == 1) keep_alone(i++);
-        for (; i + 1 < end; i += 2) {
-          const uint64_t bits = splitmix64(seed, i / 2);
-          k[i] = static_cast<uint32_t>(bits) < threshold;
-          k[i + 1] = static_cast<uint32_t>(bits >> 32) < threshold;
-        }
-        if (i < end) keep_alone(i);
+        dropout_keep_mask(seed, threshold, k, begin, end);
         scale_kept(in, k, scale, out, begin, end);
       });
     });

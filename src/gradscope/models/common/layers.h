@@ -143,6 +143,11 @@ class RotaryCache {
 // double per element from the Mersenne Twister and keeps a float mask). On other devices it
 // is ATen's fused dropout. p = 0 returns x itself.
 torch::Tensor dropout(const torch::Tensor& x, double p);
+// The CPU mask of elements [begin, end): keep[i] is whether element i's 32 bits (the low or
+// high half of SplitMix64(seed, pair i / 2)) are below `threshold`, whatever range a thread
+// is given.
+void dropout_keep_mask(uint64_t seed, uint32_t threshold, bool* keep, int64_t begin,
+                       int64_t end);
 
 // ---------------------------------------------------------------------------------------
 // Attention masks, as bool tensors that are true where a query may attend a key (SDPA's
