@@ -34,9 +34,9 @@ deps: $(VENV)/.requirements
 $(VENV)/.requirements: requirements.txt
 	bash scripts/python-env.sh $(VENV) requirements.txt
 
-# The tokenizers and text corpora the tests and the demo use.
+# The tokenizers, text corpora and emoji images the tests and the demo use.
 data: deps
-	bash scripts/fetch-data.sh tokenizers text
+	bash scripts/fetch-data.sh tokenizers text emoji
 
 # Every data set, images and emoji included.
 data-all: deps

@@ -10,8 +10,9 @@ For each case the weights come from both sides:
     initialisation), loaded by transformers with from_pretrained;
   - transformers': a model built with from_config on W's config.json (its "gradscope" block
     removed: a plain Hugging Face config) from a seeded random initialisation ten times wider
-    than its default (initializer_range 0.2: activations then reach where every nonlinearity
-    bends, so that one computed another way, a tanh GELU for the exact one, shows) and written
+    than its default (initializer_range 0.2, narrowed for models wider than the small presets to
+    the same spread of activations: they then reach where every nonlinearity bends, so that one
+    computed another way, a tanh GELU for the exact one, shows) and written
     with save_pretrained, loaded by gradscope with --init-from.
 For each source, `gradscope outputs --init-from ... --attention A` writes its first training
 batch, logits, mean loss and the gradients of that loss under the published names; the
@@ -94,6 +95,18 @@ ATTENTION = [("sdpa", "sdpa"), ("math", "eager")]
 # activations reach where every nonlinearity bends, so that a nonlinearity computed another
 # way (a tanh GELU for the exact one) shows in the logits.
 WIDE_INIT = 0.2
+# The width at which WIDE_INIT holds (the small presets'). A product's outputs spread as
+# sqrt(width) x the weights' spread, so wider models draw narrower weights, to the same spread
+# of activations: the published Llama's logits at 0.2 spread so far (their std about 9) that the
+# softmax, nearly one-hot, turns the logits' rounding differences (a few 1e-6) into gradient
+# differences of 4e-4, the worst case of the sums' order rather than the typical one.
+WIDE_INIT_WIDTH = 256
+
+
+def wide_init(hidden_size):
+    """The weights' spread for a model of this width: WIDE_INIT, narrowed above
+    WIDE_INIT_WIDTH by sqrt(WIDE_INIT_WIDTH / hidden_size)."""
+    return WIDE_INIT * min(1.0, (WIDE_INIT_WIDTH / hidden_size) ** 0.5)
 
 
 def hf_outputs(model_name, weights, attention, outputs, bf16, folder):
@@ -203,7 +216,7 @@ def hf_saved_weights(model_name, gradscope_weights, out):
     config.pop("gradscope", None)
     config_class = transformers.AutoConfig.for_model(config["model_type"])
     cfg = config_class.from_dict(config)
-    cfg.initializer_range = WIDE_INIT
+    cfg.initializer_range = wide_init(cfg.hidden_size)
     torch.manual_seed(1234)
     model = CLASSES[model_name](cfg)
     model.save_pretrained(out)

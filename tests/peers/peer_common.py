@@ -82,6 +82,7 @@ def hf_forward(model_name, model, outputs, bf16=False):
 SOTU = "text/sotu"
 GPT2 = ["tokenizers/gpt2/encoder.json", "tokenizers/gpt2/vocab.bpe"]
 LLAMA3 = ["tokenizers/llama3/tokenizer.json"]
+EMOJI = "emoji/emoji.json"
 
 
 def data_dir():
@@ -119,7 +120,7 @@ def command_line(prog, doc, cases, keep_help):
                       if not os.path.exists(os.path.join(data, p))})
     if missing:
         print(f"{prog}: skipped: missing data: {', '.join(missing)} (run "
-              f"scripts/fetch-data.sh text tokenizers; data is in $GRADSCOPE_DATA, "
+              f"make data; data is in $GRADSCOPE_DATA, "
               f"default ~/.cache/gradscope)")
         sys.exit(SKIP)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1") or 1))
