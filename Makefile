@@ -38,7 +38,7 @@ $(VENV)/.requirements: requirements.txt
 data: deps
 	bash scripts/fetch-data.sh tokenizers text emoji
 
-# Every data set, images and emoji included.
+# Every data set, the images included.
 data-all: deps
 	bash scripts/fetch-data.sh all
 

@@ -1,5 +1,7 @@
-// The chunked cross-entropy (models/common/lm_loss.h) against the full path,
-// F::cross_entropy(F::linear(hidden, W, b)), and in the three models with a language-model head.
+// The losses of models/common/lm_loss.h against F::cross_entropy: the chunked cross-entropy
+// against F::cross_entropy(F::linear(hidden, W, b)), the full path's cross_entropy_sum against
+// F::cross_entropy of the logits, and the two paths in the three models with a language-model
+// head.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -305,6 +307,148 @@ TEST(ChunkedCrossEntropy, GradientsOnlyWhereAutogradAsks) {
             }),
             weight_bytes);
   EXPECT_FALSE(big.weight.grad().defined());
+}
+
+// ---------------------------------------------------------------------------------------
+// The full path's loss (cross_entropy_sum)
+
+// F::cross_entropy on a copy of `logits` (the reference) and cross_entropy_sum on another,
+// each backpropagated with gradient 1.5: the losses and the logits' gradients.
+struct FullLossResult {
+  torch::Tensor loss, grad;
+};
+FullLossResult full_loss(const torch::Tensor& logits, const torch::Tensor& targets,
+                         bool reference) {
+  const torch::Tensor leaf = logits.detach().clone().requires_grad_(true);
+  const torch::Tensor x = leaf * 1.0;  // not a leaf, as the head's product is not
+  const torch::Tensor loss =
+      reference ? F::cross_entropy(
+                      x, targets,
+                      F::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(kIgnoreIndex))
+                : cross_entropy_sum(x, targets, kIgnoreIndex);
+  (loss * 1.5).backward();
+  return {loss.detach(), leaf.grad()};
+}
+
+// Per row the values are log_softmax's (its arithmetic in another order of a row's sum): the
+// chunked loss's float32 tolerance. Blocks of rows: the small Llama's vocabulary gives ten
+// rows a block, so 103 rows are eleven blocks, the last one short; 37 classes are one block.
+TEST(CrossEntropySum, MatchesFCrossEntropyInFp32) {
+  for (const int64_t v : {int64_t{50304}, int64_t{37}}) {
+    SCOPED_TRACE("vocabulary " + std::to_string(v));
+    const int64_t n = 103;
+    const torch::Tensor logits = random_normal({n, v}, 40) * 3.0;
+    torch::Tensor targets = random_ids(1, n, v, 41).reshape({n});
+    targets.index_put_({torch::arange(0, n, 5)}, kIgnoreIndex);
+    const auto want = full_loss(logits, targets, true);
+    const auto got = full_loss(logits, targets, false);
+    EXPECT_EQ(got.loss.scalar_type(), torch::kFloat);
+    EXPECT_LE(chunked_rel(got.loss, want.loss), kChunkedFp32Tolerance);
+    EXPECT_LE(chunked_rel(got.grad, want.grad), kChunkedFp32Tolerance);
+    // Ignored rows take no part: their gradient is exactly zero.
+    const auto ignored = targets.eq(kIgnoreIndex);
+    EXPECT_EQ(got.grad.index({ignored}).abs().max().item<float>(), 0.0f);
+    // Without a graph only the loss.
+    torch::NoGradGuard no_grad;
+    const torch::Tensor value = cross_entropy_sum(logits.clone(), targets, kIgnoreIndex);
+    EXPECT_LE(chunked_rel(value, want.loss), kChunkedFp32Tolerance);
+  }
+}
+
+// Logits that are not float32 take F::cross_entropy on a float32 copy: the same values, and
+// the logits left as they were.
+TEST(CrossEntropySum, OtherLogitsTakeFCrossEntropy) {
+  const torch::Tensor logits = (random_normal({9, 11}, 42) * 2.0).to(torch::kBFloat16);
+  const torch::Tensor targets = random_ids(1, 9, 11, 43).reshape({9});
+  const torch::Tensor before = logits.clone();
+  const torch::Tensor got = cross_entropy_sum(logits, targets, kIgnoreIndex);
+  const torch::Tensor want = F::cross_entropy(logits.to(torch::kFloat), targets,
+                                              F::CrossEntropyFuncOptions().reduction(torch::kSum));
+  EXPECT_TRUE(torch::equal(got, want));
+  EXPECT_TRUE(torch::equal(logits, before));
+  // Float64 stays float64; strided float32 logits are left as they are.
+  const torch::Tensor wide = random_normal({9, 11}, 47).to(torch::kDouble);
+  const torch::Tensor wide_loss = cross_entropy_sum(wide, targets, kIgnoreIndex);
+  EXPECT_EQ(wide_loss.scalar_type(), torch::kDouble);
+  EXPECT_TRUE(torch::equal(
+      wide_loss,
+      F::cross_entropy(wide, targets, F::CrossEntropyFuncOptions().reduction(torch::kSum))));
+  const torch::Tensor strided = random_normal({11, 9}, 48).t();
+  const torch::Tensor strided_before = strided.clone();
+  cross_entropy_sum(strided, targets, kIgnoreIndex);
+  EXPECT_TRUE(torch::equal(strided, strided_before));
+  EXPECT_THROW(cross_entropy_sum(logits.reshape({-1}), targets, kIgnoreIndex), c10::Error);
+  EXPECT_THROW(cross_entropy_sum(logits, targets.narrow(0, 0, 8), kIgnoreIndex), c10::Error);
+  // A leaf that requires a gradient would be overwritten: refused.
+  EXPECT_THROW(cross_entropy_sum(random_normal({9, 11}, 49).requires_grad_(true), targets,
+                                 kIgnoreIndex),
+               c10::Error);
+}
+
+// The logits a model keeps for `gradscope outputs` are the logits, not what the loss made of
+// them.
+TEST(CrossEntropySum, KeptLogitsAreTheLogits) {
+  auto model = make_llama(llama_preset("tiny"), 1);
+  Batch batch;
+  batch.input_ids = random_ids(2, 16, 320, 50);
+  batch.targets = random_ids(2, 16, 320, 51);
+  LossOptions options;
+  options.keep_logits = true;
+  model->set_loss_options(options);
+  const LossOutput out = model->loss(batch);
+  torch::NoGradGuard no_grad;
+  auto& llama = dynamic_cast<LlamaModel&>(*model);
+  EXPECT_TRUE(torch::allclose(out.logits, llama.logits(batch.input_ids), 1e-5, 1e-6));
+}
+
+// The tracking allocator sees every CPU tensor: from the head's product through backward the
+// loss holds one tensor of the logits' size, where F::cross_entropy holds three at once in
+// backward (its log-softmax, nll_loss's gradient and log_softmax's).
+TEST(CrossEntropySum, HoldsOneTensorOfTheLogitsSize) {
+  CpuMemoryTracker& tracker = CpuMemoryTracker::install();
+  const int64_t n = 512, c = 8, v = 4096;
+  ChunkedHeadProblem p(n, c, v, torch::kFloat, 44);
+  const int64_t logits_bytes = n * v * static_cast<int64_t>(sizeof(float));  // 8 MiB
+  const auto peak_of = [&](bool reference) {
+    for (auto* t : {&p.hidden, &p.weight}) t->mutable_grad() = torch::Tensor();
+    const int64_t before = tracker.current_bytes();
+    tracker.reset_peak();
+    {
+      const torch::Tensor logits = F::linear(p.hidden, p.weight);
+      const torch::Tensor loss =
+          reference ? F::cross_entropy(logits, p.targets,
+                                       F::CrossEntropyFuncOptions()
+                                           .reduction(torch::kSum)
+                                           .ignore_index(kIgnoreIndex))
+                    : cross_entropy_sum(logits, p.targets, kIgnoreIndex);
+      loss.backward();
+    }
+    return tracker.peak_bytes() - before;
+  };
+  const int64_t reference_peak = peak_of(true);
+  const int64_t peak = peak_of(false);
+  EXPECT_GE(reference_peak, 3 * logits_bytes);
+  // The logits, the weight's gradient (128 KiB) and per-row scalars.
+  EXPECT_LT(peak, logits_bytes + logits_bytes / 4) << "F::cross_entropy: " << reference_peak;
+}
+
+// The gradient is made in forward and handed on by the one backward: a second backward, or
+// one that builds a graph, is refused by name.
+TEST(CrossEntropySum, ASecondBackwardIsRefused) {
+  const torch::Tensor leaf = random_normal({6, 5}, 45).requires_grad_(true);
+  const torch::Tensor targets = random_ids(1, 6, 5, 46).reshape({6});
+  torch::Tensor loss = cross_entropy_sum(leaf * 1.0, targets, kIgnoreIndex);
+  loss.backward({}, /*retain_graph=*/true);
+  try {
+    loss.backward();
+    FAIL() << "a second backward ran";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("backward ran twice"), std::string::npos) << e.what();
+  }
+  loss = cross_entropy_sum(leaf * 1.0, targets, kIgnoreIndex);
+  EXPECT_THROW(torch::autograd::grad({loss}, {leaf}, {}, /*retain_graph=*/true,
+                                     /*create_graph=*/true),
+               c10::Error);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -25,12 +25,17 @@ MemoryTrace::Replay head_only(int64_t chunk, bool with_grad = true) {
   return t.replay({}, false, with_grad);
 }
 
-TEST(MemoryTraceHead, FullHeadKeepsTheLogSoftmaxOfEveryRow) {
+TEST(MemoryTraceHead, FullHeadKeepsTheLogitsOfEveryRow) {
   const auto r = head_only(0);
-  // log-probabilities (saved by log_softmax) and the loss.
-  EXPECT_EQ(r.head_saved_bytes, kRows * kVocab * 4 + 4);
+  // The logits (turned into their gradient in place) and the loss.
+  const int64_t logits = kRows * kVocab * 4;
+  EXPECT_EQ(r.head_saved_bytes, logits + 4);
   // x is not the head's (allocated before it starts), but the linear keeps it.
   EXPECT_EQ(r.saved_bytes, r.head_saved_bytes + kRows * kIn * 4);
+  // Forward: x and the logits; nothing else of their size.
+  EXPECT_EQ(r.forward_peak, kRows * kIn * 4 + logits + 4);
+  // Backward hands the logits on as their gradient: then the gradients of x and the weight.
+  EXPECT_EQ(r.backward_peak, kRows * kIn * 4 + logits + 4 + kRows * kIn * 4 + kVocab * kIn * 4);
 }
 
 TEST(MemoryTraceHead, ChunkedHeadKeepsTheGradientsAndOneChunkAtATime) {
@@ -43,7 +48,8 @@ TEST(MemoryTraceHead, ChunkedHeadKeepsTheGradientsAndOneChunkAtATime) {
   EXPECT_EQ(chunked.saved_bytes, chunked.head_saved_bytes);
   // Forward: x, the gradients, one chunk's logits and the chunk's rows of x's gradient.
   EXPECT_EQ(chunked.forward_peak, kRows * kIn * 4 + grads + 8 * kVocab * 4 + 8 * kIn * 4);
-  EXPECT_LT(chunked.forward_peak, full.forward_peak / 4);
+  // Of it, what is not kept: one chunk, a small part of the full head's logits.
+  EXPECT_LT(chunked.forward_peak - kRows * kIn * 4 - grads, kRows * kVocab * 4 / 4);
   // Backward hands the gradients on: nothing is added to what forward kept but the loss's
   // own gradient.
   EXPECT_EQ(chunked.backward_peak, grads + 4 + 4);
@@ -72,7 +78,8 @@ RunRecord tiny_run(const std::string& model, LossKind loss) {
 }
 
 // The measured head bytes against the trace's (the `logits` part of the estimate), within 5%:
-// the full head keeps its log-softmax, the rows x vocabulary floats the trace counts; the
+// the full head keeps its logits (their gradient, made in place), the rows x vocabulary floats
+// the trace counts; the
 // chunked one the gradients of its input and of the vocabulary matrix (and ModernBERT's
 // dense layer and norm before it), which it computed in forward.
 TEST(LogitsMemory, MeasuredHeadBytesAgreeWithTheEstimate) {
@@ -91,7 +98,7 @@ TEST(LogitsMemory, MeasuredHeadBytesAgreeWithTheEstimate) {
     const double chunked_measured = static_cast<double>(*chunked.memory->logits_bytes);
     EXPECT_NEAR(chunked_measured / chunked_estimated, 1.0, 0.05)
         << model << ": measured " << chunked_measured << ", estimated " << chunked_estimated;
-    // The log-softmax of every position is gone. At the tiny presets (small vocabularies, few
+    // The logits of every position are gone. At the tiny presets (small vocabularies, few
     // positions) the vocabulary matrix's gradient is of its order; at the small Llama's
     // (50304 tokens, 1024 positions) it is a quarter of it.
     EXPECT_LT(chunked_measured, measured) << model;

@@ -160,8 +160,8 @@ struct MemoryBreakdown {
   int64_t optimizer_state = 0;
   std::optional<int64_t> activations;  // null without phase timing
   int64_t other = 0;
-  // Of activations, what the loss head of a language model held (its logits' log-softmax,
-  // with --loss full): a part of activations, not a summand; null without such a head or
+  // Of activations, what the loss head of a language model held (its logits, turned into
+  // their gradient, with --loss full): a part of activations, not a summand; null without such a head or
   // without phase timing.
   std::optional<int64_t> logits;
   // With --shard: the buffers of collectives (buckets being reduced, shards being gathered),

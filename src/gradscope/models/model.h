@@ -50,7 +50,8 @@ struct LossOutput {
   int64_t correct = -1;  // classifiers in eval mode: right arg-max predictions; else -1
   // With LossOptions::keep_logits and the full loss: the logits the loss was taken from,
   // detached (ViT (B, K); Llama and NanoVLM (B, T, V); ModernBERT (M, V), its M target
-  // positions in row-major order of the batch); else undefined.
+  // positions in row-major order of the batch), a copy where the loss overwrites them (the
+  // language models'); else undefined.
   torch::Tensor logits;
 };
 

@@ -180,10 +180,9 @@ LossOutput ModernBertModel::loss(const Batch& batch) {
       out.loss_sum = chunked_cross_entropy(mlm_hidden(h), tok_embeddings->weight, decoder_bias,
                                            targets, options.chunk_rows, kIgnoreIndex);  // ()
     } else {
-      auto lg = mlm_logits(h);  // (M, V)
-      out.loss_sum = F::cross_entropy(lg.to(torch::kFloat), targets,
-                                      F::CrossEntropyFuncOptions().reduction(torch::kSum));  // ()
-      if (options.keep_logits) out.logits = lg.detach();
+      auto lg = mlm_logits(h);                                     // (M, V)
+      if (options.keep_logits) out.logits = lg.detach().clone();  // the loss overwrites lg
+      out.loss_sum = cross_entropy_sum(lg, targets, kIgnoreIndex);  // ()
     }
   }
   out.target_count = positions.size(0);

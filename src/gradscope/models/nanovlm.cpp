@@ -7,10 +7,10 @@
 
 #include "gradscope/core/error.h"
 #include "gradscope/models/common/arch.h"
+#include "gradscope/models/common/lm_loss.h"
 
 namespace gradscope {
 
-namespace F = torch::nn::functional;
 using nlohmann::json;
 
 torch::Tensor pixel_shuffle_tokens(const torch::Tensor& x, int64_t factor) {
@@ -111,10 +111,9 @@ LossOutput NanoVlmModel::loss(const Batch& batch) {
       out.loss_sum = decoder->chunked_lm_loss(hidden, batch.targets, options.chunk_rows);  // ()
     } else {
       auto lg = decoder->lm_logits(hidden);  // (B, T, V)
-      out.loss_sum = F::cross_entropy(
-          lg.reshape({-1, lg.size(-1)}).to(torch::kFloat), batch.targets.reshape({-1}),
-          F::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(kIgnoreIndex));  // ()
-      if (options.keep_logits) out.logits = lg.detach();
+      if (options.keep_logits) out.logits = lg.detach().clone();  // the loss overwrites lg
+      out.loss_sum = cross_entropy_sum(lg.reshape({-1, lg.size(-1)}), batch.targets.reshape({-1}),
+                                       kIgnoreIndex);  // ()
     }  // the logits are gone unless backward keeps them
   }
   // The batch counted its targets on the CPU; counting them here would wait for the device.

@@ -420,7 +420,7 @@ void estimate_rank(const RunConfig& config, const MemoryTrace& trace,
     if (!u.empty()) units_shard += ceil_div(u[0], world);
 
   // What the rank keeps between steps.
-  OptimizerMemory om{e.optimizer_state_bytes, e.optimizer_scratch_bytes};
+  OptimizerMemory om{e.optimizer_state_bytes, e.optimizer_scratch_bytes, std::nullopt};
   int64_t largest_piece = 0;
   if (mode == Shard::kZero1 || mode == Shard::kZero2) {
     om = sharded_optimizer_memory(config, {l.elements}, world, largest_piece);

@@ -28,8 +28,8 @@ struct MemoryEstimate {
   int64_t grads_at_backward_peak_bytes = 0;
   int64_t activations_bytes = 0;        // saved for backward when one micro-batch's forward ends
   // Of activations_bytes, what the loss head of a language model keeps for backward: the
-  // log-softmax of every position's logits with --loss full; chunked, the gradients of its
-  // input and of its weight (and bias), which it takes in forward.
+  // logits of every position with --loss full (their gradient, made in forward); chunked, the
+  // gradients of its input and of its weight (and bias), which it takes in forward.
   int64_t logits_bytes = 0;
   int64_t batch_bytes = 0;  // the batch and the model's cached tables
   int64_t data_bytes = 0;   // the data set held in memory (measured when loaded)

@@ -127,7 +127,7 @@ class ChunkedCrossEntropyFunction : public torch::autograd::Function<ChunkedCros
     // silently wrong second derivative.
     TORCH_CHECK(!torch::GradMode::is_enabled(),
                 "chunked_cross_entropy: a backward that builds a graph (create_graph) is not "
-                "supported; use --loss full for higher derivatives");
+                "supported");
     const torch::Tensor& g = grad_outputs[0];  // ()
     variable_list grads(kLmLossArgs);
     const size_t args[] = {kLmLossArgHidden, kLmLossArgWeight, kLmLossArgBias};
@@ -142,7 +142,97 @@ class ChunkedCrossEntropyFunction : public torch::autograd::Function<ChunkedCros
   }
 };
 
+// The gradient cross_entropy_sum's forward leaves in the logits, and the rows' weights in
+// backward (1, or 0 where the target is ignored).
+constexpr const char* kLogitsGradKey = "grad_logits";
+constexpr const char* kLogitsKeepKey = "keep";
+
+class CrossEntropySumFunction : public torch::autograd::Function<CrossEntropySumFunction> {
+ public:
+  // logits (N, V) float32, contiguous (overwritten), targets (N) -> () summed loss.
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& logits,
+                               const torch::Tensor& targets, int64_t ignore_index,
+                               bool with_grad) {
+    const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+    const int64_t N = logits.size(0), V = logits.size(1);
+    const torch::Tensor valid = targets.ne(ignore_index);                                 // (N)
+    const torch::Tensor safe = targets.masked_fill(valid.logical_not(), 0).unsqueeze(1);  // (N, 1)
+    const torch::Tensor target_logit = logits.gather(1, safe);                            // (N, 1)
+    torch::Tensor max = torch::empty({N, 1}, logits.options());                           // (N, 1)
+    torch::Tensor sum = torch::empty({N, 1}, logits.options());                           // (N, 1)
+    // log_softmax's arithmetic per row (x - max, exponentials, their sum), then the softmax,
+    // on blocks of rows small enough to stay in cache between those passes.
+    const int64_t row_bytes = std::max<int64_t>(V, 1) * static_cast<int64_t>(sizeof(float));
+    const int64_t rows = logits.is_cpu() ? std::max<int64_t>(1, kLogitsBlockBytes / row_bytes)
+                                         : std::max<int64_t>(N, 1);
+    for (int64_t start = 0; start < N; start += rows) {
+      const int64_t n = std::min(rows, N - start);
+      torch::Tensor x = logits.narrow(0, start, n);  // (n, V), a view
+      torch::Tensor m = max.narrow(0, start, n);     // (n, 1)
+      torch::Tensor s = sum.narrow(0, start, n);     // (n, 1)
+      at::amax_out(m, x, {1}, /*keepdim=*/true);
+      x.sub_(m).exp_();
+      at::sum_out(s, x, {1}, /*keepdim=*/true);
+      if (with_grad) x.div_(s);  // softmax
+    }
+    // -log_softmax at the target: log(sum) - (x_t - max); 0 where the target is ignored.
+    torch::Tensor loss = (sum.log_() - (target_logit - max)).squeeze(1);  // (N)
+    loss = loss.masked_fill_(valid.logical_not(), 0).sum();               // ()
+    if (with_grad) {
+      // log_softmax's backward after nll_loss's for an incoming gradient of 1: softmax - 1 at
+      // the target (ignored rows are zeroed in backward).
+      logits.scatter_add_(1, safe, torch::full({N, 1}, -1.0, logits.options()));
+      // Plain values rather than saved variables: backward takes them out, so that the
+      // engine hands the gradient on without a copy.
+      ctx->saved_data[kLogitsGradKey] = logits;
+      ctx->saved_data[kLogitsKeepKey] = valid.to(logits.scalar_type()).unsqueeze(1);  // (N, 1)
+    }
+    return loss;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    TORCH_CHECK(ctx->saved_data.count(kLogitsGradKey) == 1,
+                "cross_entropy_sum: backward ran twice through one loss (retain_graph); its "
+                "gradient was made in forward and handed on the first time");
+    TORCH_CHECK(!torch::GradMode::is_enabled(),
+                "cross_entropy_sum: a backward that builds a graph (create_graph) is not "
+                "supported");
+    torch::Tensor grad = ctx->saved_data[kLogitsGradKey].toTensor();  // (N, V)
+    const torch::Tensor keep = ctx->saved_data[kLogitsKeepKey].toTensor();
+    ctx->saved_data.erase(kLogitsGradKey);
+    ctx->saved_data.erase(kLogitsKeepKey);
+    grad.mul_(keep * grad_outputs[0]);
+    return {grad, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
 }  // namespace
+
+torch::Tensor cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor& targets,
+                                int64_t ignore_index) {
+  TORCH_CHECK(logits.dim() == 2, "cross_entropy_sum: logits (N, V) expected, got ",
+              logits.sizes());
+  TORCH_CHECK(targets.dim() == 1 && targets.size(0) == logits.size(0) &&
+                  targets.scalar_type() == torch::kLong,
+              "cross_entropy_sum: targets must be (", logits.size(0), ") int64, got ",
+              targets.sizes(), " ", targets.scalar_type());
+  if (logits.scalar_type() != torch::kFloat || !logits.is_contiguous()) {
+    // Lower precisions take the softmax in float32, as autocast runs cross_entropy; float64
+    // stays float64.
+    const torch::Tensor wide =
+        logits.scalar_type() == torch::kDouble ? logits : logits.to(torch::kFloat);
+    return torch::nn::functional::cross_entropy(
+        wide, targets,
+        torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(
+            ignore_index));
+  }
+  // A leaf's values would be overwritten under its owner's feet (its gradient would be right).
+  TORCH_CHECK(!(logits.is_leaf() && logits.requires_grad()),
+              "cross_entropy_sum: the logits are overwritten with their gradient; pass a product "
+              "(the head's output), not a leaf that requires a gradient");
+  const bool with_grad = torch::GradMode::is_enabled() && logits.requires_grad();
+  return CrossEntropySumFunction::apply(logits, targets, ignore_index, with_grad);
+}
 
 torch::Tensor chunked_cross_entropy(const torch::Tensor& hidden, const torch::Tensor& weight,
                                     const torch::Tensor& bias, const torch::Tensor& targets,

@@ -43,6 +43,25 @@
 
 namespace gradscope {
 
+// logits (N, V), targets (N) int64 -> () the summed cross-entropy over the rows whose target
+// is not ignore_index, F::cross_entropy(logits, targets, reduction sum) to a rounding (the
+// full path of --loss). Float32 logits, contiguous: the loss's forward overwrites them, block
+// by block of rows (about kLogitsBlockBytes each, while they are in cache; one block on CUDA),
+// with softmax - one-hot, their gradient for an incoming gradient of 1, and keeps them; its
+// backward scales them by the incoming gradient (0 on ignored rows) in place and hands them on
+// as the logits' gradient. The step thus holds one (N, V) tensor, the logits, from the head's
+// product to its backward, where F::cross_entropy keeps its log-softmax and makes two more of
+// the same size in backward; a caller that needs the logits afterwards keeps a copy. As
+// chunked_cross_entropy, a second backward (retain_graph) and a backward that builds a graph
+// (create_graph) are refused, and so are logits that are a leaf requiring a gradient. Other
+// logits (bfloat16 under autocast, strided) take F::cross_entropy on their float32 copy
+// (float64 as they are), which leaves them as they are and keeps its log-softmax instead.
+torch::Tensor cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor& targets,
+                                int64_t ignore_index);
+
+// The bytes of logits cross_entropy_sum takes at once on the CPU (at least one row).
+inline constexpr int64_t kLogitsBlockBytes = int64_t{2} << 20;
+
 // hidden (N, C), weight (V, C), bias (V) or undefined, targets (N) int64 -> () summed loss,
 // in float32 (float64 when hidden is float64). Differentiable in hidden, weight and bias.
 // chunk_rows >= 1; a chunk larger than N is one chunk.

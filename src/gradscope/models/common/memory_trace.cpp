@@ -452,9 +452,15 @@ Id MemoryTrace::cross_entropy(Id logits, int64_t n, int64_t v) {
 
 void MemoryTrace::lm_loss(Id x, int64_t n, int64_t in, int64_t vocab, bool bias, int weight) {
   if (loss_chunk_ <= 0) {
+    // cross_entropy_sum (models/common/lm_loss.h): forward turns the logits into their
+    // gradient in place and keeps them; backward scales them and hands them on, allocating
+    // nothing of their size.
     const Id logits = linear(x, n, in, vocab, bias, weight);
-    cross_entropy(logits, n, vocab);
+    const Id loss = alloc(kFloat);
+    node({}, {logits}, {loss});
+    nodes_.back().handed = {logits};
     release(logits);
+    set_loss(loss);
     return;
   }
   // Chunked (models/common/lm_loss.h): one chunk's logits exist at a time and become their

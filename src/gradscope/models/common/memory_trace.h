@@ -109,7 +109,8 @@ class MemoryTrace {
   Id self_attention(Id x, const AttentionShape& s);
   // Whether an attention with dropout `dropout` takes SDPA's fused kernel.
   bool fused_attention(double dropout) const;
-  // Cross-entropy (log_softmax then nll_loss) over n rows of v classes, summed.
+  // Cross-entropy (log_softmax then nll_loss, F::cross_entropy) over n rows of v classes,
+  // summed: a classifier's loss.
   Id cross_entropy(Id logits, int64_t n, int64_t v);
 
   // ---- the loss head of a language model ----
