@@ -220,10 +220,8 @@ TEST(ChunkedCrossEntropy, BadArgumentsAreRefused) {
 
 // The gradients are taken in forward and handed on by the one backward: a second backward
 // through the same loss is refused by name rather than given nothing.
-TEST(ChunkedCrossEntropy, ASecondBackwardIsRefused) {
-  ChunkedHeadProblem p(9, 4, 6, torch::kFloat, 6);
-  torch::Tensor loss =
-      chunked_cross_entropy(p.hidden, p.weight, p.bias, p.targets, 4, kIgnoreIndex);
+// One backward through `loss` keeping its graph, then a second one, which must be refused.
+void expect_second_backward_refused(const torch::Tensor& loss) {
   loss.backward({}, /*retain_graph=*/true);
   try {
     loss.backward();
@@ -231,6 +229,12 @@ TEST(ChunkedCrossEntropy, ASecondBackwardIsRefused) {
   } catch (const c10::Error& e) {
     EXPECT_NE(std::string(e.what()).find("backward ran twice"), std::string::npos) << e.what();
   }
+}
+
+TEST(ChunkedCrossEntropy, ASecondBackwardIsRefused) {
+  ChunkedHeadProblem p(9, 4, 6, torch::kFloat, 6);
+  expect_second_backward_refused(
+      chunked_cross_entropy(p.hidden, p.weight, p.bias, p.targets, 4, kIgnoreIndex));
 }
 
 // Backward hands forward's gradients on rather than copying them: once it has run, with the
@@ -321,11 +325,10 @@ FullLossResult full_loss(const torch::Tensor& logits, const torch::Tensor& targe
                          bool reference) {
   const torch::Tensor leaf = logits.detach().clone().requires_grad_(true);
   const torch::Tensor x = leaf * 1.0;  // not a leaf, as the head's product is not
-  const torch::Tensor loss =
-      reference ? F::cross_entropy(
-                      x, targets,
-                      F::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(kIgnoreIndex))
-                : cross_entropy_sum(x, targets, kIgnoreIndex);
+  const auto options =
+      F::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(kIgnoreIndex);
+  const torch::Tensor loss = reference ? F::cross_entropy(x, targets, options)
+                                       : cross_entropy_sum(x, targets, kIgnoreIndex);
   (loss * 1.5).backward();
   return {loss.detach(), leaf.grad()};
 }
@@ -437,15 +440,8 @@ TEST(CrossEntropySum, HoldsOneTensorOfTheLogitsSize) {
 TEST(CrossEntropySum, ASecondBackwardIsRefused) {
   const torch::Tensor leaf = random_normal({6, 5}, 45).requires_grad_(true);
   const torch::Tensor targets = random_ids(1, 6, 5, 46).reshape({6});
-  torch::Tensor loss = cross_entropy_sum(leaf * 1.0, targets, kIgnoreIndex);
-  loss.backward({}, /*retain_graph=*/true);
-  try {
-    loss.backward();
-    FAIL() << "a second backward ran";
-  } catch (const c10::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("backward ran twice"), std::string::npos) << e.what();
-  }
-  loss = cross_entropy_sum(leaf * 1.0, targets, kIgnoreIndex);
+  expect_second_backward_refused(cross_entropy_sum(leaf * 1.0, targets, kIgnoreIndex));
+  const torch::Tensor loss = cross_entropy_sum(leaf * 1.0, targets, kIgnoreIndex);
   EXPECT_THROW(torch::autograd::grad({loss}, {leaf}, {}, /*retain_graph=*/true,
                                      /*create_graph=*/true),
                c10::Error);

@@ -145,8 +145,8 @@ const std::vector<StrategyDescription>& step_options() {
        fmt::format("a language model's loss head computes its logits --loss-chunk positions at a "
                    "time (default {}), never for the whole batch, and takes their gradients in "
                    "forward while they exist: what it keeps for backward goes from positions x "
-                   "vocabulary floats (the logits' gradient) to the gradients of its input and of the "
-                   "vocabulary matrix, (positions + vocabulary) x hidden floats, less when the "
+                   "vocabulary floats (the logits' gradient) to the gradients of its input and of "
+                   "the vocabulary matrix, (positions + vocabulary) x hidden floats, less when the "
                    "positions outnumber the hidden size; the same matrix products; a graph can be "
                    "backpropagated once (llama, nanovlm, modernbert)",
                    RunConfig().loss_chunk)},

@@ -161,8 +161,8 @@ struct MemoryBreakdown {
   std::optional<int64_t> activations;  // null without phase timing
   int64_t other = 0;
   // Of activations, what the loss head of a language model held (its logits, turned into
-  // their gradient, with --loss full): a part of activations, not a summand; null without such a head or
-  // without phase timing.
+  // their gradient, with --loss full): a part of activations, not a summand; null without such
+  // a head or without phase timing.
   std::optional<int64_t> logits;
   // With --shard: the buffers of collectives (buckets being reduced, shards being gathered),
   // the most alive at once, when the peak fell in backward or communication; null for one
