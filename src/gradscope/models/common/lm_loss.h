@@ -54,8 +54,9 @@ namespace gradscope {
 // the same size in backward; a caller that needs the logits afterwards keeps a copy. As
 // chunked_cross_entropy, a second backward (retain_graph) and a backward that builds a graph
 // (create_graph) are refused, and so are logits that are a leaf requiring a gradient. Other
-// logits (bfloat16 under autocast, strided) take F::cross_entropy on their float32 copy
-// (float64 as they are), which leaves them as they are and keeps its log-softmax instead.
+// logits take F::cross_entropy, which leaves them as they are and keeps its log-softmax
+// instead: bfloat16 ones (under autocast) on a float32 copy, strided float32 and float64 ones
+// as they are.
 torch::Tensor cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor& targets,
                                 int64_t ignore_index);
 
