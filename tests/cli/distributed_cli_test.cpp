@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -94,15 +95,22 @@ TEST(DistributedCli, EveryModeComputesTheStepOfOneProcess) {
   ASSERT_EQ(one.code, 0) << one.err;
   const RunRecord reference = record_file(dir.file("one.json"));
   std::map<std::string, RankFigures> rank0;
-  for (const char* mode : {"ddp", "zero1", "zero2", "fsdp"}) {
-    const std::string json = dir.file(std::string(mode) + ".json");
+  std::map<std::string, std::vector<std::optional<double>>> losses;
+  for (const std::string label : {"ddp", "zero1", "zero2", "fsdp", "fsdp reduce-scatter"}) {
+    const std::string mode = label.substr(0, label.find(' '));
+    const bool scatter = label != mode;
+    const std::string json = dir.file(mode + (scatter ? "-rs" : "") + ".json");
     const auto r = testing::run_gradscope(
-        args(2, 4, fmt::format("--nproc 2 --shard {} --json {}", mode, json)));
-    ASSERT_EQ(r.code, 0) << mode << ": " << r.err;
+        args(2, 4, fmt::format("--nproc 2 --shard {} --json {}{}", mode, json,
+                               scatter ? " --grad-reduce reduce-scatter" : "")));
+    ASSERT_EQ(r.code, 0) << label << ": " << r.err;
     const RunRecord got = record_file(json);
     // A reordered float32 sum over the batch: a few units of 2^-24 relative.
-    expect_same_losses(got, reference, 1e-5, mode);
-    ASSERT_TRUE(got.distributed.has_value()) << mode;
+    expect_same_losses(got, reference, 1e-5, label);
+    for (const auto& step : got.steps) losses[label].push_back(step.loss);
+    EXPECT_EQ(got.config.grad_reduce, scatter ? GradReduce::kReduceScatter
+                                              : GradReduce::kAllReduce) << label;
+    ASSERT_TRUE(got.distributed.has_value()) << label;
     const RunDistributed& d = *got.distributed;
     EXPECT_EQ(d.world, 2);
     EXPECT_EQ(d.shard, mode);
@@ -116,8 +124,13 @@ TEST(DistributedCli, EveryModeComputesTheStepOfOneProcess) {
       EXPECT_GT(*f.bytes_sent_per_step, 0);
       ASSERT_TRUE(f.comm_s.has_value());
     }
-    rank0[mode] = d.ranks[0];
+    rank0[label] = d.ranks[0];
   }
+  // Gloo's reduce-scatter is an all-reduce and a copy of the chunk: the same sums, bit for
+  // bit, and the same bytes sent.
+  EXPECT_EQ(losses["fsdp reduce-scatter"], losses["fsdp"]);
+  EXPECT_EQ(*rank0["fsdp reduce-scatter"].bytes_sent_per_step,
+            *rank0["fsdp"].bytes_sent_per_step);
   // Per-rank state: zero1, zero2 and fsdp hold half of ddp's Adam moments (to the padding of
   // the flat space); gradients: zero2 and fsdp keep half, ddp and zero1 all of them.
   const double state = static_cast<double>(rank0["ddp"].optimizer_state_bytes);
@@ -182,9 +195,10 @@ TEST(DistributedCli, VerifyProvesEveryModeAgainstOneProcess) {
       "verify --model llama --preset tiny --seq 32 --nproc 2 --dtype fp32 --dataset " +
       testing::fixture("text/sotu-excerpt.txt"));
   EXPECT_EQ(r.code, 0) << r.out << r.err;
-  for (const char* mode : {"ddp x2", "zero1 x2", "zero2 x2", "fsdp x2"})
+  for (const char* mode :
+       {"ddp x2", "zero1 x2", "zero2 x2", "fsdp x2", "fsdp reduce-scatter x2"})
     EXPECT_TRUE(testing::contains(r.out, mode)) << r.out;
-  EXPECT_TRUE(testing::contains(r.out, "fp32: 8 of 8 checks hold")) << r.out;
+  EXPECT_TRUE(testing::contains(r.out, "fp32: 10 of 10 checks hold")) << r.out;
 }
 
 TEST(DistributedCli, ARankThatDiesStopsTheOthersAndTheRunIsCrashed) {
@@ -261,6 +275,8 @@ TEST(DistributedCli, BadSettingsAreRefusedBeforeAnyRankStarts) {
            {"--nproc 2 --shard zero1 --optimizer galore", "galore"},
            {"--nproc 2 --shard ddp --strategy fused", "inside backward"},
            {"--nproc 2 --shard ddp --bucket-size 10", "bucket-size"},
+           {"--nproc 2 --shard zero2 --grad-reduce reduce-scatter", "--grad-reduce"},
+           {"--nproc 2 --shard fsdp --grad-reduce scatter", "--grad-reduce"},
            {"--shard sharded", "shard"}}) {
     const auto r = testing::run_gradscope(base + " " + extra);
     EXPECT_EQ(r.code, 2) << extra << ": " << r.err;

@@ -116,6 +116,9 @@ TEST(Comm, OneRankIsTheIdentity) {
   torch::Tensor t = torch::arange(4, torch::kFloat32);
   comm->allreduce(t);
   EXPECT_TRUE(t.equal(torch::arange(4, torch::kFloat32)));
+  torch::Tensor shard = torch::empty({4});
+  comm->reduce_scatter(shard, t);
+  EXPECT_TRUE(shard.equal(t));
 }
 
 TEST(Comm, TwoGlooRanksReduceGatherAndExchangeText) {
@@ -123,8 +126,8 @@ TEST(Comm, TwoGlooRanksReduceGatherAndExchangeText) {
   std::vector<std::string> failures(2);
   std::vector<std::vector<std::string>> texts(2);
   std::vector<double> sums(2);
-  std::vector<torch::Tensor> reduced(2), gathered(2);
-  std::vector<int64_t> sent(2);
+  std::vector<torch::Tensor> reduced(2), gathered(2), scattered(2);
+  std::vector<int64_t> sent(2), scatter_sent(2);
   auto rank = [&](int r) {
     try {
       RankEnv env;
@@ -144,6 +147,12 @@ TEST(Comm, TwoGlooRanksReduceGatherAndExchangeText) {
       texts[static_cast<size_t>(r)] =
           comm->gather_text(r == 0 ? std::string("rank zero") : std::string("1\0\xff", 3));
       sent[static_cast<size_t>(r)] = comm->stats().bytes_sent;
+      // Rank r gives 0, 1, ..., 5 times (r + 1): the sum is 3 x that, rank r keeps its half.
+      torch::Tensor shard = torch::full({3}, -1.0f);
+      comm->reduce_scatter(shard, torch::arange(6, torch::kFloat32) * (r + 1));
+      scattered[static_cast<size_t>(r)] = shard;
+      scatter_sent[static_cast<size_t>(r)] =
+          comm->stats().bytes_sent - sent[static_cast<size_t>(r)];
     } catch (const std::exception& e) {
       failures[static_cast<size_t>(r)] = e.what();
     }
@@ -157,6 +166,10 @@ TEST(Comm, TwoGlooRanksReduceGatherAndExchangeText) {
     EXPECT_TRUE(
         gathered[static_cast<size_t>(r)].equal(torch::tensor({0.f, 0.f, 0.f, 10.f, 10.f, 10.f})));
     EXPECT_DOUBLE_EQ(sums[static_cast<size_t>(r)], 1.5);
+    EXPECT_TRUE(scattered[static_cast<size_t>(r)].equal(
+        torch::arange(3 * r, 3 * r + 3, torch::kFloat32) * 3));
+    // Gloo's reduce-scatter all-reduces the 24 bytes: 2(N-1)/N of them sent.
+    EXPECT_EQ(scatter_sent[static_cast<size_t>(r)], 24);
     EXPECT_EQ(texts[static_cast<size_t>(r)],
               (std::vector<std::string>{"rank zero", std::string("1\0\xff", 3)}));
   }

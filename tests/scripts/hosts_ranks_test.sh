@@ -93,7 +93,7 @@ elapsed() {
   "$py" -c 'import sys; print(f"{float(sys.argv[2]) - float(sys.argv[1]):.2f}")' "$1" "$2"
 }
 
-echo "== verify: four shard modes on 2 hosts against one process"
+echo "== verify: every shard mode on 2 hosts against one process"
 port=$((port + 1))
 on_host 2 verify --model llama --nproc-per-node 1 --dist-timeout 60 > v-h2.log 2>&1 &
 pid=$!
@@ -101,7 +101,7 @@ on_host 1 verify --model llama --nproc-per-node 1 --dist-timeout 60 > v-h1.log 2
   fail "verify on 2 hosts x 1 rank: $(tail -3 v-h1.log)"
 wait $pid || fail "verify's host 2 failed: $(tail -3 v-h2.log)"
 grep -E '^(fp32|bf16):' v-h1.log
-grep -q 'fp32: 8 of 8 checks hold' v-h1.log && grep -q 'bf16: 8 of 8 checks hold' v-h1.log ||
+grep -q 'fp32: 10 of 10 checks hold' v-h1.log && grep -q 'bf16: 10 of 10 checks hold' v-h1.log ||
   fail "verify on 2 hosts x 1 rank: not every check holds"
 port=$((port + 1))
 on_host 2 verify --model llama --nproc-per-node 2 --dtype fp32 --dist-timeout 60 > v4-h2.log 2>&1 &
@@ -110,7 +110,7 @@ on_host 1 verify --model llama --nproc-per-node 2 --dtype fp32 --dist-timeout 60
   fail "verify on 2 hosts x 2 ranks: $(tail -3 v4-h1.log)"
 wait $pid || fail "verify's host 2 (2 ranks) failed: $(tail -3 v4-h2.log)"
 grep -E '^fp32:' v4-h1.log
-grep -q '^ddp x4' v4-h1.log && grep -q 'fp32: 8 of 8 checks hold' v4-h1.log ||
+grep -q '^ddp x4' v4-h1.log && grep -q 'fp32: 10 of 10 checks hold' v4-h1.log ||
   fail "verify on 2 hosts x 2 ranks: not every check holds"
 
 echo "== same-run: a zero2 run on 2 hosts against its 2 ranks on one host"

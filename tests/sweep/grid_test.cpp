@@ -406,7 +406,7 @@ TEST(SweepRunKeys, MatchTheRunCommandsOptions) {
   const auto& keys = run_keys();
   // Every run setting but the outputs (db, json, quiet, memory_snapshot, sweep) and the
   // tables opt and arch.
-  EXPECT_EQ(keys.size(), 56u);
+  EXPECT_EQ(keys.size(), 57u);
   EXPECT_EQ(keys.front(), "model");
   for (const char* key : {"accum_steps",
                           "checkpoint_policy",
@@ -433,6 +433,7 @@ TEST(SweepRunKeys, MatchTheRunCommandsOptions) {
                           "lora_dropout",
                           "nproc",
                           "shard",
+                          "grad_reduce",
                           "bucket_size",
                           "dist_timeout"})
     EXPECT_NE(std::find(keys.begin(), keys.end(), key), keys.end()) << key;

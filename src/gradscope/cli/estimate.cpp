@@ -201,6 +201,7 @@ void add_estimate_command(CLI::App& root, int& exit_code) {
                       "nnodes",
                       "nproc-per-node",
                       "shard",
+                      "grad-reduce",
                       "bucket-size",
                       "seq",
                       "dtype",

@@ -46,7 +46,8 @@ std::vector<std::string> eval_settings() {
       "strategy", "recompute", "checkpoint-policy", "checkpoint-every", "optimizer-step",
       "attention",                                                // how a step is computed
       "steps", "warmup-steps", "eval-every",                      // shape, evaluation
-      "memory-cap", "nproc", "nnodes", "network", "shard", "bucket-size", "dist-timeout",
+      "memory-cap", "nproc", "nnodes", "network", "shard", "grad-reduce", "bucket-size",
+      "dist-timeout",
       "timeout"};  // device
   static const std::set<SettingSection> kSections = {
       SettingSection::kModel, SettingSection::kStep, SettingSection::kShape,

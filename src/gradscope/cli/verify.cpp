@@ -48,7 +48,7 @@ std::vector<std::string> verify_setting_names() {
       "strategy",        "optimizer-step",  "dtype",          "dropout",
       "lora-dropout",    "steps",           "warmup-steps",   "lr-schedule",
       "lr-warmup-steps", "lr-search-trials", "lr-search-steps", "lr-search-span",
-      "shard",           "memory-cap"};
+      "shard",           "grad-reduce",     "memory-cap"};
   static const std::set<SettingSection> sections = {
       SettingSection::kModel, SettingSection::kOptimizer,
       SettingSection::kStep, SettingSection::kShape,
@@ -142,9 +142,10 @@ constexpr const char* kVerifyHelp =
     "method, must stay within relative 2e-2 of standard training (the recompute runs from an\n"
     "input within 2^-9 of the forward's; on top of the recompute's own tolerance).\n"
     "With --nproc N: instead, every --shard mode the optimizer allows (ddp, zero1, zero2,\n"
-    "fsdp) over 2 steps of N ranks with micro-batch --batch against one process with N x\n"
-    "--batch, dropout off: the losses and what the steps moved each parameter by, relative\n"
-    "<= 1e-5 (2e-2 in bf16; the ranks reorder the batch's sums).\n"
+    "fsdp, and fsdp with --grad-reduce reduce-scatter) over 2 steps of N ranks with\n"
+    "micro-batch --batch against one process with N x --batch, dropout off: the losses and\n"
+    "what the steps moved each parameter by, relative <= 1e-5 (2e-2 in bf16; the ranks\n"
+    "reorder the batch's sums).\n"
     "Prints the differences; exit 0 iff every check holds.\n"
     "Example: gradscope verify --model llama --strategy checkpoint\n"
     "         gradscope verify --model llama --nproc 2";

@@ -77,6 +77,10 @@ class SingleRank : public Communicator {
     out.at(0).copy_(in);
   }
   void broadcast(const torch::Tensor&, int) override { ++stats_.collectives; }
+  void reduce_scatter(const torch::Tensor& out, const torch::Tensor& in) override {
+    ++stats_.collectives;
+    out.copy_(in.view_as(out));
+  }
 };
 
 using Seconds = std::chrono::duration<double>;
@@ -170,6 +174,23 @@ class C10dRanks : public Communicator {
     } catch (const std::exception& e) {
       lost("broadcast", e, started);
     }
+  }
+  void reduce_scatter(const torch::Tensor& out, const torch::Tensor& in) override {
+    TORCH_CHECK(in.numel() == out.numel() * world_ && in.is_contiguous() && out.is_contiguous(),
+                "reduce_scatter: a contiguous input of world x the output's elements expected");
+    // Gloo's _reduce_scatter_base all-reduces the input and copies the chunk out (c10d's
+    // ProcessGroupGloo); NCCL runs a reduce-scatter.
+    count_reduce_scatter(static_cast<int64_t>(in.numel() * in.element_size()),
+                         !device_.is_cuda());
+    at::Tensor input = in.device() == device_ ? in : in.to(device_);
+    at::Tensor output = out.device() == device_ ? out : torch::empty_like(out, input.options());
+    const Clock::time_point started = Clock::now();
+    try {
+      finish_counted(group_->_reduce_scatter_base(output, input));
+    } catch (const std::exception& e) {
+      lost("reduce-scatter", e, started);
+    }
+    if (!output.is_same(out)) out.copy_(output);
   }
 
  private:
@@ -379,6 +400,11 @@ void Communicator::count_allgather(int64_t bytes) {
 void Communicator::count_broadcast(int64_t bytes, int root) {
   ++stats_.collectives;
   if (rank_ == root) stats_.bytes_sent += (world_ - 1) * bytes;
+}
+void Communicator::count_reduce_scatter(int64_t in_bytes, bool by_allreduce) {
+  if (by_allreduce) return count_allreduce(in_bytes);
+  ++stats_.collectives;
+  stats_.bytes_sent += (world_ - 1) * in_bytes / world_;
 }
 
 std::shared_ptr<Communicator> single_rank_communicator() { return std::make_shared<SingleRank>(); }

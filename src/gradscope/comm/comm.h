@@ -75,7 +75,9 @@ class PendingCollective {
 struct CommStats {
   int64_t collectives = 0;
   // What this rank sends under the ring algorithms: an all-reduce of n bytes sends
-  // 2(N-1)/N n, an all-gather of n bytes per rank (N-1) n, a broadcast (N-1) n from its root.
+  // 2(N-1)/N n, an all-gather of n bytes per rank (N-1) n, a broadcast (N-1) n from its root,
+  // a reduce-scatter of n bytes (N-1)/N n on NCCL and, on Gloo, which all-reduces them,
+  // 2(N-1)/N n.
   int64_t bytes_sent = 0;
   // Seconds this rank's thread spent blocked on collectives: waiting for an all-reduce it
   // started, or in a synchronous one (the communication the step could not hide).
@@ -118,6 +120,10 @@ class Communicator {
   virtual void allgather(std::vector<torch::Tensor>& out, const torch::Tensor& in) = 0;
   // Rank `root`'s `t` to every rank, in place.
   virtual void broadcast(const torch::Tensor& t, int root) = 0;
+  // `in` (world() x out.numel() elements, contiguous) summed over the ranks; chunk rank() of
+  // the sum written to `out`. c10d's reduce_scatter_tensor: on Gloo itself an all-reduce of
+  // `in` and a copy of the chunk (counted so), on NCCL a ring reduce-scatter.
+  virtual void reduce_scatter(const torch::Tensor& out, const torch::Tensor& in) = 0;
 
   // Scalars summed over the ranks.
   int64_t sum(int64_t v);
@@ -155,6 +161,8 @@ class Communicator {
   void count_allreduce(int64_t bytes);
   void count_allgather(int64_t bytes);
   void count_broadcast(int64_t bytes, int root);
+  // `in_bytes` reduce-scattered: by a ring reduce-scatter, or by an all-reduce (Gloo).
+  void count_reduce_scatter(int64_t in_bytes, bool by_allreduce);
 
   int rank_, world_;
   torch::Device device_;

@@ -47,6 +47,8 @@ constexpr std::pair<Shard, const char*> kShards[] = {{Shard::kNone, "none"},
                                                      {Shard::kZero1, "zero1"},
                                                      {Shard::kZero2, "zero2"},
                                                      {Shard::kFsdp, "fsdp"}};
+constexpr std::pair<GradReduce, const char*> kGradReduces[] = {
+    {GradReduce::kAllReduce, "all-reduce"}, {GradReduce::kReduceScatter, "reduce-scatter"}};
 
 }  // namespace
 
@@ -58,6 +60,7 @@ const char* loss_kind_name(LossKind k) { return name_of(k, kLossKinds); }
 const char* projections_name(Projections p) { return name_of(p, kProjections); }
 const char* attention_name(Attention a) { return name_of(a, kAttentions); }
 const char* shard_name(Shard s) { return name_of(s, kShards); }
+const char* grad_reduce_name(GradReduce g) { return name_of(g, kGradReduces); }
 
 namespace {
 template <typename E, size_t N>
@@ -77,6 +80,10 @@ std::vector<std::string> projections_names() { return names_in(kProjections); }
 std::vector<std::string> attention_names() { return names_in(kAttentions); }
 std::vector<std::string> shard_names() { return names_in(kShards); }
 std::optional<Shard> parse_shard(const std::string& name) { return parse_named(name, kShards); }
+std::vector<std::string> grad_reduce_names() { return names_in(kGradReduces); }
+std::optional<GradReduce> parse_grad_reduce(const std::string& name) {
+  return parse_named(name, kGradReduces);
+}
 std::optional<Dtype> parse_dtype(const std::string& name) { return parse_named(name, kDtypes); }
 std::optional<LrSchedule> parse_lr_schedule(const std::string& name) {
   return parse_named(name, kSchedules);

@@ -69,6 +69,12 @@ enum class Shard {
   kFsdp,   // also the parameters, gathered per block for its forward and backward (ZeRO-3)
 };
 
+// --grad-reduce: how fsdp reduces a block's gradients to the rank that keeps each shard.
+enum class GradReduce {
+  kAllReduce,      // the whole unit summed on every rank; each keeps its shard
+  kReduceScatter,  // c10d's reduce-scatter: each rank receives only its shard's sum
+};
+
 // --strategy: the study's memory strategies, each a shorthand for a way of computing a step.
 // "standard" is none of the parts; the others join the parts they use with '+', in the order
 // checkpoint, accumulation, fused ("checkpoint+accumulation").
@@ -183,6 +189,7 @@ struct RunConfig {
   // run on two networks is two runs.
   std::string network;
   Shard shard = Shard::kNone;
+  GradReduce grad_reduce = GradReduce::kAllReduce;
   int64_t bucket_bytes = 25LL << 20;  // gradients reduced together (ddp, zero) or gathered
   double dist_timeout_s = 120;        // a collective that waits longer fails the run
   Dtype dtype = Dtype::kFp32;
@@ -246,6 +253,7 @@ const char* loss_kind_name(LossKind k);
 const char* projections_name(Projections p);
 const char* attention_name(Attention a);
 const char* shard_name(Shard s);
+const char* grad_reduce_name(GradReduce g);
 std::string strategy_name(const StrategyShorthand& s);
 // Every value's name, in declaration order: the settings table's choices.
 std::vector<std::string> dtype_names();
@@ -256,6 +264,7 @@ std::vector<std::string> loss_kind_names();
 std::vector<std::string> projections_names();
 std::vector<std::string> attention_names();
 std::vector<std::string> shard_names();
+std::vector<std::string> grad_reduce_names();
 std::optional<Dtype> parse_dtype(const std::string& name);
 std::optional<LrSchedule> parse_lr_schedule(const std::string& name);
 std::optional<Recompute> parse_recompute(const std::string& name);
@@ -264,6 +273,7 @@ std::optional<LossKind> parse_loss_kind(const std::string& name);
 std::optional<Projections> parse_projections(const std::string& name);
 std::optional<Attention> parse_attention(const std::string& name);
 std::optional<Shard> parse_shard(const std::string& name);
+std::optional<GradReduce> parse_grad_reduce(const std::string& name);
 std::optional<StrategyShorthand> parse_strategy(const std::string& name);
 
 // The projections LoRA can adapt, in canonical order: q, k, v, o, gate, up, down.

@@ -201,6 +201,29 @@ Setting shard_row() {
   return s;
 }
 
+Setting grad_reduce_row() {
+  Setting s = choice_row<GradReduce>(
+      "grad-reduce", "grad_reduce", &RunConfig::grad_reduce, S::kDevice,
+      "With --shard fsdp: how a block's gradients reach the ranks that keep their shards: "
+      "all-reduce (every rank sums the whole block, keeps its shard) or reduce-scatter "
+      "(c10d's collective: each rank receives its shard's sum)",
+      parse_grad_reduce, grad_reduce_name, grad_reduce_names());
+  s.check = [flag = s.flag()](const RunConfig& c) {
+    // zero2's shards are contiguous ranges of all parameters, so a bucket lies in one rank's
+    // shard (or two): scattering it would send the whole bucket to each rank's chunk.
+    check_usage(c.grad_reduce == GradReduce::kAllReduce || c.shard == Shard::kFsdp,
+                fmt::format("{} reduce-scatter applies to --shard fsdp only (got --shard {})",
+                            flag, shard_name(c.shard)),
+                "add --shard fsdp, or leave --grad-reduce out");
+  };
+  // In the id only when not the default: runs before it had none.
+  s.write = [](const RunConfig& c, json& out, JsonPurpose purpose) {
+    if (purpose == JsonPurpose::kRecord || c.grad_reduce != GradReduce::kAllReduce)
+      out["grad_reduce"] = grad_reduce_name(c.grad_reduce);
+  };
+  return s;
+}
+
 Setting bucket_row() {
   Setting s = member_row("bucket-size", "bucket_bytes", &RunConfig::bucket_bytes, T::kBytes,
                          R::kDefines, S::kDevice,
@@ -246,6 +269,7 @@ void add_rank_rows(std::vector<Setting>& t) {
   t.push_back(ifname_row());
   t.push_back(network_row());
   t.push_back(shard_row());
+  t.push_back(grad_reduce_row());
   t.push_back(bucket_row());
   t.push_back(dist_timeout_row());
 }

@@ -269,7 +269,7 @@ std::set<std::string> telling_apart(const Group& a, const Group& b) {
 
 // The settings of how a step is spread over ranks, named together as ranks_text.
 bool ranks_setting(const std::string& name) {
-  return name == "nproc" || name == "shard" || name == "bucket_bytes";
+  return name == "nproc" || name == "shard" || name == "grad_reduce" || name == "bucket_bytes";
 }
 
 // Labels: optimizer and strategy, plus each setting in which the group differs from another
@@ -347,7 +347,8 @@ bool distributed_group(const Group& g) {
 
 std::string ranks_text(const Group& g) {
   if (!distributed_group(g)) return "1 process";
-  return fmt::format("{} x{}", g.shard.empty() ? shard_name(g.config.shard) : g.shard,
+  return fmt::format("{}{} x{}", g.shard.empty() ? shard_name(g.config.shard) : g.shard,
+                     g.config.grad_reduce == GradReduce::kReduceScatter ? " reduce-scatter" : "",
                      g.config.nproc);
 }
 

@@ -13,7 +13,9 @@ namespace gradscope {
 namespace {
 
 // The work of a step, whatever the ranks it is spread over.
-std::string work_key(const Group& g) { return key_without(g, {"nproc", "shard", "bucket_bytes"}); }
+std::string work_key(const Group& g) {
+  return key_without(g, {"nproc", "shard", "grad_reduce", "bucket_bytes"});
+}
 
 // One configuration on any rank count.
 std::string line_key(const Group& g) { return key_without(g, {"nproc"}); }

@@ -55,8 +55,8 @@ class FsdpUpdater : public Updater, public MicroBatchListener {
  public:
   FsdpUpdater(Model& model, const std::vector<torch::Tensor>& params, const OptimizerSpec& spec,
               const UpdaterOptions& options, std::shared_ptr<Communicator> comm,
-              int64_t bucket_bytes)
-      : options_(options), comm_(std::move(comm)) {
+              int64_t bucket_bytes, GradReduce grad_reduce)
+      : options_(options), comm_(std::move(comm)), grad_reduce_(grad_reduce) {
     const int world = comm_->world(), rank = comm_->rank();
     std::unordered_map<const void*, size_t> index_of;
     for (size_t i = 0; i < params.size(); ++i) index_of[params[i].unsafeGetTensorImpl()] = i;
@@ -319,8 +319,8 @@ class FsdpUpdater : public Updater, public MicroBatchListener {
     release(u);
   }
 
-  // All-reduces the unit's gradients (zeros for those that did not come) and keeps this
-  // rank's shard of them.
+  // Reduces the unit's gradients (zeros for those that did not come) over the ranks and
+  // keeps this rank's shard of the sum: all-reduced whole, or reduce-scattered.
   void reduce(FsdpUnit& u) {
     torch::NoGradGuard no_grad;
     torch::Tensor flat;
@@ -336,8 +336,14 @@ class FsdpUpdater : public Updater, public MicroBatchListener {
     }
     // Synchronous, inside backward (its time is backward's): not among the bucket reductions
     // whose overlap the record reports.
-    comm_->allreduce(flat);
-    {
+    if (grad_reduce_ == GradReduce::kReduceScatter) {
+      {
+        const MemoryScope scope(MemoryComponent::kGradients);  // this rank's gradient shard
+        u.grad_shard = torch::empty({u.shard}, flat.options());
+      }
+      comm_->reduce_scatter(u.grad_shard, flat);
+    } else {
+      comm_->allreduce(flat);
       const MemoryScope scope(MemoryComponent::kGradients);  // this rank's gradient shard
       u.grad_shard = flat.narrow(0, comm_->rank() * u.shard, u.shard).clone();
     }
@@ -347,6 +353,7 @@ class FsdpUpdater : public Updater, public MicroBatchListener {
 
   UpdaterOptions options_;
   std::shared_ptr<Communicator> comm_;
+  GradReduce grad_reduce_;
   ShardFigures figures_;
   BufferTally buffers_;
   std::vector<FsdpUnit> units_;
@@ -373,8 +380,9 @@ std::unique_ptr<Updater> make_fsdp_updater(Model& model, const std::vector<torch
                                            const OptimizerSpec& spec,
                                            const UpdaterOptions& options,
                                            std::shared_ptr<Communicator> comm,
-                                           int64_t bucket_bytes) {
-  return std::make_unique<FsdpUpdater>(model, params, spec, options, std::move(comm), bucket_bytes);
+                                           int64_t bucket_bytes, GradReduce grad_reduce) {
+  return std::make_unique<FsdpUpdater>(model, params, spec, options, std::move(comm), bucket_bytes,
+                                       grad_reduce);
 }
 
 const ShardFigures* fsdp_figures(const Updater& updater) {

@@ -167,13 +167,16 @@ std::unique_ptr<Updater> make_sharded_updater(const StepPlan& plan, Shard shard,
                                               const OptimizerSpec& optimizer,
                                               const UpdaterOptions& options,
                                               std::shared_ptr<Communicator> comm,
-                                              int64_t bucket_bytes, Model* model) {
+                                              int64_t bucket_bytes, Model* model,
+                                              GradReduce grad_reduce) {
   check_shard(plan, shard, optimizer.name);
   check_usage(shard != Shard::kFsdp || model != nullptr,
               "--shard fsdp needs the model, whose blocks it gathers");
+  check_usage(shard == Shard::kFsdp || grad_reduce == GradReduce::kAllReduce,
+              "--grad-reduce reduce-scatter applies to --shard fsdp only");
   if (shard == Shard::kFsdp)
     return shard_parts::make_fsdp_updater(*model, params, optimizer, options, std::move(comm),
-                                          bucket_bytes);
+                                          bucket_bytes, grad_reduce);
   if (shard == Shard::kDdp)
     return std::make_unique<DdpUpdater>(plan, params, optimizer, options, std::move(comm),
                                         bucket_bytes);

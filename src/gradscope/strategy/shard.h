@@ -66,13 +66,15 @@ const std::vector<std::string>& elementwise_optimizers();
 void check_shard(const StepPlan& plan, Shard shard, const std::string& optimizer);
 
 // The Updater of a sharded step: options.comm names the ranks (at least one). A usage error
-// for a combination it cannot honour.
+// for a combination it cannot honour. grad_reduce: how fsdp reduces its blocks' gradients
+// (the other modes all-reduce).
 std::unique_ptr<Updater> make_sharded_updater(const StepPlan& plan, Shard shard,
                                               const std::vector<torch::Tensor>& params,
                                               const OptimizerSpec& optimizer,
                                               const UpdaterOptions& options,
                                               std::shared_ptr<Communicator> comm,
-                                              int64_t bucket_bytes, Model* model = nullptr);
+                                              int64_t bucket_bytes, Model* model = nullptr,
+                                              GradReduce grad_reduce = GradReduce::kAllReduce);
 
 // The sharded updater's figures (null for an updater that is not sharded).
 const ShardFigures* shard_figures(const Updater& updater);

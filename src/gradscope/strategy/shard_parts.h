@@ -487,7 +487,7 @@ std::unique_ptr<Updater> make_fsdp_updater(Model& model, const std::vector<torch
                                            const OptimizerSpec& spec,
                                            const UpdaterOptions& options,
                                            std::shared_ptr<Communicator> comm,
-                                           int64_t bucket_bytes);
+                                           int64_t bucket_bytes, GradReduce grad_reduce);
 const ShardFigures* fsdp_figures(const Updater& updater);
 
 }  // namespace shard_parts

@@ -59,6 +59,12 @@ struct Ring {
     bytes += rounds * n / static_cast<double>(world);
     return rounds * (link.latency_s + n / static_cast<double>(world) / link.bytes_per_s);
   }
+  // A ring reduce-scatter of n bytes (each rank receives n / N): N-1 rounds of n / N.
+  double reduce_scatter(double n, double& bytes) const {
+    const double rounds = static_cast<double>(world - 1);
+    bytes += rounds * n / static_cast<double>(world);
+    return rounds * (link.latency_s + n / static_cast<double>(world) / link.bytes_per_s);
+  }
   // An all-gather of s bytes from each rank.
   double allgather(double s, double& bytes) const {
     const double rounds = static_cast<double>(world - 1);
@@ -151,8 +157,10 @@ int64_t ready_segment(const Shape& s, size_t param) {
   return static_cast<int64_t>(param) < s.first_block_param ? s.blocks + 1 : 0;
 }
 
+// scatter: fsdp's blocks reduced by a ring reduce-scatter (--grad-reduce reduce-scatter on
+// NCCL; Gloo's reduce-scatter is an all-reduce).
 CommModePrediction predict_mode(const Shape& s, Shard mode, const Ring& ring,
-                                int64_t bucket_bytes, bool norm_sum) {
+                                int64_t bucket_bytes, bool norm_sum, bool scatter) {
   const bool fsdp = mode == Shard::kFsdp;
   const double n = static_cast<double>(ring.world);
   CommModePrediction m;
@@ -205,7 +213,9 @@ CommModePrediction predict_mode(const Shape& s, Shard mode, const Ring& ring,
       const bool has_unit = fsdp && unit[static_cast<size_t>(b)] > 0;
       if (has_unit) tl.sync(ring.allgather(unit_shard(b), m.bytes_per_step));
       tl.compute(s.block_share[static_cast<size_t>(b)] * s.micro_backward_s);
-      if (has_unit && reduces) tl.sync(ring.allreduce(unit_shard(b) * n, m.bytes_per_step));
+      if (has_unit && reduces)
+        tl.sync(scatter ? ring.reduce_scatter(unit_shard(b) * n, m.bytes_per_step)
+                        : ring.allreduce(unit_shard(b) * n, m.bytes_per_step));
       launch_complete(s.blocks - b);
     }
     launch_complete(s.blocks + 1);
@@ -319,10 +329,13 @@ CommPrediction predict_comm(const RunConfig& config, int64_t nnodes, int64_t per
   p.device_flops_per_s = device_flops_per_s;
   const Shape s = shape_of(config, device_flops_per_s, p.forward_s, p.backward_s);
   const Ring ring{nnodes * per_node, ring_link(nnodes, inter, intra)};
+  const bool scatter = config.grad_reduce == GradReduce::kReduceScatter &&
+                       torch::Device(config.device).is_cuda();
   for (Shard mode : {Shard::kDdp, Shard::kZero1, Shard::kZero2, Shard::kFsdp})
     if (shard_refusal(mode, config.optimizer).empty())
       p.modes.push_back(predict_mode(s, mode, ring, config.bucket_bytes,
-                                     config.log_grad_norm || config.clip_grad_norm > 0));
+                                     config.log_grad_norm || config.clip_grad_norm > 0,
+                                     scatter && mode == Shard::kFsdp));
   return p;
 }
 

@@ -419,7 +419,7 @@ void Session::build_updater() {
   if (c.shard != Shard::kNone)
     updater_ = make_sharded_updater(strategy_->plan(), c.shard, parameters_, spec, options,
                                     comm_ ? comm_ : single_rank_communicator(), c.bucket_bytes,
-                                    model_.get());
+                                    model_.get(), c.grad_reduce);
   else
     updater_ = make_updater(strategy_->plan(), parameters_, spec, options);
   strategy_->set_micro_batch_listener(updater_->micro_batch_listener());

@@ -102,7 +102,7 @@ struct VerifyOptions {
 // ignored (options.dtypes says which).
 std::vector<VerifyCheck> verify_strategies(const RunConfig& config, const VerifyOptions& options);
 // With several ranks (config.nproc, comm the ranks met): every --shard mode the optimizer
-// allows, kShardSteps steps of N ranks with micro-batch b (config.batch) against one process
+// allows (fsdp with both --grad-reduce), kShardSteps steps of N ranks with micro-batch b (config.batch) against one process
 // with micro-batch N b, dropout off: the losses of every step and what the steps moved each
 // parameter by, relative <= 1e-5 in fp32 and 2e-2 in bf16 (the ranks reorder the batch's sums;
 // verify.cpp derives it). Every rank runs the same checks and gets the same results.

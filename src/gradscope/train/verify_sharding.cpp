@@ -1,5 +1,5 @@
-// `gradscope verify --nproc N`: every --shard mode against one process of the global batch
-// (verify.h).
+// `gradscope verify --nproc N`: every --shard mode (fsdp with either --grad-reduce) against one
+// process of the global batch (verify.h).
 #include <algorithm>
 #include <cmath>
 
@@ -142,19 +142,26 @@ std::vector<VerifyCheck> verify_sharding(const RunConfig& config,
     for (const auto& [reference, parameters] : optimizers) {
       // Every rank computes the reference itself (no collective), from the same seed.
       const ShardRun ref = shard_steps(reference, alone);
-      for (const Shard shard :
-           {Shard::kDdp, Shard::kZero1, Shard::kZero2, Shard::kFsdp}) {
+      // fsdp twice: its blocks' gradients all-reduced, and reduce-scattered.
+      const std::pair<Shard, GradReduce> modes[] = {
+          {Shard::kDdp, GradReduce::kAllReduce},  {Shard::kZero1, GradReduce::kAllReduce},
+          {Shard::kZero2, GradReduce::kAllReduce}, {Shard::kFsdp, GradReduce::kAllReduce},
+          {Shard::kFsdp, GradReduce::kReduceScatter}};
+      for (const auto& [shard, reduce] : modes) {
         if (!shard_refusal(shard, reference.optimizer).empty()) continue;
         RunConfig c = reference;
         c.nproc = world;
         c.shard = shard;
+        c.grad_reduce = reduce;
         c.batch = config.batch;
         SessionOptions shared;
         shared.data = data;
         shared.comm = comm;
         const ShardRun got = shard_steps(c, shared);
-        const std::string label = fmt::format("{} x{}, {}, {} steps", shard_name(shard), world,
-                                              reference.optimizer, kShardSteps);
+        const std::string label = fmt::format(
+            "{}{} x{}, {}, {} steps", shard_name(shard),
+            reduce == GradReduce::kReduceScatter ? " reduce-scatter" : "", world,
+            reference.optimizer, kShardSteps);
         VerifyCheck check;
         check.strategy = label;
         check.dtype = dtype;
