@@ -16,7 +16,8 @@ median meets it. Benchmarks are not tests: nothing here fails the build.
   limit        achieved FLOP/s of the Llama `small` step against the fp32 GEMM peak that
                `gradscope probe` measures in the same run, and where the rest goes by phase;
                the same with --projections packed, --loss chunked and both, run interleaved
-               with the plain step (model FLOPs: 3 x the forward's, whatever is recomputed)
+               with the plain step (model FLOPs: 3 x the forward's, whatever is recomputed);
+               the step's matrix products timed alone against a square one (gemm_shapes.py)
   attention    --attention sdpa against math: the Llama and ViT `small` steps' time and peak
   checkpoint   checkpointing's step time against standard
   accumulation peak memory of 4 accumulated micro-batches against one micro-batch alone, with
@@ -26,12 +27,13 @@ median meets it. Benchmarks are not tests: nothing here fails the build.
                the timeline file's bytes per step
   ranks        the Llama `small` step of 2 ranks (--shard ddp) against 1 rank at the same
                per-rank batch, one thread per rank; zero2 and fsdp at 2 ranks against ddp; the
-               communication per step and the share of it overlapped with backward
+               communication per step and the share of it overlapped with backward; fsdp's
+               blocks reduce-scattered against all-reduced (step time, bytes per step)
   distributed  the same sharded steps (--shard ddp, zero1, zero2, fsdp at 2 ranks) against
                torch.distributed's DDP, ZeroRedundancyOptimizer and FSDP2, from the same
                weights on the same samples: step time, peak memory per rank, the losses
-  collectives  Gloo's reduce-scatter against its all-reduce (time and bytes on the loopback),
-               which decides how zero2 and fsdp reduce their gradients
+  collectives  Gloo's reduce-scatter against its all-reduce alone (time and bytes on the
+               loopback), on the tensor sizes the sharded steps reduce
   grid         the study's whole grid (240 runs, 3 seeds) at the tiny presets, wall time
 
   bench/bench.py [--pairs N] [--threads T] [--only transformers,peers,...] [--out FILE]
@@ -443,8 +445,51 @@ class Bench:
                  "achieved_per_s": r["flops"]["achieved_per_s"],
                  "slowest_over_median_step": self.slowest_over_median(r),
                  "peak_bytes": r["memory"]["peak_bytes"]} for r in records]
+        shapes_lines, shapes_raw = self.gemm_shapes(base)
+        lines += shapes_lines
         self.details[f"limit, {self.args.threads} thread(s)"] = "\n".join(lines)
-        self.raw[f"limit, {self.args.threads} thread(s)"] = {**raw, "variants": raw_variants}
+        self.raw[f"limit, {self.args.threads} thread(s)"] = {**raw, "variants": raw_variants,
+                                                              "products": shapes_raw}
+
+    def gemm_shapes(self, base):
+        """The step's matrix products timed alone beside a square one (bench/gemm_shapes.py):
+        which fall short of the probe's peak, and how much of the step they take."""
+        done = subprocess.run([PYTHON, os.path.join(ROOT, "bench", "gemm_shapes.py"),
+                               "--gradscope", self.gs, "--rows", "1024",
+                               "--threads", str(self.args.threads)],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            errors = [line for line in done.stderr.splitlines() if line.strip()]
+            reason = errors[-1] if errors else f"exit {done.returncode}"
+            return ["", f"The step's products: failed ({table_text(reason, 120)})."], None
+        r = json.loads(done.stdout)
+        square = r["square"]
+        lines = ["", f"The step's matrix products alone ([gemm_shapes.py](gemm_shapes.py)): "
+                 f"each timed with torch.mm into a buffer, {self.args.threads} thread(s), in "
+                 f"rounds interleaved with a square {square['size']} x {square['size']} fp32 "
+                 f"product (best {square['best_per_s'] / 1e9:.1f}, median "
+                 f"{square['median_per_s'] / 1e9:.1f} GFLOP/s). Of square: the product's "
+                 "median FLOP/s over the square's best. Layers' products of one shape are "
+                 "counted once per layer.", "",
+                 "| weight | product | m x k x n | count | median FLOP/s | of square |",
+                 "|---|---|---|---|---|---|"]
+        for p in r["products"]:
+            note = "" if p["in_step"] else " (autograd's; not run)"
+            lines.append(f"| {p['weight']} | {p['product']}{note} | {p['m']} x {p['k']} x "
+                         f"{p['n']} | {p['count']} | {p['median_per_s'] / 1e9:.1f} G | "
+                         f"{100 * p['median_per_s'] / square['best_per_s']:.0f}% |")
+        products_s = r["products_s_at_median"]
+        if base:
+            step = statistics.median(x["time"]["step_median_s"] for x in base)
+            lines += ["", f"The step's {r['products_flops'] / 1e9:.1f} GFLOP of products at "
+                      f"these median rates: {1e3 * products_s:.0f} ms "
+                      f"({r['products_flops'] / products_s / 1e9:.1f} GFLOP/s, "
+                      f"{100 * r['products_flops'] / products_s / square['best_per_s']:.0f}% "
+                      f"of the square's best); the plain step's median: {1e3 * step:.0f} ms, "
+                      f"so {1e3 * (step - products_s):.0f} ms "
+                      f"({100 * (step - products_s) / step:.0f}%) go to everything else "
+                      "(the loss's softmax, norms, attention, activations, the optimizer)."]
+        return lines, r
 
     # --attention sdpa against math: the step and its peak, side by side, on the two models
     # whose attention differs most in shape (the Llama's causal grouped-query attention over
@@ -502,8 +547,8 @@ class Bench:
     def collectives(self):
         # Gloo's reduce-scatter against its all-reduce on the tensor sizes zero2 and fsdp
         # reduce, two processes of the environment's torch.distributed (the Gloo that
-        # gradscope links): whether reducing a bucket by a reduce-scatter would send less or
-        # take less time than the all-reduce gradscope runs.
+        # gradscope links): the collectives alone, beside `ranks`, which measures fsdp's step
+        # with either.
         self.counter += 1
         out = os.path.join(self.tmp, f"collectives-{self.counter}.json")
         done = subprocess.run([PYTHON, os.path.join(ROOT, "bench", "peers", "collectives_peer.py"),
@@ -524,8 +569,8 @@ class Bench:
                  "reduce-scatter |", "|---|---|---|---|---|"]
         for case in result["cases"]:
             mib = case["bytes"] / 2**20
-            # No target: a measurement that decides how zero2 and fsdp reduce (below 1 would
-            # make them reduce by reduce-scatter).
+            # No target: a measurement of the collectives alone (`ranks` decides fsdp's
+            # default from the step).
             self.row(f"Gloo, 2 ranks, {mib:.0f} MiB: reduce-scatter / all-reduce time",
                      [rs / ar for rs, ar in zip(case["reduce_scatter_s"], case["allreduce_s"])],
                      None)
@@ -637,12 +682,16 @@ class Bench:
         ("2 ranks, ddp", ["--nproc", "2", "--shard", "ddp"]),
         ("2 ranks, zero2", ["--nproc", "2", "--shard", "zero2"]),
         ("2 ranks, fsdp", ["--nproc", "2", "--shard", "fsdp"]),
+        ("2 ranks, fsdp, reduce-scatter",
+         ["--nproc", "2", "--shard", "fsdp", "--grad-reduce", "reduce-scatter"]),
     ]
+    # fsdp's blocks reduced both ways: c10d's reduce-scatter against gradscope's all-reduce.
+    RANKS_REDUCE = ("2 ranks, fsdp, reduce-scatter", "2 ranks, fsdp")
 
     def ranks(self):
         # One thread per rank whatever --threads says: 2 ranks fill a 2-core machine, and
         # 1 rank takes one of its cores. Short runs (3 timed steps after 1 warm-up) keep
-        # the four sides within about 4 minutes at 5 rounds.
+        # the five sides within about 5 minutes at 5 rounds.
         sides = {label: (lambda extra=extra: self.try_gradscope(
                      *self.RANKS_BASE, *extra, threads=1))
                  for label, extra in self.RANKS_SIDES}
@@ -677,13 +726,29 @@ class Bench:
             self.failed_row(name, None, reason)
             self.failed_row(eff_name, None, reason)
         for label, extra in self.RANKS_SIDES[2:]:
-            shard = extra[-1]
-            name = f"{prefix}: step time at 2 ranks, --shard {shard} / ddp"
+            flags = " ".join(extra[2:])
+            name = f"{prefix}: step time at 2 ranks, {flags} / ddp"
             good = [rnd for rnd in runs if ok(rnd[label]) and ok(rnd[ddp])]
             if good:
                 self.row(name, [step(rnd[label]) / step(rnd[ddp]) for rnd in good], None)
             else:
                 self.failed_row(name, None, first_failure(label, ddp))
+        # fsdp both ways, side by side: the step, and what rank 0 sent per step. No target:
+        # the faster way is fsdp's default (below 1 would make it reduce-scatter).
+        scatter, whole = self.RANKS_REDUCE
+        good = [rnd for rnd in runs if ok(rnd[scatter]) and ok(rnd[whole])]
+
+        def sent(r):
+            return r["distributed"]["ranks"][0]["bytes_sent_per_step"]
+
+        for what, ratio in (("step time", lambda rnd: step(rnd[scatter]) / step(rnd[whole])),
+                            ("bytes sent per step",
+                             lambda rnd: sent(rnd[scatter]) / sent(rnd[whole]))):
+            name = f"{prefix}: --shard fsdp {what}, --grad-reduce reduce-scatter / all-reduce"
+            if good:
+                self.row(name, [ratio(rnd) for rnd in good], None)
+            else:
+                self.failed_row(name, None, first_failure(scatter, whole))
 
         # Each side's figures, medians over the rounds. The record's "distributed" part holds
         # every rank's: comm_s (waiting on collectives over the timed steps), overlapped_share
@@ -713,7 +778,8 @@ class Bench:
 
         lines = [f"Ranks: the Llama {self.RANKS_PRESET} step (Adam, micro-batch "
                  f"{self.RANKS_BATCH} x {self.RANKS_SEQ} tokens per rank, one thread per rank, "
-                 "3 timed steps after 1 warm-up), the four sides run interleaved "
+                 f"3 timed steps after 1 warm-up), the {len(self.RANKS_SIDES)} sides run "
+                 "interleaved "
                  f"({len(runs)} rounds; medians). Forward and backward: rank 0's, per timed "
                  "step, without the wait on collectives. Communication: that wait per timed "
                  "step (the record's `distributed.ranks[*].comm_s` over `time.timed_steps`), "

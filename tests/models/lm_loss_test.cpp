@@ -547,5 +547,85 @@ TEST(ChunkedLossInModels, ModernBertMatchesTheFullLoss) {
   expect_chunked_matches_full(*model, batch, 4);
 }
 
+// head_logits is F::linear with the weight's gradient made as (V, C): the same values and
+// gradients, on a 3-D input, with and without a bias, for a weight that is not the leaf
+// (a view: the tied case's embedding is a leaf, but the product must not depend on it).
+TEST(HeadLogits, MatchesFLinearWithItsGradients) {
+  for (const auto dtype : {torch::kFloat64, torch::kFloat32}) {
+    for (const bool with_bias : {false, true}) {
+      const torch::Tensor hidden =
+          random_normal({3, 5, 8}, 60).to(dtype).requires_grad_(true);  // (B, T, C)
+      const torch::Tensor weight = random_normal({11, 8}, 61).to(dtype).requires_grad_(true);
+      const torch::Tensor bias = random_normal({11}, 62).to(dtype).requires_grad_(true);
+      const torch::Tensor g = random_normal({3, 5, 11}, 63).to(dtype);
+      const torch::Tensor b = with_bias ? bias : torch::Tensor();
+      const auto grads = [&](const torch::Tensor& out) {
+        std::vector<torch::Tensor> inputs = {hidden, weight};
+        if (with_bias) inputs.push_back(bias);
+        return torch::autograd::grad({out}, inputs, {g});
+      };
+      const torch::Tensor want = F::linear(hidden, weight, b);
+      const torch::Tensor got = head_logits(hidden, weight, b);
+      ASSERT_EQ(got.sizes(), want.sizes());
+      const double tol = dtype == torch::kFloat64 ? 1e-12 : 1e-6;
+      EXPECT_LT(chunked_rel(got, want), tol);
+      const auto want_grads = grads(want), got_grads = grads(got);
+      ASSERT_EQ(got_grads.size(), want_grads.size());
+      for (size_t i = 0; i < got_grads.size(); ++i) {
+        EXPECT_LT(chunked_rel(got_grads[i], want_grads[i]), tol) << "input " << i;
+        EXPECT_EQ(got_grads[i].sizes(), want_grads[i].sizes());
+      }
+      EXPECT_TRUE(got_grads[1].is_contiguous()) << "the weight's gradient, (V, C)";
+    }
+  }
+}
+
+// Gradients only for what requires one: a frozen weight gets none (and its product is not
+// taken), and bfloat16 or autocast fall back to F::linear.
+TEST(HeadLogits, FrozenWeightAndOtherDtypes) {
+  const torch::Tensor hidden = random_normal({4, 6}, 64).requires_grad_(true);
+  const torch::Tensor weight = random_normal({9, 6}, 65);
+  head_logits(hidden, weight).sum().backward();
+  EXPECT_FALSE(weight.grad().defined());
+  EXPECT_LT(chunked_rel(hidden.grad(), torch::ones({4, 9}).mm(weight)), 1e-6);
+  const torch::Tensor low = head_logits(hidden.to(torch::kBFloat16), weight.to(torch::kBFloat16));
+  EXPECT_EQ(low.scalar_type(), torch::kBFloat16);
+  AutocastScope autocast(torch::kCPU, true);
+  EXPECT_EQ(head_logits(hidden, weight).scalar_type(), torch::kBFloat16);
+}
+
+// A head tied to an embedding: the engine sums the weight's two gradients in place, in the
+// head's (V, C) one, so backward holds two tensors of the weight's size where F::linear's
+// transposed gradient made it write their sum into a third.
+TEST(HeadLogits, ATiedWeightsGradientsAreSummedInPlace) {
+  CpuMemoryTracker& tracker = CpuMemoryTracker::install();
+  const int64_t n = 16, c = 64, v = 16384;  // the weight 4 MiB, the logits 1 MiB
+  const int64_t weight_bytes = v * c * static_cast<int64_t>(sizeof(float));
+  const torch::Tensor weight = (random_normal({v, c}, 66) * 0.1).requires_grad_(true);
+  const torch::Tensor ids = random_ids(1, n, v, 67).reshape({n});
+  const torch::Tensor g = random_normal({n, v}, 68);  // the logits' gradient, made before
+  const auto peak_of = [&](bool reference) {
+    weight.mutable_grad() = torch::Tensor();
+    const int64_t before = tracker.current_bytes();
+    tracker.reset_peak();
+    {
+      const torch::Tensor hidden = F::embedding(ids, weight) * 1.0;  // (N, C)
+      const torch::Tensor logits =
+          reference ? F::linear(hidden, weight) : head_logits(hidden, weight);
+      logits.backward(g);
+    }
+    // Above the gradient the step keeps.
+    return tracker.peak_bytes() - before - weight_bytes;
+  };
+  const int64_t reference_peak = peak_of(true);
+  const torch::Tensor want = weight.grad().clone();
+  const int64_t peak = peak_of(false);
+  EXPECT_LT(chunked_rel(weight.grad(), want), 1e-6);
+  // F::linear: the head's gradient, the embedding's and their sum at once, with the logits.
+  EXPECT_GE(reference_peak, 2 * weight_bytes);
+  // head_logits: the embedding's gradient beside the head's, with the logits (1/4 of one).
+  EXPECT_LT(peak, weight_bytes + weight_bytes / 2) << "F::linear: " << reference_peak;
+}
+
 }  // namespace
 }  // namespace gradscope

@@ -264,8 +264,7 @@ BlockContext LlamaModel::context(int64_t seq_len, const torch::Device& device) {
 }
 
 torch::Tensor LlamaModel::lm_logits(const torch::Tensor& hidden) {
-  if (lm_head) return lm_head(hidden);             // (B, T, V)
-  return F::linear(hidden, embed_tokens->weight);  // (B, T, V)
+  return head_logits(hidden, lm_head ? lm_head->weight : embed_tokens->weight);  // (B, T, V)
 }
 
 torch::Tensor LlamaModel::chunked_lm_loss(const torch::Tensor& hidden, const torch::Tensor& targets,

@@ -158,7 +158,7 @@ torch::Tensor ModernBertModel::mlm_hidden(const torch::Tensor& hidden) {
 
 torch::Tensor ModernBertModel::mlm_logits(const torch::Tensor& hidden) {
   auto h = mlm_hidden(hidden);                                // (M, C)
-  return F::linear(h, tok_embeddings->weight, decoder_bias);  // (M, V), tied decoder
+  return head_logits(h, tok_embeddings->weight, decoder_bias);  // (M, V), tied decoder
 }
 
 LossOutput ModernBertModel::loss(const Batch& batch) {

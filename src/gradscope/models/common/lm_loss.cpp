@@ -206,7 +206,54 @@ class CrossEntropySumFunction : public torch::autograd::Function<CrossEntropySum
   }
 };
 
+// The head's product with its weight's gradient made as (V, C) (head_logits).
+class HeadLogitsFunction : public torch::autograd::Function<HeadLogitsFunction> {
+ public:
+  // hidden (N, C), weight (V, C), bias (V) or an empty tensor -> (N, V).
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& hidden,
+                               const torch::Tensor& weight, const torch::Tensor& bias,
+                               bool has_bias) {
+    ctx->save_for_backward({hidden, weight});
+    ctx->saved_data["has_bias"] = has_bias;
+    return has_bias ? at::addmm(bias, hidden, weight.t()) : at::mm(hidden, weight.t());
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor& hidden = saved[0];  // (N, C)
+    const torch::Tensor& weight = saved[1];  // (V, C)
+    const torch::Tensor g = grad_outputs[0].contiguous();  // (N, V)
+    variable_list grads(4);
+    if (ctx->needs_input_grad(0)) grads[0] = g.mm(weight);        // (N, C)
+    if (ctx->needs_input_grad(1)) grads[1] = g.t().mm(hidden);    // (V, C), contiguous
+    if (ctx->needs_input_grad(2) && ctx->saved_data["has_bias"].toBool())
+      grads[2] = g.sum(0);  // (V)
+    return grads;
+  }
+};
+
 }  // namespace
+
+torch::Tensor head_logits(const torch::Tensor& hidden, const torch::Tensor& weight,
+                          const torch::Tensor& bias) {
+  TORCH_CHECK(hidden.dim() >= 1 && weight.dim() == 2 && hidden.size(-1) == weight.size(1),
+              "head_logits: hidden (..., C) and weight (V, C) expected, got ", hidden.sizes(),
+              " and ", weight.sizes());
+  const auto type = hidden.device().type();
+  const bool own = (hidden.scalar_type() == torch::kFloat ||
+                    hidden.scalar_type() == torch::kDouble) &&
+                   weight.scalar_type() == hidden.scalar_type() &&
+                   (!bias.defined() || bias.scalar_type() == hidden.scalar_type()) &&
+                   !lm_loss_autocast_on(type);
+  if (!own) return torch::nn::functional::linear(hidden, weight, bias);
+  const bool has_bias = bias.defined();
+  auto sizes = hidden.sizes().vec();
+  sizes.back() = weight.size(0);
+  const torch::Tensor flat = hidden.reshape({-1, hidden.size(-1)});  // (N, C)
+  // Function::apply takes only defined tensors: an absent bias travels as an empty one.
+  const torch::Tensor b = has_bias ? bias : torch::empty({0}, weight.options());
+  return HeadLogitsFunction::apply(flat, weight, b, has_bias).view(sizes);  // (..., V)
+}
 
 torch::Tensor cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor& targets,
                                 int64_t ignore_index) {

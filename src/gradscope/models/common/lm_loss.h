@@ -43,6 +43,18 @@
 
 namespace gradscope {
 
+// hidden (..., C), weight (V, C), bias (V) or undefined -> logits (..., V): F::linear, with a
+// backward of its own where autograd's would make the weight's gradient as the transpose of a
+// (C, V) product. Here grad_W = grad_logits^T hidden is made as (V, C), contiguous: the
+// product runs faster in that shape (on the 2-core machine of bench/results.md, 266 against
+// 232 GFLOP/s for the small Llama's head at two threads), and a weight tied to an embedding
+// gets its two gradients summed in place, in the first of them, where the transposed one made
+// the engine write their sum into a third (V, C) tensor. grad_hidden = grad_logits W and
+// grad_b = the column sums, as autograd's. Float32 and float64 without autocast; other dtypes,
+// and anything under autocast, take F::linear.
+torch::Tensor head_logits(const torch::Tensor& hidden, const torch::Tensor& weight,
+                          const torch::Tensor& bias = {});
+
 // logits (N, V), targets (N) int64 -> () the summed cross-entropy over the rows whose target
 // is not ignore_index, F::cross_entropy(logits, targets, reduction sum) to a rounding (the
 // full path of --loss). Float32 logits, contiguous: the loss's forward overwrites them, block
