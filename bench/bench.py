@@ -28,7 +28,7 @@ median meets it. Benchmarks are not tests: nothing here fails the build.
   ranks        the Llama `small` step of 2 ranks (--shard ddp) against 1 rank at the same
                per-rank batch, one thread per rank; zero2 and fsdp at 2 ranks against ddp; the
                communication per step and the share of it overlapped with backward; fsdp's
-               blocks reduce-scattered against all-reduced (step time, bytes per step)
+               blocks reduce-scattered against all-reduced (step time)
   distributed  the same sharded steps (--shard ddp, zero1, zero2, fsdp at 2 ranks) against
                torch.distributed's DDP, ZeroRedundancyOptimizer and FSDP2, from the same
                weights on the same samples: step time, peak memory per rank, the losses
@@ -421,7 +421,8 @@ class Bench:
         raw_variants = {}
         for label, records, failures in summary:
             if not records:
-                lines.append(f"| {label} | failed: {failures[0].reason} | | | | | | | |")
+                lines.append(f"| {label} | failed: {table_text(failures[0].reason)} | | | | | "
+                             "| | |")
                 raw_variants[label] = {"failed": [f.reason for f in failures]}
                 continue
             med = lambda key: statistics.median(key(r) for r in records)  # noqa: E731
@@ -453,9 +454,12 @@ class Bench:
 
     def gemm_shapes(self, base):
         """The step's matrix products timed alone beside a square one (bench/gemm_shapes.py):
-        which fall short of the probe's peak, and how much of the step they take."""
+        which fall short of a square product's rate, and how much of the step they take."""
+        flags = dict(zip(self.LLAMA_SMALL[::2], self.LLAMA_SMALL[1::2]))
+        rows = int(flags["--batch"]) * int(flags["--seq"])
         done = subprocess.run([PYTHON, os.path.join(ROOT, "bench", "gemm_shapes.py"),
-                               "--gradscope", self.gs, "--rows", "1024",
+                               "--gradscope", self.gs, "--model", flags["--model"],
+                               "--preset", flags["--preset"], "--rows", str(rows),
                                "--threads", str(self.args.threads)],
                               capture_output=True, text=True)
         if done.returncode != 0:
@@ -474,8 +478,8 @@ class Bench:
                  "| weight | product | m x k x n | count | median FLOP/s | of square |",
                  "|---|---|---|---|---|---|"]
         for p in r["products"]:
-            note = "" if p["in_step"] else " (autograd's; not run)"
-            lines.append(f"| {p['weight']} | {p['product']}{note} | {p['m']} x {p['k']} x "
+            lines.append(f"| {table_text(p['weight'])} | {table_text(p['product'])} | "
+                         f"{p['m']} x {p['k']} x "
                          f"{p['n']} | {p['count']} | {p['median_per_s'] / 1e9:.1f} G | "
                          f"{100 * p['median_per_s'] / square['best_per_s']:.0f}% |")
         products_s = r["products_s_at_median"]
@@ -485,10 +489,13 @@ class Bench:
                       f"these median rates: {1e3 * products_s:.0f} ms "
                       f"({r['products_flops'] / products_s / 1e9:.1f} GFLOP/s, "
                       f"{100 * r['products_flops'] / products_s / square['best_per_s']:.0f}% "
-                      f"of the square's best); the plain step's median: {1e3 * step:.0f} ms, "
-                      f"so {1e3 * (step - products_s):.0f} ms "
-                      f"({100 * (step - products_s) / step:.0f}%) go to everything else "
-                      "(the loss's softmax, norms, attention, activations, the optimizer)."]
+                      f"of the square's best). The plain step's median above, measured in "
+                      f"other processes minutes apart: {1e3 * step:.0f} ms; the difference, "
+                      f"{1e3 * (step - products_s):.0f} ms "
+                      f"({100 * (step - products_s) / step:.0f}%), is what the step spends "
+                      "outside these products (the loss's softmax, norms, attention, "
+                      "activations, the data and the optimizer), to the machine's noise "
+                      "between the two measurements."]
         return lines, r
 
     # --attention sdpa against math: the step and its peak, side by side, on the two models
@@ -733,22 +740,17 @@ class Bench:
                 self.row(name, [step(rnd[label]) / step(rnd[ddp]) for rnd in good], None)
             else:
                 self.failed_row(name, None, first_failure(label, ddp))
-        # fsdp both ways, side by side: the step, and what rank 0 sent per step. No target:
-        # the faster way is fsdp's default (below 1 would make it reduce-scatter).
+        # fsdp both ways, side by side. No target: the faster way is fsdp's default (below 1
+        # would make it reduce-scatter). The bytes are not compared here: gradscope counts
+        # Gloo's reduce-scatter as the all-reduce it runs, and `collectives` measures the
+        # loopback's bytes of both.
         scatter, whole = self.RANKS_REDUCE
         good = [rnd for rnd in runs if ok(rnd[scatter]) and ok(rnd[whole])]
-
-        def sent(r):
-            return r["distributed"]["ranks"][0]["bytes_sent_per_step"]
-
-        for what, ratio in (("step time", lambda rnd: step(rnd[scatter]) / step(rnd[whole])),
-                            ("bytes sent per step",
-                             lambda rnd: sent(rnd[scatter]) / sent(rnd[whole]))):
-            name = f"{prefix}: --shard fsdp {what}, --grad-reduce reduce-scatter / all-reduce"
-            if good:
-                self.row(name, [ratio(rnd) for rnd in good], None)
-            else:
-                self.failed_row(name, None, first_failure(scatter, whole))
+        name = f"{prefix}: --shard fsdp step time, --grad-reduce reduce-scatter / all-reduce"
+        if good:
+            self.row(name, [step(rnd[scatter]) / step(rnd[whole]) for rnd in good], None)
+        else:
+            self.failed_row(name, None, first_failure(scatter, whole))
 
         # Each side's figures, medians over the rounds. The record's "distributed" part holds
         # every rank's: comm_s (waiting on collectives over the timed steps), overlapped_share

@@ -2,15 +2,14 @@
 
 Reads the weight shapes `gradscope list --tensors MODEL --preset P` prints; every 2-D weight
 is taken as a linear layer's (out, in) on N = batch x seq rows, and the embedding, tied to the
-head, as the head's. Each weight gives three products, as autograd runs them for y = x W^T:
-forward (N, in) x (in, out), the input's gradient (N, out) x (out, in) and the weight's,
-x^T G: (in, N) x (N, out). The head's weight gradient is made as (out, in), G^T x, as
-gradscope's head does; autograd's form is timed beside it. Each product is timed with
-torch.mm into a buffer made once, `--reps` times per round, the rounds interleaved with a
-square fp32 product of `--square` (gradscope probe's largest size) so that both see the same
-machine. Prints a JSON object: per product its FLOPs and its best and median FLOP/s over all
-repetitions, the square product's, and the time the step's products would take at their
-median rates.
+head, as the head's (the model's head must be tied: an untied one is refused). Each weight
+gives three products, as autograd runs them for y = x W^T: forward (N, in) x (in, out), the
+input's gradient (N, out) x (out, in) and the weight's, G^T x: (out, N) x (N, in). Each
+product is timed with torch.mm into a buffer made once, `--reps` times per round, the rounds
+interleaved with a square fp32 product of `--square` (gradscope probe's largest size) so
+that both see the same machine. Prints a JSON object: per product its FLOPs and its best and
+median FLOP/s over all repetitions, the square product's, and the time the step's products
+would take at their median rates.
 
 Run with the project environment's Python (bench.py does), whose torch is gradscope's.
 """
@@ -36,30 +35,29 @@ def weight_shapes(gradscope, model, preset):
             shapes.append((m.group(1), int(m.group(2)), int(m.group(3))))
     if not shapes:
         sys.exit(f"gemm_shapes: no 2-D tensor in `gradscope list --tensors {model}`")
+    # An untied head is a second tensor of the vocabulary's rows; its embedding is no product.
+    rows = max(s[1] for s in shapes)
+    if sum(1 for s in shapes if s[1] == rows) > 1:
+        sys.exit(f"gemm_shapes: {model} {preset} has an untied head; the script takes the "
+                 "embedding as the tied head's weight")
     return shapes
 
 
 def products(shapes, n):
-    """The step's products: (weight, kind, m, k, n_cols, count, in_step) per distinct shape.
+    """The step's products: (weight, kind, m, k, n_cols, count) per distinct shape.
 
-    The head (the tensor with the most rows: the vocabulary) makes its weight's gradient as
-    (V, C), G^T x (gradscope's head_logits); autograd's form, x^T G, is timed beside it and
-    left out of the step's total (in_step False)."""
-    head = max(shapes, key=lambda s: s[1])[0]
+    Autograd's linear runs, for y = x W^T with W^T read column-major, the weight's gradient
+    as G^T x, (out, N) x (N, in), and hands on its transpose's transpose; gradscope's head
+    (head_logits) runs the same product."""
     seen = {}
     for name, out, inp in shapes:
         # Layers repeat: one entry per shape, counted.
         what = re.sub(r"\.\d+\.", ".N.", name)
-        kinds = [("forward", (n, inp, out)), ("input gradient", (n, out, inp))]
-        if name == head:
-            kinds += [("weight gradient as (out, in)", (out, n, inp)),
-                      ("weight gradient as (in, out)", (inp, n, out))]
-        else:
-            kinds += [("weight gradient as (in, out)", (inp, n, out))]
-        for kind, (a, b, c) in kinds:
-            key = (what, kind, a, b, c, not (name == head and kind.endswith("(in, out)")))
+        for kind, (a, b, c) in (("forward", (n, inp, out)), ("input gradient", (n, out, inp)),
+                                ("weight gradient", (out, n, inp))):
+            key = (what, kind, a, b, c)
             seen[key] = seen.get(key, 0) + 1
-    return [(*key[:5], count, key[5]) for key, count in seen.items()]
+    return [(*key, count) for key, count in seen.items()]
 
 
 def timed(f, reps):
@@ -87,18 +85,18 @@ def main():
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     cases = []
-    for what, kind, m, k, n, count, in_step in products(
+    for what, kind, m, k, n, count in products(
             weight_shapes(args.gradscope, args.model, args.preset), args.rows):
         # The operands as the step hands them: a transposed view where the product reads one.
         if kind == "forward":  # x W^T
             a, b = torch.randn(m, k), torch.randn(n, k).t()
         elif kind == "input gradient":  # G W
             a, b = torch.randn(m, k), torch.randn(k, n)
-        else:  # x^T G (in, out), or G^T x (out, in): a row-major view of the transposed rows
+        else:  # G^T x: the transpose of the (N, out) gradient, read column-major
             a, b = torch.randn(k, m).t(), torch.randn(k, n)
         out = torch.empty(m, n)
         cases.append({"weight": what, "product": kind, "m": m, "k": k, "n": n, "count": count,
-                      "in_step": in_step, "flops": 2.0 * m * k * n,
+                      "flops": 2.0 * m * k * n,
                       "run": (lambda a=a, b=b, out=out: torch.mm(a, b, out=out)), "s": []})
     s = args.square
     sa, sb, so = torch.randn(s, s), torch.randn(s, s), torch.empty(s, s)
@@ -117,11 +115,10 @@ def main():
     total_flops = total_s = 0.0
     for c in cases:
         r = rates(c)
-        if c["in_step"]:
-            total_flops += c["count"] * c["flops"]
-            total_s += c["count"] * c["flops"] / r["median_per_s"]
+        total_flops += c["count"] * c["flops"]
+        total_s += c["count"] * c["flops"] / r["median_per_s"]
         result["products"].append({k: c[k] for k in ("weight", "product", "m", "k", "n",
-                                                     "count", "in_step", "flops")} | r)
+                                                     "count", "flops")} | r)
     result["products_flops"] = total_flops
     result["products_s_at_median"] = total_s
     json.dump(result, sys.stdout, indent=1)

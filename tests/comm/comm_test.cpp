@@ -12,6 +12,7 @@
 
 #include "gradscope/core/error.h"
 #include "gradscope/comm/comm.h"
+#include "gradscope/measure/memory.h"
 #include "test_util.h"
 
 namespace gradscope {
@@ -177,6 +178,52 @@ TEST(Comm, TwoGlooRanksReduceGatherAndExchangeText) {
   // gather and the scalars; the same on both ranks.
   EXPECT_GE(sent[0], 4000 + 12);
   EXPECT_EQ(sent[0], sent[1]);
+}
+
+// What Gloo's reduce-scatter allocates, which fsdp's buffer tally and the estimate count: a
+// copy of its input, where the all-reduce reduces in place. Both ranks run in this process,
+// so their allocations add up in the tracking allocator.
+TEST(Comm, GlooReduceScatterCopiesItsInputAndTheAllReduceDoesNot) {
+  CpuMemoryTracker& tracker = CpuMemoryTracker::install();
+  const int64_t n = 1 << 20;  // 4 MiB a rank
+  const int64_t bytes = n * static_cast<int64_t>(sizeof(float));
+  for (const bool scatter : {false, true}) {
+    HostedStore store(2, 30);
+    std::vector<torch::Tensor> in = {torch::ones({n}), torch::ones({n})};
+    std::vector<torch::Tensor> out = {torch::empty({n / 2}), torch::empty({n / 2})};
+    std::vector<std::string> failures(2);
+    const int64_t before = tracker.current_bytes();
+    tracker.reset_peak();
+    auto rank = [&](int r) {
+      try {
+        RankEnv env;
+        env.rank = r;
+        env.world = 2;
+        env.master_port = store.port();
+        env.store_hosted = true;
+        const auto comm = connect_ranks(env, torch::kCPU, 30);
+        const size_t i = static_cast<size_t>(r);
+        if (scatter)
+          comm->reduce_scatter(out[i], in[i]);
+        else
+          comm->allreduce(in[i]);
+      } catch (const std::exception& e) {
+        failures[static_cast<size_t>(r)] = e.what();
+      }
+    };
+    std::thread a(rank, 0), b(rank, 1);
+    a.join();
+    b.join();
+    ASSERT_EQ(failures[0] + failures[1], "");
+    const int64_t added = tracker.peak_bytes() - before;
+    if (scatter) {
+      EXPECT_TRUE(out[0].eq(2).all().item<bool>() && out[1].eq(2).all().item<bool>());
+      EXPECT_GE(added, bytes) << "a copy of the input, on at least one rank at a time";
+    } else {
+      EXPECT_TRUE(in[0].eq(2).all().item<bool>());
+      EXPECT_LT(added, bytes / 4) << "in place";
+    }
+  }
 }
 
 TEST(Comm, ARankThatNeverComesIsATimeoutNotAHang) {

@@ -176,10 +176,15 @@ class C10dRanks : public Communicator {
     }
   }
   void reduce_scatter(const torch::Tensor& out, const torch::Tensor& in) override {
-    TORCH_CHECK(in.numel() == out.numel() * world_ && in.is_contiguous() && out.is_contiguous(),
-                "reduce_scatter: a contiguous input of world x the output's elements expected");
-    // Gloo's _reduce_scatter_base all-reduces the input and copies the chunk out (c10d's
-    // ProcessGroupGloo); NCCL runs a reduce-scatter.
+    // Checked here: Gloo's own checks end the process rather than throw.
+    TORCH_CHECK(in.dim() == 1 && out.dim() == 1 && in.numel() == out.numel() * world_ &&
+                    in.scalar_type() == out.scalar_type() && in.is_contiguous() &&
+                    out.is_contiguous(),
+                "reduce_scatter: a flat input of world x the output's elements, of the output's "
+                "dtype, expected");
+    // Gloo's _reduce_scatter_base all-reduces a copy of the input and copies the chunk out
+    // (c10d's ProcessGroupGloo; tests/comm/comm_test.cpp measures the copy); NCCL runs a
+    // reduce-scatter.
     count_reduce_scatter(static_cast<int64_t>(in.numel() * in.element_size()),
                          !device_.is_cuda());
     at::Tensor input = in.device() == device_ ? in : in.to(device_);

@@ -120,9 +120,10 @@ class Communicator {
   virtual void allgather(std::vector<torch::Tensor>& out, const torch::Tensor& in) = 0;
   // Rank `root`'s `t` to every rank, in place.
   virtual void broadcast(const torch::Tensor& t, int root) = 0;
-  // `in` (world() x out.numel() elements, contiguous) summed over the ranks; chunk rank() of
-  // the sum written to `out`. c10d's reduce_scatter_tensor: on Gloo itself an all-reduce of
-  // `in` and a copy of the chunk (counted so), on NCCL a ring reduce-scatter.
+  // `in` (world() x out.numel() elements, flat, contiguous, of out's dtype) summed over the
+  // ranks; chunk rank() of the sum written to `out`. c10d's reduce_scatter_tensor: on Gloo an
+  // all-reduce of a copy of `in` (a second buffer of its size while it runs) and a copy of
+  // the chunk, counted as the all-reduce; on NCCL a ring reduce-scatter.
   virtual void reduce_scatter(const torch::Tensor& out, const torch::Tensor& in) = 0;
 
   // Scalars summed over the ranks.

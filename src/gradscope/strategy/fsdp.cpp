@@ -341,7 +341,15 @@ class FsdpUpdater : public Updater, public MicroBatchListener {
         const MemoryScope scope(MemoryComponent::kGradients);  // this rank's gradient shard
         u.grad_shard = torch::empty({u.shard}, flat.options());
       }
-      comm_->reduce_scatter(u.grad_shard, flat);
+      // Gloo's reduce-scatter all-reduces a copy of its input (Communicator::reduce_scatter):
+      // a second flat buffer while it runs.
+      const int64_t copy = flat.is_cuda() ? 0 : bytes_of(flat);
+      buffers_.add(copy);
+      {
+        const MemoryScope scope(MemoryComponent::kCollectiveBuffers);
+        comm_->reduce_scatter(u.grad_shard, flat);
+      }
+      buffers_.remove(copy);
     } else {
       comm_->allreduce(flat);
       const MemoryScope scope(MemoryComponent::kGradients);  // this rank's gradient shard

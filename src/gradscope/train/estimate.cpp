@@ -163,9 +163,10 @@ class BucketOverlay : public MemoryTrace::Overlay {
 // gradients freed). The other parameters' gradients go through zero2's buckets.
 class FsdpOverlay : public MemoryTrace::Overlay {
  public:
+  // reduce_copy: the reduction makes a second flat copy while it runs (Gloo's reduce-scatter).
   FsdpOverlay(const std::vector<MemoryTrace::ParamShape>& shapes, int64_t world,
-              int64_t bucket_bytes, bool reduce)
-      : world_(world), reduce_(reduce), unit_of_(shapes.size(), -1) {
+              int64_t bucket_bytes, bool reduce, bool reduce_copy)
+      : world_(world), reduce_(reduce), reduce_copy_(reduce_copy), unit_of_(shapes.size(), -1) {
     std::vector<int64_t> bytes;
     std::vector<bool> root;
     for (size_t i = 0; i < shapes.size(); ++i) {
@@ -216,9 +217,11 @@ class FsdpOverlay : public MemoryTrace::Overlay {
     if (--u.pending > 0) return bytes();
     int64_t most = bytes();
     if (reduce_) {
-      // The flat copy beside the gradients, then the shard kept and the gradients freed.
-      tally(u.full);
-      most = std::max(most, bytes() + u.full);
+      // The flat copy beside the gradients (and Gloo's copy of it), then the shard kept and
+      // the gradients freed.
+      const int64_t buffers = reduce_copy_ ? 2 * u.full : u.full;
+      tally(buffers);
+      most = std::max(most, bytes() + buffers);
       kept_ += u.full / world_;
       freed_ += u.bytes;
     }
@@ -244,7 +247,7 @@ class FsdpOverlay : public MemoryTrace::Overlay {
     tally_peak_ = std::max(tally_peak_, gathered_ + transient + root_->buffers());
   }
   int64_t world_;
-  bool reduce_;
+  bool reduce_, reduce_copy_;
   std::vector<int> unit_of_;
   std::vector<Unit> units_;
   std::unique_ptr<BucketOverlay> root_;
@@ -347,8 +350,12 @@ FlatLayout flat_layout(const MemoryTrace& trace) {
 // the last only (`reduce`), zero2 into a shard of `shard_bytes`.
 std::unique_ptr<MemoryTrace::Overlay> rank_overlay(const RunConfig& config, const FlatLayout& l,
                                                    int64_t shard_bytes, bool reduce) {
-  if (config.shard == Shard::kFsdp)
-    return std::make_unique<FsdpOverlay>(l.shapes, config.nproc, config.bucket_bytes, reduce);
+  if (config.shard == Shard::kFsdp) {
+    const bool gloo_copy = config.grad_reduce == GradReduce::kReduceScatter &&
+                           !torch::Device(config.device).is_cuda();
+    return std::make_unique<FsdpOverlay>(l.shapes, config.nproc, config.bucket_bytes, reduce,
+                                         gloo_copy);
+  }
   if (!reduce) return nullptr;
   const bool zero2 = config.shard == Shard::kZero2;
   return std::make_unique<BucketOverlay>(l.bytes, std::vector<bool>(l.bytes.size(), true),

@@ -209,11 +209,14 @@ class CrossEntropySumFunction : public torch::autograd::Function<CrossEntropySum
 // The head's product with its weight's gradient made as (V, C) (head_logits).
 class HeadLogitsFunction : public torch::autograd::Function<HeadLogitsFunction> {
  public:
-  // hidden (N, C), weight (V, C), bias (V) or an empty tensor -> (N, V).
+  // hidden (N, C), weight (V, C), bias (V) or an empty tensor -> (N, V). Backward makes the
+  // weight's gradient as the (V, C) product, held by nothing else (head_logits).
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& hidden,
                                const torch::Tensor& weight, const torch::Tensor& bias,
                                bool has_bias) {
-    ctx->save_for_backward({hidden, weight});
+    // As autograd's linear: the input for the weight's gradient, the weight for the input's.
+    ctx->save_for_backward({weight.requires_grad() ? hidden : torch::Tensor(),
+                            hidden.requires_grad() ? weight : torch::Tensor()});
     ctx->saved_data["has_bias"] = has_bias;
     return has_bias ? at::addmm(bias, hidden, weight.t()) : at::mm(hidden, weight.t());
   }
@@ -224,8 +227,8 @@ class HeadLogitsFunction : public torch::autograd::Function<HeadLogitsFunction> 
     const torch::Tensor& weight = saved[1];  // (V, C)
     const torch::Tensor g = grad_outputs[0].contiguous();  // (N, V)
     variable_list grads(4);
-    if (ctx->needs_input_grad(0)) grads[0] = g.mm(weight);        // (N, C)
-    if (ctx->needs_input_grad(1)) grads[1] = g.t().mm(hidden);    // (V, C), contiguous
+    if (ctx->needs_input_grad(0)) grads[0] = g.mm(weight);  // (N, C)
+    if (ctx->needs_input_grad(1)) grads[1] = g.t().mm(hidden);  // (V, C)
     if (ctx->needs_input_grad(2) && ctx->saved_data["has_bias"].toBool())
       grads[2] = g.sum(0);  // (V)
     return grads;

@@ -44,14 +44,15 @@
 namespace gradscope {
 
 // hidden (..., C), weight (V, C), bias (V) or undefined -> logits (..., V): F::linear, with a
-// backward of its own where autograd's would make the weight's gradient as the transpose of a
-// (C, V) product. Here grad_W = grad_logits^T hidden is made as (V, C), contiguous: the
-// product runs faster in that shape (on the 2-core machine of bench/results.md, 266 against
-// 232 GFLOP/s for the small Llama's head at two threads), and a weight tied to an embedding
-// gets its two gradients summed in place, in the first of them, where the transposed one made
-// the engine write their sum into a third (V, C) tensor. grad_hidden = grad_logits W and
-// grad_b = the column sums, as autograd's. Float32 and float64 without autocast; other dtypes,
-// and anything under autocast, take F::linear.
+// backward of its own that hands on the weight's gradient as the product itself. Autograd's
+// linear takes the same product, grad_logits^T hidden as (V, C), but hands on a view of it
+// (the transpose of its transpose), which shares its storage with another tensor: the engine
+// cannot add into it, so a weight tied to an embedding gets its two gradients summed into a
+// third (V, C) tensor while both addends live. Here the engine adds the second gradient in
+// place into the first: two tensors of the weight's size, not three. grad_hidden =
+// grad_logits W and grad_b = the column sums, as autograd's; hidden is kept only when the
+// weight needs a gradient, the weight only when hidden does. Float32 and float64 without
+// autocast; other dtypes, and anything under autocast, take F::linear.
 torch::Tensor head_logits(const torch::Tensor& hidden, const torch::Tensor& weight,
                           const torch::Tensor& bias = {});
 
