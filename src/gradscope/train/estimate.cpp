@@ -159,11 +159,10 @@ class BucketOverlay : public MemoryTrace::Overlay {
 // all-gather, whose flat output Gloo allocates beside the unit's buffer) before the block's
 // forward and released after it, gathered again when backward reaches the block, and released
 // when its last gradient is complete; on the step's last micro-batch that gradient is first
-// all-reduced from a flat copy of N S_b elements and this rank's S_b kept (the whole
-// gradients freed). The other parameters' gradients go through zero2's buckets.
+// reduced from a flat copy of N S_b elements (copied again by Gloo's reduce-scatter:
+// reduce_copy), this rank's S_b kept. The other parameters' go through zero2's buckets.
 class FsdpOverlay : public MemoryTrace::Overlay {
  public:
-  // reduce_copy: the reduction makes a second flat copy while it runs (Gloo's reduce-scatter).
   FsdpOverlay(const std::vector<MemoryTrace::ParamShape>& shapes, int64_t world,
               int64_t bucket_bytes, bool reduce, bool reduce_copy)
       : world_(world), reduce_(reduce), reduce_copy_(reduce_copy), unit_of_(shapes.size(), -1) {
@@ -217,11 +216,9 @@ class FsdpOverlay : public MemoryTrace::Overlay {
     if (--u.pending > 0) return bytes();
     int64_t most = bytes();
     if (reduce_) {
-      // The flat copy beside the gradients (and Gloo's copy of it), then the shard kept and
-      // the gradients freed.
-      const int64_t buffers = reduce_copy_ ? 2 * u.full : u.full;
-      tally(buffers);
-      most = std::max(most, bytes() + buffers);
+      // The flat copy (and reduce_copy: Gloo's), then the shard kept and the gradients freed.
+      tally((reduce_copy_ ? 2 : 1) * u.full);
+      most = std::max(most, bytes() + (reduce_copy_ ? 2 : 1) * u.full);
       kept_ += u.full / world_;
       freed_ += u.bytes;
     }
@@ -350,12 +347,10 @@ FlatLayout flat_layout(const MemoryTrace& trace) {
 // the last only (`reduce`), zero2 into a shard of `shard_bytes`.
 std::unique_ptr<MemoryTrace::Overlay> rank_overlay(const RunConfig& config, const FlatLayout& l,
                                                    int64_t shard_bytes, bool reduce) {
-  if (config.shard == Shard::kFsdp) {
-    const bool gloo_copy = config.grad_reduce == GradReduce::kReduceScatter &&
-                           !torch::Device(config.device).is_cuda();
+  if (config.shard == Shard::kFsdp)
     return std::make_unique<FsdpOverlay>(l.shapes, config.nproc, config.bucket_bytes, reduce,
-                                         gloo_copy);
-  }
+                                         config.grad_reduce == GradReduce::kReduceScatter &&
+                                             !torch::Device(config.device).is_cuda());
   if (!reduce) return nullptr;
   const bool zero2 = config.shard == Shard::kZero2;
   return std::make_unique<BucketOverlay>(l.bytes, std::vector<bool>(l.bytes.size(), true),
