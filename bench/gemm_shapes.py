@@ -35,9 +35,8 @@ def weight_shapes(gradscope, model, preset):
             shapes.append((m.group(1), int(m.group(2)), int(m.group(3))))
     if not shapes:
         sys.exit(f"gemm_shapes: no 2-D tensor in `gradscope list --tensors {model}`")
-    # An untied head is a second tensor of the vocabulary's rows; its embedding is no product.
-    rows = max(s[1] for s in shapes)
-    if sum(1 for s in shapes if s[1] == rows) > 1:
+    # An untied head has a weight of its own, and its embedding is no product.
+    if any(name.endswith("lm_head.weight") for name, _, _ in shapes):
         sys.exit(f"gemm_shapes: {model} {preset} has an untied head; the script takes the "
                  "embedding as the tied head's weight")
     return shapes

@@ -164,6 +164,25 @@ TEST(EstimateShard, FsdpShardsTheBlocksParameters) {
   EXPECT_LT(e.peak_bytes, estimate_run(sharded_llama(Shard::kZero2, N), 0).peak_bytes);
 }
 
+// Gloo's reduce-scatter copies the unit's flat buffer it reduces: one unit more of collective
+// buffers on the CPU, none with one rank alone (no transport).
+TEST(EstimateShard, FsdpReduceScatterCountsGloosCopy) {
+  const LlamaCounts n = llama_counts();
+  const int64_t N = 2;
+  int64_t largest_unit = 0;
+  for (int64_t b : n.blocks) largest_unit = std::max(largest_unit, N * ((b + N - 1) / N));
+  RunConfig scatter = sharded_llama(Shard::kFsdp, N);
+  scatter.grad_reduce = GradReduce::kReduceScatter;
+  const MemoryEstimate whole = estimate_run(sharded_llama(Shard::kFsdp, N), 0);
+  const MemoryEstimate e = estimate_run(scatter, 0);
+  EXPECT_GE(e.collective_buffers_bytes, whole.collective_buffers_bytes + largest_unit * 4);
+  EXPECT_GE(e.peak_bytes, whole.peak_bytes);
+  RunConfig alone = sharded_llama(Shard::kFsdp, 1);
+  alone.grad_reduce = GradReduce::kReduceScatter;
+  EXPECT_EQ(estimate_run(alone, 0).peak_bytes,
+            estimate_run(sharded_llama(Shard::kFsdp, 1), 0).peak_bytes);
+}
+
 TEST(EstimateShard, AccumulationReducesOnlyTheLastMicroBatch) {
   RunConfig c = sharded_llama(Shard::kZero2, 2);
   c.accum_steps = 4;

@@ -342,8 +342,8 @@ class FsdpUpdater : public Updater, public MicroBatchListener {
         u.grad_shard = torch::empty({u.shard}, flat.options());
       }
       // Gloo's reduce-scatter all-reduces a copy of its input (Communicator::reduce_scatter):
-      // a second flat buffer while it runs.
-      const int64_t copy = flat.is_cuda() ? 0 : bytes_of(flat);
+      // a second flat buffer while it runs (one rank alone copies nothing).
+      const int64_t copy = flat.is_cuda() || comm_->world() == 1 ? 0 : bytes_of(flat);
       buffers_.add(copy);
       {
         const MemoryScope scope(MemoryComponent::kCollectiveBuffers);

@@ -216,11 +216,13 @@ class FsdpOverlay : public MemoryTrace::Overlay {
     if (--u.pending > 0) return bytes();
     int64_t most = bytes();
     if (reduce_) {
-      // The flat copy (and reduce_copy: Gloo's), then the shard kept and the gradients freed.
+      // The flat copy beside the gradients; the shard kept, the gradients freed, then (with
+      // reduce_copy) Gloo's copy of the flat buffer while it reduces.
       tally((reduce_copy_ ? 2 : 1) * u.full);
-      most = std::max(most, bytes() + (reduce_copy_ ? 2 : 1) * u.full);
+      most = std::max(most, bytes() + u.full);
       kept_ += u.full / world_;
       freed_ += u.bytes;
+      if (reduce_copy_) most = std::max(most, bytes() + 2 * u.full);
     }
     release(u);
     return std::max(most, bytes());
@@ -347,10 +349,13 @@ FlatLayout flat_layout(const MemoryTrace& trace) {
 // the last only (`reduce`), zero2 into a shard of `shard_bytes`.
 std::unique_ptr<MemoryTrace::Overlay> rank_overlay(const RunConfig& config, const FlatLayout& l,
                                                    int64_t shard_bytes, bool reduce) {
-  if (config.shard == Shard::kFsdp)
+  if (config.shard == Shard::kFsdp) {
+    // Gloo, several ranks on the CPU, copies the buffer it reduce-scatters.
+    const bool gloo_copy = config.grad_reduce == GradReduce::kReduceScatter &&
+                           config.nproc > 1 && !torch::Device(config.device).is_cuda();
     return std::make_unique<FsdpOverlay>(l.shapes, config.nproc, config.bucket_bytes, reduce,
-                                         config.grad_reduce == GradReduce::kReduceScatter &&
-                                             !torch::Device(config.device).is_cuda());
+                                         gloo_copy);
+  }
   if (!reduce) return nullptr;
   const bool zero2 = config.shard == Shard::kZero2;
   return std::make_unique<BucketOverlay>(l.bytes, std::vector<bool>(l.bytes.size(), true),
@@ -636,38 +641,6 @@ MemoryEstimate estimate_run(const RunConfig& config, int64_t data_bytes) {
   e.recompute_flops_by_tower = recompute.by_tower;
   e.hardware_flops_per_step = e.model_flops_per_step + recompute.per_step;
   return e;
-}
-
-nlohmann::json estimate_to_json(const MemoryEstimate& e) {
-  nlohmann::json j = {{"peak_bytes", e.peak_bytes},
-                      {"peak_phase", e.peak_phase},
-                      {"params_bytes", e.params_bytes},
-                      {"frozen_params_bytes", e.frozen_params_bytes},
-                      {"grads_bytes", e.grads_bytes},
-                      {"optimizer_state_bytes", e.optimizer_state_bytes},
-                      {"optimizer_scratch_bytes", e.optimizer_scratch_bytes},
-                      {"activations_bytes", e.activations_bytes},
-                      {"logits_bytes", e.logits_bytes},
-                      {"batch_bytes", e.batch_bytes},
-                      {"data_bytes", e.data_bytes},
-                      {"phase_peak_bytes",
-                       {{"forward", e.forward_peak_bytes},
-                        {"backward", e.backward_peak_bytes},
-                        {"optimizer", e.optimizer_peak_bytes},
-                        {"eval", e.eval_peak_bytes}}},
-                      {"collective_buffers_bytes", e.collective_buffers_bytes},
-                      {"model_flops_per_step", e.model_flops_per_step},
-                      {"hardware_flops_per_step", e.hardware_flops_per_step},
-                      {"recompute_flops_per_step", e.recompute_flops_per_step},
-                      {"recompute_flops_by_tower", e.recompute_flops_by_tower},
-                      {"notes", e.notes}};
-  if (e.comm_peak_bytes > 0) j["phase_peak_bytes"]["communication"] = e.comm_peak_bytes;
-  if (e.sharded)
-    j["per_rank"] = {{"nproc", e.nproc},
-                     {"shard", e.shard},
-                     {"flat_params", e.flat_elements},
-                     {"shard_params", e.shard_elements}};
-  return j;
 }
 
 int64_t max_batch_within(RunConfig config, int64_t data_bytes, int64_t budget_bytes) {

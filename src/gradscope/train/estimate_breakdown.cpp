@@ -1,4 +1,5 @@
-// The estimate's peak split as the memory timeline splits live bytes (train/estimate.h).
+// The estimate as the record and the report read it (train/estimate.h): its JSON, and its peak
+// split as the memory timeline splits live bytes.
 #include <algorithm>
 
 #include "gradscope/core/memory_timeline.h"
@@ -25,6 +26,38 @@ std::map<std::string, int64_t> estimate_breakdown_at_peak(const MemoryEstimate& 
   parts[component_name(MemoryComponent::kLogits)] = logits;
   parts[component_name(MemoryComponent::kActivations)] = rest - logits;
   return parts;
+}
+
+nlohmann::json estimate_to_json(const MemoryEstimate& e) {
+  nlohmann::json j = {{"peak_bytes", e.peak_bytes},
+                      {"peak_phase", e.peak_phase},
+                      {"params_bytes", e.params_bytes},
+                      {"frozen_params_bytes", e.frozen_params_bytes},
+                      {"grads_bytes", e.grads_bytes},
+                      {"optimizer_state_bytes", e.optimizer_state_bytes},
+                      {"optimizer_scratch_bytes", e.optimizer_scratch_bytes},
+                      {"activations_bytes", e.activations_bytes},
+                      {"logits_bytes", e.logits_bytes},
+                      {"batch_bytes", e.batch_bytes},
+                      {"data_bytes", e.data_bytes},
+                      {"phase_peak_bytes",
+                       {{"forward", e.forward_peak_bytes},
+                        {"backward", e.backward_peak_bytes},
+                        {"optimizer", e.optimizer_peak_bytes},
+                        {"eval", e.eval_peak_bytes}}},
+                      {"collective_buffers_bytes", e.collective_buffers_bytes},
+                      {"model_flops_per_step", e.model_flops_per_step},
+                      {"hardware_flops_per_step", e.hardware_flops_per_step},
+                      {"recompute_flops_per_step", e.recompute_flops_per_step},
+                      {"recompute_flops_by_tower", e.recompute_flops_by_tower},
+                      {"notes", e.notes}};
+  if (e.comm_peak_bytes > 0) j["phase_peak_bytes"]["communication"] = e.comm_peak_bytes;
+  if (e.sharded)
+    j["per_rank"] = {{"nproc", e.nproc},
+                     {"shard", e.shard},
+                     {"flat_params", e.flat_elements},
+                     {"shard_params", e.shard_elements}};
+  return j;
 }
 
 }  // namespace gradscope
