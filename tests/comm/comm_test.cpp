@@ -122,6 +122,16 @@ TEST(Comm, OneRankIsTheIdentity) {
   EXPECT_TRUE(shard.equal(t));
 }
 
+// Rank r of two, meeting at `store`, on the CPU.
+std::shared_ptr<Communicator> connect_rank_of_two(const HostedStore& store, int r) {
+  RankEnv env;
+  env.rank = r;
+  env.world = 2;
+  env.master_port = store.port();
+  env.store_hosted = true;
+  return connect_ranks(env, torch::kCPU, 30);
+}
+
 TEST(Comm, TwoGlooRanksReduceGatherAndExchangeText) {
   HostedStore store(2, 30);
   std::vector<std::string> failures(2);
@@ -131,12 +141,7 @@ TEST(Comm, TwoGlooRanksReduceGatherAndExchangeText) {
   std::vector<int64_t> sent(2), scatter_sent(2);
   auto rank = [&](int r) {
     try {
-      RankEnv env;
-      env.rank = r;
-      env.world = 2;
-      env.master_port = store.port();
-      env.store_hosted = true;
-      const auto comm = connect_ranks(env, torch::kCPU, 30);
+      const auto comm = connect_rank_of_two(store, r);
       torch::Tensor t = torch::full({1000}, static_cast<float>(r + 1));
       comm->allreduce_async(t)->wait();
       reduced[static_cast<size_t>(r)] = t;
@@ -196,12 +201,7 @@ TEST(Comm, GlooReduceScatterCopiesItsInputAndTheAllReduceDoesNot) {
     tracker.reset_peak();
     auto rank = [&](int r) {
       try {
-        RankEnv env;
-        env.rank = r;
-        env.world = 2;
-        env.master_port = store.port();
-        env.store_hosted = true;
-        const auto comm = connect_ranks(env, torch::kCPU, 30);
+        const auto comm = connect_rank_of_two(store, r);
         const size_t i = static_cast<size_t>(r);
         if (scatter)
           comm->reduce_scatter(out[i], in[i]);
