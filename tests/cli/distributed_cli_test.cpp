@@ -131,6 +131,9 @@ TEST(DistributedCli, EveryModeComputesTheStepOfOneProcess) {
   EXPECT_EQ(losses["fsdp reduce-scatter"], losses["fsdp"]);
   EXPECT_EQ(*rank0["fsdp reduce-scatter"].bytes_sent_per_step,
             *rank0["fsdp"].bytes_sent_per_step);
+  // ... and Gloo's copy of the block's flat gradient beside it, which fsdp's tally counts.
+  EXPECT_GT(rank0["fsdp reduce-scatter"].collective_buffer_peak_bytes,
+            rank0["fsdp"].collective_buffer_peak_bytes);
   // Per-rank state: zero1, zero2 and fsdp hold half of ddp's Adam moments (to the padding of
   // the flat space); gradients: zero2 and fsdp keep half, ddp and zero1 all of them.
   const double state = static_cast<double>(rank0["ddp"].optimizer_state_bytes);

@@ -186,7 +186,7 @@ class C10dRanks : public Communicator {
     // (c10d's ProcessGroupGloo; tests/comm/comm_test.cpp measures the copy); NCCL runs a
     // reduce-scatter.
     count_reduce_scatter(static_cast<int64_t>(in.numel() * in.element_size()),
-                         !device_.is_cuda());
+                         reduce_scatter_copies_input(device_, world_));
     at::Tensor input = in.device() == device_ ? in : in.to(device_);
     at::Tensor output = out.device() == device_ ? out : torch::empty_like(out, input.options());
     const Clock::time_point started = Clock::now();
@@ -413,6 +413,10 @@ void Communicator::count_reduce_scatter(int64_t in_bytes, bool by_allreduce) {
 }
 
 std::shared_ptr<Communicator> single_rank_communicator() { return std::make_shared<SingleRank>(); }
+
+bool reduce_scatter_copies_input(const torch::Device& device, int64_t world) {
+  return world > 1 && !device.is_cuda();
+}
 
 int Communicator::host_count() const {
   std::vector<std::string> hosts = rank_hosts_;

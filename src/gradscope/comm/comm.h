@@ -172,6 +172,12 @@ class Communicator {
   std::string ifname_;
 };
 
+// Whether c10d's reduce-scatter among `world` ranks on `device` all-reduces a copy of its input
+// (Gloo, the CPU's process group: the copy is a second buffer of the input's size while it
+// runs, and the bytes sent are an all-reduce's) rather than running a ring reduce-scatter
+// (NCCL). One rank has no transport and copies nothing.
+bool reduce_scatter_copies_input(const torch::Device& device, int64_t world);
+
 // This host's name (gethostname), cut to a plain name: what the ranks tell each other.
 std::string this_host_name();
 

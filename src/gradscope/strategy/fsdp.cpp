@@ -341,9 +341,9 @@ class FsdpUpdater : public Updater, public MicroBatchListener {
         const MemoryScope scope(MemoryComponent::kGradients);  // this rank's gradient shard
         u.grad_shard = torch::empty({u.shard}, flat.options());
       }
-      // Gloo's reduce-scatter all-reduces a copy of its input (Communicator::reduce_scatter):
-      // a second flat buffer while it runs (one rank alone copies nothing).
-      const int64_t copy = flat.is_cuda() || comm_->world() == 1 ? 0 : bytes_of(flat);
+      // Gloo's copy of the flat buffer while it reduces.
+      const int64_t copy =
+          reduce_scatter_copies_input(flat.device(), comm_->world()) ? bytes_of(flat) : 0;
       buffers_.add(copy);
       {
         const MemoryScope scope(MemoryComponent::kCollectiveBuffers);

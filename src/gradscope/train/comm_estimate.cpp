@@ -11,6 +11,7 @@
 #include "gradscope/core/env.h"
 #include "gradscope/core/error.h"
 #include "gradscope/core/log.h"
+#include "gradscope/comm/comm.h"
 #include "gradscope/strategy/shard.h"
 #include "gradscope/train/estimate.h"
 #include "gradscope/train/session.h"
@@ -330,7 +331,7 @@ CommPrediction predict_comm(const RunConfig& config, int64_t nnodes, int64_t per
   const Shape s = shape_of(config, device_flops_per_s, p.forward_s, p.backward_s);
   const Ring ring{nnodes * per_node, ring_link(nnodes, inter, intra)};
   const bool scatter = config.grad_reduce == GradReduce::kReduceScatter &&
-                       torch::Device(config.device).is_cuda();
+                       !reduce_scatter_copies_input(torch::Device(config.device), ring.world);
   for (Shard mode : {Shard::kDdp, Shard::kZero1, Shard::kZero2, Shard::kFsdp})
     if (shard_refusal(mode, config.optimizer).empty())
       p.modes.push_back(predict_mode(s, mode, ring, config.bucket_bytes,

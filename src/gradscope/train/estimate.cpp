@@ -11,6 +11,7 @@
 #include "gradscope/models/common/memory_trace.h"
 #include "gradscope/models/registry.h"
 #include "gradscope/optim/factory.h"
+#include "gradscope/comm/comm.h"
 #include "gradscope/strategy/shard.h"
 #include "gradscope/train/data_source.h"
 #include "gradscope/train/session.h"
@@ -350,9 +351,9 @@ FlatLayout flat_layout(const MemoryTrace& trace) {
 std::unique_ptr<MemoryTrace::Overlay> rank_overlay(const RunConfig& config, const FlatLayout& l,
                                                    int64_t shard_bytes, bool reduce) {
   if (config.shard == Shard::kFsdp) {
-    // Gloo, several ranks on the CPU, copies the buffer it reduce-scatters.
-    const bool gloo_copy = config.grad_reduce == GradReduce::kReduceScatter &&
-                           config.nproc > 1 && !torch::Device(config.device).is_cuda();
+    const bool gloo_copy =
+        config.grad_reduce == GradReduce::kReduceScatter &&
+        reduce_scatter_copies_input(torch::Device(config.device), config.nproc);
     return std::make_unique<FsdpOverlay>(l.shapes, config.nproc, config.bucket_bytes, reduce,
                                          gloo_copy);
   }
